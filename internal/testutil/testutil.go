@@ -1,0 +1,106 @@
+// Package testutil holds helpers shared by the tests: condition waits with deadlines,
+// goroutine leak checks and lookups of the real programs the tests drive.
+package testutil
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Eventually polls cond every few milliseconds until it returns true, failing the test
+// with msg when timeout passes first. It is the way to wait in tests: never sleep.
+func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for: %s", timeout, fmt.Sprintf(msg, args...))
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// NeedProgram returns the path of a program the test needs. Under CI (CI set) a
+// missing program fails the test — .ci/run installs it — elsewhere the test is skipped.
+func NeedProgram(t testing.TB, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s is required (installed by .ci/run): %v", name, err)
+		}
+		t.Skipf("%s not installed", name)
+	}
+	return p
+}
+
+// goroutines returns the stacks of all goroutines except the caller's.
+func goroutines() []string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	gs := strings.Split(string(buf), "\n\n")
+	return gs[1:] // the first is the caller
+}
+
+// benign goroutines belong to the runtime or the test framework.
+var benign = []string{
+	"testing.(*M).", "testing.tRunner", "testing.runTests", "testing.(*T).Run",
+	"runtime.goexit", "os/signal.signal_recv", "os/signal.loop",
+	"runtime.ensureSigM", "created by runtime.gc", "runtime.MHeap_Scavenger",
+	"testing.(*F).", "internal/fuzz.", "testing.runFuzzing", "runtime/trace.",
+}
+
+func isBenign(g string) bool {
+	if strings.Contains(g, "goroutine 1 [") {
+		return true
+	}
+	// keep only goroutines whose top frames are ours or libraries'
+	for _, b := range benign {
+		if strings.Contains(g, b) && !strings.Contains(g, "github.com/fleetmux/") {
+			return true
+		}
+	}
+	return false
+}
+
+// LeakCheck returns the goroutines (stacks) still running after waiting up to timeout
+// for them to finish. Use it from TestMain after m.Run, when every test has cleaned up.
+func LeakCheck(timeout time.Duration) []string {
+	deadline := time.Now().Add(timeout)
+	for {
+		var leaked []string
+		for _, g := range goroutines() {
+			if !isBenign(g) {
+				leaked = append(leaked, g)
+			}
+		}
+		if len(leaked) == 0 || time.Now().After(deadline) {
+			return leaked
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// MainWithLeakCheck runs the tests and then fails the binary if goroutines leaked.
+func MainWithLeakCheck(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		if leaked := LeakCheck(5 * time.Second); len(leaked) > 0 {
+			fmt.Fprintf(os.Stderr, "FAIL: %d goroutines leaked after the tests:\n\n%s\n", len(leaked), strings.Join(leaked, "\n\n"))
+			code = 1
+		}
+	}
+	os.Exit(code)
+}

@@ -1,0 +1,261 @@
+package session
+
+import (
+	"strings"
+	"time"
+)
+
+// State is a session's state, as DESIGN.md defines it.
+type State string
+
+const (
+	StateStarting     State = "starting"      // the shell has not shown its first prompt
+	StateIdle         State = "idle"          // at the shell prompt
+	StateRunning      State = "running"       // a command runs
+	StateWaitingInput State = "waiting_input" // the foreground program is blocked reading the terminal
+	StateExited       State = "exited"        // the process has exited
+)
+
+// BlockState is the state of one block.
+type BlockState string
+
+const (
+	BlockRunning BlockState = "running"
+	BlockDone    BlockState = "done"
+)
+
+// Block is one command and its output range [Start, End) in the output stream.
+type Block struct {
+	N          int        `json:"n"`
+	Command    string     `json:"command"`
+	Cwd        string     `json:"cwd"`
+	State      BlockState `json:"state"`
+	ExitCode   *int       `json:"exit_code,omitempty"`
+	StartedAt  time.Time  `json:"started_at"`
+	FinishedAt time.Time  `json:"finished_at,omitzero"`
+	Start      int64      `json:"start"`
+	End        int64      `json:"end"` // while running: the output end when observed
+	// Fallback marks a command typed into a program without shell integration (a
+	// nested shell, ssh, a REPL): it ended when the program waited for input again
+	// and output settled, and it has no exit code.
+	Fallback bool `json:"fallback,omitempty"`
+	// Echo is the offset where the command's typed echo ends in fallback blocks and in
+	// blocks the shell never ran (syntax errors); 0 otherwise.
+	echoFrom int64
+	prompt   bool // the trailing line is the program's prompt (fallback)
+}
+
+// EventKind names a session event.
+type EventKind string
+
+const (
+	EventCreated       EventKind = "created"
+	EventState         EventKind = "state"
+	EventBlockStarted  EventKind = "block_started"
+	EventBlockFinished EventKind = "block_finished"
+	EventCwd           EventKind = "cwd"
+	EventResized       EventKind = "resized"
+	EventInfo          EventKind = "info"
+	EventExited        EventKind = "exited"
+)
+
+// Event is one thing that happened to a session, numbered from 1.
+type Event struct {
+	Seq      uint64    `json:"seq"`
+	Kind     EventKind `json:"kind"`
+	Time     time.Time `json:"time"`
+	State    State     `json:"state,omitempty"`
+	Block    *Block    `json:"block,omitempty"`
+	Cwd      string    `json:"cwd,omitempty"`
+	ExitCode *int      `json:"exit_code,omitempty"`
+	Cols     int       `json:"cols,omitempty"`
+	Rows     int       `json:"rows,omitempty"`
+}
+
+const maxEvents = 4096
+
+// emitLocked appends an event to the bounded event log.
+func (s *Session) emitLocked(e Event) {
+	s.eventSeq++
+	e.Seq = s.eventSeq
+	e.Time = time.Now().UTC()
+	if e.Block != nil {
+		b := *e.Block
+		e.Block = &b
+	}
+	if len(s.events) >= maxEvents {
+		n := copy(s.events, s.events[len(s.events)-maxEvents/2:])
+		s.events = s.events[:n]
+	}
+	s.events = append(s.events, e)
+}
+
+// Events returns the events with Seq > after (oldest first) and the Seq to pass next
+// time. Events older than the bounded log are gone; a caller notices by the gap in Seq.
+func (s *Session) Events(after uint64) ([]Event, uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := len(s.events)
+	for i > 0 && s.events[i-1].Seq > after {
+		i--
+	}
+	out := append([]Event(nil), s.events[i:]...)
+	return out, s.eventSeq
+}
+
+// applyMarkLocked advances the block state machine with one mark at offset off.
+func (s *Session) applyMarkLocked(m mark, off int64) {
+	if !s.seenPrompt && s.integ != nil {
+		// The shell has read its startup files; nothing secret is left on disk, but
+		// the directory goes now rather than at exit.
+		go s.integ.remove()
+	}
+	switch m.kind {
+	case markPrompt, markInput:
+		// A and B also come when the line editor redraws the prompt (bash redraws it
+		// after a bracketed paste), so they only say where input starts.
+		s.seenPrompt, s.atPrompt = true, true
+		s.inputOff = off
+	case markOutput:
+		s.atPrompt = false
+		s.waiting = false // sampled at the prompt; the command has not been seen reading yet
+		b := s.pending
+		if b != nil {
+			s.pending = nil
+			b.Start, b.echoFrom = off, 0
+		} else {
+			b = s.newBlockLocked(s.typedCommandLocked(off), off)
+			s.emitLocked(Event{Kind: EventBlockStarted, Block: b})
+		}
+		s.cur = b
+	case markDone:
+		if s.cur != nil {
+			var code *int
+			if m.hasExit {
+				c := m.exit
+				code = &c
+			}
+			s.finishBlockLocked(s.cur, off, code)
+			s.cur = nil
+		}
+		if s.fallback != nil { // e.g. input typed into `read x`
+			s.finishBlockLocked(s.fallback.block, off, nil)
+			s.fallback = nil
+		}
+	case markCwd:
+		// OSC 7 comes from our precmd hook: the shell is back at a prompt.
+		if m.cwd != s.cwd {
+			s.cwd = m.cwd
+			s.emitLocked(Event{Kind: EventCwd, Cwd: m.cwd})
+		}
+		if s.cur != nil { // a prompt without D: the command's end was lost
+			s.finishBlockLocked(s.cur, off, nil)
+			s.cur = nil
+		}
+		if s.pending != nil { // submitted, but the shell ran nothing (syntax error, comment)
+			s.finishBlockLocked(s.pending, off, nil)
+			s.pending = nil
+		}
+		if s.fallback != nil { // the program we typed into gave the prompt back
+			s.finishBlockLocked(s.fallback.block, off, nil)
+			s.fallback = nil
+		}
+	}
+}
+
+// newBlockLocked appends a running block starting at off.
+func (s *Session) newBlockLocked(command string, off int64) *Block {
+	b := &Block{
+		N:         len(s.blocks) + 1,
+		Command:   command,
+		Cwd:       s.cwd,
+		State:     BlockRunning,
+		StartedAt: time.Now().UTC(),
+		Start:     off,
+		End:       off,
+	}
+	s.blocks = append(s.blocks, b)
+	return b
+}
+
+// finishBlockLocked ends b at offset off with an exit code (nil: unknown).
+func (s *Session) finishBlockLocked(b *Block, off int64, code *int) {
+	if b.State == BlockDone {
+		return
+	}
+	b.State, b.End, b.FinishedAt = BlockDone, max(off, b.Start), time.Now().UTC()
+	if code != nil {
+		c := *code
+		b.ExitCode = &c
+		s.lastExit = &c
+	}
+	s.emitLocked(Event{Kind: EventBlockFinished, Block: b})
+}
+
+// typedCommandLocked recovers a command a person typed at the prompt from its echo
+// between the last B mark and the C mark at off.
+func (s *Session) typedCommandLocked(off int64) string {
+	from := max(s.inputOff, s.ring.start(), off-16<<10)
+	a, b := s.ring.slices(from, off)
+	text, _ := renderText(s.rows, 0, a, b)
+	return strings.TrimSpace(text)
+}
+
+// updateStateLocked recomputes the state and records a change.
+func (s *Session) updateStateLocked() {
+	st := s.computeStateLocked()
+	if st != s.state {
+		s.state = st
+		s.emitLocked(Event{Kind: EventState, State: st})
+	}
+}
+
+func (s *Session) computeStateLocked() State {
+	switch {
+	case s.exited || s.closed:
+		return StateExited
+	case s.integrated && s.cur == nil && s.fallback == nil && s.pending == nil && s.atPrompt:
+		return StateIdle
+	case s.integrated && !s.seenPrompt && !s.waiting:
+		return StateStarting
+	case !s.integrated && !s.polled:
+		return StateStarting
+	case s.waiting && s.fallback == nil:
+		return StateWaitingInput
+	}
+	return StateRunning
+}
+
+// snapshotLocked copies a block, filling End for a running one.
+func (s *Session) snapshotLocked(b *Block) Block {
+	c := *b
+	if c.State == BlockRunning {
+		c.End = s.ring.end
+	}
+	if b.ExitCode != nil {
+		v := *b.ExitCode
+		c.ExitCode = &v
+	}
+	return c
+}
+
+// Blocks returns all blocks, oldest first.
+func (s *Session) Blocks() []Block {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Block, len(s.blocks))
+	for i, b := range s.blocks {
+		out[i] = s.snapshotLocked(b)
+	}
+	return out
+}
+
+// Block returns block n (1-based).
+func (s *Session) Block(n int) (Block, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n < 1 || n > len(s.blocks) {
+		return Block{}, ErrNoBlock
+	}
+	return s.snapshotLocked(s.blocks[n-1]), nil
+}

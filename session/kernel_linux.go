@@ -1,0 +1,331 @@
+//go:build linux
+
+package session
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// This file reads the session's state from the kernel: which process group is in the
+// foreground of the PTY, whether any of its tasks is blocked reading the terminal, and
+// the terminal's echo flag. Everything here reads /proc; nothing blocks for long and
+// nothing is cached, so callers decide how often to sample.
+
+// syscall classes that mean "waiting for input" when the terminal is among the fds.
+type sysClass int
+
+const (
+	sysOther  sysClass = iota
+	sysRead            // fd in arg0
+	sysSelect          // nfds arg0, readfds arg1
+	sysPoll            // fds arg0, nfds arg1
+	sysEpoll           // epfd arg0
+)
+
+// masterControl runs f with the master's fd without switching it to blocking mode.
+func masterControl(master *os.File, f func(fd int) error) error {
+	rc, err := master.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { ferr = f(int(fd)) }); err != nil {
+		return err
+	}
+	return ferr
+}
+
+// foregroundPgrp is tcgetpgrp on the master: the PTY's foreground process group.
+func foregroundPgrp(master *os.File) (int, error) {
+	var pg int
+	err := masterControl(master, func(fd int) (err error) {
+		pg, err = unix.IoctlGetInt(fd, unix.TIOCGPGRP)
+		return err
+	})
+	return pg, err
+}
+
+// terminalEcho reports the ECHO flag of the PTY (the master shares the slave's termios).
+func terminalEcho(master *os.File) (bool, error) {
+	var echo bool
+	err := masterControl(master, func(fd int) error {
+		t, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+		if err != nil {
+			return err
+		}
+		echo = t.Lflag&unix.ECHO != 0
+		return nil
+	})
+	return echo, err
+}
+
+// inputQueued is the number of bytes typed into the terminal that no program has read
+// yet (TIOCINQ on the slave side).
+func inputQueued(tty string) (int, error) {
+	fd, err := unix.Open(tty, unix.O_RDONLY|unix.O_NOCTTY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	return unix.IoctlGetInt(fd, unix.TIOCINQ)
+}
+
+// procStat holds the fields of /proc/PID/stat we use.
+type procStat struct {
+	state byte
+	ppid  int
+	pgrp  int
+	sid   int
+}
+
+func readStat(pid int) (procStat, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, false
+	}
+	// comm may contain spaces and parens: fields start after the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return procStat{}, false
+	}
+	f := strings.Fields(string(b[i+2:]))
+	if len(f) < 4 {
+		return procStat{}, false
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	pgrp, _ := strconv.Atoi(f[2])
+	sid, _ := strconv.Atoi(f[3])
+	return procStat{state: f[0][0], ppid: ppid, pgrp: pgrp, sid: sid}, true
+}
+
+// children lists pid's direct children (all threads), using /proc/PID/task/TID/children.
+func children(pid int) []int {
+	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, t := range tasks {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + t.Name() + "/children")
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(f); err == nil {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// descendants returns root and all its descendants (bounded, breadth first).
+func descendants(root int) []int {
+	out := []int{root}
+	for i := 0; i < len(out) && len(out) < 4096; i++ {
+		out = append(out, children(out[i])...)
+	}
+	return out
+}
+
+// fgWaitingForInput reports whether a task of a process in foreground group pgid (among
+// root's descendants) is blocked reading the terminal tty: in read(2) on it, or in
+// select/poll/epoll with it in the read set.
+func fgWaitingForInput(root, pgid int, tty string) bool {
+	for _, pid := range descendants(root) {
+		st, ok := readStat(pid)
+		if !ok || st.pgrp != pgid {
+			continue
+		}
+		if procWaitingForInput(pid, tty) {
+			return true
+		}
+	}
+	return false
+}
+
+func procWaitingForInput(pid int, tty string) bool {
+	base := "/proc/" + strconv.Itoa(pid)
+	ttyFDs := terminalFDs(base, tty)
+	if len(ttyFDs) == 0 {
+		return false
+	}
+	tasks, err := os.ReadDir(base + "/task")
+	if err != nil {
+		return false
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile(base + "/task/" + t.Name() + "/syscall")
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b))
+		if len(f) < 3 {
+			continue // "running" or not in a syscall
+		}
+		nr, err := strconv.Atoi(f[0])
+		if err != nil {
+			continue
+		}
+		arg := func(i int) uint64 {
+			if i+1 >= len(f) {
+				return 0
+			}
+			v, _ := strconv.ParseUint(strings.TrimPrefix(f[i+1], "0x"), 16, 64)
+			return v
+		}
+		switch syscallClass(nr) {
+		case sysRead:
+			if ttyFDs[int(arg(0))] {
+				return true
+			}
+		case sysSelect:
+			if selectWaitsOn(base, int(arg(0)), arg(1), ttyFDs) {
+				return true
+			}
+		case sysPoll:
+			if pollWaitsOn(base, arg(0), int(arg(1)), ttyFDs) {
+				return true
+			}
+		case sysEpoll:
+			if epollWaitsOn(base, int(arg(0)), ttyFDs) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// terminalFDs lists the fds of a process that refer to the terminal.
+func terminalFDs(base, tty string) map[int]bool {
+	ents, err := os.ReadDir(base + "/fd")
+	if err != nil {
+		return nil
+	}
+	var m map[int]bool
+	for _, e := range ents {
+		link, err := os.Readlink(base + "/fd/" + e.Name())
+		if err != nil || (link != tty && link != "/dev/tty") {
+			continue
+		}
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if m == nil {
+			m = make(map[int]bool)
+		}
+		m[fd] = true
+	}
+	return m
+}
+
+// readMem reads n bytes of a process's memory at addr.
+func readMem(base string, addr uint64, n int) ([]byte, bool) {
+	if addr == 0 || n <= 0 {
+		return nil, false
+	}
+	f, err := os.Open(base + "/mem")
+	if err != nil {
+		return nil, false
+	}
+	defer f.Close()
+	b := make([]byte, n)
+	if _, err := f.ReadAt(b, int64(addr)); err != nil {
+		return nil, false
+	}
+	return b, true
+}
+
+// selectWaitsOn checks an fd_set of readfds. When the memory is unreadable (another
+// user's setuid program), it assumes the terminal is watched.
+func selectWaitsOn(base string, nfds int, readfds uint64, tty map[int]bool) bool {
+	if readfds == 0 || nfds <= 0 {
+		return false
+	}
+	nfds = min(nfds, 1024)
+	set, ok := readMem(base, readfds, (nfds+63)/64*8)
+	if !ok {
+		return true
+	}
+	for fd := range tty {
+		if fd < nfds && set[fd/8]&(1<<(fd%8)) != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// pollWaitsOn checks a struct pollfd array for a terminal fd polled for input.
+func pollWaitsOn(base string, fds uint64, nfds int, tty map[int]bool) bool {
+	if nfds <= 0 {
+		return false
+	}
+	nfds = min(nfds, 256)
+	b, ok := readMem(base, fds, nfds*8)
+	if !ok {
+		return true
+	}
+	for i := 0; i < nfds; i++ {
+		fd := int(int32(binary.NativeEndian.Uint32(b[i*8:])))
+		events := binary.NativeEndian.Uint16(b[i*8+4:])
+		if tty[fd] && events&(unix.POLLIN|unix.POLLPRI) != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// epollWaitsOn checks the fds registered in an epoll instance (from fdinfo).
+func epollWaitsOn(base string, epfd int, tty map[int]bool) bool {
+	f, err := os.Open(base + "/fdinfo/" + strconv.Itoa(epfd))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// tfd:        0 events:       19 data: ...
+		fl := strings.Fields(sc.Text())
+		if len(fl) < 4 || fl[0] != "tfd:" || fl[2] != "events:" {
+			continue
+		}
+		fd, err1 := strconv.Atoi(fl[1])
+		ev, err2 := strconv.ParseUint(fl[3], 16, 32)
+		if err1 == nil && err2 == nil && tty[fd] && ev&unix.EPOLLIN != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// killSession signals every process in the session led by sid: the shell and all its
+// jobs, including background process groups.
+func killSession(sid int, sig syscall.Signal) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	groups := map[int]bool{sid: true}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, ok := readStat(pid); ok && st.sid == sid {
+			groups[st.pgrp] = true
+		}
+	}
+	for pg := range groups {
+		_ = syscall.Kill(-pg, sig)
+	}
+	_ = syscall.Kill(sid, sig)
+}

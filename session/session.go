@@ -1,0 +1,685 @@
+// Package session runs one program in a PTY and turns its output into a byte-exact,
+// offset-addressed stream, command blocks (with shell integration) and a screen.
+//
+// A Session owns four goroutines: the PTY read loop, the process waiter, the kernel
+// state poller and the screen feeder. The read loop never waits on anyone: it appends
+// to the scrollback ring under a short lock and wakes whoever is interested; viewers,
+// the screen emulator and waiters each catch up at their own pace. Close stops all of
+// them and waits.
+package session
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+)
+
+// Defaults for zero Config fields.
+const (
+	DefaultCols            = 120
+	DefaultRows            = 40
+	DefaultScrollbackBytes = 8 << 20
+	DefaultSettle          = 150 * time.Millisecond
+	DefaultMaxOutputBytes  = 16 << 10
+
+	// MaxCommandBytes bounds a command given to Run.
+	MaxCommandBytes = 256 << 10
+	// MaxInputBytes bounds one Input call.
+	MaxInputBytes = 1 << 20
+
+	inputTimeout = 10 * time.Second
+	closeGrace   = 500 * time.Millisecond
+	readChunk    = 32 << 10
+)
+
+// Config describes a session to start. The zero value of every field is a sensible
+// default; Start validates the rest.
+type Config struct {
+	// ID names the session in logs and in FLEETMUX_SESSION; optional.
+	ID string
+	// Shell is "bash" or "zsh" (or a path to one) to run with shell integration. When
+	// empty, Argv runs without it; when both are empty, bash is used.
+	Shell string
+	// Argv is the program to run without shell integration, when Shell is empty.
+	Argv []string
+	// Dir is the working directory; default the user's home directory.
+	Dir string
+	// Env is added to BaseEnv ("KEY=VALUE"; later entries win).
+	Env []string
+	// BaseEnv is the starting environment; nil means os.Environ().
+	BaseEnv []string
+	// Cols and Rows are the initial terminal size (default 120x40).
+	Cols, Rows int
+	// ScrollbackBytes is the size of the ring of newest output (default 8 MiB).
+	ScrollbackBytes int
+	// RuntimeDir holds the per-session shell integration files, which are deleted as
+	// soon as the shell has read them (default os.TempDir()).
+	RuntimeDir string
+	// Settle is how long output must be quiet, with the foreground program waiting for
+	// input, before a command typed into a program without shell integration counts as
+	// finished (default 150ms).
+	Settle time.Duration
+	// Title, Description and Labels are free-form metadata kept with the session.
+	Title, Description string
+	Labels             map[string]string
+	// Logger receives operational logs; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Session is one running PTY session. All methods are safe for concurrent use.
+type Session struct {
+	cfg        Config
+	log        *slog.Logger
+	shell      string // "bash", "zsh" or "" (no integration)
+	argv       []string
+	master     *os.File
+	tty        string // slave path, e.g. /dev/pts/3
+	cmd        *exec.Cmd
+	pid        int
+	integ      *integrationDir
+	scanner    *markScanner // owned by the read loop
+	screen     *screen
+	createdAt  time.Time
+	integrated bool
+
+	writeMu sync.Mutex // serializes writes to the master
+	runMu   sync.Mutex // serializes Run submissions
+
+	mu          sync.Mutex // guards everything below
+	ring        *ring
+	changed     chan struct{} // closed and replaced on every change (output, marks, state)
+	closed      bool
+	exited      bool
+	exitCode    *int
+	readDone    bool
+	cols, rows  int
+	title       string
+	description string
+	labels      map[string]string
+	cwd         string
+	paste       bool // bracketed paste mode of the foreground program
+	seenPrompt  bool
+	atPrompt    bool
+	inputOff    int64 // offset of the latest B (or A) mark: where typed input echoes
+	blocks      []*Block
+	cur         *Block // open block started by the shell (C seen, D not yet)
+	pending     *Block // block submitted by Run at the prompt, C not yet seen
+	fallback    *fallbackRun
+	lastExit    *int
+	lastOutput  time.Time
+	waiting     bool // foreground process is blocked reading the terminal
+	echo        bool
+	polled      bool // the kernel state has been sampled at least once
+	state       State
+	events      []Event
+	eventSeq    uint64
+
+	pollWake chan struct{}
+	stop     chan struct{}
+	wg       sync.WaitGroup
+}
+
+// fallbackRun is a command typed into a program without shell integration.
+type fallbackRun struct {
+	block     *Block
+	submitted time.Time
+}
+
+// Start starts a session. The returned session is running; Close releases it.
+func Start(cfg Config) (*Session, error) {
+	s := &Session{cfg: cfg, log: cfg.Logger, createdAt: time.Now().UTC()}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if cfg.ID != "" {
+		s.log = s.log.With("session", cfg.ID)
+	}
+	argv, shell, err := resolveProgram(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.argv, s.shell, s.integrated = argv, shell, shell != ""
+	dir, err := resolveDir(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	env, err := buildEnv(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.cols, s.rows = cfg.Cols, cfg.Rows
+	if s.cols == 0 {
+		s.cols = DefaultCols
+	}
+	if s.rows == 0 {
+		s.rows = DefaultRows
+	}
+	if s.cols < 1 || s.rows < 1 || s.cols > 1000 || s.rows > 1000 {
+		return nil, fmt.Errorf("%w: size %dx%d (want 1..1000)", ErrBadConfig, s.cols, s.rows)
+	}
+	sb := cfg.ScrollbackBytes
+	if sb == 0 {
+		sb = DefaultScrollbackBytes
+	}
+	if sb < 4096 || sb > 1<<30 {
+		return nil, fmt.Errorf("%w: scrollback %d bytes (want 4 KiB..1 GiB)", ErrBadConfig, sb)
+	}
+	if s.cfg.Settle <= 0 {
+		s.cfg.Settle = DefaultSettle
+	}
+	s.ring = newRing(sb)
+	s.changed = make(chan struct{})
+	s.pollWake = make(chan struct{}, 1)
+	s.stop = make(chan struct{})
+	s.title, s.description, s.labels = cfg.Title, cfg.Description, copyLabels(cfg.Labels)
+	s.cwd = dir
+	s.state = StateStarting
+
+	if s.integrated {
+		rt := cfg.RuntimeDir
+		if rt == "" {
+			rt = os.TempDir()
+		}
+		if s.integ, err = writeIntegration(rt, shell); err != nil {
+			return nil, err
+		}
+		s.scanner = newMarkScanner(s.integ.nonce)
+		switch shell {
+		case "bash":
+			argv = append(argv, "--rcfile", filepath.Join(s.integ.dir, "bashrc"), "-i")
+		case "zsh":
+			argv = append(argv, "-i")
+			if v, ok := lookupEnv(env, "ZDOTDIR"); ok {
+				env = append(env, "FLEETMUX_USER_ZDOTDIR="+v)
+			}
+			env = append(env, "ZDOTDIR="+s.integ.dir)
+		}
+	} else {
+		s.scanner = newMarkScanner("")
+		s.scanner.osc133, s.scanner.osc7 = nil, nil // no marks without integration
+	}
+
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		s.integ.remove()
+		return nil, fmt.Errorf("%w: open pty: %v", ErrStart, err)
+	}
+	s.tty = tty.Name()
+	if err := pty.Setsize(ptmx, &pty.Winsize{Cols: uint16(s.cols), Rows: uint16(s.rows)}); err != nil {
+		ptmx.Close()
+		tty.Close()
+		s.integ.remove()
+		return nil, fmt.Errorf("%w: set size: %v", ErrStart, err)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir, cmd.Env = dir, dedupEnv(env)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
+	if err := cmd.Start(); err != nil {
+		ptmx.Close()
+		tty.Close()
+		s.integ.remove()
+		return nil, fmt.Errorf("%w: %s: %v", ErrStart, argv[0], err)
+	}
+	tty.Close()
+	s.cmd, s.pid = cmd, cmd.Process.Pid
+	// pty.Open leaves the master in blocking mode; a non-blocking dup lets the runtime
+	// poller interrupt reads on Close and handle EAGAIN on large writes.
+	s.master, err = nonblockingFile(ptmx)
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		s.integ.remove()
+		return nil, fmt.Errorf("%w: %v", ErrStart, err)
+	}
+	s.screen = newScreen(s, s.cols, s.rows)
+	s.emitLocked(Event{Kind: EventCreated, State: StateStarting})
+
+	s.wg.Add(4)
+	go s.readLoop()
+	go s.waitLoop()
+	go s.pollLoop()
+	go s.screen.feedLoop()
+	s.log.Debug("session started", "pid", s.pid, "argv", argv, "tty", s.tty)
+	return s, nil
+}
+
+func nonblockingFile(f *os.File) (*os.File, error) {
+	fd, err := unix.Dup(int(f.Fd()))
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("dup pty: %w", err)
+	}
+	unix.CloseOnExec(fd)
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("nonblock pty: %w", err)
+	}
+	return os.NewFile(uintptr(fd), "/dev/ptmx"), nil
+}
+
+// resolveProgram picks the argv and the integrated shell ("" for none).
+func resolveProgram(cfg Config) (argv []string, shell string, err error) {
+	if cfg.Shell == "" && len(cfg.Argv) > 0 {
+		if cfg.Argv[0] == "" {
+			return nil, "", fmt.Errorf("%w: empty program name", ErrBadConfig)
+		}
+		path, err := exec.LookPath(cfg.Argv[0])
+		if err != nil {
+			return nil, "", fmt.Errorf("%w: %s: %v", ErrStart, cfg.Argv[0], err)
+		}
+		return append([]string{path}, cfg.Argv[1:]...), "", nil
+	}
+	if cfg.Shell != "" && len(cfg.Argv) > 0 {
+		return nil, "", fmt.Errorf("%w: set Shell or Argv, not both", ErrBadConfig)
+	}
+	name := cfg.Shell
+	if name == "" {
+		name = "bash"
+	}
+	switch filepath.Base(name) {
+	case "bash":
+		shell = "bash"
+	case "zsh":
+		shell = "zsh"
+	default:
+		return nil, "", fmt.Errorf("%w: %q (supported: bash, zsh; run other programs with Argv)", ErrUnknownShell, cfg.Shell)
+	}
+	path, err := exec.LookPath(name)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: %s not installed: %v", ErrStart, name, err)
+	}
+	return []string{path}, shell, nil
+}
+
+func resolveDir(dir string) (string, error) {
+	if dir == "" {
+		if h, err := os.UserHomeDir(); err == nil {
+			dir = h
+		} else {
+			dir = "/"
+		}
+	}
+	if strings.ContainsRune(dir, 0) {
+		return "", fmt.Errorf("%w: %q", ErrBadCwd, dir)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrBadCwd, err)
+	}
+	fi, err := os.Stat(abs)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrBadCwd, err)
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("%w: %s is not a directory", ErrBadCwd, abs)
+	}
+	return abs, nil
+}
+
+// ourEnv are variables the integration uses; never inherited from the parent.
+var ourEnv = []string{"ZDOTDIR", "FLEETMUX_USER_ZDOTDIR", "FLEETMUX_SESSION"}
+
+func buildEnv(cfg Config) ([]string, error) {
+	base := cfg.BaseEnv
+	if base == nil {
+		base = os.Environ()
+	}
+	env := make([]string, 0, len(base)+len(cfg.Env)+3)
+	userZ, hasUserZ := lookupEnv(base, "ZDOTDIR")
+	for _, kv := range base {
+		k, _, _ := strings.Cut(kv, "=")
+		skip := false
+		for _, o := range ourEnv {
+			skip = skip || k == o
+		}
+		if !skip {
+			env = append(env, kv)
+		}
+	}
+	if hasUserZ {
+		env = append(env, "ZDOTDIR="+userZ) // kept for zsh to hand back; see Start
+	}
+	if _, ok := lookupEnv(env, "TERM"); !ok {
+		env = append(env, "TERM=xterm-256color")
+	}
+	for _, kv := range cfg.Env {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || strings.ContainsAny(kv, "\x00") || strings.ContainsAny(k, " \t\n") {
+			return nil, fmt.Errorf("%w: env entry %q (want KEY=VALUE)", ErrBadConfig, kv)
+		}
+		env = append(env, kv)
+	}
+	if cfg.ID != "" {
+		env = append(env, "FLEETMUX_SESSION="+cfg.ID)
+	}
+	return env, nil
+}
+
+// lookupEnv finds the last value of key in env.
+func lookupEnv(env []string, key string) (string, bool) {
+	for i := len(env) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(env[i], "="); ok && k == key {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// dedupEnv keeps the last entry of each key, in first-seen order.
+func dedupEnv(env []string) []string {
+	idx := map[string]int{}
+	var out []string
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if i, ok := idx[k]; ok {
+			out[i] = kv
+			continue
+		}
+		idx[k] = len(out)
+		out = append(out, kv)
+	}
+	return out
+}
+
+func copyLabels(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// readLoop owns the master's read side and the mark scanner. It holds s.mu only to
+// append a chunk and apply its marks, and never waits on a reader.
+func (s *Session) readLoop() {
+	defer s.wg.Done()
+	buf := make([]byte, readChunk)
+	var marks []mark
+	var offs []int64
+	for {
+		n, err := s.master.Read(buf)
+		if n > 0 {
+			s.mu.Lock()
+			marks, offs = marks[:0], offs[:0]
+			s.scanner.scan(buf[:n], func(p []byte) { s.ring.write(p) }, func(m mark) {
+				marks = append(marks, m)
+				offs = append(offs, s.ring.end)
+			})
+			s.ingestLocked(marks, offs)
+			s.mu.Unlock()
+			s.wakePoller()
+		}
+		if err != nil {
+			s.mu.Lock()
+			s.scanner.flush(func(p []byte) { s.ring.write(p) })
+			s.readDone = true
+			s.broadcastLocked()
+			s.mu.Unlock()
+			if !errors.Is(err, io.EOF) && !errors.Is(err, os.ErrClosed) && !errors.Is(err, syscall.EIO) {
+				s.log.Debug("pty read ended", "err", err)
+			}
+			return
+		}
+	}
+}
+
+// ingestLocked applies the marks of one chunk (each at the offset where it occurred)
+// and wakes waiters. The marks are applied after the whole chunk was appended, so a
+// block that ends here covers exactly its bytes: offsets come from the scan.
+func (s *Session) ingestLocked(marks []mark, offs []int64) {
+	s.lastOutput = time.Now()
+	s.paste = s.scanner.paste
+	for i, m := range marks {
+		s.applyMarkLocked(m, offs[i])
+	}
+	s.updateStateLocked()
+	s.broadcastLocked()
+}
+
+// waitLoop reaps the process and records its exit.
+func (s *Session) waitLoop() {
+	defer s.wg.Done()
+	err := s.cmd.Wait()
+	code := -1
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		code = 0
+	case errors.As(err, &ee):
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			code = 128 + int(ws.Signal())
+		} else {
+			code = ee.ExitCode()
+		}
+	}
+	// Let the read loop drain what the process wrote before it exited (bounded: a
+	// background job may still hold the terminal open, so EOF may never come).
+	deadline := time.NewTimer(200 * time.Millisecond)
+	defer deadline.Stop()
+drain:
+	for {
+		s.mu.Lock()
+		done, ch := s.readDone, s.changed
+		s.mu.Unlock()
+		if done {
+			break
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			break drain
+		}
+	}
+	s.mu.Lock()
+	s.exited = true
+	if code >= 0 {
+		s.exitCode = &code
+	}
+	off := s.ring.end
+	if s.cur != nil {
+		// The shell exited inside a command (`exit 3`): its status is the command's.
+		s.finishBlockLocked(s.cur, off, s.exitCode)
+		s.cur = nil
+	}
+	if s.pending != nil {
+		s.finishBlockLocked(s.pending, off, nil)
+		s.pending = nil
+	}
+	if s.fallback != nil {
+		s.finishBlockLocked(s.fallback.block, off, nil)
+		s.fallback = nil
+	}
+	s.updateStateLocked()
+	s.emitLocked(Event{Kind: EventExited, ExitCode: s.exitCode})
+	s.broadcastLocked()
+	s.mu.Unlock()
+	s.integ.remove()
+	s.log.Debug("session process exited", "code", code)
+}
+
+// Close stops the process and every goroutine of the
+// session and waits for them. The process group (the shell and all its jobs) gets
+// SIGHUP, then SIGKILL after a short grace. Close is idempotent.
+func (s *Session) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.wg.Wait()
+		return nil
+	}
+	s.closed = true
+	exited := s.exited
+	s.broadcastLocked()
+	s.mu.Unlock()
+
+	if !exited {
+		killSession(s.pid, syscall.SIGHUP)
+		if !s.waitExited(closeGrace) {
+			killSession(s.pid, syscall.SIGKILL)
+		}
+	}
+	// Background jobs may outlive the shell and keep the PTY open; they go too.
+	killSession(s.pid, syscall.SIGKILL)
+	close(s.stop)
+	s.master.Close()
+	s.wg.Wait()
+	s.screen.close()
+	s.integ.remove()
+	return nil
+}
+
+func (s *Session) waitExited(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		s.mu.Lock()
+		exited, ch := s.exited, s.changed
+		s.mu.Unlock()
+		if exited {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-t.C:
+			return false
+		}
+	}
+}
+
+// broadcastLocked wakes everyone waiting for a change.
+func (s *Session) broadcastLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// usableLocked returns the error for using a closed or exited session.
+func (s *Session) usableLocked() error {
+	if s.closed {
+		return ErrClosed
+	}
+	if s.exited {
+		return ErrExited
+	}
+	return nil
+}
+
+// Input writes raw bytes to the terminal, as if typed.
+func (s *Session) Input(p []byte) error {
+	if len(p) > MaxInputBytes {
+		return fmt.Errorf("%w: input of %d bytes (limit %d)", ErrTooLarge, len(p), MaxInputBytes)
+	}
+	s.mu.Lock()
+	err := s.usableLocked()
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return s.write(p)
+}
+
+// SendKeys writes named keys (see KeyBytes). Nothing is written if any name is bad.
+func (s *Session) SendKeys(names ...string) error {
+	b, err := KeysBytes(names)
+	if err != nil {
+		return err
+	}
+	return s.Input(b)
+}
+
+// write writes all of p to the master, waiting at most inputTimeout for the terminal
+// to accept it. Writes are serialized so concurrent inputs never interleave.
+func (s *Session) write(p []byte) error {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	_ = s.master.SetWriteDeadline(time.Now().Add(inputTimeout))
+	_, err := s.master.Write(p)
+	s.wakePoller()
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return fmt.Errorf("%w: the program is not reading its terminal", ErrInputTimeout)
+	case errors.Is(err, os.ErrClosed):
+		return ErrClosed
+	}
+	return fmt.Errorf("session: write: %w", err)
+}
+
+// Resize changes the terminal size; the program gets SIGWINCH.
+func (s *Session) Resize(cols, rows int) error {
+	if cols < 1 || rows < 1 || cols > 1000 || rows > 1000 {
+		return fmt.Errorf("%w: size %dx%d (want 1..1000)", ErrBadConfig, cols, rows)
+	}
+	s.mu.Lock()
+	if err := s.usableLocked(); err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	s.mu.Unlock()
+	if err := masterControl(s.master, func(fd int) error {
+		return unix.IoctlSetWinsize(fd, unix.TIOCSWINSZ, &unix.Winsize{Col: uint16(cols), Row: uint16(rows)})
+	}); err != nil {
+		return fmt.Errorf("session: resize: %w", err)
+	}
+	s.screen.resize(cols, rows)
+	s.mu.Lock()
+	s.cols, s.rows = cols, rows
+	s.emitLocked(Event{Kind: EventResized, Cols: cols, Rows: rows})
+	s.broadcastLocked()
+	s.mu.Unlock()
+	return nil
+}
+
+// SetInfo updates the session's metadata; nil fields are left unchanged.
+func (s *Session) SetInfo(title, description *string, labels map[string]string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if title != nil {
+		s.title = *title
+	}
+	if description != nil {
+		s.description = *description
+	}
+	if labels != nil {
+		s.labels = copyLabels(labels)
+	}
+	s.emitLocked(Event{Kind: EventInfo})
+	s.broadcastLocked()
+}
+
+// Read returns up to max bytes of output starting at offset from. It returns a
+// *TruncatedError (ErrTruncated) when from is older than the scrollback holds, and no
+// bytes when from is at or past the end.
+func (s *Session) Read(from int64, max int) ([]byte, error) {
+	if from < 0 {
+		return nil, fmt.Errorf("%w: negative offset %d", ErrBadConfig, from)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ring.read(from, max)
+}
+
+// Offsets returns the oldest offset still in scrollback and the end of the output.
+func (s *Session) Offsets() (oldest, end int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ring.start(), s.ring.end
+}
+
+// Pid is the process id of the session's program.
+func (s *Session) Pid() int { return s.pid }

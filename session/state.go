@@ -1,0 +1,159 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Kernel state polling. The poller samples the foreground process group of the PTY and
+// whether it is blocked reading the terminal, only while the session is not idle at a
+// prompt: every 5ms right after output, input or a submission, backing off to 200ms
+// while nothing changes. It also ends fallback blocks (commands typed into programs
+// without shell integration) once the program waits for input again, has consumed all
+// typed input and its output has been quiet for Config.Settle.
+
+const (
+	minPoll = 5 * time.Millisecond
+	maxPoll = 200 * time.Millisecond
+)
+
+// wakePoller asks for a prompt sample; it never blocks.
+func (s *Session) wakePoller() {
+	select {
+	case s.pollWake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Session) pollLoop() {
+	defer s.wg.Done()
+	interval := minPoll
+	var last time.Time
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.pollWake:
+			// Output, input or a submission: sample soon, but at most every minPoll.
+			interval = minPoll
+			timer.Reset(max(0, time.Until(last.Add(minPoll))))
+			continue
+		case <-timer.C:
+		}
+		need, fb := s.needsPoll()
+		if !need {
+			continue // idle at the prompt or exited: sleep until woken
+		}
+		last = time.Now()
+		if s.sample() || fb {
+			interval = minPoll
+		} else {
+			interval = min(interval*2, maxPoll)
+		}
+		if fb {
+			interval = max(minPoll, min(interval, s.cfg.Settle/4))
+		}
+		timer.Reset(interval)
+	}
+}
+
+func (s *Session) needsPoll() (need, fallback bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.exited || s.closed {
+		return false, false
+	}
+	return s.state != StateIdle || s.fallback != nil, s.fallback != nil
+}
+
+// sample reads the kernel state and applies it; it reports whether anything changed.
+func (s *Session) sample() bool {
+	waiting := false
+	if pg, err := foregroundPgrp(s.master); err == nil && pg > 0 {
+		waiting = fgWaitingForInput(s.pid, pg, s.tty)
+	}
+	echo, _ := terminalEcho(s.master)
+	s.mu.Lock()
+	queued := -1
+	if s.fallback != nil && waiting {
+		s.mu.Unlock()
+		if n, err := inputQueued(s.tty); err == nil {
+			queued = n
+		}
+		s.mu.Lock()
+	}
+	defer s.mu.Unlock()
+	changed := !s.polled || waiting != s.waiting || echo != s.echo
+	s.polled, s.waiting, s.echo = true, waiting, echo
+	if fb := s.fallback; fb != nil && waiting && queued == 0 {
+		quietSince := s.lastOutput
+		if fb.submitted.After(quietSince) {
+			quietSince = fb.submitted
+		}
+		if time.Since(quietSince) >= s.cfg.Settle {
+			b := fb.block
+			s.finishBlockLocked(b, s.ring.end, nil)
+			s.fallback = nil
+			changed = true
+		}
+	}
+	before := s.state
+	s.updateStateLocked()
+	if changed || before != s.state {
+		s.broadcastLocked()
+		return true
+	}
+	return false
+}
+
+// Until names what Wait waits for.
+type Until string
+
+const (
+	UntilIdle         Until = "idle"          // back at the shell prompt
+	UntilWaitingInput Until = "waiting_input" // the foreground program waits for input
+	UntilExited       Until = "exited"        // the process exited
+	UntilOutput       Until = "output"        // output beyond the given offset exists
+)
+
+// Wait blocks until the condition holds or ctx is done, and returns the session as it
+// is then. Waiting for idle, waiting_input or output of a session that exits instead
+// fails with ErrExited (with the final Info).
+func (s *Session) Wait(ctx context.Context, until Until, after int64) (Info, error) {
+	switch until {
+	case UntilIdle, UntilWaitingInput, UntilExited, UntilOutput:
+	default:
+		return Info{}, fmt.Errorf("%w: wait until %q (want idle, waiting_input, exited or output)", ErrBadConfig, until)
+	}
+	for {
+		s.mu.Lock()
+		in := s.infoLocked()
+		ok := false
+		switch until {
+		case UntilIdle:
+			ok = s.state == StateIdle
+		case UntilWaitingInput:
+			ok = s.state == StateWaitingInput
+		case UntilExited:
+			ok = s.exited
+		case UntilOutput:
+			ok = s.ring.end > after
+		}
+		exited, closed, ch := s.exited, s.closed, s.changed
+		s.mu.Unlock()
+		switch {
+		case ok:
+			return in, nil
+		case closed:
+			return in, ErrClosed
+		case exited:
+			return in, ErrExited
+		}
+		if err := waitChange(ctx, ch, 0); err != nil {
+			return in, err
+		}
+	}
+}

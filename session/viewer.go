@@ -1,0 +1,112 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Viewers follow the output stream live. A viewer is only a cursor into the scrollback
+// ring: the read loop never copies into it or waits for it, so any number of viewers
+// cost the PTY nothing. A viewer that falls more than MaxLag bytes behind is either
+// dropped with ErrViewerDropped, or (SkipAhead) jumps forward and reports how much it
+// skipped; either way it never slows the session or the other viewers.
+
+// ErrViewerDropped is returned by Viewer.Next once a slow viewer has been dropped.
+var ErrViewerDropped = errors.New("session: viewer dropped")
+
+// DefaultViewerMaxLag is the default lag bound of a viewer.
+const DefaultViewerMaxLag = 1 << 20
+
+// ViewerOptions configure a viewer.
+type ViewerOptions struct {
+	// MaxLag is how far (bytes) the viewer may fall behind the newest output before it
+	// is dropped or skips ahead; default DefaultViewerMaxLag, capped by the scrollback.
+	MaxLag int64
+	// SkipAhead makes a lagging viewer jump to the newest MaxLag/2 bytes (reported in
+	// Chunk.Skipped) instead of being dropped.
+	SkipAhead bool
+	// MaxChunk bounds the bytes returned by one Next call (default 64 KiB).
+	MaxChunk int
+}
+
+// Chunk is a piece of output at an absolute offset.
+type Chunk struct {
+	Offset  int64
+	Data    []byte
+	Skipped int64 // bytes passed over just before Offset (SkipAhead viewers)
+}
+
+// Viewer follows a session's output. Next is meant for one goroutine.
+type Viewer struct {
+	s    *Session
+	opts ViewerOptions
+	next int64
+	err  error
+}
+
+// Subscribe returns a viewer positioned at offset from (negative: the current end).
+func (s *Session) Subscribe(from int64, opts ViewerOptions) *Viewer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if from < 0 || from > s.ring.end {
+		from = s.ring.end
+	}
+	size := int64(len(s.ring.buf))
+	if opts.MaxLag <= 0 {
+		opts.MaxLag = DefaultViewerMaxLag
+	}
+	opts.MaxLag = min(opts.MaxLag, size)
+	if opts.MaxChunk <= 0 {
+		opts.MaxChunk = 64 << 10
+	}
+	return &Viewer{s: s, opts: opts, next: from}
+}
+
+// Offset is the offset of the next byte the viewer will return.
+func (v *Viewer) Offset() int64 { return v.next }
+
+// Next blocks until output past the viewer's offset exists, then returns it. It
+// returns io.EOF once the session has exited (or closed) and everything was read,
+// ErrViewerDropped (wrapped with the reason) when the viewer lagged too far, and
+// ctx.Err() when ctx is done.
+func (v *Viewer) Next(ctx context.Context) (Chunk, error) {
+	if v.err != nil {
+		return Chunk{}, v.err
+	}
+	s := v.s
+	for {
+		s.mu.Lock()
+		end, start := s.ring.end, s.ring.start()
+		var skipped int64
+		if lag := end - v.next; lag > v.opts.MaxLag || v.next < start {
+			if !v.opts.SkipAhead {
+				s.mu.Unlock()
+				v.err = fmt.Errorf("%w: %d bytes behind the newest output at offset %d (limit %d)", ErrViewerDropped, lag, v.next, v.opts.MaxLag)
+				return Chunk{}, v.err
+			}
+			to := max(start, end-v.opts.MaxLag/2)
+			skipped, v.next = to-v.next, to
+		}
+		if v.next < end {
+			data, _ := s.ring.read(v.next, v.opts.MaxChunk)
+			s.mu.Unlock()
+			c := Chunk{Offset: v.next, Data: data, Skipped: skipped}
+			v.next += int64(len(data))
+			return c, nil
+		}
+		finished := s.exited || s.closed
+		ch := s.changed
+		s.mu.Unlock()
+		if finished {
+			v.err = io.EOF
+			return Chunk{}, io.EOF
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return Chunk{}, ctx.Err()
+		}
+	}
+}
