@@ -105,10 +105,11 @@ func (s *Session) Events(after uint64) ([]Event, uint64) {
 
 // applyMarkLocked advances the block state machine with one mark at offset off.
 func (s *Session) applyMarkLocked(m mark, off int64) {
-	if !s.seenPrompt && s.integ != nil {
-		// The shell has read its startup files; nothing secret is left on disk, but
-		// the directory goes now rather than at exit.
-		go s.integ.remove()
+	if !s.integRemoved {
+		// A mark means the shell has read its startup files (and deleted the nonce
+		// file); the directory goes now rather than at exit.
+		s.integRemoved = true
+		s.integ.remove()
 	}
 	switch m.kind {
 	case markPrompt, markInput:

@@ -19,9 +19,9 @@ import (
 // inside the line at a UTF-8 rune boundary. N is exactly len(text)-len(head)-len(tail).
 //
 // Memory is O(max) whatever the input length: the first max bytes are kept until the text
-// overflows, then the head plus a buffer of 2*(max/2+1) bytes for the tail. result allocates
-// the returned string. A
-// textBudget is not safe for concurrent use. line copies its argument.
+// overflows, then the head plus a buffer of 2*(max/2+1) bytes for the tail; line copies its
+// argument and does not allocate per line. result allocates the returned string. A textBudget
+// is not safe for concurrent use.
 type textBudget struct {
 	max, half int
 	total     int64 // bytes of text so far (deferred empty lines excluded)

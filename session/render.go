@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"encoding/binary"
 	"unicode/utf8"
 )
@@ -17,7 +18,7 @@ const (
 	// renderMaxCols bounds the width of a line so that hostile input (a huge cursor column, an
 	// endless line without newline) cannot grow memory without bound. A line that reaches it is
 	// hard-wrapped, as a terminal with autowrap would do.
-	renderMaxCols = 1 << 16
+	renderMaxCols = 8192
 	// renderMaxParam saturates CSI numeric parameters.
 	renderMaxParam = 1 << 20
 	// renderMaxParams is how many CSI parameters are kept; the rest are ignored.
@@ -48,11 +49,14 @@ type renderScreen struct {
 //
 // It models a window of rows lines with unlimited width (no wrapping, except that lines are
 // hard-wrapped at renderMaxCols cells to bound memory) and a cursor. Every rune counts as one
-// cell. Lines scrolling off the top of the window are final and are passed to the sink at once;
-// Close passes the remaining window. Text drawn on the alternate screen (vim, less, top) is
-// discarded. Control sequences other than cursor movement and erasing are swallowed, and string
-// sequences (OSC, DCS, APC, PM, SOS) are skipped without being buffered, so memory is bounded by
-// the window (worst case rows*renderMaxCols*4 bytes, typically a few KiB) whatever the input.
+// cell; LF is treated as CR LF. Lines scrolling off the top of the window are final and are
+// passed to the sink at once; Close passes the remaining window. Absolute cursor addressing is
+// relative to the window, so rows should be the PTY's row count. Text drawn on the alternate
+// screen (vim, less, top) is discarded. Cursor movement, erasing, character and line
+// insertion/deletion, scrolling and cursor save/restore (ESC 7/8, CSI s/u) are interpreted;
+// other control sequences (SGR, modes, scroll regions...) are swallowed, and string sequences
+// (OSC, DCS, APC, PM, SOS) are skipped without being buffered, so memory is bounded by the
+// window (worst case rows*renderMaxCols*4 bytes, typically a few KiB) whatever the input.
 //
 // A textRenderer is not safe for concurrent use. Writes allocate only when a line buffer has to
 // grow; line buffers and the emit buffer are reused. The sink is called synchronously from Write
@@ -101,111 +105,60 @@ func (r *textRenderer) Write(p []byte) (int, error) {
 		c := p[i]
 		switch r.state {
 		case renderGround:
-			if c >= 0x20 && c < 0x7f {
+			switch {
+			case c >= 0x20 && c < 0x7f:
 				j := i + 1 + renderPrintableRun(p[i+1:])
 				r.putASCII(p[i:j])
 				i = j
-				continue
-			}
-			if c < 0x80 {
-				if c == 0x1b {
-					r.state = renderEsc
-				} else {
-					r.execute(c)
-				}
+			case c == 0x1b:
+				r.state = renderEsc
 				i++
-				continue
-			}
-			if !utf8.FullRune(p[i:]) {
+			case c < 0x80:
+				r.execute(c)
+				i++
+			case !utf8.FullRune(p[i:]):
 				r.npend = copy(r.pend[:], p[i:])
 				return n, nil
+			default:
+				ru, size := utf8.DecodeRune(p[i:])
+				r.putRune(ru)
+				i += size
 			}
-			ru, size := utf8.DecodeRune(p[i:])
-			r.putRune(ru)
-			i += size
 			continue
 
-		case renderEsc:
-			if c >= 0x80 {
-				r.state = renderGround
-				continue // reprocess in ground
-			}
-			r.escByte(c)
-
-		case renderEscInter:
+		case renderEsc, renderEscInter, renderCSI:
 			switch {
-			case c >= 0x80:
+			case c >= 0x20 && c < 0x7f:
+				r.seqByte(c)
+			case c >= 0x80: // not part of a sequence: abort it, reprocess in ground
 				r.state = renderGround
 				continue
-			case c == 0x1b:
+			case c == 0x1b: // restart
 				r.state = renderEsc
-			case c == 0x18 || c == 0x1a:
+			case c == 0x18 || c == 0x1a: // CAN, SUB: abort
 				r.state = renderGround
-			case c < 0x20:
+			case c < 0x20: // C0 controls inside sequences are executed
 				r.execute(c)
-			case c >= 0x30 && c < 0x7f:
-				r.state = renderGround // final byte: swallowed
 			}
 
-		case renderCSI:
-			switch {
-			case c >= '0' && c <= '9':
-				if r.np < renderMaxParams {
-					v := r.params[r.np]*10 + int(c-'0')
-					r.params[r.np] = min(v, renderMaxParam)
-				}
-			case c == ';' || c == ':':
-				if r.np < renderMaxParams {
-					r.np++
-				}
-			case c >= '<' && c <= '?':
-				if r.private == 0 {
-					r.private = c
-				}
-			case c >= 0x20 && c < 0x30:
-				r.inter = true
-			case c >= 0x40 && c < 0x7f:
-				r.state = renderGround
-				if !r.inter {
-					r.csiDispatch(c)
-				}
-			case c == 0x1b:
-				r.state = renderEsc
-			case c == 0x18 || c == 0x1a:
-				r.state = renderGround
-			case c < 0x20:
-				r.execute(c)
-			case c >= 0x80:
-				r.state = renderGround
-				continue
-			}
-
-		case renderString:
-			// Skip content quickly; only BEL, ESC, CAN and SUB matter.
-			for i < len(p) {
-				c = p[i]
-				if c == 0x07 || c == 0x1b || c == 0x18 || c == 0x1a {
-					break
-				}
-				i++
-			}
-			if i == len(p) {
+		case renderString: // skip the content; only BEL, ESC, CAN and SUB matter
+			k := bytes.IndexAny(p[i:], "\x07\x1b\x18\x1a")
+			if k < 0 {
 				return n, nil
 			}
-			if c == 0x1b {
+			i += k
+			r.state = renderGround
+			if p[i] == 0x1b {
 				r.state = renderStringEsc
-			} else {
-				r.state = renderGround
 			}
 
 		case renderStringEsc:
-			if c == '\\' {
-				r.state = renderGround
-			} else {
-				// ESC starts a new sequence and aborts the string (as a VT500 parser does).
-				r.state = renderEsc
+			// ESC \ ends the string; another sequence aborts it (as a VT500 parser does).
+			r.state = renderEsc
+			if c != '\\' {
 				continue
 			}
+			r.state = renderGround
 		}
 		i++
 	}
@@ -280,7 +233,39 @@ func (r *textRenderer) tab(n int) {
 	s.col = min((s.col/8+n)*8, renderMaxCols-1)
 }
 
-// escByte handles the byte after ESC (c < 0x80).
+// seqByte handles a byte in 0x20-0x7e in the escape, escape-intermediate and CSI states.
+func (r *textRenderer) seqByte(c byte) {
+	switch r.state {
+	case renderEscInter:
+		if c >= 0x30 {
+			r.state = renderGround // final byte: swallowed
+		}
+	case renderCSI:
+		switch {
+		case c >= '0' && c <= '9':
+			if r.np < renderMaxParams {
+				r.params[r.np] = min(r.params[r.np]*10+int(c-'0'), renderMaxParam)
+			}
+		case c == ';' || c == ':':
+			r.np = min(r.np+1, renderMaxParams)
+		case c >= '<' && c <= '?':
+			if r.private == 0 {
+				r.private = c
+			}
+		case c < 0x30:
+			r.inter = true
+		case c >= 0x40:
+			r.state = renderGround
+			if !r.inter {
+				r.csiDispatch(c)
+			}
+		}
+	default: // renderEsc
+		r.escByte(c)
+	}
+}
+
+// escByte handles the byte after ESC.
 func (r *textRenderer) escByte(c byte) {
 	s := r.scr
 	r.state = renderGround
@@ -307,20 +292,11 @@ func (r *textRenderer) escByte(c byte) {
 		s.col = 0
 		r.index()
 	case 'c': // full reset
-		r.leaveAlt()
+		r.setAlt(false)
 		r.eraseRows(0, r.rows)
 		r.main.row, r.main.col, r.main.savedRow, r.main.savedCol = 0, 0, 0, 0
-	case 0x1b:
-		r.state = renderEsc
-	case 0x7f:
-		r.state = renderEsc
-	case 0x18, 0x1a:
 	default:
-		switch {
-		case c < 0x20:
-			r.execute(c)
-			r.state = renderEsc
-		case c < 0x30:
+		if c < 0x30 {
 			r.state = renderEscInter
 		}
 		// Other final bytes (charset selection, keypad modes, ESC \ ...) are swallowed.
@@ -335,10 +311,6 @@ func (r *textRenderer) param(i, def int) int {
 	return r.params[i]
 }
 
-func renderClamp(v, lo, hi int) int {
-	return max(lo, min(v, hi))
-}
-
 // csiDispatch executes a complete CSI sequence with final byte f.
 func (r *textRenderer) csiDispatch(f byte) {
 	s := r.scr
@@ -347,11 +319,7 @@ func (r *textRenderer) csiDispatch(f byte) {
 			for i := 0; i <= r.np && i < renderMaxParams; i++ {
 				switch r.params[i] {
 				case 1049, 1047, 47:
-					if f == 'h' {
-						r.enterAlt()
-					} else {
-						r.leaveAlt()
-					}
+					r.setAlt(f == 'h')
 				}
 			}
 		}
@@ -365,9 +333,9 @@ func (r *textRenderer) csiDispatch(f byte) {
 	case 'B', 'e':
 		s.row = min(s.row+n, maxRow)
 	case 'C', 'a':
-		s.col = renderClamp(s.col+n, 0, maxCol)
+		s.col = min(s.col+n, maxCol)
 	case 'D':
-		s.col = renderClamp(min(s.col, maxCol+1)-n, 0, maxCol)
+		s.col = max(min(s.col, maxCol+1)-n, 0)
 	case 'E':
 		s.row, s.col = min(s.row+n, maxRow), 0
 	case 'F':
@@ -405,15 +373,41 @@ func (r *textRenderer) csiDispatch(f byte) {
 		}
 	case 'X':
 		r.eraseLine(s.col, s.col+n)
-	case 'P':
-		r.deleteChars(n)
-	case '@':
-		r.insertChars(n)
-	case 'L':
-		r.insertLines(min(n, r.rows-s.row))
+	case 'P': // delete chars, shifting the rest of the line left
+		if lp := s.linePtr(s.row); s.col < len(*lp) {
+			l := *lp
+			n = min(n, len(l)-s.col)
+			copy(l[s.col:], l[s.col+n:])
+			*lp = l[:len(l)-n]
+		}
+	case '@': // insert blanks, shifting the rest of the line right (cells beyond the limit are lost)
+		if l := *s.linePtr(s.row); s.col < len(l) {
+			col, old := s.col, len(l)
+			n = min(n, renderMaxCols-col)
+			s.col = old
+			r.cells(min(old+n, renderMaxCols) - old) // grow the line
+			s.col = col
+			l = *s.linePtr(s.row)
+			copy(l[col+n:], l[col:old])
+			for i := range n {
+				l[col+i] = ' '
+			}
+		}
+	case 'L': // insert lines: the bottom ones are lost
+		n = min(n, r.rows-s.row)
+		for i := r.rows - 1; i >= s.row+n; i-- {
+			a, b := s.linePtr(i), s.linePtr(i-n)
+			*a, *b = *b, *a
+		}
+		r.eraseRows(s.row, s.row+n)
 		s.col = 0
-	case 'M':
-		r.deleteLines(min(n, r.rows-s.row))
+	case 'M': // delete lines, pulling blank lines in at the bottom
+		n = min(n, r.rows-s.row)
+		for i := s.row; i < r.rows-n; i++ {
+			a, b := s.linePtr(i), s.linePtr(i+n)
+			*a, *b = *b, *a
+		}
+		r.eraseRows(r.rows-n, r.rows)
 		s.col = 0
 	case 'S':
 		r.scrollUp(min(n, r.rows))
@@ -471,8 +465,7 @@ func (r *textRenderer) cells(n int) []rune {
 func (r *textRenderer) putASCII(b []byte) {
 	s := r.scr
 	for len(b) > 0 {
-		if s.col >= renderMaxCols {
-		}
+		r.wrap()
 		n := min(len(b), renderMaxCols-s.col)
 		dst, src := r.cells(n), b[:n]
 		i := 0
@@ -493,12 +486,16 @@ func (r *textRenderer) putRune(c rune) {
 	if c < 0x20 || (c >= 0x7f && c < 0xa0) {
 		return
 	}
-	s := r.scr
-	if s.col >= renderMaxCols {
-		s.col = 0
+	r.wrap()
+	r.cells(1)[0] = c
+}
+
+// wrap moves the cursor to the start of the next line when the line is full.
+func (r *textRenderer) wrap() {
+	if r.scr.col >= renderMaxCols {
+		r.scr.col = 0
 		r.index()
 	}
-	r.cells(1)[0] = c
 }
 
 // index moves the cursor down one row, scrolling the window up at the bottom.
@@ -534,26 +531,6 @@ func (r *textRenderer) scrollDown(n int) {
 	}
 }
 
-// insertLines inserts n blank lines at the cursor row (n <= rows-row).
-func (r *textRenderer) insertLines(n int) {
-	s := r.scr
-	for i := r.rows - 1; i >= s.row+n; i-- {
-		a, b := s.linePtr(i), s.linePtr(i-n)
-		*a, *b = *b, *a
-	}
-	r.eraseRows(s.row, s.row+n)
-}
-
-// deleteLines deletes n lines at the cursor row (n <= rows-row), pulling blank lines in.
-func (r *textRenderer) deleteLines(n int) {
-	s := r.scr
-	for i := s.row; i < r.rows-n; i++ {
-		a, b := s.linePtr(i), s.linePtr(i+n)
-		*a, *b = *b, *a
-	}
-	r.eraseRows(r.rows-n, r.rows)
-}
-
 // eraseRows blanks window rows [from, to).
 func (r *textRenderer) eraseRows(from, to int) {
 	s := r.scr
@@ -580,66 +557,23 @@ func (r *textRenderer) eraseLine(from, to int) {
 	}
 }
 
-// deleteChars deletes n cells at the cursor, shifting the rest of the line left.
-func (r *textRenderer) deleteChars(n int) {
-	s := r.scr
-	lp := s.linePtr(s.row)
-	l := *lp
-	if s.col >= len(l) {
-		return
-	}
-	if n >= len(l)-s.col {
-		*lp = l[:s.col]
-		return
-	}
-	copy(l[s.col:], l[s.col+n:])
-	*lp = l[:len(l)-n]
-}
-
-// insertChars inserts n blank cells at the cursor, shifting the rest of the line right (cells
-// pushed beyond renderMaxCols are lost).
-func (r *textRenderer) insertChars(n int) {
-	s := r.scr
-	l := *s.linePtr(s.row)
-	col, old := s.col, len(l)
-	if col >= old {
-		return
-	}
-	n = min(n, renderMaxCols-col)
-	newLen := min(old+n, renderMaxCols)
-	s.col = old
-	r.cells(newLen - old) // grow the line; cells are overwritten below
-	s.col = col
-	l = *s.linePtr(s.row)
-	copy(l[col+n:newLen], l[col:old])
-	for i := col; i < col+n; i++ {
-		l[i] = ' '
-	}
-}
-
-// enterAlt switches to a blank alternate screen; the main screen is kept aside untouched.
-func (r *textRenderer) enterAlt() {
-	if r.inAlt {
+// setAlt switches to a blank alternate screen (the main screen is kept aside untouched) or
+// back to the main screen, discarding the alternate one.
+func (r *textRenderer) setAlt(on bool) {
+	if r.inAlt == on {
 		return
 	}
 	if r.alt.lines == nil {
 		r.alt.lines = make([][]rune, r.rows)
 	}
-	r.inAlt = true
+	r.inAlt = on
 	r.scr = &r.alt
-	r.eraseRows(0, r.rows)
-	r.alt.row, r.alt.col = r.main.row, r.main.col
-	r.alt.savedRow, r.alt.savedCol = 0, 0
-}
-
-// leaveAlt discards the alternate screen and restores the main one.
-func (r *textRenderer) leaveAlt() {
-	if !r.inAlt {
-		return
+	r.eraseRows(0, r.rows) // blank on entry, discarded on exit
+	if on {
+		r.alt.row, r.alt.col, r.alt.savedRow, r.alt.savedCol = r.main.row, r.main.col, 0, 0
+	} else {
+		r.scr = &r.main
 	}
-	r.eraseRows(0, r.rows)
-	r.inAlt = false
-	r.scr = &r.main
 }
 
 // emit sends l, trailing spaces trimmed and encoded as UTF-8, to the sink.
@@ -692,7 +626,7 @@ func (r *textRenderer) Close() {
 	}
 	r.npend = 0
 	r.state = renderGround
-	r.leaveAlt()
+	r.setAlt(false)
 	s := &r.main
 	last := -1
 	for i := range r.rows {

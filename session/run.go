@@ -279,6 +279,7 @@ func (s *Session) waitBlock(ctx, wctx context.Context, n int, opts RunOptions) (
 		ch := s.changed
 		s.mu.Unlock()
 		if done {
+			s.awaitPrompt(wctx, promptAfterBlock)
 			break
 		}
 		if err := waitChange(wctx, ch, 0); err != nil {
@@ -289,6 +290,34 @@ func (s *Session) waitBlock(ctx, wctx context.Context, n int, opts RunOptions) (
 		}
 	}
 	return s.BlockText(n, TextOptions{MaxBytes: opts.MaxOutputBytes})
+}
+
+// promptAfterBlock bounds how long a finished Run waits for the shell's next prompt,
+// so the session state it returns is idle rather than "between command and prompt".
+const promptAfterBlock = 250 * time.Millisecond
+
+// awaitPrompt waits (at most d) while an integrated shell is between a command's end
+// and its next prompt.
+func (s *Session) awaitPrompt(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		s.mu.Lock()
+		between := s.integrated && !s.exited && !s.closed && !s.atPrompt &&
+			s.cur == nil && s.pending == nil && s.fallback == nil
+		ch := s.changed
+		s.mu.Unlock()
+		if !between {
+			return
+		}
+		select {
+		case <-ch:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // TextOptions select what BlockText returns.

@@ -39,7 +39,7 @@ const (
 	MaxInputBytes = 1 << 20
 
 	inputTimeout = 10 * time.Second
-	closeGrace   = 500 * time.Millisecond
+	closeGrace   = 2 * time.Second
 	readChunk    = 32 << 10
 )
 
@@ -96,34 +96,35 @@ type Session struct {
 	writeMu sync.Mutex // serializes writes to the master
 	runMu   sync.Mutex // serializes Run submissions
 
-	mu          sync.Mutex // guards everything below
-	ring        *ring
-	changed     chan struct{} // closed and replaced on every change (output, marks, state)
-	closed      bool
-	exited      bool
-	exitCode    *int
-	readDone    bool
-	cols, rows  int
-	title       string
-	description string
-	labels      map[string]string
-	cwd         string
-	paste       bool // bracketed paste mode of the foreground program
-	seenPrompt  bool
-	atPrompt    bool
-	inputOff    int64 // offset of the latest B (or A) mark: where typed input echoes
-	blocks      []*Block
-	cur         *Block // open block started by the shell (C seen, D not yet)
-	pending     *Block // block submitted by Run at the prompt, C not yet seen
-	fallback    *fallbackRun
-	lastExit    *int
-	lastOutput  time.Time
-	waiting     bool // foreground process is blocked reading the terminal
-	echo        bool
-	polled      bool // the kernel state has been sampled at least once
-	state       State
-	events      []Event
-	eventSeq    uint64
+	mu           sync.Mutex // guards everything below
+	ring         *ring
+	changed      chan struct{} // closed and replaced on every change (output, marks, state)
+	closed       bool
+	exited       bool
+	exitCode     *int
+	readDone     bool
+	cols, rows   int
+	title        string
+	description  string
+	labels       map[string]string
+	cwd          string
+	paste        bool // bracketed paste mode of the foreground program
+	seenPrompt   bool
+	integRemoved bool
+	atPrompt     bool
+	inputOff     int64 // offset of the latest B (or A) mark: where typed input echoes
+	blocks       []*Block
+	cur          *Block // open block started by the shell (C seen, D not yet)
+	pending      *Block // block submitted by Run at the prompt, C not yet seen
+	fallback     *fallbackRun
+	lastExit     *int
+	lastOutput   time.Time
+	waiting      bool // foreground process is blocked reading the terminal
+	echo         bool
+	polled       bool // the kernel state has been sampled at least once
+	state        State
+	events       []Event
+	eventSeq     uint64
 
 	pollWake chan struct{}
 	stop     chan struct{}

@@ -1,0 +1,138 @@
+package session
+
+import (
+	"bytes"
+	"fmt"
+	"reflect"
+	"testing"
+)
+
+const testNonce = "0123456789abcdef0123456789abcdef"
+
+// scanAll runs the scanner over the pieces and returns the output and marks.
+func scanAll(nonce string, pieces ...[]byte) ([]byte, []mark, []int) {
+	m := newMarkScanner(nonce)
+	var out []byte
+	var marks []mark
+	var at []int
+	for _, p := range pieces {
+		m.scan(p, func(b []byte) { out = append(out, b...) }, func(mk mark) {
+			marks = append(marks, mk)
+			at = append(at, len(out))
+		})
+	}
+	m.flush(func(b []byte) { out = append(out, b...) })
+	return out, marks, at
+}
+
+func TestMarkScanner(t *testing.T) {
+	n := testNonce
+	cases := []struct {
+		name  string
+		in    string
+		out   string
+		marks []mark
+		at    []int
+	}{
+		{"plain", "hello\r\nworld", "hello\r\nworld", nil, nil},
+		{"prompt and input", "\x1b]133;fm=" + n + ";A\a$ \x1b]133;fm=" + n + ";B\a", "$ ",
+			[]mark{{kind: markPrompt}, {kind: markInput}}, []int{0, 2}},
+		{"block", "\x1b]133;fm=" + n + ";C\ahi\r\n\x1b]133;fm=" + n + ";D;130\a", "hi\r\n",
+			[]mark{{kind: markOutput}, {kind: markDone, exit: 130, hasExit: true}}, []int{0, 4}},
+		{"ST terminator", "x\x1b]133;fm=" + n + ";D;0\x1b\\y", "xy", []mark{{kind: markDone, hasExit: true}}, []int{1}},
+		{"cwd", "\x1b]7;fm=" + n + ";file://host/tmp/a b;c\a", "", []mark{{kind: markCwd, cwd: "/tmp/a b;c"}}, []int{0}},
+		{"no nonce is output", "\x1b]133;D;0\a", "\x1b]133;D;0\a", nil, nil},
+		{"wrong nonce is output", "\x1b]133;fm=" + n[:31] + "0;D;0\a", "\x1b]133;fm=" + n[:31] + "0;D;0\a", nil, nil},
+		{"short nonce is output", "\x1b]133;fm=0123;D;0\a", "\x1b]133;fm=0123;D;0\a", nil, nil},
+		{"nonce prefix is output", "\x1b]133;fm=" + n + "00;D;0\a", "\x1b]133;fm=" + n + "00;D;0\a", nil, nil},
+		{"bad exit code", "\x1b]133;fm=" + n + ";D;abc\a", "", []mark{{kind: markDone}}, []int{0}},
+		{"unknown kind is dropped", "\x1b]133;fm=" + n + ";Z\a!", "!", nil, nil},
+		{"other escapes untouched", "\x1b[31mred\x1b[0m\x1b]0;title\a", "\x1b[31mred\x1b[0m\x1b]0;title\a", nil, nil},
+		{"unterminated at end is flushed", "\x1b]133;fm=" + n + ";C", "\x1b]133;fm=" + n + ";C", nil, nil},
+		{"ESC inside candidate", "\x1b]133;fm=" + n + ";C\x1b[0m\a", "\x1b]133;fm=" + n + ";C\x1b[0m\a", nil, nil},
+		{"lone ESC", "a\x1bb", "a\x1bb", nil, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			in := []byte(c.in)
+			// Every split into two reads (and one byte at a time) gives the same result.
+			splits := [][][]byte{{in}}
+			for i := 1; i < len(in); i++ {
+				splits = append(splits, [][]byte{in[:i], in[i:]})
+			}
+			var bytewise [][]byte
+			for i := range in {
+				bytewise = append(bytewise, in[i:i+1])
+			}
+			splits = append(splits, bytewise)
+			for _, pieces := range splits {
+				out, marks, at := scanAll(n, pieces...)
+				if string(out) != c.out || !reflect.DeepEqual(marks, c.marks) || !reflect.DeepEqual(at, c.at) {
+					t.Fatalf("pieces %q:\n out %q marks %+v at %v\nwant %q marks %+v at %v", pieces, out, marks, at, c.out, c.marks, c.at)
+				}
+			}
+		})
+	}
+}
+
+func TestMarkScannerPasteMode(t *testing.T) {
+	m := newMarkScanner(testNonce)
+	var out []byte
+	emit := func(b []byte) { out = append(out, b...) }
+	m.scan([]byte("x\x1b[?20"), emit, func(mark) {})
+	m.scan([]byte("04hy"), emit, func(mark) {})
+	if !m.paste || string(out) != "x\x1b[?2004hy" {
+		t.Fatalf("paste %v out %q", m.paste, out)
+	}
+	m.scan([]byte("\x1b[?2004l"), emit, func(mark) {})
+	if m.paste {
+		t.Fatal("paste still on")
+	}
+}
+
+func TestMarkScannerLongCandidate(t *testing.T) {
+	// A candidate that never terminates is released as output once it is too long.
+	in := append([]byte("\x1b]133;fm="+testNonce+";"), bytes.Repeat([]byte("x"), maxMarkLen+10)...)
+	out, marks, _ := scanAll(testNonce, in[:100], in[100:])
+	if !bytes.Equal(out, in) || len(marks) != 0 {
+		t.Fatalf("long candidate: %d bytes out (want %d), %d marks", len(out), len(in), len(marks))
+	}
+}
+
+func FuzzMarkScanner(f *testing.F) {
+	n := testNonce
+	for _, s := range []string{
+		"hello", "\x1b]133;fm=" + n + ";A\a", "\x1b]133;fm=" + n + ";D;1\x1b\\",
+		"\x1b]7;fm=" + n + ";file://h/x\a", "\x1b]133;D;0\a", "\x1b[?2004h", "\x1b]133;fm=" + n,
+	} {
+		f.Add([]byte(s), 3)
+	}
+	f.Fuzz(func(t *testing.T, in []byte, split int) {
+		whole, marks, at := scanAll(n, in)
+		if split < 0 {
+			split = -split
+		}
+		split %= len(in) + 1
+		out2, marks2, at2 := scanAll(n, in[:split], in[split:])
+		if !bytes.Equal(whole, out2) || !reflect.DeepEqual(marks, marks2) || !reflect.DeepEqual(at, at2) {
+			t.Fatalf("split at %d changes the result: %q/%v vs %q/%v", split, whole, marks, out2, marks2)
+		}
+		if len(whole) > len(in) {
+			t.Fatalf("output longer than input")
+		}
+		// Without the nonce nothing is removed: no program can produce a mark.
+		if !bytes.Contains(in, []byte(n)) && (!bytes.Equal(whole, in) || len(marks) != 0) {
+			t.Fatalf("input without the nonce was altered: %q -> %q (%d marks)", in, whole, len(marks))
+		}
+		// What remains never holds a complete nonce-bearing mark.
+		for _, prefix := range []string{"\x1b]133;fm=" + n + ";", "\x1b]7;fm=" + n + ";"} {
+			if i := bytes.Index(whole, []byte(prefix)); i >= 0 {
+				rest := whole[i+len(prefix):]
+				if j := bytes.IndexAny(rest, "\a\x1b"); j >= 0 && rest[j] == '\a' && j < maxMarkLen {
+					t.Fatalf("a valid mark survived in the output: %q", whole)
+				}
+			}
+		}
+		_ = fmt.Sprint(marks)
+	})
+}
