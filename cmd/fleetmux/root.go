@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"runtime"
+	"runtime/debug"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/spf13/cobra"
+)
+
+// version is set at build time with -ldflags "-X main.version=v0.1.0".
+var version = ""
+
+// run runs the command line args (without the program name) and returns the error to
+// report; exitCode turns it into the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	root := &cobra.Command{
+		Use:   "fleetmux",
+		Short: "A terminal multiplexer for fleets of machines, built for AI agents",
+		Long: "fleetmux keeps persistent PTY sessions on many machines and gives each command\n" +
+			"back as one clean block: its output and its exit code.\n\n" +
+			"The node agent and the controller are not built yet; `fleetmux try` runs\n" +
+			"commands in a local session to show what the session engine does.",
+		SilenceErrors: true, // report prints errors, once
+		SilenceUsage:  true,
+		Args: func(c *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageError("unknown command %q (see fleetmux --help)", args[0])
+			}
+			return nil
+		},
+		RunE: func(c *cobra.Command, _ []string) error { return c.Help() },
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		prefix := ""
+		if c.HasParent() {
+			prefix = c.Name() + ": "
+		}
+		return usageError("%s%v (see %s --help)", prefix, err, c.CommandPath())
+	})
+	root.AddCommand(versionCmd(), tryCmd())
+	return root.ExecuteContext(ctx)
+}
+
+func versionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			_, err := fmt.Fprintf(c.OutOrStdout(), "fleetmux %s (protocol %d, %s %s/%s)\n",
+				buildVersion(), api.ProtocolVersion, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			return err
+		},
+	}
+}
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}

@@ -1,0 +1,82 @@
+package layout
+
+import (
+	"strings"
+	"testing"
+)
+
+func ruleFor(t *testing.T, dir string) rule {
+	t.Helper()
+	for _, r := range rules {
+		if r.dir == dir {
+			return r
+		}
+	}
+	t.Fatalf("no rule for %s", dir)
+	return rule{}
+}
+
+// TestCheckCatchesViolations proves the checker fails on broken rules, with fake
+// import lists.
+func TestCheckCatchesViolations(t *testing.T) {
+	m := module + "/"
+	tests := []struct {
+		dir  string
+		p    pkg
+		want []string // one substring per expected violation; none: clean
+	}{
+		{"api", pkg{ImportPath: m + "api", Imports: []string{"fmt", "strings"}, Deps: []string{"fmt", "strings", "vendor/golang.org/x/net/dns/dnsmessage"}}, nil},
+		{"api", pkg{ImportPath: m + "api", Imports: []string{"fmt", "github.com/google/uuid"}, Deps: []string{"fmt", "github.com/google/uuid"}},
+			[]string{"api imports github.com/google/uuid: api may import only the standard library ("}},
+		{"api", pkg{ImportPath: m + "api", Imports: []string{"fmt", m + "session"}, Deps: []string{"fmt", m + "session", "github.com/creack/pty"}},
+			[]string{"api imports " + m + "session", "api depends on github.com/creack/pty"}},
+		{"api", pkg{ImportPath: m + "api", Imports: []string{"fmt"}, Deps: []string{"fmt", "golang.org/x/text/unicode/norm"}},
+			[]string{"api depends on golang.org/x/text/unicode/norm: api may depend on only the standard library"}},
+		{"api", pkg{ImportPath: m + "api/sub", Imports: []string{"golang.org/x/sys/unix"}},
+			[]string{"api/sub imports golang.org/x/sys/unix"}},
+		{"session", pkg{ImportPath: m + "session", Imports: []string{"os", "github.com/creack/pty", "golang.org/x/sys/unix", "golang.org/x/term", "github.com/charmbracelet/x/vt"},
+			Deps: []string{"github.com/charmbracelet/x/ansi", "github.com/rivo/uniseg"}}, nil},
+		{"session", pkg{ImportPath: m + "session", Imports: []string{"github.com/charmbracelet/x/ansi", m + "api"}},
+			[]string{"imports github.com/charmbracelet/x/ansi", "imports " + m + "api"}},
+		{"replay", pkg{ImportPath: m + "replay", Imports: []string{"io", m + "api"}}, nil},
+		{"replay", pkg{ImportPath: m + "replay/player", Imports: []string{m + "replay"}, Deps: []string{m + "replay", m + "api"}}, nil},
+		{"api", pkg{ImportPath: m + "api/wire", Imports: []string{m + "api"}, Deps: []string{m + "api"}}, nil},
+		{"replay", pkg{ImportPath: m + "replay", Imports: []string{m + "session"}}, []string{"replay imports " + m + "session: replay may import only the standard library and api ("}},
+		{"node", pkg{ImportPath: m + "node", Imports: []string{m + "api", m + "session", m + "replay", "github.com/nats-io/nats.go/micro"}}, nil},
+		{"node", pkg{ImportPath: m + "node", Imports: []string{m + "transport"}, Deps: []string{m + "transport"}},
+			[]string{"node imports " + m + "transport: node must never import controller or transport"}},
+		{"node", pkg{ImportPath: m + "node", Imports: []string{m + "replay"}, Deps: []string{m + "replay", m + "controller/http"}},
+			[]string{"node depends on " + m + "controller/http: node must never import controller or transport"}},
+		{"node", pkg{ImportPath: m + "node", Imports: []string{m + "client"}}, []string{"of this module, node may import api, session, replay only"}},
+		{"controller", pkg{ImportPath: m + "controller/ssh", Imports: []string{m + "node"}, Deps: []string{m + "node"}},
+			[]string{"controller/ssh imports " + m + "node: controller must never import node or transport"}},
+		{"controller", pkg{ImportPath: m + "controller", Imports: []string{m + "replay"}, Deps: []string{m + "replay", m + "transport/nats"}},
+			[]string{"controller depends on " + m + "transport/nats: controller must never import"}},
+		{"controller", pkg{ImportPath: m + "controller", Imports: []string{m + "session"}}, []string{"controller may import api, replay only"}},
+		{"client", pkg{ImportPath: m + "client", Imports: []string{"net/http", m + "api"}}, nil},
+		{"client", pkg{ImportPath: m + "client", Imports: []string{"golang.org/x/net/websocket"}}, []string{"client imports golang.org/x/net/websocket"}},
+	}
+	for _, tt := range tests {
+		got := ruleFor(t, tt.dir).check([]pkg{tt.p})
+		if len(got) != len(tt.want) {
+			t.Errorf("%s: check(%v) = %q, want %d violations like %q", tt.dir, tt.p, got, len(tt.want), tt.want)
+			continue
+		}
+		for i, w := range tt.want {
+			if !strings.Contains(got[i], w) {
+				t.Errorf("%s: violation %d = %q, want it to contain %q", tt.dir, i, got[i], w)
+			}
+		}
+	}
+}
+
+func TestStdlib(t *testing.T) {
+	for path, want := range map[string]bool{
+		"fmt": true, "net/http": true, "C": true, "vendor/golang.org/x/crypto/cryptobyte": true,
+		"github.com/creack/pty": false, "golang.org/x/sys/unix": false, module + "/api": false,
+	} {
+		if got := stdlib(path); got != want {
+			t.Errorf("stdlib(%q) = %v, want %v", path, got, want)
+		}
+	}
+}

@@ -1,0 +1,200 @@
+// Package layout holds the test that enforces the import rules of DESIGN.md's layout
+// table. It has no code of its own.
+package layout
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/fleetmux/fleetmux"
+
+// rule is one row of DESIGN.md's layout table. Paths in it are module-relative ("api")
+// for this module's packages and full import paths for others; each names a package
+// and everything under it. The standard library is always allowed.
+type rule struct {
+	dir string // the packages the rule is about: dir and everything under it
+	// only, when non-nil, lists what direct imports may come from.
+	only []string
+	// depsToo applies only to every dependency, not just to direct imports.
+	depsToo bool
+	// ours, when non-nil, lists which of this module's packages may be imported
+	// directly (only already implies it).
+	ours []string
+	// never lists packages that must not be imported, directly or not.
+	never []string
+}
+
+// rules is DESIGN.md's layout table. session also may import golang.org/x/sys (the
+// dependency of x/term it uses directly for its ioctls; see README.md).
+var rules = []rule{
+	{dir: "api", only: []string{}, depsToo: true},
+	{dir: "session", only: []string{
+		"github.com/creack/pty", "golang.org/x/term", "golang.org/x/sys", "github.com/charmbracelet/x/vt",
+	}},
+	{dir: "replay", only: []string{"api"}},
+	{dir: "transport", only: []string{"api", "github.com/nats-io", "github.com/hashicorp/memberlist"}},
+	{dir: "node", ours: []string{"api", "session", "replay"}, never: []string{"controller", "transport"}},
+	{dir: "controller", ours: []string{"api", "replay"}, never: []string{"node", "transport"}},
+	{dir: "client", only: []string{"api"}},
+}
+
+// pkg is what go list tells about one package.
+type pkg struct {
+	ImportPath string
+	Imports    []string
+	Deps       []string
+	Error      *struct{ Err string }
+}
+
+func TestImportRules(t *testing.T) {
+	pkgs := listPackages(t)
+	for _, r := range rules {
+		t.Run(r.dir, func(t *testing.T) {
+			var mine []pkg
+			for _, p := range pkgs {
+				if under(p.ImportPath, full(r.dir)) {
+					mine = append(mine, p)
+				}
+			}
+			if len(mine) == 0 {
+				t.Skipf("no package %s/%s yet", module, r.dir)
+			}
+			for _, p := range mine {
+				if p.Error != nil {
+					t.Logf("%s does not load (its own tests will say why): %s", p.ImportPath, p.Error.Err)
+				}
+			}
+			for _, v := range r.check(mine) {
+				t.Error(v)
+			}
+		})
+	}
+}
+
+// check returns one message per import that breaks the rule.
+func (r rule) check(pkgs []pkg) []string {
+	var out []string
+	for _, p := range pkgs {
+		for _, imp := range p.Imports {
+			if why := r.directProblem(imp); why != "" {
+				out = append(out, fmt.Sprintf("%s imports %s: %s (DESIGN.md, layout)", p.ImportPath, imp, why))
+			}
+		}
+		for _, dep := range p.Deps {
+			if slices.Contains(p.Imports, dep) {
+				continue // reported above
+			}
+			if r.depsToo && !stdlib(dep) && !under(dep, full(r.dir)) && !underAny(dep, r.only) {
+				out = append(out, fmt.Sprintf("%s depends on %s: %s may depend on %s (DESIGN.md, layout)", p.ImportPath, dep, r.dir, r.allowed()))
+			}
+			if underAny(dep, r.never) {
+				out = append(out, fmt.Sprintf("%s depends on %s: %s must never import %s (DESIGN.md, layout)", p.ImportPath, dep, r.dir, strings.Join(r.never, " or ")))
+			}
+		}
+	}
+	return out
+}
+
+// directProblem says why a direct import breaks the rule ("" when it does not).
+func (r rule) directProblem(imp string) string {
+	switch {
+	case stdlib(imp), under(imp, full(r.dir)): // its own packages are fine
+		return ""
+	case underAny(imp, r.never):
+		return fmt.Sprintf("%s must never import %s", r.dir, strings.Join(r.never, " or "))
+	case r.only != nil && !underAny(imp, r.only):
+		return fmt.Sprintf("%s may import %s", r.dir, r.allowed())
+	case r.ours != nil && under(imp, module) && !underAny(imp, r.ours):
+		return fmt.Sprintf("of this module, %s may import %s only", r.dir, strings.Join(r.ours, ", "))
+	}
+	return ""
+}
+
+// allowed describes r.only.
+func (r rule) allowed() string {
+	if len(r.only) == 0 {
+		return "only the standard library"
+	}
+	return "only the standard library and " + strings.Join(r.only, ", ")
+}
+
+// stdlib reports whether path is in the standard library: its first element has no dot.
+func stdlib(path string) bool {
+	first, _, _ := strings.Cut(path, "/")
+	return !strings.Contains(first, ".")
+}
+
+// full turns a module-relative path of the rules into an import path.
+func full(p string) string {
+	if stdlib(p) {
+		return module + "/" + p
+	}
+	return p
+}
+
+// under reports whether path is prefix or a package under it.
+func under(path, prefix string) bool {
+	return path == prefix || strings.HasPrefix(path, prefix+"/")
+}
+
+func underAny(path string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if under(path, full(p)) {
+			return true
+		}
+	}
+	return false
+}
+
+// listPackages runs go list on the whole module (tests' imports are not included).
+func listPackages(t *testing.T) []pkg {
+	t.Helper()
+	root := moduleRoot(t)
+	// go test puts its own toolchain's bin directory first in PATH.
+	cmd := exec.Command("go", "list", "-e", "-json=ImportPath,Imports,Deps,Error", "./...")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "GOTOOLCHAIN=local")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list in %s: %v\n%s", root, err, stderr.String())
+	}
+	var pkgs []pkg
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var p pkg
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("go list output: %v", err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	if !slices.ContainsFunc(pkgs, func(p pkg) bool { return under(p.ImportPath, module) }) {
+		t.Fatalf("go list found no package of %s in %s", module, root)
+	}
+	return pkgs
+}
+
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "go.mod")); err != nil {
+		t.Fatalf("module root: %v", err)
+	}
+	return dir
+}
