@@ -513,3 +513,103 @@ func TestResize(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+func TestTypedCommandAndEvents(t *testing.T) {
+	forEachShell(t, func(t *testing.T, shell string) {
+		s := startShell(t, shell)
+		ctx := ctxT(t)
+		if _, err := s.Wait(ctx, UntilIdle, 0); err != nil {
+			t.Fatal(err)
+		}
+		// A person types a command (no Run): it still becomes a block with its text.
+		if err := s.Input([]byte("echo typed-$((2+3))\r")); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 10*time.Second, func() bool {
+			b, err := s.Block(1)
+			return err == nil && b.State == BlockDone
+		}, "typed command's block to finish")
+		r, err := s.BlockText(1, TextOptions{})
+		if err != nil || r.Block.Command != "echo typed-$((2+3))" || r.Text != "typed-5" || exitCode(r) != 0 {
+			t.Fatalf("typed block: command %q text %q exit %d, %v", r.Block.Command, r.Text, exitCode(r), err)
+		}
+		run(t, s, "(exit 9)")
+		run(t, s, "exit")
+		if _, err := s.Wait(ctx, UntilExited, 0); err != nil {
+			t.Fatal(err)
+		}
+		evs, last := s.Events(0)
+		if len(evs) == 0 || evs[len(evs)-1].Seq != last {
+			t.Fatalf("events: %d, last seq %d", len(evs), last)
+		}
+		var kinds []string
+		finished := map[int]*int{}
+		for i, e := range evs {
+			if e.Seq != uint64(i+1) {
+				t.Fatalf("event %d has seq %d", i, e.Seq)
+			}
+			kinds = append(kinds, string(e.Kind)+":"+string(e.State))
+			if e.Kind == EventBlockFinished {
+				finished[e.Block.N] = e.Block.ExitCode
+			}
+		}
+		got := strings.Join(kinds, " ")
+		for _, want := range []string{"created:starting", "state:idle", "block_started:", "state:running", "block_finished:", "exited:", "state:exited"} {
+			if !strings.Contains(got, want) {
+				t.Errorf("events lack %q: %s", want, got)
+			}
+		}
+		if c := finished[2]; c == nil || *c != 9 {
+			t.Errorf("block_finished event of (exit 9) carries %v", c)
+		}
+		if more, _ := s.Events(last); len(more) != 0 {
+			t.Errorf("Events(last) returned %d events", len(more))
+		}
+	})
+}
+
+func TestFullScreenProgramsOnScreen(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "pager.txt")
+	var content strings.Builder
+	for i := 1; i <= 200; i++ {
+		content.WriteString("pager line " + strconv.Itoa(i) + "\n")
+	}
+	if err := os.WriteFile(file, []byte(content.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		prog, cmd, want, quit string
+		alt                   bool
+	}{
+		{"less", "less " + file, "pager line 29", "q", true},
+		{"top", "top -d 0.5", "PID USER", "q", false}, // procps top redraws the main screen
+	}
+	for _, c := range cases {
+		t.Run(c.prog, func(t *testing.T) {
+			testutil.NeedProgram(t, c.prog)
+			s := startShell(t, "bash")
+			ctx := ctxT(t)
+			r, err := s.Run(ctx, c.cmd, RunOptions{Timeout: 50 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var scr Screen
+			testutil.Eventually(t, 10*time.Second, func() bool {
+				scr, _ = s.Screen()
+				return scr.AltScreen == c.alt && strings.Contains(scr.Text, c.want) && s.Info().State == StateWaitingInput
+			}, "%s on the screen (alt %v), waiting for input", c.prog, c.alt)
+			if c.prog == "less" && (!strings.HasPrefix(scr.Text, "pager line 1\n") || strings.Contains(scr.Text, "pager line 30\n")) {
+				t.Fatalf("less screen (30 rows) shows the wrong lines:\n%s", scr.Text)
+			}
+			if err := s.SendKeys(c.quit); err != nil {
+				t.Fatal(err)
+			}
+			if r, err = s.WaitBlock(ctx, r.Block.N, RunOptions{Timeout: 10 * time.Second}); err != nil || exitCode(r) != 0 {
+				t.Fatalf("after quitting %s: exit %d, %v", c.prog, exitCode(r), err)
+			}
+			if scr, _ := s.Screen(); scr.AltScreen {
+				t.Fatalf("%s: still on the alternate screen", c.prog)
+			}
+		})
+	}
+}
