@@ -105,13 +105,23 @@ func (s *Session) Events(after uint64) ([]Event, uint64) {
 
 // applyMarkLocked advances the block state machine with one mark at offset off.
 func (s *Session) applyMarkLocked(m mark, off int64) {
-	if !s.integRemoved {
+	if !s.integRemoved && m.kind != markMode {
 		// A mark means the shell has read its startup files (and deleted the nonce
 		// file); the directory goes now rather than at exit.
 		s.integRemoved = true
 		s.integ.remove()
 	}
 	switch m.kind {
+	case markMode:
+		if m.mode == 2004 {
+			s.paste = m.on
+		} else {
+			if len(s.alt) >= maxAltToggles {
+				s.alt = append(s.alt[:0], s.alt[len(s.alt)-maxAltToggles/2:]...)
+			}
+			s.alt = append(s.alt, altToggle{off: off, on: m.on})
+		}
+		return
 	case markPrompt, markInput:
 		// A and B also come when the line editor redraws the prompt (bash redraws it
 		// after a bracketed paste), so they only say where input starts.
@@ -162,6 +172,25 @@ func (s *Session) applyMarkLocked(m mark, off int64) {
 			s.fallback = nil
 		}
 	}
+}
+
+// altToggle is a switch to (on) or from the alternate screen at an output offset.
+type altToggle struct {
+	off int64
+	on  bool
+}
+
+const maxAltToggles = 64
+
+// altAtLocked reports whether the alternate screen is on just before offset off, as far
+// as the recent switches tell (ok false when none is known before off).
+func (s *Session) altAtLocked(off int64) (on, ok bool) {
+	for i := len(s.alt) - 1; i >= 0; i-- {
+		if s.alt[i].off < off {
+			return s.alt[i].on, true
+		}
+	}
+	return false, false
 }
 
 // newBlockLocked appends a running block starting at off.

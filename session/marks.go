@@ -31,6 +31,7 @@ const (
 	markOutput  markKind = 'C' // command accepted, its output starts
 	markDone    markKind = 'D' // command finished, with its exit code
 	markCwd     markKind = 'P' // working directory (OSC 7)
+	markMode    markKind = 'M' // a terminal mode the program set (kept in the output)
 	markInvalid markKind = 0
 )
 
@@ -40,6 +41,8 @@ type mark struct {
 	exit    int  // markDone: the exit code
 	hasExit bool // markDone: exit is valid
 	cwd     string
+	mode    int  // markMode: the private mode number (2004, 1049, 1047, 47)
+	on      bool // markMode: set (h) or reset (l)
 }
 
 // maxMarkLen bounds how long a candidate mark may be before it is treated as plain
@@ -47,12 +50,19 @@ type mark struct {
 // candidate is incomplete.
 const maxMarkLen = 8192
 
-// Tracked sequences that are not marks but whose state the session needs. They stay in
-// the output stream.
-var (
-	seqPasteOn  = []byte("\x1b[?2004h")
-	seqPasteOff = []byte("\x1b[?2004l")
-)
+// Tracked sequences: terminal modes whose state the session needs (bracketed paste for
+// typing commands, the alternate screen for the screen model). They stay in the output
+// stream; the scanner reports them as markMode marks at their offset.
+var trackedModes = []struct {
+	seq  []byte
+	mode int
+	on   bool
+}{
+	{[]byte("\x1b[?2004h"), 2004, true}, {[]byte("\x1b[?2004l"), 2004, false},
+	{[]byte("\x1b[?1049h"), 1049, true}, {[]byte("\x1b[?1049l"), 1049, false},
+	{[]byte("\x1b[?1047h"), 1047, true}, {[]byte("\x1b[?1047l"), 1047, false},
+	{[]byte("\x1b[?47h"), 47, true}, {[]byte("\x1b[?47l"), 47, false},
+}
 
 // markScanner splits a raw PTY byte stream into plain output and marks. It is a
 // streaming parser: a mark (or tracked sequence) split across two reads is held back
@@ -64,7 +74,6 @@ type markScanner struct {
 	nonce  []byte
 	pend   []byte // held-back bytes that may start a mark
 	buf    []byte // scratch for pend+p
-	paste  bool   // bracketed paste mode, as last set by the program
 }
 
 func newMarkScanner(nonce string) *markScanner {
@@ -94,6 +103,14 @@ func (m *markScanner) scan(p []byte, out func([]byte), mk func(mark)) {
 		j += i
 		rest := data[j:]
 		n, mrk, hold := m.match(rest)
+		if n < 0 { // a tracked mode: report it at its offset, keep it in the output
+			if j > start {
+				out(data[start:j])
+			}
+			mk(mrk)
+			start, i = j, j-n
+			continue
+		}
 		if hold {
 			if j > start {
 				out(data[start:j])
@@ -130,17 +147,25 @@ func (m *markScanner) flush(out func([]byte)) {
 // match looks at b, which starts with ESC. It returns the length of a complete mark to
 // remove (with the parsed mark, kind markInvalid for a nonce-bearing sequence it does
 // not understand), or n == 0 when b is not a mark, or hold when b is an incomplete
-// prefix that may still become a mark or a tracked sequence.
+// prefix that may still become a mark or a tracked sequence, or n < 0 (minus its
+// length) for a tracked mode sequence that stays in the output.
 func (m *markScanner) match(b []byte) (n int, mk mark, hold bool) {
-	// Tracked (kept) sequences: update state, never removed.
-	for _, seq := range [...][]byte{seqPasteOn, seqPasteOff} {
-		if bytes.HasPrefix(b, seq) {
-			m.paste = seq[len(seq)-1] == 'h'
-			return 0, mark{}, false
+	if len(b) > 1 && b[1] == '[' {
+		for _, t := range trackedModes {
+			if bytes.HasPrefix(b, t.seq) {
+				return -len(t.seq), mark{kind: markMode, mode: t.mode, on: t.on}, false
+			}
+			if len(b) < len(t.seq) && bytes.HasPrefix(t.seq, b) {
+				return 0, mark{}, true
+			}
 		}
-		if len(b) < len(seq) && bytes.HasPrefix(seq, b) {
-			return 0, mark{}, true
-		}
+		return 0, mark{}, false
+	}
+	if len(b) == 1 {
+		return 0, mark{}, true // a lone ESC at the end: wait for what follows
+	}
+	if m.osc133 == nil {
+		return 0, mark{}, false
 	}
 	var prefix []byte
 	switch {

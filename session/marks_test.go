@@ -75,18 +75,26 @@ func TestMarkScanner(t *testing.T) {
 	}
 }
 
-func TestMarkScannerPasteMode(t *testing.T) {
-	m := newMarkScanner(testNonce)
-	var out []byte
-	emit := func(b []byte) { out = append(out, b...) }
-	m.scan([]byte("x\x1b[?20"), emit, func(mark) {})
-	m.scan([]byte("04hy"), emit, func(mark) {})
-	if !m.paste || string(out) != "x\x1b[?2004hy" {
-		t.Fatalf("paste %v out %q", m.paste, out)
+func TestMarkScannerModes(t *testing.T) {
+	in := []byte("x\x1b[?2004hy\x1b[?1049hz\x1b[?1049l\x1b[?47h\x1b[?2004l")
+	want := []mark{
+		{kind: markMode, mode: 2004, on: true}, {kind: markMode, mode: 1049, on: true},
+		{kind: markMode, mode: 1049}, {kind: markMode, mode: 47, on: true}, {kind: markMode, mode: 2004},
 	}
-	m.scan([]byte("\x1b[?2004l"), emit, func(mark) {})
-	if m.paste {
-		t.Fatal("paste still on")
+	for i := 1; i < len(in); i++ {
+		out, marks, at := scanAll(testNonce, in[:i], in[i:])
+		if string(out) != string(in) || !reflect.DeepEqual(marks, want) || !reflect.DeepEqual(at, []int{1, 10, 19, 27, 33}) {
+			t.Fatalf("split %d: out %q marks %+v at %v", i, out, marks, at)
+		}
+	}
+	// Without integration (no nonce) modes are still tracked and nothing is removed.
+	m := newMarkScanner("")
+	m.osc133, m.osc7 = nil, nil
+	var out []byte
+	var n int
+	m.scan([]byte("\x1b]133;;D;0\a\x1b[?1049h"), func(b []byte) { out = append(out, b...) }, func(mark) { n++ })
+	if string(out) != "\x1b]133;;D;0\a\x1b[?1049h" || n != 1 {
+		t.Fatalf("no integration: %q, %d marks", out, n)
 	}
 }
 
@@ -120,9 +128,17 @@ func FuzzMarkScanner(f *testing.F) {
 		if len(whole) > len(in) {
 			t.Fatalf("output longer than input")
 		}
-		// Without the nonce nothing is removed: no program can produce a mark.
-		if !bytes.Contains(in, []byte(n)) && (!bytes.Equal(whole, in) || len(marks) != 0) {
-			t.Fatalf("input without the nonce was altered: %q -> %q (%d marks)", in, whole, len(marks))
+		// Without the nonce nothing is removed and no program can produce a mark (mode
+		// reports are not marks of the shell).
+		if !bytes.Contains(in, []byte(n)) {
+			if !bytes.Equal(whole, in) {
+				t.Fatalf("input without the nonce was altered: %q -> %q", in, whole)
+			}
+			for _, mk := range marks {
+				if mk.kind != markMode {
+					t.Fatalf("input without the nonce produced a %c mark: %q", mk.kind, in)
+				}
+			}
 		}
 		// What remains never holds a complete nonce-bearing mark.
 		for _, prefix := range []string{"\x1b]133;fm=" + n + ";", "\x1b]7;fm=" + n + ";"} {

@@ -388,7 +388,7 @@ func (s *Session) BlockText(n int, opts TextOptions) (Result, error) {
 // were no longer held, and the last byte rendered.
 func (s *Session) renderRange(r *textRenderer, from, to int64) (lost int64, last byte, err error) {
 	const piece = 256 << 10
-	buf := make([]byte, 0, piece)
+	buf := make([]byte, 0, min(piece, max(0, to-from)))
 	for pos := from; pos < to; {
 		s.mu.Lock()
 		if start := s.ring.start(); pos < start {

@@ -11,17 +11,21 @@ import (
 )
 
 // The screen model is a terminal emulator fed from the scrollback ring by its own
-// goroutine, never by the read loop: the emulator renders only ~1.5 MB/s of scrolling
-// output, so it follows the stream at its own pace and, when it falls more than
-// screenMaxLag behind, skips ahead to the last screenKeep bytes (carrying over whether
-// the alternate screen is on). Screen() catches up synchronously before it snapshots,
-// so a snapshot always reflects all output read so far.
+// goroutine, never by the read loop: the emulator costs tens of microseconds per
+// scrolled line, so it follows the stream at its own pace, a little behind (it waits
+// screenDebounce after output so a burst is fed at once, off the path of a quick
+// command). When it falls far behind — more than screenMaxLag bytes or 4 screens of
+// lines — it skips ahead to the last 2 screens of lines (at most screenKeep bytes),
+// setting the alternate screen as the skipped output left it (the mark scanner records
+// where programs switch it). Screen() catches up synchronously before it snapshots, so
+// a snapshot always reflects all output read so far, at a bounded cost.
 
 const (
-	screenMaxLag = 256 << 10
-	screenKeep   = 64 << 10
-	screenPiece  = 32 << 10
-	screenPause  = 50 * time.Millisecond // after a skip, let a flood pass
+	screenMaxLag   = 256 << 10
+	screenKeep     = 64 << 10
+	screenPiece    = 32 << 10
+	screenDebounce = 15 * time.Millisecond
+	screenPause    = 50 * time.Millisecond // after a skip, let a flood pass
 )
 
 // emulator is what the session needs of a terminal emulator.
@@ -29,6 +33,7 @@ type emulator interface {
 	io.Writer
 	Resize(cols, rows int)
 	IsAltScreen() bool
+	Height() int
 	lines() []string
 	cursor() (row, col int)
 	close()
@@ -45,6 +50,9 @@ var _ emulator = (*vtEmulator)(nil)
 
 func newVTEmulator(cols, rows int) *vtEmulator {
 	e := &vtEmulator{Emulator: vt.NewEmulator(cols, rows), drained: make(chan struct{})}
+	// Screen() never reads the emulator's scrollback; keeping one costs a memmove of
+	// the whole buffer per scrolled line.
+	e.SetScrollbackSize(1)
 	go func() {
 		defer close(e.drained)
 		_, _ = io.Copy(io.Discard, e.Emulator)
@@ -136,18 +144,19 @@ func (sc *screen) feedLoop() {
 		sc.mu.Lock()
 		skipped := sc.catchUpLocked(end)
 		sc.mu.Unlock()
+		pause := screenDebounce
 		if skipped {
-			select {
-			case <-sc.s.stop:
-				return
-			case <-time.After(screenPause):
-			}
-			continue
+			pause = screenPause
 		}
 		select {
 		case <-sc.s.stop:
 			return
 		case <-ch:
+		}
+		select {
+		case <-sc.s.stop:
+			return
+		case <-time.After(pause):
 		}
 	}
 }
@@ -158,17 +167,32 @@ func (sc *screen) catchUpLocked(end int64) (skipped bool) {
 	if sc.done {
 		return false
 	}
-	buf := make([]byte, 0, screenPiece)
+	s := sc.s
+	rows := sc.emu.Height()
+	s.mu.Lock()
+	if start := s.ring.start(); sc.fed < start {
+		sc.fed = start
+	}
+	if lag := end - sc.fed; lag > screenKeep {
+		a, b := s.ring.slices(sc.fed, end)
+		if lag > screenMaxLag || bytes.Count(a, nl)+bytes.Count(b, nl) > 4*rows {
+			to := sc.skipTargetLocked(end, 2*rows)
+			if on, ok := s.altAtLocked(to); ok && on != sc.emu.IsAltScreen() {
+				if on {
+					_, _ = sc.emu.Write([]byte("\x1b[?1049h"))
+				} else {
+					_, _ = sc.emu.Write([]byte("\x1b[?1049l"))
+				}
+			}
+			sc.fed, skipped = to, true
+		}
+	}
+	s.mu.Unlock()
+	buf := make([]byte, 0, min(screenPiece, max(0, end-sc.fed)))
 	for sc.fed < end {
-		s := sc.s
 		s.mu.Lock()
 		if start := s.ring.start(); sc.fed < start {
 			sc.fed = start
-		}
-		if end-sc.fed > screenMaxLag {
-			to := end - screenKeep
-			sc.skipLocked(sc.fed, to)
-			sc.fed, skipped = to, true
 		}
 		a, b := s.ring.slices(sc.fed, min(end, sc.fed+screenPiece))
 		buf = append(append(buf[:0], a...), b...)
@@ -182,28 +206,29 @@ func (sc *screen) catchUpLocked(end int64) (skipped bool) {
 	return skipped
 }
 
-// Alternate screen switches, looked for in skipped output.
-var altSeqs = [...]string{"\x1b[?1049h", "\x1b[?1049l", "\x1b[?1047h", "\x1b[?1047l", "\x1b[?47h", "\x1b[?47l"}
+var nl = []byte{'\n'}
 
-// skipLocked passes over [from, to) without rendering it, but keeps the alternate
-// screen state the skipped output left. Called with s.mu held.
-func (sc *screen) skipLocked(from, to int64) {
-	a, b := sc.s.ring.slices(from, to)
-	best, on := -1, false
-	for i, part := range [][]byte{a, b} {
-		for _, seq := range altSeqs {
-			if j := bytes.LastIndex(part, []byte(seq)); j >= 0 && i*len(a)+j > best {
-				best, on = i*len(a)+j, strings.HasSuffix(seq, "h")
+// skipTargetLocked is where the last `lines` lines before end start, but no earlier
+// than screenKeep bytes before end. Called with s.mu held.
+func (sc *screen) skipTargetLocked(end int64, lines int) int64 {
+	from := max(end-screenKeep, sc.s.ring.start())
+	a, b := sc.s.ring.slices(from, end)
+	pos := end
+	for _, part := range [][]byte{b, a} {
+		for len(part) > 0 {
+			i := bytes.LastIndexByte(part, '\n')
+			if i < 0 {
+				break
 			}
+			if lines--; lines < 0 {
+				return pos - int64(len(part)-i-1)
+			}
+			pos -= int64(len(part) - i)
+			part = part[:i]
 		}
+		pos -= int64(len(part))
 	}
-	switch {
-	case best < 0:
-	case on && !sc.emu.IsAltScreen():
-		_, _ = sc.emu.Write([]byte("\x1b[?1049h"))
-	case !on && sc.emu.IsAltScreen():
-		_, _ = sc.emu.Write([]byte("\x1b[?1049l"))
-	}
+	return from
 }
 
 func (sc *screen) resize(cols, rows int) {

@@ -108,7 +108,8 @@ type Session struct {
 	description  string
 	labels       map[string]string
 	cwd          string
-	paste        bool // bracketed paste mode of the foreground program
+	paste        bool        // bracketed paste mode of the foreground program
+	alt          []altToggle // recent alternate screen switches, oldest first (bounded)
 	seenPrompt   bool
 	integRemoved bool
 	atPrompt     bool
@@ -208,7 +209,7 @@ func Start(cfg Config) (*Session, error) {
 		}
 	} else {
 		s.scanner = newMarkScanner("")
-		s.scanner.osc133, s.scanner.osc7 = nil, nil // no marks without integration
+		s.scanner.osc133, s.scanner.osc7 = nil, nil // no marks without integration, only modes
 	}
 
 	ptmx, tty, err := pty.Open()
@@ -444,7 +445,6 @@ func (s *Session) readLoop() {
 // block that ends here covers exactly its bytes: offsets come from the scan.
 func (s *Session) ingestLocked(marks []mark, offs []int64) {
 	s.lastOutput = time.Now()
-	s.paste = s.scanner.paste
 	for i, m := range marks {
 		s.applyMarkLocked(m, offs[i])
 	}

@@ -613,3 +613,38 @@ func TestFullScreenProgramsOnScreen(t *testing.T) {
 		})
 	}
 }
+
+func TestScreenAfterFloodIsQuickAndRight(t *testing.T) {
+	s := startShell(t, "bash")
+	// 120,000 empty lines and then a marker: the emulator must not render them all.
+	run(t, s, "head -c 120000 /dev/zero | tr '\\0' '\\n'; echo flood-end")
+	start := time.Now()
+	scr, err := s.Screen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if !strings.Contains(scr.Text, "flood-end") {
+		t.Fatalf("screen after the flood lacks its last line:\n%s", scr.Text)
+	}
+	// A generous bound (rendering every line took seconds): this is a behaviour check,
+	// the speed itself is measured in bench/.
+	if took > 2*time.Second {
+		t.Fatalf("Screen took %v after a flood of lines", took)
+	}
+	// A program that enters the alternate screen and then floods it: the skip keeps
+	// the alternate screen on.
+	r, err := s.Run(ctxT(t), "printf '\\033[?1049h'; head -c 400000 /dev/zero | tr '\\0' '\\n'; printf 'on-alt'; read x", RunOptions{Timeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Wait(ctxT(t), UntilWaitingInput, 0); err != nil {
+		t.Fatal(err)
+	}
+	scr, _ = s.Screen()
+	if !scr.AltScreen || !strings.Contains(scr.Text, "on-alt") {
+		t.Fatalf("after a flood on the alternate screen: alt %v\n%s", scr.AltScreen, scr.Text)
+	}
+	s.Input([]byte("\n"))
+	s.WaitBlock(ctxT(t), r.Block.N, RunOptions{Timeout: 10 * time.Second})
+}

@@ -43,9 +43,13 @@ func (s *Session) pollLoop() {
 			continue
 		case <-timer.C:
 		}
-		need, fb := s.needsPoll()
+		need, fb, notBefore := s.needsPoll()
 		if !need {
 			continue // idle at the prompt or exited: sleep until woken
+		}
+		if wait := time.Until(notBefore); wait > 0 {
+			timer.Reset(wait)
+			continue
 		}
 		last = time.Now()
 		if s.sample() || fb {
@@ -60,13 +64,25 @@ func (s *Session) pollLoop() {
 	}
 }
 
-func (s *Session) needsPoll() (need, fallback bool) {
+// blockGrace is how long after a shell block starts the kernel is first sampled: the
+// marks end quick commands on their own, so they never pay for reading /proc.
+const blockGrace = 10 * time.Millisecond
+
+func (s *Session) needsPoll() (need, fallback bool, notBefore time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.exited || s.closed {
-		return false, false
+		return false, false, time.Time{}
 	}
-	return s.state != StateIdle || s.fallback != nil, s.fallback != nil
+	if s.integrated && s.fallback == nil {
+		switch {
+		case s.pending != nil:
+			notBefore = time.Now().Add(blockGrace) // submitted: the C mark comes first
+		case s.cur != nil:
+			notBefore = s.cur.StartedAt.Add(blockGrace)
+		}
+	}
+	return s.state != StateIdle || s.fallback != nil, s.fallback != nil, notBefore
 }
 
 // sample reads the kernel state and applies it; it reports whether anything changed.
@@ -156,4 +172,20 @@ func (s *Session) Wait(ctx context.Context, until Until, after int64) (Info, err
 			return in, err
 		}
 	}
+}
+
+// Changed returns a channel that is closed at the next change of the session: new
+// output, a mark, a state change, an event. Take it before looking at the session, then
+// wait on it, to never miss a change.
+func (s *Session) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
+}
+
+// ScrollbackBytes is the size of the session's scrollback ring.
+func (s *Session) ScrollbackBytes() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.ring.buf)
 }
