@@ -90,8 +90,8 @@ type Result struct {
 	Block        Block  `json:"block"`
 	Text         string `json:"text"`
 	OmittedBytes int64  `json:"omitted_bytes"`
-	// LostBytes counts output at the start of the block that had already left the
-	// scrollback ring when the text was rendered.
+	// LostBytes counts output of the block that had already left the scrollback ring
+	// when the text was rendered (a flood overwrote it).
 	LostBytes int64 `json:"lost_bytes,omitempty"`
 	Session   Info  `json:"session"`
 }
@@ -378,7 +378,7 @@ func (s *Session) BlockText(n int, opts TextOptions) (Result, error) {
 	trim.close(last != '\n')
 	text, omitted := budget.result()
 	if lost > 0 {
-		text = fmt.Sprintf("[... %d earlier bytes of this block are no longer in scrollback ...]\n", lost) + text
+		text = fmt.Sprintf("[... %d bytes of this block are no longer in scrollback (read them from the recording) ...]\n", lost) + text
 	}
 	return Result{Block: blk, Text: text, OmittedBytes: omitted, LostBytes: lost, Session: s.Info()}, nil
 }
@@ -392,11 +392,8 @@ func (s *Session) renderRange(r *textRenderer, from, to int64) (lost int64, last
 	for pos := from; pos < to; {
 		s.mu.Lock()
 		if start := s.ring.start(); pos < start {
-			if pos != from {
-				s.mu.Unlock()
-				return lost, 0, fmt.Errorf("%w: output overwritten while rendering", ErrTruncated)
-			}
-			lost = min(start, to) - pos
+			// Not held (any more): a flood overwrote it, possibly while we rendered.
+			lost += min(start, to) - pos
 			pos = min(start, to)
 		}
 		a, b := s.ring.slices(pos, min(to, pos+piece))

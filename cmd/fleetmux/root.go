@@ -46,6 +46,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return usageError("%s%v (see %s --help)", prefix, err, c.CommandPath())
 	})
 	root.AddCommand(versionCmd(), tryCmd())
+	root.AddCommand(replayCmd())
+	root.AddCommand(nodeCmd())
 	return root.ExecuteContext(ctx)
 }
 

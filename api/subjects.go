@@ -1,0 +1,139 @@
+package api
+
+import (
+	"fmt"
+	"strings"
+)
+
+// NATS subjects (DESIGN.md). Every subject starts with a configurable prefix
+// (DefaultPrefix); node names and session ids are single subject tokens (ValidName).
+//
+//	<prefix>.out.<node>.<session>    raw output; headers HeaderOffset, HeaderTime
+//	<prefix>.block.<node>.<session>  BlockEvent (JSON)
+//	<prefix>.event.<node>.<session>  SessionEvent (JSON)
+//	<prefix>.audit.<node>            AuditRecord (JSON)
+//	<prefix>.rpc.<node>.<verb>       the node API (request/reply, NATS micro service)
+const (
+	DefaultPrefix = "fleetmux"
+
+	// HeaderOffset is the byte offset of a message's first byte in the session's output.
+	HeaderOffset = "Fleetmux-Offset"
+	// HeaderTime is when the output was read (RFC 3339, nanoseconds).
+	HeaderTime = "Fleetmux-Time"
+	// HeaderActor names who made a request (an API token name, an SSH key
+	// fingerprint); it goes into the audit record.
+	HeaderActor = "Fleetmux-Actor"
+
+	// ServiceName is the NATS micro service name of the node API.
+	ServiceName = "fleetmux-node"
+
+	// StreamOut and StreamEvents are the JetStream streams that keep the subjects.
+	StreamOut    = "FLEETMUX_OUT"
+	StreamEvents = "FLEETMUX_EVENTS"
+
+	// MaxChunk bounds the payload of one output message (well under NATS's 1 MB).
+	MaxChunk = 64 << 10
+)
+
+// Kinds of subject.
+const (
+	KindOut   = "out"
+	KindBlock = "block"
+	KindEvent = "event"
+	KindAudit = "audit"
+	KindRPC   = "rpc"
+)
+
+// Subjects builds subjects under one prefix.
+type Subjects struct{ Prefix string }
+
+func (s Subjects) prefix() string {
+	if s.Prefix == "" {
+		return DefaultPrefix
+	}
+	return s.Prefix
+}
+
+// Out is the output subject of a session.
+func (s Subjects) Out(node, session string) string {
+	return s.prefix() + "." + KindOut + "." + node + "." + session
+}
+
+// Block is the block event subject of a session.
+func (s Subjects) Block(node, session string) string {
+	return s.prefix() + "." + KindBlock + "." + node + "." + session
+}
+
+// Event is the session event subject of a session.
+func (s Subjects) Event(node, session string) string {
+	return s.prefix() + "." + KindEvent + "." + node + "." + session
+}
+
+// Audit is the audit subject of a node.
+func (s Subjects) Audit(node string) string { return s.prefix() + "." + KindAudit + "." + node }
+
+// RPC is the request subject of a node API verb.
+func (s Subjects) RPC(node, verb string) string {
+	return s.prefix() + "." + KindRPC + "." + node + "." + verb
+}
+
+// All is the wildcard of one kind for one node ("*" for every node), e.g.
+// fleetmux.out.web-1.>.
+func (s Subjects) All(kind, node string) string {
+	if kind == KindAudit {
+		return s.prefix() + "." + kind + "." + node
+	}
+	return s.prefix() + "." + kind + "." + node + ".>"
+}
+
+// Subject is a parsed subject.
+type Subject struct {
+	Kind    string // KindOut, KindBlock, KindEvent, KindAudit or KindRPC
+	Node    string
+	Session string // out, block, event
+	Verb    string // rpc
+}
+
+// Parse splits a subject under this prefix. Names are validated.
+func (s Subjects) Parse(subject string) (Subject, error) {
+	rest, ok := strings.CutPrefix(subject, s.prefix()+".")
+	if !ok {
+		return Subject{}, fmt.Errorf("%w: subject %q is not under %q", ErrBadName, subject, s.prefix())
+	}
+	parts := strings.Split(rest, ".")
+	var out Subject
+	switch {
+	case len(parts) == 3 && (parts[0] == KindOut || parts[0] == KindBlock || parts[0] == KindEvent):
+		out = Subject{Kind: parts[0], Node: parts[1], Session: parts[2]}
+	case len(parts) == 2 && parts[0] == KindAudit:
+		out = Subject{Kind: parts[0], Node: parts[1]}
+	case len(parts) == 3 && parts[0] == KindRPC:
+		out = Subject{Kind: parts[0], Node: parts[1], Verb: parts[2]}
+	default:
+		return Subject{}, fmt.Errorf("%w: subject %q is not a fleetmux subject", ErrBadName, subject)
+	}
+	if err := validName("node name", out.Node); err != nil {
+		return Subject{}, err
+	}
+	if out.Session != "" {
+		if err := validName("session id", out.Session); err != nil {
+			return Subject{}, err
+		}
+	}
+	if out.Verb != "" {
+		if err := validName("verb", out.Verb); err != nil {
+			return Subject{}, err
+		}
+	}
+	return out, nil
+}
+
+// ValidPrefix checks a subject prefix: one or more tokens joined by dots.
+func ValidPrefix(p string) error {
+	for _, tok := range strings.Split(p, ".") {
+		if err := validName("subject prefix token", tok); err != nil {
+			return err
+		}
+	}
+	return nil
+}

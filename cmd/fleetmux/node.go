@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/node"
+	"github.com/fleetmux/fleetmux/transport"
+	"github.com/spf13/cobra"
+)
+
+// nodeOptions are the flags of `fleetmux node`.
+type nodeOptions struct {
+	name         string
+	labels       []string
+	data         string
+	natsURL      string
+	natsToken    string
+	natsCreds    string
+	prefix       string
+	gossipListen string
+	gossipKey    string
+	join         []string
+	maxSessions  int
+	verbose      bool
+}
+
+func nodeCmd() *cobra.Command {
+	var o nodeOptions
+	c := &cobra.Command{
+		Use:   "node [--name NAME] [--nats URL | (embedded)] [--data DIR] [--label k=v]...",
+		Short: "Run the node agent: this host's sessions as a NATS service",
+		Long: "node keeps this host's PTY sessions and serves them as the NATS micro service\n" +
+			"fleetmux-node on <prefix>.rpc.<name>.<verb>; it publishes output on\n" +
+			"<prefix>.out.<name>.<session> (with Fleetmux-Offset headers), block, session and\n" +
+			"audit events, and records every session under DIR/sessions/<id>/.\n\n" +
+			"Without --nats it embeds a NATS server (JetStream on) on 127.0.0.1:4222 and\n" +
+			"writes its URL to DIR/nats.url. With --gossip-listen it joins the memberlist\n" +
+			"cluster (--join) so controllers discover it.",
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error { return o.run(c.Context(), c.ErrOrStderr()) },
+	}
+	host, _ := os.Hostname()
+	f := c.Flags()
+	f.StringVar(&o.name, "name", sanitizeName(host), "node name (A-Z a-z 0-9 _ -)")
+	f.StringSliceVar(&o.labels, "label", nil, "label k=v (repeatable)")
+	f.StringVar(&o.data, "data", ".fleetmux", "data directory: recordings, session ids, embedded NATS store")
+	f.StringVar(&o.natsURL, "nats", "", "NATS server URL(s); empty: embed one on 127.0.0.1:4222")
+	f.StringVar(&o.natsToken, "nats-token", "", "NATS token")
+	f.StringVar(&o.natsCreds, "nats-creds", "", "NATS credentials file")
+	f.StringVar(&o.prefix, "prefix", api.DefaultPrefix, "NATS subject prefix")
+	f.StringVar(&o.gossipListen, "gossip-listen", "", "gossip address host:port (e.g. 127.0.0.1:7946); empty: no gossip")
+	f.StringVar(&o.gossipKey, "gossip-key", "", "gossip encryption key, hex (16, 24 or 32 bytes); required beyond loopback")
+	f.StringSliceVar(&o.join, "join", nil, "gossip seed addresses host:port")
+	f.IntVar(&o.maxSessions, "max-sessions", node.DefaultMaxSessions, "sessions alive at once")
+	f.BoolVar(&o.verbose, "verbose", false, "debug logs")
+	return c
+}
+
+// sanitizeName turns a host name into a valid node name.
+func sanitizeName(h string) string {
+	h, _, _ = strings.Cut(h, ".")
+	var b strings.Builder
+	for _, r := range h {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			b.WriteRune(r)
+		}
+	}
+	if b.Len() == 0 {
+		return "node"
+	}
+	return b.String()
+}
+
+func (o *nodeOptions) run(ctx context.Context, stderr io.Writer) error {
+	stderr = &lockedWriter{w: stderr} // logs come from many goroutines
+	level := slog.LevelInfo
+	if o.verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if err := api.ValidName(o.name); err != nil {
+		return usageError("--name: %v", err)
+	}
+	labels := map[string]string{}
+	for _, kv := range o.labels {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return usageError("--label %q: want k=v", kv)
+		}
+		labels[k] = v
+	}
+	if err := os.MkdirAll(o.data, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	url := o.natsURL
+	if url == "" {
+		srv, err := transport.StartServer(transport.ServerConfig{
+			Listen: "127.0.0.1:4222", DataDir: filepath.Join(o.data, "nats"), JetStream: true, Logger: log,
+		})
+		if err != nil {
+			return fmt.Errorf("embedded nats: %w", err)
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			srv.Shutdown(sctx)
+		}()
+		url = srv.ClientURL()
+		if err := os.WriteFile(filepath.Join(o.data, "nats.url"), []byte(url+"\n"), 0o600); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "embedded NATS at %s (written to %s)\n", url, filepath.Join(o.data, "nats.url"))
+	}
+	conn, err := transport.Connect(ctx, transport.NATSConfig{URL: url, Token: o.natsToken, CredsFile: o.natsCreds, Name: "fleetmux-node " + o.name, Logger: log})
+	if err != nil {
+		return fmt.Errorf("nats: %w", err)
+	}
+	defer conn.Close()
+	if o.natsURL == "" {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := transport.EnsureStreams(sctx, conn.NC(), o.prefix, transport.StreamLimits{})
+		cancel()
+		if err != nil {
+			log.Warn("jetstream streams not set up", "err", err)
+		}
+	}
+	cfg := node.Config{Name: o.name, Labels: labels, DataDir: o.data, Prefix: o.prefix, Bus: conn, MaxSessions: o.maxSessions, Logger: log}
+	if o.gossipListen != "" {
+		g, err := o.startGossip(ctx, labels, log)
+		if g != nil {
+			defer g.Close()
+			cfg.Gossip = g
+		}
+		if err != nil {
+			log.Warn("gossip", "err", err)
+		}
+	}
+	n, err := node.New(cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "node %s serving on %s\n", o.name, api.Subjects{Prefix: o.prefix}.RPC(o.name, "*"))
+	return n.Run(ctx)
+}
+
+func (o *nodeOptions) startGossip(ctx context.Context, labels map[string]string, log *slog.Logger) (*transport.Gossip, error) {
+	host, port, err := splitHostPort(o.gossipListen)
+	if err != nil {
+		return nil, usageError("--gossip-listen: %v", err)
+	}
+	var key []byte
+	if o.gossipKey != "" {
+		if key, err = hex.DecodeString(o.gossipKey); err != nil {
+			return nil, usageError("--gossip-key: not hex: %v", err)
+		}
+	}
+	return transport.StartGossip(ctx, transport.GossipConfig{
+		Name: o.name, BindAddr: host, BindPort: port, Join: o.join, SecretKey: key, Logger: log,
+		Meta: api.NodeMeta{Name: o.name, Labels: labels, Version: node.Version, Proto: api.ProtocolVersion},
+	})
+}
+
+func splitHostPort(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("bad port %q", p)
+	}
+	return host, port, nil
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}

@@ -1,0 +1,87 @@
+package node
+
+import (
+	"encoding/json"
+	"time"
+	"unicode/utf8"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/session"
+)
+
+// Conversions from the session package's types to wire types.
+
+func toSession(node, id string, in session.Info) api.Session {
+	return api.Session{
+		Node: node, ID: id, Title: in.Title, Description: in.Description, Labels: in.Labels,
+		Shell: in.Shell, Argv: in.Argv, State: string(in.State), CurrentCommand: in.CurrentCommand,
+		Cwd: in.Cwd, LastExitCode: in.LastExitCode, ExitCode: in.ExitCode, Cols: in.Cols, Rows: in.Rows,
+		Pid: in.Pid, OutputOffset: in.OutputOffset, CreatedAt: in.CreatedAt,
+		WaitingInput: in.WaitingInput, Echo: in.Echo, Blocks: in.Blocks,
+	}
+}
+
+func toBlock(b session.Block) api.Block {
+	out := api.Block{
+		N: b.N, Command: b.Command, Cwd: b.Cwd, State: string(b.State), ExitCode: b.ExitCode,
+		StartedAt: b.StartedAt, Start: b.Start, End: b.End, Fallback: b.Fallback,
+	}
+	if !b.FinishedAt.IsZero() {
+		t := b.FinishedAt
+		out.FinishedAt = &t
+	}
+	return out
+}
+
+func toResult(node, id string, r session.Result) api.BlockResult {
+	return api.BlockResult{
+		Block: toBlock(r.Block), Text: r.Text, OmittedBytes: r.OmittedBytes, LostBytes: r.LostBytes,
+		Session: toSession(node, id, r.Session),
+	}
+}
+
+// publishJSON publishes v as JSON; a failure is the subscribers' gap, never the caller's.
+func publishJSON(bus Bus, subject string, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return
+	}
+	_ = bus.Publish(subject, nil, b)
+}
+
+// audit publishes the record of a mutating request.
+func (n *Node) audit(req request, out any, aerr *api.Error) {
+	rec := api.AuditRecord{Time: time.Now().UTC(), Node: n.cfg.Name, Actor: req.actor, Action: req.verb, Result: "ok"}
+	var probe struct {
+		Session string   `json:"session"`
+		Command string   `json:"command"`
+		Keys    []string `json:"keys"`
+		Data    string   `json:"data"`
+	}
+	_ = json.Unmarshal(req.data, &probe)
+	rec.Session = probe.Session
+	switch {
+	case probe.Command != "":
+		rec.Detail = truncate(probe.Command, 512)
+	case len(probe.Keys) > 0:
+		b, _ := json.Marshal(probe.Keys)
+		rec.Detail = "keys " + truncate(string(b), 256)
+	case probe.Data != "":
+		rec.Detail = "input of " + itoa(len(probe.Data)) + " bytes"
+	}
+	if s, ok := out.(api.Session); ok && rec.Session == "" {
+		rec.Session = s.ID
+	}
+	if aerr != nil {
+		rec.Result, rec.Error = aerr.Code, truncate(aerr.Message, 512)
+	}
+	if !utf8.ValidString(rec.Detail) {
+		rec.Detail = "(not UTF-8)"
+	}
+	publishJSON(n.cfg.Bus, n.subj.Audit(n.cfg.Name), rec)
+}
+
+func itoa(i int) string {
+	b, _ := json.Marshal(i)
+	return string(b)
+}

@@ -1,0 +1,284 @@
+package node
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/replay"
+	"github.com/fleetmux/fleetmux/session"
+)
+
+// entry is one session of the node with the three goroutines that follow it:
+//
+//   - the publisher: a viewer of the output that publishes it in chunks with their
+//     offsets. It skips ahead rather than ever slowing the session; what it skipped
+//     (or what the bus dropped while disconnected) is read back with the read verb.
+//   - the recorder: a viewer that appends the output to the asciicast recording. It
+//     may lag up to the whole scrollback; disk is faster than any terminal.
+//   - the event pump: turns session events into block and session events on the bus,
+//     resize events and block markers in the recording, and block index entries.
+type entry struct {
+	n       *Node
+	id      string
+	num     int
+	s       *session.Session
+	dir     string // recording directory
+	castTo  string // path of the .cast file
+	started time.Time
+
+	ctx    context.Context // cancelled by close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // all three goroutines
+	dataWG sync.WaitGroup // the publisher and the recorder
+
+	recMu   sync.Mutex // guards cast, castBuf, castF, index, rec
+	cast    *replay.Writer
+	castBuf *bufio.Writer
+	castF   *os.File
+	index   *replay.IndexWriter
+	indexF  *os.File
+	rec     *replay.Recording // opened lazily to serve reads older than the scrollback
+	recErr  error             // the recording stopped being exact (see recorder)
+
+	closeOnce sync.Once
+}
+
+func (e *entry) info() api.Session { return toSession(e.n.cfg.Name, e.id, e.s.Info()) }
+
+// startRecording creates the recording files of a new session.
+func (e *entry) startRecording(h replay.Header) error {
+	if err := os.MkdirAll(e.dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(e.castTo, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	idx, err := os.OpenFile(filepath.Join(e.dir, "output.blocks.jsonl"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		f.Close()
+		return err
+	}
+	e.castF, e.indexF = f, idx
+	e.castBuf = bufio.NewWriterSize(f, 64<<10)
+	if e.cast, err = replay.NewWriter(e.castBuf, h); err != nil {
+		f.Close()
+		idx.Close()
+		return err
+	}
+	e.index = replay.NewIndexWriter(idx)
+	return e.castBuf.Flush()
+}
+
+// run starts the goroutines; they stop when the session has exited and everything was
+// published and recorded, or when the entry is closed.
+func (e *entry) run() {
+	e.wg.Add(3)
+	e.dataWG.Add(2)
+	go e.publish()
+	go e.record()
+	go e.pumpEvents()
+}
+
+// close closes the session and waits for the entry's goroutines, then the recording.
+func (e *entry) close() {
+	e.closeOnce.Do(func() {
+		e.s.Close()
+		// The session is closed: its viewers return EOF once they have read
+		// everything, so publishing and recording finish on their own.
+		done := make(chan struct{})
+		go func() { e.dataWG.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			e.n.log.Warn("session output slow to drain; cancelling", "session", e.id)
+		}
+		e.cancel() // the event pump publishes what is left and stops
+		e.wg.Wait()
+		e.recMu.Lock()
+		if e.castBuf != nil {
+			_ = e.cast.Close()
+			_ = e.castBuf.Flush()
+			_ = e.castF.Close()
+			_ = e.indexF.Close()
+		}
+		if e.rec != nil {
+			_ = e.rec.Close()
+		}
+		e.recMu.Unlock()
+	})
+}
+
+func (e *entry) publish() {
+	defer e.wg.Done()
+	defer e.dataWG.Done()
+	subject := e.n.subj.Out(e.n.cfg.Name, e.id)
+	v := e.s.Subscribe(0, session.ViewerOptions{MaxLag: int64(e.s.ScrollbackBytes()), SkipAhead: true, MaxChunk: api.MaxChunk})
+	var failing bool
+	for {
+		c, err := v.Next(e.ctx)
+		if err != nil {
+			return // io.EOF (exited or closed) or ctx
+		}
+		hdr := map[string]string{
+			api.HeaderOffset: strconv.FormatInt(c.Offset, 10),
+			api.HeaderTime:   time.Now().UTC().Format(time.RFC3339Nano),
+		}
+		if err := e.n.cfg.Bus.Publish(subject, hdr, c.Data); err != nil {
+			if !failing {
+				e.n.log.Warn("output not published; subscribers will read the gap", "session", e.id, "subject", subject, "offset", c.Offset, "err", err)
+			}
+			failing = true
+		} else if failing {
+			e.n.log.Info("output publishing again", "session", e.id, "offset", c.Offset)
+			failing = false
+		}
+	}
+}
+
+func (e *entry) record() {
+	defer e.wg.Done()
+	defer e.dataWG.Done()
+	v := e.s.Subscribe(0, session.ViewerOptions{MaxLag: int64(e.s.ScrollbackBytes()), MaxChunk: 256 << 10})
+	for {
+		c, err := v.Next(e.ctx)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, context.Canceled) {
+				// Lagged out of the scrollback: the recording is no longer exact.
+				e.recMu.Lock()
+				e.recErr = err
+				e.recMu.Unlock()
+				e.n.log.Error("recording stopped", "session", e.id, "err", err)
+			}
+			return
+		}
+		e.recMu.Lock()
+		err = e.cast.Output(time.Since(e.started), c.Data)
+		if _, end := e.s.Offsets(); err == nil && end == c.Offset+int64(len(c.Data)) {
+			err = e.flushLocked() // caught up: let readers of the file see it
+		}
+		e.recMu.Unlock()
+		if err != nil {
+			e.n.log.Error("recording write failed", "session", e.id, "err", err)
+			e.recMu.Lock()
+			e.recErr = err
+			e.recMu.Unlock()
+			return
+		}
+	}
+}
+
+func (e *entry) flushLocked() error {
+	if err := e.cast.Flush(); err != nil {
+		return err
+	}
+	return e.castBuf.Flush()
+}
+
+func (e *entry) pumpEvents() {
+	defer e.wg.Done()
+	var seq uint64
+	node, id := e.n.cfg.Name, e.id
+	for {
+		changed := e.s.Changed()
+		evs, _ := e.s.Events(seq)
+		for _, ev := range evs {
+			seq = ev.Seq
+			e.handleEvent(node, id, ev)
+		}
+		select {
+		case <-e.ctx.Done():
+			// Publish what is left (e.g. the exit) before stopping.
+			evs, _ := e.s.Events(seq)
+			for _, ev := range evs {
+				e.handleEvent(node, id, ev)
+			}
+			return
+		case <-changed:
+		}
+	}
+}
+
+func (e *entry) handleEvent(node, id string, ev session.Event) {
+	bus := e.n.cfg.Bus
+	if ev.Block != nil && (ev.Kind == session.EventBlockStarted || ev.Kind == session.EventBlockFinished) {
+		typ := "started"
+		if ev.Kind == session.EventBlockFinished {
+			typ = "finished"
+		}
+		be := api.BlockEvent{Type: typ, Node: node, Session: id, Seq: ev.Seq, Time: ev.Time, Block: toBlock(*ev.Block)}
+		publishJSON(bus, e.n.subj.Block(node, id), be)
+		e.recMu.Lock()
+		t := time.Since(e.started)
+		if typ == "started" {
+			_ = e.cast.Marker(t, "block "+strconv.Itoa(ev.Block.N)+": "+truncate(ev.Block.Command, 200))
+		} else {
+			b := ev.Block
+			_ = e.index.Append(replay.IndexEntry{
+				N: b.N, Command: b.Command, Cwd: b.Cwd, ExitCode: b.ExitCode,
+				StartedAt: b.StartedAt, FinishedAt: b.FinishedAt, Start: b.Start, End: b.End,
+				T: b.StartedAt.Sub(e.started).Seconds(), TEnd: b.FinishedAt.Sub(e.started).Seconds(),
+			})
+		}
+		e.recMu.Unlock()
+		return
+	}
+	se := api.SessionEvent{Type: string(ev.Kind), Node: node, Session: id, Seq: ev.Seq, Time: ev.Time,
+		State: string(ev.State), Cwd: ev.Cwd, Cols: ev.Cols, Rows: ev.Rows, ExitCode: ev.ExitCode}
+	if ev.Kind == session.EventResized {
+		e.recMu.Lock()
+		_ = e.cast.Resize(time.Since(e.started), ev.Cols, ev.Rows)
+		e.recMu.Unlock()
+	}
+	publishJSON(bus, e.n.subj.Event(node, id), se)
+}
+
+// recording reports whether the recording is exact (it can serve any past range).
+func (e *entry) recording() bool {
+	e.recMu.Lock()
+	defer e.recMu.Unlock()
+	return e.recErr == nil
+}
+
+// readRecorded reads [from, to) of the output from the recording, for ranges that
+// have left the scrollback.
+func (e *entry) readRecorded(from, to int64) ([]byte, error) {
+	e.recMu.Lock()
+	defer e.recMu.Unlock()
+	if e.recErr != nil {
+		return nil, e.recErr
+	}
+	if err := e.flushLocked(); err != nil {
+		return nil, err
+	}
+	if e.rec == nil {
+		rec, err := replay.Open(e.castTo)
+		if err != nil {
+			return nil, err
+		}
+		e.rec = rec
+	} else if e.rec.End() < to {
+		if err := e.rec.Refresh(); err != nil {
+			return nil, err
+		}
+	}
+	return e.rec.ReadRange(from, min(to, e.rec.End()))
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n] + "…"
+}

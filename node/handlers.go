@@ -1,0 +1,514 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/replay"
+	"github.com/fleetmux/fleetmux/session"
+)
+
+// handler serves one verb. It returns the reply value or an error; errors that are
+// not *api.Error become code "internal" (and are logged: the caller sees a generic
+// message, the operator the detail).
+type handler func(n *Node, ctx context.Context, req request) (any, error)
+
+// request is one decoded request.
+type request struct {
+	verb  string
+	actor string
+	data  []byte
+}
+
+// verbs is the node API. mutating verbs are audited.
+var verbs = map[string]struct {
+	h        handler
+	mutating bool
+}{
+	"create": {(*Node).create, true},
+	"list":   {(*Node).list, false},
+	"get":    {(*Node).get, false},
+	"update": {(*Node).update, true},
+	"close":  {(*Node).closeSession, true},
+	"run":    {(*Node).run, true},
+	"input":  {(*Node).input, true},
+	"keys":   {(*Node).keys, true},
+	"resize": {(*Node).resize, true},
+	"screen": {(*Node).screen, false},
+	"blocks": {(*Node).blocks, false},
+	"block":  {(*Node).block, false},
+	"read":   {(*Node).read, false},
+	"wait":   {(*Node).wait, false},
+}
+
+// handle is the bus callback: it runs on its own goroutine per request.
+func (n *Node) handle(ctx context.Context, verb string, header map[string]string, data []byte) []byte {
+	v, ok := verbs[verb]
+	if !ok {
+		return errorReply(api.Errorf(api.CodeBadRequest, "unknown verb %q", verb))
+	}
+	req := request{verb: verb, actor: header[api.HeaderActor], data: data}
+	out, err := v.h(n, ctx, req)
+	var aerr *api.Error
+	if err != nil && !errors.As(err, &aerr) {
+		n.log.Error("request failed", "verb", verb, "err", err)
+		aerr = api.Errorf(api.CodeInternal, "%s failed on node %s (details in its log)", verb, n.cfg.Name)
+	}
+	if v.mutating {
+		n.audit(req, out, aerr)
+	}
+	if aerr != nil {
+		return errorReply(aerr)
+	}
+	b, jerr := json.Marshal(out)
+	if jerr != nil {
+		n.log.Error("reply not encodable", "verb", verb, "err", jerr)
+		return errorReply(api.Errorf(api.CodeInternal, "reply not encodable"))
+	}
+	return b
+}
+
+func errorReply(e *api.Error) []byte {
+	b, _ := json.Marshal(api.ErrorReply{Error: e})
+	return b
+}
+
+// decode parses a JSON request body into v (an empty body is an empty object).
+func decode(req request, v any) error {
+	if len(strings.TrimSpace(string(req.data))) == 0 {
+		req.data = []byte("{}")
+	}
+	if err := json.Unmarshal(req.data, v); err != nil {
+		return api.Errorf(api.CodeBadRequest, "malformed JSON for %s: %v", req.verb, err)
+	}
+	return nil
+}
+
+// lookup finds a session by id.
+func (n *Node) lookup(id string) (*entry, error) {
+	if err := api.ValidName(id); err != nil {
+		return nil, api.Errorf(api.CodeBadRequest, "session id: %v", err)
+	}
+	n.mu.Lock()
+	e := n.sessions[id]
+	n.mu.Unlock()
+	if e == nil {
+		return nil, api.Errorf(api.CodeNotFound, "no session %s/%s", n.cfg.Name, id)
+	}
+	return e, nil
+}
+
+// sessionErr maps session errors to API errors.
+func sessionErr(id string, err error) error {
+	code := api.CodeInternal
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, session.ErrBusy):
+		code = api.CodeBusy
+	case errors.Is(err, session.ErrExited):
+		code = api.CodeExited
+	case errors.Is(err, session.ErrClosed), errors.Is(err, session.ErrNoBlock):
+		code = api.CodeNotFound
+	case errors.Is(err, session.ErrTooLarge):
+		code = api.CodeTooLarge
+	case errors.Is(err, session.ErrBadKey), errors.Is(err, session.ErrBadConfig),
+		errors.Is(err, session.ErrBadCwd), errors.Is(err, session.ErrUnknownShell),
+		errors.Is(err, session.ErrEmptyCommand), errors.Is(err, session.ErrStart):
+		code = api.CodeBadRequest
+	case errors.Is(err, session.ErrNotStarted), errors.Is(err, session.ErrInputTimeout),
+		errors.Is(err, context.DeadlineExceeded):
+		code = api.CodeTimeout
+	case errors.Is(err, session.ErrTruncated):
+		code = api.CodeGone
+	default:
+		return fmt.Errorf("session %s: %w", id, err)
+	}
+	return &api.Error{Code: code, Message: err.Error()}
+}
+
+func (n *Node) create(ctx context.Context, req request) (any, error) {
+	var r api.CreateRequest
+	if err := decode(req, &r); err != nil {
+		return nil, err
+	}
+	if len(r.Title) > MaxTitleBytes || len(r.Description) > MaxDescBytes {
+		return nil, api.Errorf(api.CodeTooLarge, "title over %d bytes or description over %d bytes", MaxTitleBytes, MaxDescBytes)
+	}
+	if err := validLabels(r.Labels); err != nil {
+		return nil, api.Errorf(api.CodeBadRequest, "%v", err)
+	}
+	if r.Shell == "" && len(r.Argv) == 0 {
+		r.Shell = n.cfg.DefaultShell
+	}
+	env := make([]string, 0, len(r.Env))
+	for k, v := range r.Env {
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil, api.Errorf(api.CodeUnavailable, "node %s is shutting down", n.cfg.Name)
+	}
+	if len(n.sessions) >= n.cfg.MaxSessions {
+		n.mu.Unlock()
+		return nil, api.Errorf(api.CodeLimit, "node %s has %d sessions (limit %d): close one first", n.cfg.Name, len(n.sessions), n.cfg.MaxSessions)
+	}
+	n.mu.Unlock()
+
+	s, err := session.Start(session.Config{
+		Shell: r.Shell, Argv: r.Argv, Dir: r.Cwd, Env: env, Cols: r.Cols, Rows: r.Rows,
+		ScrollbackBytes: n.cfg.ScrollbackBytes, RuntimeDir: filepath.Join(n.cfg.DataDir, "run"),
+		Title: r.Title, Description: r.Description, Labels: r.Labels, Logger: n.log,
+	})
+	if err != nil {
+		return nil, sessionErr("", err)
+	}
+	n.mu.Lock()
+	id, num, err := n.allocIDLocked()
+	if err != nil || n.closed {
+		n.mu.Unlock()
+		s.Close()
+		if err == nil {
+			err = api.Errorf(api.CodeUnavailable, "node %s is shutting down", n.cfg.Name)
+		}
+		return nil, err
+	}
+	e := &entry{n: n, id: id, num: num, s: s, started: time.Now(), dir: filepath.Join(n.cfg.DataDir, "sessions", id)}
+	e.castTo = filepath.Join(e.dir, "output.cast")
+	e.ctx, e.cancel = context.WithCancel(n.ctx)
+	info := s.Info()
+	if err := e.startRecording(replay.Header{
+		Width: info.Cols, Height: info.Rows, Timestamp: info.CreatedAt, Title: r.Title,
+		Env: map[string]string{"SHELL": info.Shell, "TERM": "xterm-256color"}, Command: strings.Join(info.Argv, " "),
+	}); err != nil {
+		n.mu.Unlock()
+		s.Close()
+		return nil, fmt.Errorf("recording of %s: %w", id, err)
+	}
+	n.sessions[id] = e
+	n.gossipLocked()
+	n.wg.Add(1)
+	n.mu.Unlock()
+	go func() { // the entry's goroutines are the node's
+		defer n.wg.Done()
+		e.run()
+		e.wg.Wait()
+	}()
+	return e.info(), nil
+}
+
+func (n *Node) list(ctx context.Context, req request) (any, error) {
+	return api.SessionList{Sessions: n.Sessions()}, nil
+}
+
+func (n *Node) get(ctx context.Context, req request) (any, error) {
+	var r api.SessionRequest
+	if err := decode(req, &r); err != nil {
+		return nil, err
+	}
+	e, err := n.lookup(r.Session)
+	if err != nil {
+		return nil, err
+	}
+	return e.info(), nil
+}
+
+func (n *Node) update(ctx context.Context, req request) (any, error) {
+	var r api.UpdateRequest
+	if err := decode(req, &r); err != nil {
+		return nil, err
+	}
+	e, err := n.lookup(r.Session)
+	if err != nil {
+		return nil, err
+	}
+	if r.Title != nil && len(*r.Title) > MaxTitleBytes || r.Description != nil && len(*r.Description) > MaxDescBytes {
+		return nil, api.Errorf(api.CodeTooLarge, "title over %d bytes or description over %d bytes", MaxTitleBytes, MaxDescBytes)
+	}
+	if err := validLabels(r.Labels); err != nil {
+		return nil, api.Errorf(api.CodeBadRequest, "%v", err)
+	}
+	e.s.SetInfo(r.Title, r.Description, r.Labels)
+	return e.info(), nil
+}
+
+func (n *Node) closeSession(ctx context.Context, req request) (any, error) {
+	var r api.SessionRequest
+	if err := decode(req, &r); err != nil {
+		return nil, err
+	}
+	e, err := n.lookup(r.Session)
+	if err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	if n.sessions[r.Session] != e {
+		n.mu.Unlock()
+		return nil, api.Errorf(api.CodeNotFound, "no session %s/%s", n.cfg.Name, r.Session)
+	}
+	delete(n.sessions, r.Session)
+	n.gossipLocked()
+	n.mu.Unlock()
+	info := e.info()
+	e.close()
+	publishJSON(n.cfg.Bus, n.subj.Event(n.cfg.Name, e.id), api.SessionEvent{
+		Type: "closed", Node: n.cfg.Name, Session: e.id, Time: time.Now().UTC(), State: string(session.StateExited),
+	})
+	info.State = string(session.StateExited)
+	return info, nil
+}
+
+func (n *Node) run(ctx context.Context, req request) (any, error) {
+	var r api.RunRequest
+	if err := decode(req, &r); err != nil {
+		return nil, err
+	}
+	e, err := n.lookup(r.Session)
+	if err != nil {
+		return nil, err
+	}
+	if r.TimeoutMS < 0 || r.MaxOutputBytes < 0 && r.MaxOutputBytes != -1 {
+		return nil, api.Errorf(api.CodeBadRequest, "timeout_ms and max_output_bytes must not be negative (max_output_bytes -1: unlimited)")
+	}
+	if len(r.IdempotencyKey) > 128 {
+		return nil, api.Errorf(api.CodeBadRequest, "idempotency_key over 128 bytes")
+	}
+	opts := session.RunOptions{Timeout: waitTimeout(r.TimeoutMS), MaxOutputBytes: r.MaxOutputBytes}
+	if r.IdempotencyKey != "" {
+		key := e.id + "\x00" + r.IdempotencyKey
+		n.mu.Lock()
+		blk, seen := n.idem[key]
+		n.mu.Unlock()
+		if seen {
+			res, err := e.s.WaitBlock(ctx, blk, opts)
+			if err != nil {
+				return nil, sessionErr(e.id, err)
+			}
+			return toResult(n.cfg.Name, e.id, res), nil
+		}
+		// Reserve the key before running so a concurrent retry cannot run it twice.
+		res, err := n.runOnce(ctx, e, r.Command, opts, key)
+		if err != nil {
+			return nil, err
+		}
+		return toResult(n.cfg.Name, e.id, res), nil
+	}
+	res, err := e.s.Run(ctx, r.Command, opts)
+	if err != nil {
+		return nil, sessionErr(e.id, err)
+	}
+	return toResult(n.cfg.Name, e.id, res), nil
+}
+
+// runOnce runs a command under an idempotency key; the key is recorded with the block
+// number as soon as the block exists.
+func (n *Node) runOnce(ctx context.Context, e *entry, command string, opts session.RunOptions, key string) (session.Result, error) {
+	n.mu.Lock()
+	if _, busy := n.idem[key]; busy {
+		n.mu.Unlock()
+		return session.Result{}, api.Errorf(api.CodeBusy, "a run with this idempotency key is in progress")
+	}
+	n.idem[key] = 0 // in progress
+	n.idemKeys = append(n.idemKeys, key)
+	if len(n.idemKeys) > 4096 {
+		delete(n.idem, n.idemKeys[0])
+		n.idemKeys = n.idemKeys[1:]
+	}
+	n.mu.Unlock()
+	before := len(e.s.Blocks())
+	res, err := e.s.Run(ctx, command, opts)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err != nil {
+		if res.Block.N == 0 && len(e.s.Blocks()) == before {
+			delete(n.idem, key) // nothing ran: a retry may run it
+		}
+		return res, sessionErr(e.id, err)
+	}
+	n.idem[key] = res.Block.N
+	return res, nil
+}
+
+func (n *Node) input(ctx context.Context, req request) (any, error) {
+	var r api.InputRequest
+	if err := decode(req, &r); err != nil {
+		return nil, err
+	}
+	e, err := n.lookup(r.Session)
+	if err != nil {
+		return nil, err
+	}
+	if len(r.Data) > MaxInputBytes {
+		return nil, api.Errorf(api.CodeTooLarge, "input of %d bytes (limit %d)", len(r.Data), MaxInputBytes)
+	}
+	if err := e.s.Input([]byte(r.Data)); err != nil {
+		return nil, sessionErr(e.id, err)
+	}
+	return api.Empty{}, nil
+}
+
+func (n *Node) keys(ctx context.Context, req request) (any, error) {
+	var r api.KeysRequest
+	if err := decode(req, &r); err != nil {
+		return nil, err
+	}
+	e, err := n.lookup(r.Session)
+	if err != nil {
+		return nil, err
+	}
+	if len(r.Keys) == 0 || len(r.Keys) > 1024 {
+		return nil, api.Errorf(api.CodeBadRequest, "keys: want 1 to 1024 key names, got %d", len(r.Keys))
+	}
+	if err := e.s.SendKeys(r.Keys...); err != nil {
+		return nil, sessionErr(e.id, err)
+	}
+	return api.Empty{}, nil
+}
+
+func (n *Node) resize(ctx context.Context, req request) (any, error) {
+	var r api.ResizeRequest
+	if err := decode(req, &r); err != nil {
+		return nil, err
+	}
+	e, err := n.lookup(r.Session)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.s.Resize(r.Cols, r.Rows); err != nil {
+		return nil, sessionErr(e.id, err)
+	}
+	return e.info(), nil
+}
+
+func (n *Node) screen(ctx context.Context, req request) (any, error) {
+	var r api.SessionRequest
+	if err := decode(req, &r); err != nil {
+		return nil, err
+	}
+	e, err := n.lookup(r.Session)
+	if err != nil {
+		return nil, err
+	}
+	scr, err := e.s.Screen()
+	if err != nil {
+		return nil, sessionErr(e.id, err)
+	}
+	return api.Screen{Text: scr.Text, Cursor: api.Cursor{Row: scr.Cursor.Row, Col: scr.Cursor.Col}, AltScreen: scr.AltScreen,
+		Cols: scr.Cols, Rows: scr.Rows, WaitingInput: scr.WaitingInput, Echo: scr.Echo}, nil
+}
+
+func (n *Node) blocks(ctx context.Context, req request) (any, error) {
+	var r api.SessionRequest
+	if err := decode(req, &r); err != nil {
+		return nil, err
+	}
+	e, err := n.lookup(r.Session)
+	if err != nil {
+		return nil, err
+	}
+	bs := e.s.Blocks()
+	out := api.BlockList{Blocks: make([]api.Block, len(bs))}
+	for i, b := range bs {
+		out.Blocks[i] = toBlock(b)
+	}
+	return out, nil
+}
+
+func (n *Node) block(ctx context.Context, req request) (any, error) {
+	var r api.BlockRequest
+	if err := decode(req, &r); err != nil {
+		return nil, err
+	}
+	e, err := n.lookup(r.Session)
+	if err != nil {
+		return nil, err
+	}
+	res, err := e.s.BlockText(r.N, session.TextOptions{MaxBytes: r.MaxBytes, Offset: r.Offset, Limit: r.Limit, Grep: r.Grep})
+	if err != nil {
+		return nil, sessionErr(e.id, err)
+	}
+	return toResult(n.cfg.Name, e.id, res), nil
+}
+
+func (n *Node) read(ctx context.Context, req request) (any, error) {
+	var r api.ReadRequest
+	if err := decode(req, &r); err != nil {
+		return nil, err
+	}
+	e, err := n.lookup(r.Session)
+	if err != nil {
+		return nil, err
+	}
+	if r.From < 0 || r.Max < 0 {
+		return nil, api.Errorf(api.CodeBadRequest, "from and max must not be negative")
+	}
+	if r.Max == 0 || r.Max > MaxReadBytes {
+		r.Max = MaxReadBytes
+	}
+	oldest, end := e.s.Offsets()
+	data, err := e.s.Read(r.From, r.Max)
+	if errors.Is(err, session.ErrTruncated) {
+		// Older than the scrollback: the recording has it.
+		data, err = e.readRecorded(r.From, min(oldest, r.From+int64(r.Max)))
+		if err != nil {
+			return nil, api.Errorf(api.CodeGone, "output at offset %d is no longer in the scrollback (oldest %d) and the recording cannot serve it: %v", r.From, oldest, err)
+		}
+	} else if err != nil {
+		return nil, sessionErr(e.id, err)
+	}
+	if data == nil {
+		data = []byte{}
+	}
+	if !e.recording() {
+		return api.ReadReply{Offset: r.From, Data: data, End: end, Oldest: oldest}, nil
+	}
+	return api.ReadReply{Offset: r.From, Data: data, End: end, Oldest: 0}, nil
+}
+
+func (n *Node) wait(ctx context.Context, req request) (any, error) {
+	var r api.WaitRequest
+	if err := decode(req, &r); err != nil {
+		return nil, err
+	}
+	e, err := n.lookup(r.Session)
+	if err != nil {
+		return nil, err
+	}
+	if r.TimeoutMS < 0 {
+		return nil, api.Errorf(api.CodeBadRequest, "timeout_ms must not be negative")
+	}
+	until := session.Until(r.Until)
+	switch until {
+	case session.UntilIdle, session.UntilWaitingInput, session.UntilExited, session.UntilOutput:
+	default:
+		return nil, api.Errorf(api.CodeBadRequest, "until %q: want idle, waiting_input, exited or output", r.Until)
+	}
+	wctx, cancel := context.WithTimeout(ctx, waitTimeout(r.TimeoutMS))
+	defer cancel()
+	info, err := e.s.Wait(wctx, until, r.After)
+	switch {
+	case err == nil:
+		return api.WaitReply{Session: toSession(n.cfg.Name, e.id, info), OK: true}, nil
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+		return api.WaitReply{Session: e.info(), OK: false}, nil
+	}
+	return nil, sessionErr(e.id, err)
+}
+
+// waitTimeout turns a request's timeout_ms into a bounded duration.
+func waitTimeout(ms int) time.Duration {
+	if ms <= 0 {
+		return DefaultWait
+	}
+	return min(time.Duration(ms)*time.Millisecond, MaxWait)
+}

@@ -1,0 +1,282 @@
+// Package node is the fleetmux node agent: it keeps the PTY sessions of one host,
+// serves them as the NATS micro service "fleetmux-node" (subjects
+// <prefix>.rpc.<node>.<verb>), publishes their output, block events, session events
+// and audit records, and records every session (asciicast v2 + block index) under its
+// data directory.
+//
+// The node reaches the bus and the gossip layer only through the small interfaces in
+// bus.go; cmd wires the concrete transports in.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+)
+
+// Version is the node agent's version, gossiped and served.
+const Version = "0.1.0"
+
+// Limits of the node API (documented in the README).
+const (
+	DefaultMaxSessions = 64
+	MaxInputBytes      = 256 << 10 // one input request
+	MaxReadBytes       = 512 << 10 // one read reply (base64 stays under NATS's 1 MB)
+	MaxTitleBytes      = 256
+	MaxDescBytes       = 4096
+	MaxLabels          = 32
+	MaxWait            = 10 * time.Minute
+	DefaultWait        = 30 * time.Second
+)
+
+// Config configures a node. Name, DataDir and Bus are required.
+type Config struct {
+	// Name is the node name (api.ValidName), one subject token.
+	Name string
+	// Labels are gossiped and shown with the node.
+	Labels map[string]string
+	// DataDir holds the session id counter and the recordings; created if missing.
+	DataDir string
+	// Prefix is the NATS subject prefix (default api.DefaultPrefix).
+	Prefix string
+	// Bus is the message bus.
+	Bus Bus
+	// Gossip, when set, is told the node's metadata whenever it changes.
+	Gossip Gossip
+	// MaxSessions bounds the sessions alive at once (default DefaultMaxSessions).
+	MaxSessions int
+	// DefaultShell is used when a create request names neither shell nor argv
+	// (default "bash").
+	DefaultShell string
+	// ScrollbackBytes is each session's scrollback ring (default session's).
+	ScrollbackBytes int
+	// Logger receives operational logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Node is a running node agent. Its methods are safe for concurrent use.
+type Node struct {
+	cfg  Config
+	log  *slog.Logger
+	subj api.Subjects
+
+	ctx    context.Context // cancelled by Close: stops every goroutine of the node
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex // guards the fields below
+	sessions map[string]*entry
+	nextID   int
+	idem     map[string]int // session + "\x00" + idempotency key → block number
+	idemKeys []string       // insertion order, for bounding idem
+	stop     func() error
+	closed   bool
+}
+
+// New validates cfg and prepares the node. Serving starts with Run.
+func New(cfg Config) (*Node, error) {
+	if err := api.ValidName(cfg.Name); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	if cfg.Bus == nil {
+		return nil, errors.New("node: config has no bus")
+	}
+	if cfg.DataDir == "" {
+		return nil, errors.New("node: config has no data dir")
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = api.DefaultPrefix
+	}
+	if err := api.ValidPrefix(cfg.Prefix); err != nil {
+		return nil, fmt.Errorf("node: prefix: %w", err)
+	}
+	if cfg.MaxSessions <= 0 {
+		cfg.MaxSessions = DefaultMaxSessions
+	}
+	if cfg.DefaultShell == "" {
+		cfg.DefaultShell = "bash"
+	}
+	if err := validLabels(cfg.Labels); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	for _, d := range []string{cfg.DataDir, filepath.Join(cfg.DataDir, "sessions"), filepath.Join(cfg.DataDir, "run")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("node: data dir: %w", err)
+		}
+	}
+	n := &Node{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		subj:     api.Subjects{Prefix: cfg.Prefix},
+		sessions: map[string]*entry{},
+		idem:     map[string]int{},
+	}
+	if n.log == nil {
+		n.log = slog.Default()
+	}
+	n.log = n.log.With("node", cfg.Name)
+	var err error
+	if n.nextID, err = readCounter(n.counterPath()); err != nil {
+		return nil, err
+	}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	return n, nil
+}
+
+// Run serves the node API until ctx is done, then closes the node (every session is
+// closed: sessions do not yet outlive the agent). It returns nil on a clean stop.
+func (n *Node) Run(ctx context.Context) error {
+	if err := n.Start(); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return n.Close()
+}
+
+// Start begins serving the node API; it does not block. Close stops it.
+func (n *Node) Start() error {
+	subjects := map[string]string{}
+	for verb := range verbs {
+		subjects[verb] = n.subj.RPC(n.cfg.Name, verb)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return errors.New("node: closed")
+	}
+	if n.stop != nil {
+		return errors.New("node: already started")
+	}
+	stop, err := n.cfg.Bus.Serve(api.ServiceName, Version, subjects, n.handle)
+	if err != nil {
+		return fmt.Errorf("node: serve: %w", err)
+	}
+	n.stop = stop
+	n.gossipLocked()
+	n.log.Info("node serving", "subject", n.subj.RPC(n.cfg.Name, "*"))
+	return nil
+}
+
+// Close stops serving, closes every session and waits for every goroutine of the
+// node. It is idempotent.
+func (n *Node) Close() error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		n.wg.Wait()
+		return nil
+	}
+	n.closed = true
+	stop := n.stop
+	entries := make([]*entry, 0, len(n.sessions))
+	for _, e := range n.sessions {
+		entries = append(entries, e)
+	}
+	n.mu.Unlock()
+	var errs []error
+	if stop != nil {
+		if err := stop(); err != nil {
+			errs = append(errs, fmt.Errorf("node: stop serving: %w", err))
+		}
+	}
+	var wg sync.WaitGroup
+	for _, e := range entries {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.close()
+		}()
+	}
+	wg.Wait()
+	n.cancel()
+	n.wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Name is the node's name.
+func (n *Node) Name() string { return n.cfg.Name }
+
+// Sessions lists the node's sessions, ordered by id number.
+func (n *Node) Sessions() []api.Session {
+	n.mu.Lock()
+	entries := make([]*entry, 0, len(n.sessions))
+	for _, e := range n.sessions {
+		entries = append(entries, e)
+	}
+	n.mu.Unlock()
+	sort.Slice(entries, func(i, j int) bool { return entries[i].num < entries[j].num })
+	out := make([]api.Session, len(entries))
+	for i, e := range entries {
+		out[i] = e.info()
+	}
+	return out
+}
+
+func (n *Node) counterPath() string { return filepath.Join(n.cfg.DataDir, "next-session-id") }
+
+// readCounter reads the persisted next session number (1 when absent).
+func readCounter(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 1, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("node: session counter: %w", err)
+	}
+	v, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || v < 1 {
+		return 0, fmt.Errorf("node: session counter %s is corrupt: %q", path, b)
+	}
+	return v, nil
+}
+
+// allocIDLocked returns a fresh session id and persists the counter first, so an id
+// is never reused while the data dir lives, even across a crash.
+func (n *Node) allocIDLocked() (string, int, error) {
+	num := n.nextID
+	tmp := n.counterPath() + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strconv.Itoa(num+1)+"\n"), 0o600); err != nil {
+		return "", 0, fmt.Errorf("node: session counter: %w", err)
+	}
+	if err := os.Rename(tmp, n.counterPath()); err != nil {
+		return "", 0, fmt.Errorf("node: session counter: %w", err)
+	}
+	n.nextID = num + 1
+	return "s" + strconv.Itoa(num), num, nil
+}
+
+// gossipLocked tells the cluster the node's current metadata.
+func (n *Node) gossipLocked() {
+	if n.cfg.Gossip == nil {
+		return
+	}
+	meta := api.NodeMeta{Name: n.cfg.Name, Labels: n.cfg.Labels, Version: Version, Sessions: len(n.sessions), Proto: api.ProtocolVersion}
+	if err := n.cfg.Gossip.UpdateMeta(meta); err != nil {
+		n.log.Warn("gossip metadata not updated", "err", err)
+	}
+}
+
+func validLabels(l map[string]string) error {
+	if len(l) > MaxLabels {
+		return fmt.Errorf("%d labels (limit %d)", len(l), MaxLabels)
+	}
+	for k, v := range l {
+		if err := api.ValidName(k); err != nil {
+			return fmt.Errorf("label key: %w", err)
+		}
+		if len(v) > 256 || strings.ContainsAny(v, "\x00\n") {
+			return fmt.Errorf("label %s: value too long or with a newline", k)
+		}
+	}
+	return nil
+}

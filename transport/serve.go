@@ -1,0 +1,210 @@
+package transport
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"slices"
+	"sync"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+)
+
+// MaxInFlight is how many requests one Serve runs at once; a request beyond that is
+// answered at once with an api.Error of code api.CodeBusy.
+const MaxInFlight = 256
+
+// ServeFunc answers one request of Serve: verb is the endpoint, header holds the first
+// value of each request header, and the returned bytes are the reply body. ctx is
+// cancelled when the service stops.
+type ServeFunc = func(ctx context.Context, verb string, header map[string]string, data []byte) []byte
+
+// Serve answers requests as the NATS micro service name/version (discoverable with
+// `nats micro ls`), one endpoint per verb on the given subject (verb → subject), until
+// the returned stop is called or the Conn is closed.
+//
+// Each request runs handle on a goroutine of its own, at most MaxInFlight at once;
+// beyond that the request is answered {"error":{"code":"busy",...}} without running
+// handle, so a slow handler never holds up the others. stop unsubscribes, cancels the
+// handlers' ctx and waits for them to return; requests that arrive while stopping are
+// answered with code api.CodeUnavailable. stop is idempotent.
+func (c *Conn) Serve(name, version string, subjects map[string]string, handle ServeFunc) (stop func() error, err error) {
+	if handle == nil {
+		return nil, fmt.Errorf("%w: serve %s: nil handler", ErrConfig, name)
+	}
+	if len(subjects) == 0 {
+		return nil, fmt.Errorf("%w: serve %s: no endpoints", ErrConfig, name)
+	}
+	c.mu.Lock()
+	closing := c.closing
+	c.mu.Unlock()
+	if closing || c.nc.IsClosed() {
+		return nil, fmt.Errorf("%w: serve %s", ErrClosed, name)
+	}
+
+	svc, err := micro.AddService(c.nc, micro.Config{Name: name, Version: version})
+	if err != nil {
+		return nil, fmt.Errorf("transport: serve %s %s: %w", name, version, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &served{
+		conn:   c,
+		svc:    svc,
+		name:   name,
+		handle: handle,
+		log:    c.log.With("service", name),
+		ctx:    ctx,
+		cancel: cancel,
+		sem:    make(chan struct{}, MaxInFlight),
+	}
+	verbs := make([]string, 0, len(subjects))
+	for verb := range subjects {
+		verbs = append(verbs, verb)
+	}
+	slices.Sort(verbs)
+	for _, verb := range verbs {
+		subject := subjects[verb]
+		if err := svc.AddEndpoint(verb, s.dispatch(verb), micro.WithEndpointSubject(subject)); err != nil {
+			cancel()
+			_ = svc.Stop()
+			return nil, fmt.Errorf("transport: serve %s: endpoint %s on %s: %w", name, verb, subject, err)
+		}
+	}
+
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		cancel()
+		_ = svc.Stop()
+		return nil, fmt.Errorf("%w: serve %s", ErrClosed, name)
+	}
+	c.nextSvc++
+	s.id = c.nextSvc
+	c.services[s.id] = s.stop
+	c.mu.Unlock()
+	return s.stop, nil
+}
+
+// served is one running Serve.
+type served struct {
+	conn   *Conn
+	id     int
+	svc    micro.Service
+	name   string
+	handle ServeFunc
+	log    *slog.Logger
+	ctx    context.Context
+	cancel context.CancelFunc
+	sem    chan struct{} // one token per running handler
+
+	mu      sync.Mutex // guards stopped and wg.Add against wg.Wait
+	stopped bool
+	wg      sync.WaitGroup
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// dispatch returns the micro handler of one verb. It runs on the endpoint's
+// subscription goroutine, so it never blocks: it starts a handler goroutine or
+// answers at once.
+func (s *served) dispatch(verb string) micro.HandlerFunc {
+	return func(req micro.Request) {
+		s.mu.Lock()
+		if s.stopped {
+			s.mu.Unlock()
+			s.reject(req, api.CodeUnavailable, "the service %s is stopping", s.name)
+			return
+		}
+		select {
+		case s.sem <- struct{}{}:
+		default:
+			s.mu.Unlock()
+			s.reject(req, api.CodeBusy, "%s has %d requests in flight; retry later", s.name, MaxInFlight)
+			return
+		}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.run(verb, req)
+	}
+}
+
+// run handles one request on its own goroutine.
+func (s *served) run(verb string, req micro.Request) {
+	defer s.wg.Done()
+	defer func() { <-s.sem }()
+	var reply []byte
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				s.log.Error("request handler panicked", "subject", req.Subject(), "verb", verb, "panic", r, "stack", string(debug.Stack()))
+				reply = errorReply(api.CodeInternal, fmt.Sprintf("internal error handling %s", verb))
+			}
+		}()
+		reply = s.handle(s.ctx, verb, flatHeader(req.Headers()), req.Data())
+	}()
+	if err := req.Respond(reply); err != nil {
+		s.logRespondError(req, err)
+	}
+}
+
+func (s *served) reject(req micro.Request, code, format string, args ...any) {
+	if err := req.Respond(errorReply(code, fmt.Sprintf(format, args...))); err != nil {
+		s.logRespondError(req, err)
+	}
+}
+
+func (s *served) logRespondError(req micro.Request, err error) {
+	if req.Reply() == "" {
+		s.log.Debug("message without reply subject on a service endpoint", "subject", req.Subject())
+		return
+	}
+	s.log.Warn("cannot send reply", "subject", req.Subject(), "err", err)
+}
+
+// stop stops the micro service, cancels the handlers and waits for them.
+func (s *served) stop() error {
+	s.stopOnce.Do(func() {
+		err := s.svc.Stop()
+		if err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			s.stopErr = fmt.Errorf("transport: stop service %s: %w", s.name, err)
+		}
+		s.mu.Lock()
+		s.stopped = true
+		s.mu.Unlock()
+		s.cancel()
+		s.wg.Wait()
+		s.conn.mu.Lock()
+		delete(s.conn.services, s.id)
+		s.conn.mu.Unlock()
+	})
+	return s.stopErr
+}
+
+// errorReply is the JSON body of an api error reply.
+func errorReply(code, message string) []byte {
+	b, err := json.Marshal(api.ErrorReply{Error: &api.Error{Code: code, Message: message}})
+	if err != nil { // cannot happen: two strings
+		return []byte(`{"error":{"code":"internal","message":"cannot encode error"}}`)
+	}
+	return b
+}
+
+// flatHeader keeps the first value of each header (nil when there are none).
+func flatHeader(h micro.Headers) map[string]string {
+	if len(h) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(h))
+	for k, v := range h {
+		if len(v) > 0 {
+			out[k] = v[0]
+		}
+	}
+	return out
+}

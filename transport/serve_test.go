@@ -1,0 +1,252 @@
+package transport_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/internal/testutil"
+	"github.com/fleetmux/fleetmux/transport"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+)
+
+// service serves verbs echo, block and panic for node n1 and returns the client
+// connection, the stop function and the block handler's controls.
+type blocker struct {
+	entered atomic.Int64  // block handlers running
+	release chan struct{} // closed to let them return
+	done    atomic.Int64  // block handlers returned
+}
+
+func serveTest(t *testing.T) (client *transport.Conn, stop func() error, b *blocker) {
+	t.Helper()
+	srv := testutil.StartNATS(t, t.TempDir())
+	server := connected(t, srv.ClientURL())
+	client = connected(t, srv.ClientURL())
+	b = &blocker{release: make(chan struct{})}
+	subj := api.Subjects{}
+	subjects := map[string]string{
+		"echo":  subj.RPC("n1", "echo"),
+		"block": subj.RPC("n1", "block"),
+		"panic": subj.RPC("n1", "panic"),
+	}
+	stop, err := server.Serve(api.ServiceName, "0.1.0", subjects, func(ctx context.Context, verb string, header map[string]string, data []byte) []byte {
+		switch verb {
+		case "echo":
+			return fmt.Appendf(nil, "%s:%s:%s", verb, header[api.HeaderActor], data)
+		case "block":
+			b.entered.Add(1)
+			defer b.done.Add(1)
+			select {
+			case <-b.release:
+				return []byte("released")
+			case <-ctx.Done():
+				return []byte("cancelled")
+			}
+		case "panic":
+			panic("boom")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	t.Cleanup(func() {
+		select {
+		case <-b.release:
+		default:
+			close(b.release)
+		}
+		_ = stop()
+	})
+	// The service's subscriptions reach the server before any request.
+	if err := server.NC().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return client, stop, b
+}
+
+func TestServeRoundTrip(t *testing.T) {
+	client, _, _ := serveTest(t)
+	got, err := client.Request(ctxT(t, 5*time.Second), api.Subjects{}.RPC("n1", "echo"), map[string]string{api.HeaderActor: "alice"}, []byte("hi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != "echo:alice:hi" {
+		t.Fatalf("reply %q", got)
+	}
+	// The micro framework makes the service discoverable.
+	info, err := client.Request(ctxT(t, 5*time.Second), "$SRV.INFO."+api.ServiceName, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var si micro.Info
+	if err := json.Unmarshal(info, &si); err != nil {
+		t.Fatal(err)
+	}
+	if si.Name != api.ServiceName || si.Version != "0.1.0" || len(si.Endpoints) != 3 {
+		t.Fatalf("service info %+v", si)
+	}
+}
+
+func TestServeHandlerPanicIsAnError(t *testing.T) {
+	client, _, _ := serveTest(t)
+	got, err := client.Request(ctxT(t, 5*time.Second), api.Subjects{}.RPC("n1", "panic"), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := errorCode(t, got); code != api.CodeInternal {
+		t.Fatalf("reply %s", got)
+	}
+}
+
+func TestServeBlockingHandlerDoesNotBlockOthers(t *testing.T) {
+	client, _, b := serveTest(t)
+	blocked := make(chan error, 1)
+	go func() {
+		reply, err := client.Request(context.Background(), api.Subjects{}.RPC("n1", "block"), nil, nil)
+		if err == nil && string(reply) != "released" {
+			err = fmt.Errorf("reply %q", reply)
+		}
+		blocked <- err
+	}()
+	testutil.Eventually(t, 5*time.Second, func() bool { return b.entered.Load() == 1 }, "block handler running")
+	got, err := client.Request(ctxT(t, 5*time.Second), api.Subjects{}.RPC("n1", "echo"), nil, []byte("x"))
+	if err != nil || string(got) != "echo::x" {
+		t.Fatalf("echo while another handler blocks: %q %v", got, err)
+	}
+	close(b.release)
+	if err := <-blocked; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestServeBusyBeyondMaxInFlight(t *testing.T) {
+	client, _, b := serveTest(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, transport.MaxInFlight)
+	for range transport.MaxInFlight {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reply, err := client.Request(ctxT(t, 30*time.Second), api.Subjects{}.RPC("n1", "block"), nil, nil)
+			if err == nil && string(reply) != "released" {
+				err = fmt.Errorf("reply %q", reply)
+			}
+			if err != nil {
+				errs <- err
+			}
+		}()
+	}
+	testutil.Eventually(t, 20*time.Second, func() bool { return b.entered.Load() == transport.MaxInFlight }, "%d handlers running (now %d)", transport.MaxInFlight, b.entered.Load())
+	got, err := client.Request(ctxT(t, 5*time.Second), api.Subjects{}.RPC("n1", "echo"), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := errorCode(t, got); code != api.CodeBusy {
+		t.Fatalf("request %d: %s", transport.MaxInFlight+1, got)
+	}
+	close(b.release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	// Capacity is back.
+	got, err = client.Request(ctxT(t, 5*time.Second), api.Subjects{}.RPC("n1", "echo"), nil, []byte("y"))
+	if err != nil || string(got) != "echo::y" {
+		t.Fatalf("after release: %q %v", got, err)
+	}
+}
+
+func TestServeStopCancelsAndWaits(t *testing.T) {
+	client, stop, b := serveTest(t)
+	replies := make(chan string, 1)
+	go func() {
+		reply, err := client.Request(ctxT(t, 10*time.Second), api.Subjects{}.RPC("n1", "block"), nil, nil)
+		if err != nil {
+			reply = []byte(err.Error())
+		}
+		replies <- string(reply)
+	}()
+	testutil.Eventually(t, 5*time.Second, func() bool { return b.entered.Load() == 1 }, "block handler running")
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if b.done.Load() != 1 {
+		t.Fatal("stop returned before the handler did")
+	}
+	if r := <-replies; r != "cancelled" {
+		t.Fatalf("in-flight request got %q", r)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("second stop: %v", err)
+	}
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		_, err := client.Request(ctxT(t, time.Second), api.Subjects{}.RPC("n1", "echo"), nil, nil)
+		return errors.Is(err, nats.ErrNoResponders)
+	}, "no responders after stop")
+}
+
+// TestConnCloseStopsServices: Close stops running services and waits for handlers.
+func TestConnCloseStopsServices(t *testing.T) {
+	srv := testutil.StartNATS(t, t.TempDir())
+	server := connected(t, srv.ClientURL())
+	client := connected(t, srv.ClientURL())
+	entered := make(chan struct{})
+	var returned atomic.Bool
+	_, err := server.Serve(api.ServiceName, "0.1.0", map[string]string{"block": "fleetmux.rpc.n2.block"}, func(ctx context.Context, _ string, _ map[string]string, _ []byte) []byte {
+		close(entered)
+		<-ctx.Done()
+		returned.Store(true)
+		return []byte("bye")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := server.NC().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = client.Request(ctxT(t, 5*time.Second), "fleetmux.rpc.n2.block", nil, nil) }()
+	<-entered
+	if err := server.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !returned.Load() {
+		t.Fatal("Close returned before the handler")
+	}
+}
+
+func TestServeBadConfig(t *testing.T) {
+	srv := testutil.StartNATS(t, t.TempDir())
+	c := connected(t, srv.ClientURL())
+	h := func(context.Context, string, map[string]string, []byte) []byte { return nil }
+	if _, err := c.Serve(api.ServiceName, "0.1.0", nil, h); !errors.Is(err, transport.ErrConfig) {
+		t.Errorf("no endpoints: %v", err)
+	}
+	if _, err := c.Serve(api.ServiceName, "not-semver", map[string]string{"a": "x.a"}, h); err == nil {
+		t.Error("bad version accepted")
+	}
+	if _, err := c.Serve(api.ServiceName, "0.1.0", map[string]string{"a b": "x.a"}, h); err == nil {
+		t.Error("bad verb accepted")
+	}
+}
+
+func errorCode(t *testing.T, reply []byte) string {
+	t.Helper()
+	var e api.ErrorReply
+	if err := json.Unmarshal(reply, &e); err != nil || e.Error == nil {
+		t.Fatalf("not an error reply: %s (%v)", reply, err)
+	}
+	if e.Error.Message == "" {
+		t.Fatalf("error without message: %s", reply)
+	}
+	return e.Error.Code
+}
