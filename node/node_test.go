@@ -71,6 +71,13 @@ func newFixture(t *testing.T, mod ...func(*node.Config)) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.client.Close() })
+	// The service is registered on the server once it answers.
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := f.client.Request(ctx, f.subj.RPC("n1", "list"), nil, nil)
+		return err == nil
+	}, "the node service to answer")
 	return f
 }
 

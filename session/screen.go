@@ -173,7 +173,7 @@ func (sc *screen) catchUpLocked(end int64) (skipped bool) {
 	if start := s.ring.start(); sc.fed < start {
 		sc.fed = start
 	}
-	if lag := end - sc.fed; lag > screenKeep {
+	if lag := end - sc.fed; lag > int64(4*rows) {
 		a, b := s.ring.slices(sc.fed, end)
 		if lag > screenMaxLag || bytes.Count(a, nl)+bytes.Count(b, nl) > 4*rows {
 			to := sc.skipTargetLocked(end, 2*rows)

@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/nats-io/nats.go"
@@ -87,6 +88,12 @@ func (c *Conn) Serve(name, version string, subjects map[string]string, handle Se
 	s.id = c.nextSvc
 	c.services[s.id] = s.stop
 	c.mu.Unlock()
+	// When connected, make sure the server has the subscriptions before returning, so
+	// a request sent right after Serve finds its responder (bounded; while
+	// disconnected they are sent on reconnect).
+	if c.nc.IsConnected() {
+		_ = c.nc.FlushTimeout(2 * time.Second)
+	}
 	return s.stop, nil
 }
 
