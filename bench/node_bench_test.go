@@ -175,7 +175,6 @@ func BenchmarkNodeThroughput(b *testing.B) {
 	})
 }
 
-
 func reportLatency(b *testing.B, ds []time.Duration) {
 	b.ReportMetric(micros(percentile(ds, 50)), "p50-µs")
 	b.ReportMetric(micros(percentile(ds, 99)), "p99-µs")

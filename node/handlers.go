@@ -91,6 +91,18 @@ func decode(req request, v any) error {
 	return nil
 }
 
+// target decodes a request that names a session into v and finds the session.
+func (n *Node) target(req request, v any) (*entry, error) {
+	if err := decode(req, v); err != nil {
+		return nil, err
+	}
+	var named struct {
+		Session string `json:"session"`
+	}
+	_ = json.Unmarshal(req.data, &named) // decode has already accepted the JSON
+	return n.lookup(named.Session)
+}
+
 // lookup finds a session by id.
 func (n *Node) lookup(id string) (*entry, error) {
 	if err := api.ValidName(id); err != nil {
@@ -213,10 +225,7 @@ func (n *Node) list(ctx context.Context, req request) (any, error) {
 
 func (n *Node) get(ctx context.Context, req request) (any, error) {
 	var r api.SessionRequest
-	if err := decode(req, &r); err != nil {
-		return nil, err
-	}
-	e, err := n.lookup(r.Session)
+	e, err := n.target(req, &r)
 	if err != nil {
 		return nil, err
 	}
@@ -225,10 +234,7 @@ func (n *Node) get(ctx context.Context, req request) (any, error) {
 
 func (n *Node) update(ctx context.Context, req request) (any, error) {
 	var r api.UpdateRequest
-	if err := decode(req, &r); err != nil {
-		return nil, err
-	}
-	e, err := n.lookup(r.Session)
+	e, err := n.target(req, &r)
 	if err != nil {
 		return nil, err
 	}
@@ -244,10 +250,7 @@ func (n *Node) update(ctx context.Context, req request) (any, error) {
 
 func (n *Node) closeSession(ctx context.Context, req request) (any, error) {
 	var r api.SessionRequest
-	if err := decode(req, &r); err != nil {
-		return nil, err
-	}
-	e, err := n.lookup(r.Session)
+	e, err := n.target(req, &r)
 	if err != nil {
 		return nil, err
 	}
@@ -270,10 +273,7 @@ func (n *Node) closeSession(ctx context.Context, req request) (any, error) {
 
 func (n *Node) run(ctx context.Context, req request) (any, error) {
 	var r api.RunRequest
-	if err := decode(req, &r); err != nil {
-		return nil, err
-	}
-	e, err := n.lookup(r.Session)
+	e, err := n.target(req, &r)
 	if err != nil {
 		return nil, err
 	}
@@ -341,10 +341,7 @@ func (n *Node) runOnce(ctx context.Context, e *entry, command string, opts sessi
 
 func (n *Node) input(ctx context.Context, req request) (any, error) {
 	var r api.InputRequest
-	if err := decode(req, &r); err != nil {
-		return nil, err
-	}
-	e, err := n.lookup(r.Session)
+	e, err := n.target(req, &r)
 	if err != nil {
 		return nil, err
 	}
@@ -359,10 +356,7 @@ func (n *Node) input(ctx context.Context, req request) (any, error) {
 
 func (n *Node) keys(ctx context.Context, req request) (any, error) {
 	var r api.KeysRequest
-	if err := decode(req, &r); err != nil {
-		return nil, err
-	}
-	e, err := n.lookup(r.Session)
+	e, err := n.target(req, &r)
 	if err != nil {
 		return nil, err
 	}
@@ -377,10 +371,7 @@ func (n *Node) keys(ctx context.Context, req request) (any, error) {
 
 func (n *Node) resize(ctx context.Context, req request) (any, error) {
 	var r api.ResizeRequest
-	if err := decode(req, &r); err != nil {
-		return nil, err
-	}
-	e, err := n.lookup(r.Session)
+	e, err := n.target(req, &r)
 	if err != nil {
 		return nil, err
 	}
@@ -392,10 +383,7 @@ func (n *Node) resize(ctx context.Context, req request) (any, error) {
 
 func (n *Node) screen(ctx context.Context, req request) (any, error) {
 	var r api.SessionRequest
-	if err := decode(req, &r); err != nil {
-		return nil, err
-	}
-	e, err := n.lookup(r.Session)
+	e, err := n.target(req, &r)
 	if err != nil {
 		return nil, err
 	}
@@ -409,10 +397,7 @@ func (n *Node) screen(ctx context.Context, req request) (any, error) {
 
 func (n *Node) blocks(ctx context.Context, req request) (any, error) {
 	var r api.SessionRequest
-	if err := decode(req, &r); err != nil {
-		return nil, err
-	}
-	e, err := n.lookup(r.Session)
+	e, err := n.target(req, &r)
 	if err != nil {
 		return nil, err
 	}
@@ -426,10 +411,7 @@ func (n *Node) blocks(ctx context.Context, req request) (any, error) {
 
 func (n *Node) block(ctx context.Context, req request) (any, error) {
 	var r api.BlockRequest
-	if err := decode(req, &r); err != nil {
-		return nil, err
-	}
-	e, err := n.lookup(r.Session)
+	e, err := n.target(req, &r)
 	if err != nil {
 		return nil, err
 	}
@@ -442,10 +424,7 @@ func (n *Node) block(ctx context.Context, req request) (any, error) {
 
 func (n *Node) read(ctx context.Context, req request) (any, error) {
 	var r api.ReadRequest
-	if err := decode(req, &r); err != nil {
-		return nil, err
-	}
-	e, err := n.lookup(r.Session)
+	e, err := n.target(req, &r)
 	if err != nil {
 		return nil, err
 	}
@@ -477,10 +456,7 @@ func (n *Node) read(ctx context.Context, req request) (any, error) {
 
 func (n *Node) wait(ctx context.Context, req request) (any, error) {
 	var r api.WaitRequest
-	if err := decode(req, &r); err != nil {
-		return nil, err
-	}
-	e, err := n.lookup(r.Session)
+	e, err := n.target(req, &r)
 	if err != nil {
 		return nil, err
 	}
