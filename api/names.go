@@ -14,6 +14,10 @@ const MaxNameLen = 63
 // session id or session address.
 var ErrBadName = errors.New("api: bad name")
 
+// ErrNoResponders is wrapped by a bus's request error when nobody serves the
+// subject: the node agent is not running (or not connected).
+var ErrNoResponders = errors.New("api: no responders")
+
 // nameRule is appended to errors so the message alone says how to fix the name.
 const nameRule = "names are NATS subject tokens: 1 to 63 of A-Z a-z 0-9 _ -"
 

@@ -116,7 +116,16 @@ type NodeMeta struct {
 	Version  string            `json:"version"`
 	Sessions int               `json:"sessions"`
 	Proto    int               `json:"proto"`
+	// Role is "" for a node agent and RoleController for a controller (controllers
+	// gossip too, and are not nodes).
+	Role string `json:"role,omitempty"`
+	// Published is the output bytes the node has published since it started
+	// (refreshed every few seconds at most).
+	Published int64 `json:"pub,omitempty"`
 }
+
+// RoleController is NodeMeta.Role of a controller.
+const RoleController = "controller"
 
 // Requests of the node API (one per verb; the verb is the last subject token).
 type (
@@ -196,6 +205,9 @@ type (
 	// SessionList is the reply of list.
 	SessionList struct {
 		Sessions []Session `json:"sessions"`
+		// Unavailable lists nodes whose sessions are missing from a fleet-wide list
+		// because they did not answer (controller only).
+		Unavailable []string `json:"unavailable,omitempty"`
 	}
 	// BlockList is the reply of blocks.
 	BlockList struct {

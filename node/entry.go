@@ -137,7 +137,10 @@ func (e *entry) publish() {
 				e.n.log.Warn("output not published; subscribers will read the gap", "session", e.id, "subject", subject, "offset", c.Offset, "err", err)
 			}
 			failing = true
-		} else if failing {
+		} else {
+			e.n.published.Add(int64(len(c.Data)))
+		}
+		if err == nil && failing {
 			e.n.log.Info("output publishing again", "session", e.id, "offset", c.Offset)
 			failing = false
 		}

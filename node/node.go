@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
@@ -73,6 +74,8 @@ type Node struct {
 	ctx    context.Context // cancelled by Close: stops every goroutine of the node
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	published atomic.Int64 // output bytes published, gossiped as NodeMeta.Published
 
 	mu       sync.Mutex // guards the fields below
 	sessions map[string]*entry
@@ -163,6 +166,10 @@ func (n *Node) Start() error {
 	}
 	n.stop = stop
 	n.gossipLocked()
+	if n.cfg.Gossip != nil {
+		n.wg.Add(1)
+		go n.gossipPublished()
+	}
 	n.log.Info("node serving", "subject", n.subj.RPC(n.cfg.Name, "*"))
 	return nil
 }
@@ -255,12 +262,39 @@ func (n *Node) allocIDLocked() (string, int, error) {
 	return "s" + strconv.Itoa(num), num, nil
 }
 
+// gossipPublishedEvery is how often the node gossips its published byte count
+// when it changed (metadata updates are broadcasts: keep them rare).
+const gossipPublishedEvery = 5 * time.Second
+
+// gossipPublished refreshes the gossiped published byte count until Close.
+func (n *Node) gossipPublished() {
+	defer n.wg.Done()
+	t := time.NewTicker(gossipPublishedEvery)
+	defer t.Stop()
+	last := int64(0)
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if v := n.published.Load(); v != last {
+			last = v
+			n.mu.Lock()
+			if !n.closed {
+				n.gossipLocked()
+			}
+			n.mu.Unlock()
+		}
+	}
+}
+
 // gossipLocked tells the cluster the node's current metadata.
 func (n *Node) gossipLocked() {
 	if n.cfg.Gossip == nil {
 		return
 	}
-	meta := api.NodeMeta{Name: n.cfg.Name, Labels: n.cfg.Labels, Version: Version, Sessions: len(n.sessions), Proto: api.ProtocolVersion}
+	meta := api.NodeMeta{Name: n.cfg.Name, Labels: n.cfg.Labels, Version: Version, Sessions: len(n.sessions), Proto: api.ProtocolVersion, Published: n.published.Load()}
 	if err := n.cfg.Gossip.UpdateMeta(meta); err != nil {
 		n.log.Warn("gossip metadata not updated", "err", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fleetmux/fleetmux/api"
 	"github.com/nats-io/nats.go"
 )
 
@@ -376,7 +377,8 @@ func (c *Conn) Publish(subject string, header map[string]string, data []byte) er
 }
 
 // Request sends a request and waits for its reply until ctx is done. It fails fast
-// with an error wrapping nats.ErrNoResponders when nobody serves subject.
+// with an error wrapping api.ErrNoResponders (and nats.ErrNoResponders) when nobody
+// serves subject.
 func (c *Conn) Request(ctx context.Context, subject string, header map[string]string, data []byte) ([]byte, error) {
 	select {
 	case <-c.liveCh:
@@ -389,6 +391,9 @@ func (c *Conn) Request(ctx context.Context, subject string, header map[string]st
 	if err != nil {
 		if errors.Is(err, nats.ErrConnectionClosed) {
 			return nil, fmt.Errorf("%w: request %s: %w", ErrClosed, subject, err)
+		}
+		if errors.Is(err, nats.ErrNoResponders) {
+			return nil, fmt.Errorf("transport: request %s: %w (%w)", subject, api.ErrNoResponders, err)
 		}
 		return nil, fmt.Errorf("transport: request %s: %w", subject, err)
 	}

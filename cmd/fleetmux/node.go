@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -85,91 +84,92 @@ func sanitizeName(h string) string {
 
 func (o *nodeOptions) run(ctx context.Context, stderr io.Writer) error {
 	stderr = &lockedWriter{w: stderr} // logs come from many goroutines
-	level := slog.LevelInfo
-	if o.verbose {
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log := newLogger(stderr, o.verbose)
 	if err := api.ValidName(o.name); err != nil {
 		return usageError("--name: %v", err)
 	}
-	labels := map[string]string{}
-	for _, kv := range o.labels {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok {
-			return usageError("--label %q: want k=v", kv)
-		}
-		labels[k] = v
+	labels, err := parseLabelFlags(o.labels)
+	if err != nil {
+		return err
 	}
 	if err := os.MkdirAll(o.data, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
+	var st stack
+	defer st.close()
 	url := o.natsURL
 	if url == "" {
-		srv, err := transport.StartServer(transport.ServerConfig{
-			Listen: "127.0.0.1:4222", DataDir: filepath.Join(o.data, "nats"), JetStream: true, Logger: log,
-		})
+		srv, err := embedNATS(&st, "127.0.0.1:4222", o.data, "", nil, log)
 		if err != nil {
-			return fmt.Errorf("embedded nats: %w", err)
+			return err
 		}
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			srv.Shutdown(sctx)
-		}()
 		url = srv.ClientURL()
-		if err := os.WriteFile(filepath.Join(o.data, "nats.url"), []byte(url+"\n"), 0o600); err != nil {
+		if err := writeSecretFile(filepath.Join(o.data, "nats.url"), url+"\n"); err != nil {
 			return err
 		}
 		fmt.Fprintf(stderr, "embedded NATS at %s (written to %s)\n", url, filepath.Join(o.data, "nats.url"))
 	}
-	conn, err := transport.Connect(ctx, transport.NATSConfig{URL: url, Token: o.natsToken, CredsFile: o.natsCreds, Name: "fleetmux-node " + o.name, Logger: log})
+	conn, err := connectNATS(ctx, &st, transport.NATSConfig{URL: url, Token: o.natsToken, CredsFile: o.natsCreds, Name: "fleetmux-node " + o.name, Logger: log})
 	if err != nil {
-		return fmt.Errorf("nats: %w", err)
+		return err
 	}
-	defer conn.Close()
 	if o.natsURL == "" {
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := transport.EnsureStreams(sctx, conn.NC(), o.prefix, transport.StreamLimits{})
-		cancel()
-		if err != nil {
-			log.Warn("jetstream streams not set up", "err", err)
-		}
+		ensureStreams(ctx, conn, o.prefix, log)
 	}
-	cfg := node.Config{Name: o.name, Labels: labels, DataDir: o.data, Prefix: o.prefix, Bus: conn, MaxSessions: o.maxSessions, Logger: log}
-	if o.gossipListen != "" {
-		g, err := o.startGossip(ctx, labels, log)
-		if g != nil {
-			defer g.Close()
-			cfg.Gossip = g
-		}
-		if err != nil {
-			log.Warn("gossip", "err", err)
-		}
-	}
-	n, err := node.New(cfg)
+	n, err := startNode(ctx, &st, conn, node.Config{Name: o.name, Labels: labels, DataDir: o.data, Prefix: o.prefix, MaxSessions: o.maxSessions, Logger: log},
+		gossipOptions{listen: o.gossipListen, key: o.gossipKey, join: o.join})
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stderr, "node %s serving on %s\n", o.name, api.Subjects{Prefix: o.prefix}.RPC(o.name, "*"))
-	return n.Run(ctx)
+	<-ctx.Done()
+	return n.Close()
 }
 
-func (o *nodeOptions) startGossip(ctx context.Context, labels map[string]string, log *slog.Logger) (*transport.Gossip, error) {
-	host, port, err := splitHostPort(o.gossipListen)
-	if err != nil {
-		return nil, usageError("--gossip-listen: %v", err)
-	}
-	var key []byte
-	if o.gossipKey != "" {
-		if key, err = hex.DecodeString(o.gossipKey); err != nil {
-			return nil, usageError("--gossip-key: not hex: %v", err)
+// parseLabelFlags parses repeated --label k=v flags.
+func parseLabelFlags(kvs []string) (map[string]string, error) {
+	labels := map[string]string{}
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, usageError("--label %q: want k=v", kv)
 		}
+		labels[k] = v
 	}
-	return transport.StartGossip(ctx, transport.GossipConfig{
-		Name: o.name, BindAddr: host, BindPort: port, Join: o.join, SecretKey: key, Logger: log,
-		Meta: api.NodeMeta{Name: o.name, Labels: labels, Version: node.Version, Proto: api.ProtocolVersion},
-	})
+	return labels, nil
+}
+
+// ensureStreams sets up the JetStream streams on an embedded server.
+func ensureStreams(ctx context.Context, conn *transport.Conn, prefix string, log *slog.Logger) {
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := transport.EnsureStreams(sctx, conn.NC(), prefix, transport.StreamLimits{}); err != nil {
+		log.Warn("jetstream streams not set up", "err", err)
+	}
+}
+
+// startNode starts a node agent on conn (and, with g.listen, in the gossip
+// cluster). Its Close is registered on st; the caller may call it earlier.
+func startNode(ctx context.Context, st *stack, conn *transport.Conn, cfg node.Config, g gossipOptions) (*node.Node, error) {
+	cfg.Bus = conn
+	if g.listen != "" {
+		gs, err := startGossip(ctx, st, cfg.Name, g,
+			api.NodeMeta{Name: cfg.Name, Labels: cfg.Labels, Version: node.Version, Proto: api.ProtocolVersion}, nil, cfg.Logger)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Gossip = gs
+	}
+	n, err := node.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.Start(); err != nil {
+		n.Close()
+		return nil, err
+	}
+	st.defer_(func() { n.Close() })
+	return n, nil
 }
 
 func splitHostPort(addr string) (string, int, error) {

@@ -47,7 +47,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	})
 	root.AddCommand(versionCmd(), tryCmd())
 	root.AddCommand(replayCmd())
-	root.AddCommand(nodeCmd())
+	root.AddCommand(nodeCmd(), controllerCmd(), devCmd())
 	return root.ExecuteContext(ctx)
 }
 

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/controller"
+	"github.com/fleetmux/fleetmux/transport"
+	"github.com/spf13/cobra"
+)
+
+// controllerOptions are the flags of `fleetmux controller`.
+type controllerOptions struct {
+	name         string
+	data         string
+	httpListen   string
+	apiToken     string
+	apiTokenFile string
+	natsURL      string
+	natsToken    string
+	natsCreds    string
+	natsListen   string
+	natsRoutes   []string
+	prefix       string
+	gossip       gossipOptions
+	verbose      bool
+}
+
+func controllerCmd() *cobra.Command {
+	var o controllerOptions
+	c := &cobra.Command{
+		Use:   "controller [--nats URL | --nats-listen ADDR] [--http-listen ADDR] [--gossip-listen ADDR --join SEED]...",
+		Short: "Run a controller: the node table from gossip and the HTTP API to every session",
+		Long: "controller joins the gossip cluster of the node agents, keeps a table of the nodes\n" +
+			"(alive, suspect, dead), and serves the HTTP API (DESIGN.md: /v1/...) on\n" +
+			"--http-listen, routing each request to its node over NATS. It keeps no state of\n" +
+			"its own: run several, restart them at will.\n\n" +
+			"NATS: --nats URL connects to an existing server (or cluster); --nats-listen ADDR\n" +
+			"embeds one (JetStream on) for the nodes to connect to, --nats-routes clusters the\n" +
+			"embedded servers of several controllers. Beyond loopback the embedded server\n" +
+			"needs --nats-token, gossip needs --gossip-key and the HTTP API --api-token.",
+		Example: "  fleetmux controller --nats-listen 127.0.0.1:4222 --gossip-listen 127.0.0.1:7946\n" +
+			"  fleetmux controller --nats nats://TOKEN@10.0.0.2:4222 --http-listen 0.0.0.0:7070 \\\n" +
+			"      --api-token-file /etc/fleetmux/token --gossip-listen 10.0.0.1:7946 --gossip-key $KEY --join 10.0.0.5:7946",
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error { return o.run(c.Context(), c.OutOrStdout(), c.ErrOrStderr()) },
+	}
+	f := c.Flags()
+	f.StringVar(&o.name, "name", "controller-"+sanitizeName(hostname()), "controller name in the gossip cluster and its audit subject")
+	f.StringVar(&o.data, "data", ".fleetmux-controller", "data directory (embedded NATS store)")
+	f.StringVar(&o.httpListen, "http-listen", controller.DefaultHTTPListen, "HTTP API address")
+	f.StringVar(&o.apiToken, "api-token", os.Getenv("FLEETMUX_TOKEN"), "API token required from clients (default $FLEETMUX_TOKEN); required beyond loopback")
+	f.StringVar(&o.apiTokenFile, "api-token-file", "", "file holding the API token")
+	f.StringVar(&o.natsURL, "nats", "", "NATS server URL(s) to connect to")
+	f.StringVar(&o.natsToken, "nats-token", "", "NATS token (to connect, or required of clients by the embedded server)")
+	f.StringVar(&o.natsCreds, "nats-creds", "", "NATS credentials file")
+	f.StringVar(&o.natsListen, "nats-listen", "", "embed a NATS server (JetStream on) on this address")
+	f.StringSliceVar(&o.natsRoutes, "nats-routes", nil, "cluster routes of the embedded NATS server")
+	f.StringVar(&o.prefix, "prefix", api.DefaultPrefix, "NATS subject prefix")
+	f.StringVar(&o.gossip.listen, "gossip-listen", "127.0.0.1:7946", "gossip address host:port")
+	f.StringVar(&o.gossip.key, "gossip-key", os.Getenv("FLEETMUX_GOSSIP_KEY"), "gossip encryption key, hex (default $FLEETMUX_GOSSIP_KEY); required beyond loopback")
+	f.StringSliceVar(&o.gossip.join, "join", nil, "gossip seed addresses host:port (nodes or other controllers)")
+	f.BoolVar(&o.verbose, "verbose", false, "debug logs")
+	return c
+}
+
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
+}
+
+func (o *controllerOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
+	stderr = &lockedWriter{w: stderr}
+	log := newLogger(stderr, o.verbose)
+	if err := api.ValidName(o.name); err != nil {
+		return usageError("--name: %v", err)
+	}
+	if o.natsURL != "" && o.natsListen != "" {
+		return usageError("--nats and --nats-listen: use one (connect to a server, or embed one)")
+	}
+	token := o.apiToken
+	if o.apiTokenFile != "" {
+		b, err := os.ReadFile(o.apiTokenFile)
+		if err != nil {
+			return fmt.Errorf("--api-token-file: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	if err := os.MkdirAll(o.data, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	var st stack
+	defer st.close()
+	url := o.natsURL
+	connToken := o.natsToken
+	if url == "" {
+		listen := o.natsListen
+		if listen == "" {
+			listen = transport.DefaultServerListen
+		}
+		srv, err := embedNATS(&st, listen, o.data, o.natsToken, o.natsRoutes, log)
+		if err != nil {
+			return err
+		}
+		url = srv.ClientURL()
+		fmt.Fprintf(stderr, "embedded NATS at %s\n", url)
+	}
+	conn, err := connectNATS(ctx, &st, transport.NATSConfig{URL: url, Token: connToken, CredsFile: o.natsCreds, Name: "fleetmux-controller " + o.name, Logger: log})
+	if err != nil {
+		return err
+	}
+	if o.natsURL == "" {
+		ensureStreams(ctx, conn, o.prefix, log)
+	}
+	c, _, err := startController(ctx, &st, conn, controller.Config{Name: o.name, Prefix: o.prefix, HTTPListen: o.httpListen, Token: token, Logger: log}, o.gossip)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "HTTP API: http://%s\n", c.Addr())
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return c.Shutdown(sctx)
+}
+
+// startController starts a controller on conn in the gossip cluster; its shutdown
+// is registered on st.
+func startController(ctx context.Context, st *stack, conn *transport.Conn, cfg controller.Config, g gossipOptions) (*controller.Controller, *transport.Gossip, error) {
+	cfg.Bus = conn
+	c, err := controller.New(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	gs, err := startGossip(ctx, st, cfg.Name, g, api.NodeMeta{Name: cfg.Name, Version: controller.Version, Proto: api.ProtocolVersion, Role: api.RoleController},
+		observeMembers(c), cfg.Logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := c.Start(); err != nil {
+		return nil, nil, err
+	}
+	st.defer_(func() { c.Close() })
+	return c, gs, nil
+}
+
+// writeURLFile writes a URL file into the data dir (0600: it may hold credentials).
+func writeURLFile(data, name, url string) (string, error) {
+	p := filepath.Join(data, name)
+	return p, writeSecretFile(p, url+"\n")
+}

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/controller"
+	"github.com/fleetmux/fleetmux/node"
+	"github.com/fleetmux/fleetmux/transport"
+	"github.com/spf13/cobra"
+)
+
+// devOptions are the flags of `fleetmux dev`.
+type devOptions struct {
+	data         string
+	name         string
+	httpListen   string
+	natsListen   string
+	gossipListen string
+	prefix       string
+	verbose      bool
+}
+
+func devCmd() *cobra.Command {
+	var o devOptions
+	c := &cobra.Command{
+		Use:   "dev [--data DIR] [--http-listen ADDR] [--nats-listen ADDR] [--gossip-listen ADDR]",
+		Short: "Run the whole system on this machine: NATS, a controller and a node",
+		Long: "dev starts, in one process and all on loopback, an embedded NATS server with\n" +
+			"JetStream (a fresh token each run), a controller serving the HTTP API, and a\n" +
+			"node agent for this host, joined over gossip. Data lives under --data.\n\n" +
+			"It prints the HTTP API address and writes the NATS URL, with its token, to\n" +
+			"DIR/nats.url (mode 0600) for any NATS client. Ctrl-C stops everything (the\n" +
+			"sessions end with it; their recordings stay under DIR/sessions/).\n\n" +
+			"Then, in another terminal: fleetmux new; fleetmux run NODE/ID -- 'echo hi'.",
+		Example: "  fleetmux dev\n  fleetmux dev --http-listen 127.0.0.1:0 --nats-listen 127.0.0.1:0 --gossip-listen 127.0.0.1:0",
+		Args:    cobra.NoArgs,
+		RunE:    func(c *cobra.Command, _ []string) error { return o.run(c.Context(), c.OutOrStdout(), c.ErrOrStderr()) },
+	}
+	f := c.Flags()
+	f.StringVar(&o.data, "data", ".fleetmux", "data directory")
+	f.StringVar(&o.name, "name", sanitizeName(hostname()), "node name of this host")
+	f.StringVar(&o.httpListen, "http-listen", controller.DefaultHTTPListen, "HTTP API address (loopback)")
+	f.StringVar(&o.natsListen, "nats-listen", transport.DefaultServerListen, "embedded NATS address (loopback)")
+	f.StringVar(&o.gossipListen, "gossip-listen", "127.0.0.1:7946", "the controller's gossip address (loopback; the node takes a free port)")
+	f.StringVar(&o.prefix, "prefix", api.DefaultPrefix, "NATS subject prefix")
+	f.BoolVar(&o.verbose, "verbose", false, "debug logs")
+	return c
+}
+
+func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
+	stderr = &lockedWriter{w: stderr}
+	log := newLogger(stderr, o.verbose)
+	if err := api.ValidName(o.name); err != nil {
+		return usageError("--name: %v", err)
+	}
+	for flag, addr := range map[string]string{"--http-listen": o.httpListen, "--nats-listen": o.natsListen, "--gossip-listen": o.gossipListen} {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			return usageError("%s %q: %v", flag, addr, err)
+		}
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return usageError("%s %s: dev listens on loopback only (use fleetmux controller and fleetmux node beyond it)", flag, addr)
+		}
+	}
+	if err := os.MkdirAll(o.data, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	var st stack
+	defer st.close()
+	token := randomToken()
+	srv, err := embedNATS(&st, o.natsListen, o.data, token, nil, log)
+	if err != nil {
+		return err
+	}
+	natsFile, err := writeURLFile(o.data, "nats.url", srv.AuthURL())
+	if err != nil {
+		return err
+	}
+	conn, err := connectNATS(ctx, &st, transport.NATSConfig{URL: srv.ClientURL(), Token: token, Name: "fleetmux-dev", Logger: log})
+	if err != nil {
+		return err
+	}
+	ensureStreams(ctx, conn, o.prefix, log)
+	c, g, err := startController(ctx, &st, conn, controller.Config{Name: "controller-" + o.name, Prefix: o.prefix, HTTPListen: o.httpListen, Logger: log},
+		gossipOptions{listen: o.gossipListen})
+	if err != nil {
+		return err
+	}
+	n, err := startNode(ctx, &st, conn, node.Config{Name: o.name, DataDir: o.data, Prefix: o.prefix, Logger: log},
+		gossipOptions{listen: "127.0.0.1:0", join: []string{g.Addr()}})
+	if err != nil {
+		return err
+	}
+	if err := waitNodeAlive(ctx, c, o.name); err != nil {
+		return err
+	}
+	httpURL := "http://" + c.Addr()
+	if _, err := writeURLFile(o.data, "http.url", httpURL); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "fleetmux dev is up\n"+
+		"  HTTP API  %s   (export FLEETMUX_ADDR=%s when not the default)\n"+
+		"  NATS      %s   (URL with its token in %s)\n"+
+		"  node      %s   (data in %s)\n"+
+		"try: fleetmux new, then fleetmux run %s/s1 -- 'echo hi; exit 3'\n",
+		httpURL, httpURL, srv.ClientURL(), natsFile, o.name, o.data, o.name)
+	<-ctx.Done()
+	fmt.Fprintln(stderr, "fleetmux dev: stopping")
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c.Shutdown(sctx)
+	return n.Close()
+}
+
+// waitNodeAlive waits until the controller sees the node, so that the first
+// request after "dev is up" finds it.
+func waitNodeAlive(ctx context.Context, c *controller.Controller, name string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, n := range c.Nodes() {
+			if n.Name == name && n.Status == api.NodeAlive {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("the node did not show up in the controller's node table within 10s")
+}

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/controller"
+	"github.com/fleetmux/fleetmux/transport"
+)
+
+// Building blocks shared by the server commands (node, controller, dev).
+
+// stack runs the cleanups of what a server command started, last first.
+type stack struct {
+	mu  sync.Mutex
+	fns []func()
+}
+
+func (s *stack) defer_(f func()) {
+	s.mu.Lock()
+	s.fns = append(s.fns, f)
+	s.mu.Unlock()
+}
+
+func (s *stack) close() {
+	s.mu.Lock()
+	fns := s.fns
+	s.fns = nil
+	s.mu.Unlock()
+	for _, f := range slices.Backward(fns) {
+		f()
+	}
+}
+
+func newLogger(w io.Writer, verbose bool) *slog.Logger {
+	level := slog.LevelInfo
+	if verbose {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+// embedNATS starts an embedded NATS server with JetStream under dataDir/nats and
+// registers its shutdown on st.
+func embedNATS(st *stack, listen, dataDir, token string, routes []string, log *slog.Logger) (*transport.Server, error) {
+	srv, err := transport.StartServer(transport.ServerConfig{
+		Listen: listen, DataDir: filepath.Join(dataDir, "nats"), JetStream: true, Token: token, Routes: routes, Logger: log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats: %w", err)
+	}
+	st.defer_(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+	})
+	return srv, nil
+}
+
+// writeSecretFile writes data to path with mode 0600.
+func writeSecretFile(path, data string) error {
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		return err
+	}
+	return os.Chmod(path, 0o600) // an older file may have had another mode
+}
+
+// randomToken returns 32 hex characters of crypto randomness.
+func randomToken() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// connectNATS connects to url and registers the close on st.
+func connectNATS(ctx context.Context, st *stack, cfg transport.NATSConfig) (*transport.Conn, error) {
+	conn, err := transport.Connect(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("nats: %w", err)
+	}
+	st.defer_(func() { conn.Close() })
+	return conn, nil
+}
+
+// gossipOptions are the gossip flags of the server commands.
+type gossipOptions struct {
+	listen string
+	key    string
+	join   []string
+}
+
+func (o gossipOptions) secret() ([]byte, error) {
+	if o.key == "" {
+		return nil, nil
+	}
+	key, err := hex.DecodeString(o.key)
+	if err != nil {
+		return nil, usageError("--gossip-key: not hex: %v", err)
+	}
+	return key, nil
+}
+
+// startGossip joins the gossip cluster and keeps trying to reach the seeds in the
+// background (a seed that restarts, e.g. a controller, is joined again). The
+// member and its rejoin loop stop through st.
+func startGossip(ctx context.Context, st *stack, name string, o gossipOptions, meta api.NodeMeta, onChange func(transport.Member), log *slog.Logger) (*transport.Gossip, error) {
+	host, port, err := splitHostPort(o.listen)
+	if err != nil {
+		return nil, usageError("--gossip-listen: %v", err)
+	}
+	key, err := o.secret()
+	if err != nil {
+		return nil, err
+	}
+	g, err := transport.StartGossip(ctx, transport.GossipConfig{
+		Name: name, BindAddr: host, BindPort: port, SecretKey: key, Logger: log, Meta: meta, OnChange: onChange,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gossip: %w", err)
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	st.defer_(func() {
+		cancel()
+		wg.Wait()
+		g.Close()
+	})
+	if len(o.join) > 0 {
+		wg.Add(1)
+		go func() { // owned by st: stops with cancel
+			defer wg.Done()
+			rejoin(rctx, g, o.join, log)
+		}()
+	}
+	return g, nil
+}
+
+// rejoin joins the seeds that are not alive members, at once and then every few
+// seconds, until ctx is done.
+func rejoin(ctx context.Context, g *transport.Gossip, seeds []string, log *slog.Logger) {
+	warned := false
+	for {
+		alive := map[string]bool{}
+		for _, m := range g.Members() {
+			if m.State == transport.MemberAlive {
+				alive[m.Addr] = true
+			}
+		}
+		var missing []string
+		for _, s := range seeds {
+			if !alive[s] {
+				missing = append(missing, s)
+			}
+		}
+		if len(missing) > 0 {
+			jctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			n, err := g.Join(jctx, missing)
+			cancel()
+			switch {
+			case err != nil && !warned && ctx.Err() == nil:
+				log.Warn("gossip seeds not reachable yet; retrying", "seeds", missing, "err", err)
+				warned = true
+			case n > 0:
+				warned = false
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// observeMembers feeds gossip changes into a controller's node table.
+func observeMembers(c *controller.Controller) func(transport.Member) {
+	return func(m transport.Member) {
+		c.Observe(controller.Member{Name: m.Name, Addr: m.Addr, State: m.State, Meta: m.Meta})
+	}
+}

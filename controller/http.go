@@ -1,0 +1,270 @@
+package controller
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// routes builds the HTTP API. Every reply is JSON; errors are api.ErrorReply.
+func (c *Controller) routes() http.Handler {
+	mux := http.NewServeMux()
+	s := "/v1/sessions/{node}/{id}"
+	for _, r := range []struct {
+		pattern string
+		h       http.HandlerFunc
+	}{
+		{"GET /v1/nodes", c.listNodes},
+		{"GET /v1/sessions", c.listSessions},
+		{"POST /v1/sessions", c.createSession},
+		{"GET " + s, c.getSession},
+		{"PATCH " + s, c.patchSession},
+		{"DELETE " + s, c.deleteSession},
+		{"POST " + s + "/run", c.runCommand},
+		{"POST " + s + "/input", c.input},
+		{"POST " + s + "/keys", c.keys},
+		{"POST " + s + "/resize", c.resize},
+		{"GET " + s + "/screen", c.screen},
+		{"GET " + s + "/blocks", c.blocks},
+		{"GET " + s + "/blocks/{n}", c.block},
+		{"GET " + s + "/output", c.output},
+		{"GET " + s + "/wait", c.wait},
+		{"GET " + s + "/attach", c.attach},
+		{"POST /v1/run", c.fanout},
+		{"GET /healthz", c.health},
+	} {
+		mux.Handle(r.pattern, c.metrics.instrument(r.pattern, r.h))
+	}
+	mux.Handle("GET /metrics", c.metrics.instrument("GET /metrics",
+		promhttp.HandlerFor(c.cfg.Registry, promhttp.HandlerOpts{ErrorLog: slogPrinter{c}})))
+	return c.guard(mux)
+}
+
+// guard checks what every request must pass before routing: a known route (JSON
+// 404/405 otherwise), the API token, and the browser defences (a request from a web
+// page must not reach a loopback API: DNS rebinding and cross-site requests).
+func (c *Controller) guard(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern == "" {
+			c.noRoute(w, r, mux)
+			return
+		}
+		if r.URL.Path == "/healthz" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		if c.cfg.Token != "" {
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(c.cfg.Token)) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="fleetmux"`)
+				writeError(w, api.Errorf(api.CodeUnauthorized, "missing or wrong API token (Authorization: Bearer TOKEN)"))
+				return
+			}
+		} else if host := hostOnly(r.Host); !isLoopback(host) {
+			// Without a token only loopback clients reach us; a browser that was
+			// tricked into resolving another name to 127.0.0.1 sends that name.
+			writeError(w, api.Errorf(api.CodeForbidden, "host %q is not a loopback name: without an API token only localhost may be used", r.Host))
+			return
+		}
+		if o := r.Header.Get("Origin"); o != "" {
+			if u, err := url.Parse(o); err != nil || u.Host != r.Host {
+				writeError(w, api.Errorf(api.CodeForbidden, "cross-origin request from %q refused", o))
+				return
+			}
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// noRoute answers a request that matches no route: 405 when another method would
+// match the path, 404 otherwise.
+func (c *Controller) noRoute(w http.ResponseWriter, r *http.Request, mux *http.ServeMux) {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPatch, http.MethodDelete} {
+		r2 := r.Clone(r.Context())
+		r2.Method = m
+		if _, p := mux.Handler(r2); p != "" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeErrorStatus(w, http.StatusMethodNotAllowed, api.Errorf(api.CodeBadRequest, "method %s not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allow, ", ")))
+		return
+	}
+	writeError(w, api.Errorf(api.CodeNotFound, "no route %s %s (see DESIGN.md: /v1/nodes, /v1/sessions, /v1/run, /healthz, /metrics)", r.Method, r.URL.Path))
+}
+
+func hostOnly(hostport string) string {
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		return strings.Trim(h, "[]")
+	}
+	return strings.Trim(hostport, "[]")
+}
+
+// status maps an error code to its HTTP status.
+func status(code string) int {
+	switch code {
+	case api.CodeBadRequest:
+		return http.StatusBadRequest
+	case api.CodeUnauthorized:
+		return http.StatusUnauthorized
+	case api.CodeForbidden:
+		return http.StatusForbidden
+	case api.CodeNotFound:
+		return http.StatusNotFound
+	case api.CodeBusy, api.CodeExited:
+		return http.StatusConflict
+	case api.CodeGone:
+		return http.StatusGone
+	case api.CodeTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case api.CodeLimit:
+		return http.StatusTooManyRequests
+	case api.CodeUnavailable:
+		return http.StatusServiceUnavailable
+	case api.CodeTimeout:
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusInternalServerError
+}
+
+// apiError turns any error into the *api.Error a user sees; what is not one is
+// logged for the operator and shown as a generic internal error.
+func (c *Controller) apiError(r *http.Request, err error) *api.Error {
+	var ae *api.Error
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.Is(err, context.Canceled) && c.ctx.Err() != nil:
+		return api.Errorf(api.CodeUnavailable, "the controller is shutting down")
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return api.Errorf(api.CodeTimeout, "request cancelled")
+	}
+	c.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	return api.Errorf(api.CodeInternal, "internal error (details in the controller's log)")
+}
+
+func writeError(w http.ResponseWriter, e *api.Error) { writeErrorStatus(w, status(e.Code), e) }
+
+func writeErrorStatus(w http.ResponseWriter, code int, e *api.Error) {
+	writeJSON(w, code, api.ErrorReply{Error: e})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		code = http.StatusInternalServerError
+		b, _ = json.Marshal(api.ErrorReply{Error: api.Errorf(api.CodeInternal, "reply not encodable")})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	w.Write(append(b, '\n'))
+}
+
+// reply writes v, or the error.
+func (c *Controller) reply(w http.ResponseWriter, r *http.Request, v any, err error) {
+	if err != nil {
+		writeError(w, c.apiError(r, err))
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// decodeBody decodes a JSON body into v: a JSON content type, at most
+// api.MaxBodyBytes, no unknown fields, one value.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			return api.Errorf(api.CodeBadRequest, "content type %q: send application/json", ct)
+		}
+	} else {
+		return api.Errorf(api.CodeBadRequest, "no content type: send application/json")
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, api.MaxBodyBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return api.Errorf(api.CodeTooLarge, "request body over %d bytes", api.MaxBodyBytes)
+		}
+		if errors.Is(err, io.EOF) {
+			return api.Errorf(api.CodeBadRequest, "empty request body: want a JSON object")
+		}
+		return api.Errorf(api.CodeBadRequest, "malformed JSON body: %v", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return api.Errorf(api.CodeTooLarge, "request body over %d bytes", api.MaxBodyBytes)
+		}
+		return api.Errorf(api.CodeBadRequest, "malformed JSON body: more than one value")
+	}
+	return nil
+}
+
+// actor names who made a request, for the nodes' audit records: the API user (a
+// client-chosen label, bounded and cleaned) and the remote address.
+func actor(r *http.Request) string {
+	who := r.Header.Get(api.HeaderActor)
+	if len(who) > 64 {
+		who = who[:64]
+	}
+	who = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return -1
+		}
+		return r
+	}, who)
+	if who == "" {
+		who = "api"
+	}
+	host := hostOnly(r.RemoteAddr)
+	return who + "@" + host
+}
+
+// target validates the {node} and {id} of a session route.
+func target(r *http.Request) (node, id string, err error) {
+	node, id = r.PathValue("node"), r.PathValue("id")
+	if err := api.ValidName(node); err != nil {
+		return "", "", api.Errorf(api.CodeBadRequest, "node: %v", err)
+	}
+	if err := api.ValidName(id); err != nil {
+		return "", "", api.Errorf(api.CodeBadRequest, "session: %v", err)
+	}
+	return node, id, nil
+}
+
+// queryInt reads an optional non-negative integer query parameter.
+func queryInt(r *http.Request, name string) (int64, error) {
+	s := r.URL.Query().Get(name)
+	if s == "" {
+		return 0, nil
+	}
+	var v int64
+	if _, err := fmt.Sscan(s, &v); err != nil || v < 0 || fmt.Sprint(v) != s {
+		return 0, api.Errorf(api.CodeBadRequest, "query %s=%q: want a non-negative integer", name, s)
+	}
+	return v, nil
+}
+
+// slogPrinter adapts the controller's logger to promhttp's error log.
+type slogPrinter struct{ c *Controller }
+
+func (p slogPrinter) Println(v ...any) { p.c.log.Warn("metrics", "err", fmt.Sprint(v...)) }
+
+// timeoutFor is a request timeout for a verb that waits ms on the node.
+func (c *Controller) timeoutFor(ms int) time.Duration { return c.waitBudget(ms, defaultNodeWait) }

@@ -1,0 +1,275 @@
+package controller
+
+import (
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+)
+
+// Member is one gossip member as the membership layer reports it. cmd adapts the
+// transport's member type to this one.
+type Member struct {
+	Name  string
+	Addr  string      // host:port of its gossip listener
+	State string      // api.NodeAlive, api.NodeDead or api.NodeLeft
+	Meta  api.NodeMeta // what it gossips about itself
+}
+
+// nodeEntry is one row of the node table.
+type nodeEntry struct {
+	name    string
+	addr    string
+	status  string // api.NodeAlive, api.NodeSuspect, api.NodeDead, api.NodeLeft
+	meta    api.NodeMeta
+	since   time.Time
+	created int // sessions created through this controller since the last gossip update
+	// down is closed when the node goes dead or leaves: requests in flight to it
+	// are cancelled. A node that comes back gets a new channel.
+	down  chan struct{}
+	timer *time.Timer // pending dead/left notice (downGrace)
+	gen   int         // bumped by every change; a timer applies only to its own
+}
+
+// table is the node table. It holds nothing the nodes and gossip cannot rebuild.
+// Its methods are safe for concurrent use and never block on I/O.
+type table struct {
+	mu    sync.Mutex // guards nodes and every entry's fields
+	nodes map[string]*nodeEntry
+	now   func() time.Time
+	grace time.Duration // downGrace; 0 in table tests: notices apply at once
+}
+
+func newTable() *table {
+	return &table{nodes: map[string]*nodeEntry{}, now: time.Now, grace: downGrace}
+}
+
+// downGrace is how long a node reported dead or gone stays suspect before the
+// table believes it: memberlist can report a member that restarts quickly as gone
+// after it is back (a stale notice relayed by another member), and the notice
+// that it is alive again follows within moments. Requests still go to a suspect
+// node; a node that is really gone fails them at once (nobody serves its
+// subjects), and requests in flight are cancelled when the grace ends.
+const downGrace = time.Second
+
+// observe applies one membership change. Controllers are not nodes and are ignored.
+func (t *table) observe(m Member) {
+	if m.Meta.Role == api.RoleController || api.ValidName(m.Name) != nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.nodes[m.Name]
+	if e == nil {
+		e = &nodeEntry{name: m.Name, down: make(chan struct{})}
+		t.nodes[m.Name] = e
+	}
+	status := m.State
+	switch status {
+	case api.NodeAlive, api.NodeDead, api.NodeLeft:
+	default:
+		status = api.NodeDead
+	}
+	e.addr = m.Addr
+	if m.Meta.Name != "" || status == api.NodeAlive {
+		e.meta = m.Meta
+		e.created = 0
+	}
+	if e.timer != nil {
+		e.timer.Stop()
+		e.timer = nil
+	}
+	if status != api.NodeAlive && usable(e.status) && t.grace > 0 {
+		// Believe it after the grace, unless the node is back by then.
+		if e.status != api.NodeSuspect {
+			e.status, e.since = api.NodeSuspect, t.now()
+		}
+		e.gen++
+		gen := e.gen
+		e.timer = time.AfterFunc(t.grace, func() { t.settle(m.Name, gen, status) })
+		return
+	}
+	t.setLocked(e, status)
+}
+
+// settle applies a dead or left notice once its grace has passed.
+func (t *table) settle(name string, gen int, status string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e := t.nodes[name]; e != nil && e.gen == gen && e.timer != nil {
+		e.timer = nil
+		t.setLocked(e, status)
+	}
+}
+
+func (t *table) setLocked(e *nodeEntry, status string) {
+	e.gen++
+	if status != e.status {
+		e.since = t.now()
+		wasDown := e.status == api.NodeDead || e.status == api.NodeLeft
+		if status == api.NodeAlive && wasDown {
+			e.down = make(chan struct{}) // came back
+		}
+		if status != api.NodeAlive && !wasDown {
+			close(e.down)
+		}
+	}
+	e.status = status
+}
+
+// close stops the grace timers.
+func (t *table) close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, e := range t.nodes {
+		if e.timer != nil {
+			e.timer.Stop()
+			e.timer = nil
+		}
+	}
+}
+
+// lookup returns a node's status and its down channel; ok false for an unknown node.
+func (t *table) lookup(name string) (status string, down <-chan struct{}, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.nodes[name]
+	if e == nil {
+		return "", nil, false
+	}
+	return e.status, e.down, true
+}
+
+// suspect marks an alive node suspect: gossip says it is alive, but it did not
+// answer. ok clears a suspicion after a successful request.
+func (t *table) suspect(name string) { t.setReachable(name, false) }
+func (t *table) ok(name string)      { t.setReachable(name, true) }
+
+func (t *table) setReachable(name string, reachable bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.nodes[name]
+	if e == nil {
+		return
+	}
+	switch {
+	case !reachable && e.status == api.NodeAlive:
+		e.status, e.since = api.NodeSuspect, t.now()
+	case reachable && e.status == api.NodeSuspect:
+		e.status, e.since = api.NodeAlive, t.now()
+	}
+}
+
+// list returns the table as API nodes, sorted by name.
+func (t *table) list() []api.Node {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]api.Node, 0, len(t.nodes))
+	for _, e := range t.nodes {
+		out = append(out, e.apiNode())
+	}
+	slices.SortFunc(out, func(a, b api.Node) int {
+		switch {
+		case a.Name < b.Name:
+			return -1
+		case a.Name > b.Name:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+func (e *nodeEntry) apiNode() api.Node {
+	n := api.Node{
+		Name: e.name, Status: e.status, Labels: maps.Clone(e.meta.Labels), Addr: e.addr,
+		Version: e.meta.Version, Sessions: e.meta.Sessions + e.created, Proto: e.meta.Proto,
+	}
+	if !e.since.IsZero() {
+		n.Since = e.since.UTC().Format(time.RFC3339)
+	}
+	return n
+}
+
+// usable reports whether requests may go to a node in this status.
+func usable(status string) bool { return status == api.NodeAlive || status == api.NodeSuspect }
+
+// selectNodes returns the names of usable nodes that carry every label in labels
+// (all usable nodes for an empty map), sorted.
+func (t *table) selectNodes(labels map[string]string) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []string
+	for name, e := range t.nodes {
+		if !usable(e.status) {
+			continue
+		}
+		match := true
+		for k, v := range labels {
+			if e.meta.Labels[k] != v {
+				match = false
+				break
+			}
+		}
+		if match {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// pick chooses the node for a new session: the alive node with the fewest sessions
+// (by gossip, plus those created here since), ties by name. It counts the new
+// session at once so that a burst of creates spreads over the nodes.
+func (t *table) pick() (string, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var best *nodeEntry
+	for _, e := range t.nodes {
+		if e.status != api.NodeAlive {
+			continue
+		}
+		n, bn := e.meta.Sessions+e.created, 0
+		if best != nil {
+			bn = best.meta.Sessions + best.created
+		}
+		if best == nil || n < bn || n == bn && e.name < best.name {
+			best = e
+		}
+	}
+	if best == nil {
+		return "", false
+	}
+	best.created++
+	return best.name, true
+}
+
+// counts returns how many nodes are in each status, and the sessions of usable nodes.
+func (t *table) counts() (byStatus map[string]int, sessions int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	byStatus = map[string]int{api.NodeAlive: 0, api.NodeSuspect: 0, api.NodeDead: 0, api.NodeLeft: 0}
+	for _, e := range t.nodes {
+		byStatus[e.status]++
+		if usable(e.status) {
+			sessions += e.meta.Sessions
+		}
+	}
+	return byStatus, sessions
+}
+
+// published returns the output bytes each usable node has published (as gossiped).
+func (t *table) published() map[string]int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := map[string]int64{}
+	for name, e := range t.nodes {
+		if usable(e.status) {
+			out[name] = e.meta.Published
+		}
+	}
+	return out
+}

@@ -1,0 +1,121 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+)
+
+// errNodeDown is the cancel cause of a request whose node went dead or left.
+var errNodeDown = errors.New("node went down")
+
+// errRequestTimeout is the cause of a request that outlived its timeout.
+var errRequestTimeout = errors.New("request timed out")
+
+// call sends one verb to a node and decodes its reply into out (nil: ignore it).
+// It fails fast for unknown, dead and unserved nodes, and is cancelled when the node
+// goes dead while it waits. Errors are *api.Error, or ctx's error when the caller
+// gave up.
+func (c *Controller) call(ctx context.Context, actor, node, verb string, req, out any, timeout time.Duration) error {
+	start := time.Now()
+	err := c.doCall(ctx, actor, node, verb, req, out, timeout)
+	c.metrics.nodeRequest(verb, err, time.Since(start))
+	return err
+}
+
+func (c *Controller) doCall(ctx context.Context, actor, node, verb string, req, out any, timeout time.Duration) error {
+	if err := api.ValidName(node); err != nil {
+		return api.Errorf(api.CodeBadRequest, "%v", err)
+	}
+	status, down, known := c.nodes.lookup(node)
+	if !known {
+		return api.Errorf(api.CodeNotFound, "unknown node %q (GET /v1/nodes lists the nodes)", node)
+	}
+	if !usable(status) {
+		return api.Errorf(api.CodeUnavailable, "node %s is %s", node, status)
+	}
+	data, err := json.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("controller: encode %s request: %w", verb, err)
+	}
+	cctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	tctx, tcancel := context.WithTimeoutCause(cctx, timeout, errRequestTimeout)
+	defer tcancel()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // owned by this call: ends when it returns
+		select {
+		case <-down:
+			cancel(errNodeDown)
+		case <-stop:
+		}
+	}()
+	header := map[string]string{}
+	if actor != "" {
+		header[api.HeaderActor] = actor
+	}
+	reply, err := c.cfg.Bus.Request(tctx, c.subj.RPC(node, verb), header, data)
+	if err != nil {
+		switch {
+		case errors.Is(err, api.ErrNoResponders):
+			c.nodes.suspect(node)
+			return api.Errorf(api.CodeUnavailable, "node %s does not answer: no agent serves it on the bus", node)
+		case context.Cause(cctx) == errNodeDown:
+			return api.Errorf(api.CodeUnavailable, "node %s went down during the request", node)
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case context.Cause(tctx) == errRequestTimeout:
+			c.nodes.suspect(node)
+			return api.Errorf(api.CodeTimeout, "node %s did not answer %s within %v", node, verb, timeout)
+		}
+		c.log.Warn("node request failed", "node", node, "verb", verb, "err", err)
+		return api.Errorf(api.CodeUnavailable, "node %s: the bus failed the request", node)
+	}
+	c.nodes.ok(node)
+	return decodeReply(node, verb, reply, out)
+}
+
+// decodeReply decodes a node reply: an error envelope or the value.
+func decodeReply(node, verb string, reply []byte, out any) error {
+	var env struct {
+		Error *api.Error `json:"error"`
+	}
+	if err := json.Unmarshal(reply, &env); err != nil {
+		return api.Errorf(api.CodeInternal, "node %s sent a malformed %s reply", node, verb)
+	}
+	if env.Error != nil {
+		if env.Error.Code == "" {
+			env.Error.Code = api.CodeInternal
+		}
+		return env.Error
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(reply, out); err != nil {
+		return api.Errorf(api.CodeInternal, "node %s sent a malformed %s reply", node, verb)
+	}
+	return nil
+}
+
+// waitBudget is the request timeout of a verb that waits up to ms milliseconds on
+// the node (run, wait): the node's own bound plus a margin for the trip.
+func (c *Controller) waitBudget(ms int, dflt time.Duration) time.Duration {
+	d := dflt
+	if ms > 0 {
+		d = time.Duration(ms) * time.Millisecond
+	}
+	return min(d, maxNodeWait) + c.cfg.RequestTimeout
+}
+
+// maxNodeWait is the node's bound on run and wait timeouts (node.MaxWait).
+const maxNodeWait = 10 * time.Minute
+
+// defaultNodeWait is the node's timeout of run and wait when none is given
+// (node.DefaultWait).
+const defaultNodeWait = 30 * time.Second

@@ -1,0 +1,306 @@
+package controller_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/controller"
+	"github.com/fleetmux/fleetmux/internal/testutil"
+	"golang.org/x/net/websocket"
+)
+
+// follower reads a follow stream into a buffer.
+type follower struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	err  error // the body's end: io.EOF for a clean end
+	done chan struct{}
+	hdr  http.Header
+}
+
+func (f *fixture) follow(ctx context.Context, path string, from int64, slow <-chan struct{}) *follower {
+	f.t.Helper()
+	req, err := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s%s/output?from=%d&follow=1", f.base, path, from), nil)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		f.t.Fatalf("follow: %d %s", resp.StatusCode, b)
+	}
+	fw := &follower{done: make(chan struct{}), hdr: resp.Header}
+	go func() {
+		defer close(fw.done)
+		defer resp.Body.Close()
+		if slow != nil {
+			<-slow // do not read until told: the stream backs up
+		}
+		p := make([]byte, 32<<10)
+		for {
+			n, err := resp.Body.Read(p)
+			fw.mu.Lock()
+			fw.buf.Write(p[:n])
+			if err != nil {
+				fw.err = err
+			}
+			fw.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return fw
+}
+
+func (fw *follower) bytes() []byte {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	return bytes.Clone(fw.buf.Bytes())
+}
+
+// rawOutput reads a session's whole output with non-follow reads.
+func (f *fixture) rawOutput(path string) []byte {
+	f.t.Helper()
+	var out []byte
+	for {
+		req, _ := http.NewRequest("GET", fmt.Sprintf("%s%s/output?from=%d", f.base, path, len(out)), nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			f.t.Fatalf("output: %d %s", resp.StatusCode, b)
+		}
+		end, _ := strconv.ParseInt(resp.Header.Get(api.HeaderEnd), 10, 64)
+		out = append(out, b...)
+		if len(b) == 0 || int64(len(out)) >= end {
+			return out
+		}
+	}
+}
+
+// TestFollowGapFree: a follower that does not read while megabytes of output go
+// by still gets every byte once, in order (the controller drops live messages it
+// cannot hold and reads that range from the node); the stream ends cleanly when
+// the session ends. (Kept under the node's 8 MiB scrollback: see the node's
+// recorder lag limit in the closing notes.)
+func TestFollowGapFree(t *testing.T) {
+	defer controller.SetFollowBuffer(4)() // a slow client overflows the live buffer at once
+	f := newFixture(t, fixtureOpts{nodes: map[string]map[string]string{"n1": nil}})
+	s := f.newSession("n1")
+	path := "/v1/sessions/n1/" + s.ID
+	slow := make(chan struct{})
+	fw := f.follow(context.Background(), path, 0, slow)
+	if fw.hdr.Get(api.HeaderOffset) != "0" {
+		t.Fatalf("offset header %q", fw.hdr.Get(api.HeaderOffset))
+	}
+	br := f.run("n1", s.ID, "seq 1 500000")
+	if br.Block.ExitCode == nil || *br.Block.ExitCode != 0 {
+		t.Fatalf("run: %+v", br.Block)
+	}
+	close(slow)
+	f.run("n1", s.ID, "echo the-end")
+	want := f.rawOutput(path) // the session is idle: its output is complete
+	testutil.Eventually(t, 30*time.Second, func() bool { return len(fw.bytes()) >= len(want) }, "the follower to catch up")
+	f.must(200, "DELETE", path, nil, nil)
+	select {
+	case <-fw.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream did not end with the session")
+	}
+	if !errors.Is(fw.err, io.EOF) {
+		t.Fatalf("the stream ended with %v, want a clean end", fw.err)
+	}
+	got := fw.bytes()
+	if !bytes.Equal(got[:len(want)], want) || !bytes.Contains(got, []byte("the-end\r\n")) {
+		t.Fatalf("followed %d bytes, the session has %d; first difference at %d", len(got), len(want), firstDiff(got, want))
+	}
+	if !bytes.Contains(got, []byte("\r\n499999\r\n500000\r\n")) {
+		t.Fatal("the output lacks the end of seq")
+	}
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+// TestFollowResume: a follower that reconnects from the offset it reached gets the
+// rest, nothing twice.
+func TestFollowResume(t *testing.T) {
+	f := newFixture(t, fixtureOpts{nodes: map[string]map[string]string{"n1": nil}})
+	s := f.newSession("n1")
+	path := "/v1/sessions/n1/" + s.ID
+	ctx, cancel := context.WithCancel(context.Background())
+	fw := f.follow(ctx, path, 0, nil)
+	f.run("n1", s.ID, "echo first")
+	testutil.Eventually(t, 10*time.Second, func() bool { return bytes.Contains(fw.bytes(), []byte("first\r\n")) }, "first output")
+	cancel()
+	<-fw.done
+	part := fw.bytes()
+	f.run("n1", s.ID, "echo second")
+	fw2 := f.follow(context.Background(), path, int64(len(part)), nil)
+	if fw2.hdr.Get(api.HeaderOffset) != strconv.Itoa(len(part)) {
+		t.Fatalf("resumed at %s, asked %d", fw2.hdr.Get(api.HeaderOffset), len(part))
+	}
+	want := f.rawOutput(path)
+	testutil.Eventually(t, 10*time.Second, func() bool { return len(part)+len(fw2.bytes()) >= len(want) }, "the rest")
+	if got := append(part, fw2.bytes()...); !bytes.Equal(got, want) || !bytes.Contains(got, []byte("second\r\n")) {
+		t.Fatalf("resumed stream differs at %d (%d vs %d bytes)", firstDiff(got, want), len(got), len(want))
+	}
+}
+
+// TestShutdownEndsStreams: Shutdown does not wait for streams to end by themselves.
+func TestShutdownEndsStreams(t *testing.T) {
+	f := newFixture(t, fixtureOpts{nodes: map[string]map[string]string{"n1": nil}})
+	s := f.newSession("n1")
+	fw := f.follow(context.Background(), "/v1/sessions/n1/"+s.ID, 0, nil)
+	ws := f.dialAttach(t, "/v1/sessions/n1/"+s.ID)
+	defer ws.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := f.ctl.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("shutdown took %v with streams open", d)
+	}
+	select {
+	case <-fw.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the follow stream outlived the controller")
+	}
+}
+
+func (f *fixture) dialAttach(t *testing.T, path string) *websocket.Conn {
+	t.Helper()
+	cfg, err := websocket.NewConfig("ws"+strings.TrimPrefix(f.base, "http")+path+"/attach", f.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.token != "" {
+		cfg.Header = http.Header{"Authorization": {"Bearer " + f.token}}
+	}
+	ws, err := websocket.DialConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ws
+}
+
+// TestAttach: raw bytes both ways over the WebSocket, resize, and the exit message.
+func TestAttach(t *testing.T) {
+	f := newFixture(t, fixtureOpts{nodes: map[string]map[string]string{"n1": nil}})
+	s := f.newSession("n1")
+	f.run("n1", s.ID, "echo before-attach")
+	path := "/v1/sessions/n1/" + s.ID
+	ws := f.dialAttach(t, path)
+	defer ws.Close()
+
+	var (
+		mu     sync.Mutex
+		out    bytes.Buffer
+		msgs   []api.AttachMsg
+		closed = make(chan struct{})
+	)
+	go func() {
+		defer close(closed)
+		for {
+			var fr wsFrame
+			err := wsFrames.Receive(ws, &fr)
+			if err != nil {
+				return
+			}
+			frame := fr.data
+			mu.Lock()
+			if fr.typ == websocket.TextFrame {
+				var m api.AttachMsg
+				json.Unmarshal(frame, &m)
+				msgs = append(msgs, m)
+			} else {
+				out.Write(frame)
+			}
+			mu.Unlock()
+		}
+	}()
+	seen := func(s string) func() bool {
+		return func() bool { mu.Lock(); defer mu.Unlock(); return strings.Contains(out.String(), s) }
+	}
+	// The redraw of the current screen comes first.
+	testutil.Eventually(t, 10*time.Second, seen("before-attach"), "the screen redraw")
+	if err := websocket.Message.Send(ws, []byte("echo attach-$((6*7))\r")); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, seen("attach-42"), "typed command's output")
+	if err := websocket.Message.Send(ws, `{"type":"resize","cols":91,"rows":27}`); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		var got api.Session
+		f.must(200, "GET", path, nil, &got)
+		return got.Cols == 91 && got.Rows == 27
+	}, "the resize")
+	websocket.Message.Send(ws, `{"type":"bogus"}`)
+	if err := websocket.Message.Send(ws, []byte("exit 7\r")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-closed:
+	case <-time.After(15 * time.Second):
+		t.Fatal("attach did not end with the session")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var exit, bad *api.AttachMsg
+	for i := range msgs {
+		switch msgs[i].Type {
+		case "exit":
+			exit = &msgs[i]
+		case "error":
+			bad = &msgs[i]
+		}
+	}
+	if exit == nil || exit.ExitCode == nil || *exit.ExitCode != 7 {
+		t.Fatalf("exit message: %+v (all: %+v)", exit, msgs)
+	}
+	if bad == nil || bad.Error.Code != api.CodeBadRequest {
+		t.Fatalf("a bogus message got no error message: %+v", msgs)
+	}
+}
+
+type wsFrame struct {
+	typ  byte
+	data []byte
+}
+
+// wsFrames receives frames with their type (websocket.Message does not tell).
+var wsFrames = websocket.Codec{
+	Marshal: func(v any) ([]byte, byte, error) { f := v.(wsFrame); return f.data, f.typ, nil },
+	Unmarshal: func(data []byte, typ byte, v any) error {
+		f := v.(*wsFrame)
+		f.typ, f.data = typ, data
+		return nil
+	},
+}
