@@ -13,8 +13,8 @@ import (
 // transport's member type to this one.
 type Member struct {
 	Name  string
-	Addr  string      // host:port of its gossip listener
-	State string      // api.NodeAlive, api.NodeDead or api.NodeLeft
+	Addr  string       // host:port of its gossip listener
+	State string       // api.NodeAlive, api.NodeDead or api.NodeLeft
 	Meta  api.NodeMeta // what it gossips about itself
 }
 

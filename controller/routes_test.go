@@ -464,4 +464,3 @@ func TestAudit(t *testing.T) {
 		}
 	}
 }
-

@@ -36,8 +36,8 @@ type streamEnd struct {
 func (c *Controller) follow(ctx context.Context, who, node, id string, from int64, emit func(off int64, p []byte) error) (streamEnd, error) {
 	end := streamEnd{next: from}
 	msgs := make(chan outMsg, followBuffer)
-	kick := make(chan struct{}, 1)   // live messages were dropped
-	exited := make(chan *int, 1)     // the session exited or was closed
+	kick := make(chan struct{}, 1) // live messages were dropped
+	exited := make(chan *int, 1)   // the session exited or was closed
 	var overflow atomic.Bool
 	stopOut, err := c.cfg.Bus.Subscribe(c.subj.Out(node, id), func(_ string, h map[string]string, data []byte) {
 		off, err := strconv.ParseInt(h[api.HeaderOffset], 10, 64)
