@@ -285,19 +285,7 @@ func (n *Node) run(ctx context.Context, req request) (any, error) {
 	}
 	opts := session.RunOptions{Timeout: waitTimeout(r.TimeoutMS), MaxOutputBytes: r.MaxOutputBytes}
 	if r.IdempotencyKey != "" {
-		key := e.id + "\x00" + r.IdempotencyKey
-		n.mu.Lock()
-		blk, seen := n.idem[key]
-		n.mu.Unlock()
-		if seen {
-			res, err := e.s.WaitBlock(ctx, blk, opts)
-			if err != nil {
-				return nil, sessionErr(e.id, err)
-			}
-			return toResult(n.cfg.Name, e.id, res), nil
-		}
-		// Reserve the key before running so a concurrent retry cannot run it twice.
-		res, err := n.runOnce(ctx, e, r.Command, opts, key)
+		res, err := n.runOnce(ctx, e, r.Command, opts, e.id+"\x00"+r.IdempotencyKey)
 		if err != nil {
 			return nil, err
 		}
@@ -310,32 +298,72 @@ func (n *Node) run(ctx context.Context, req request) (any, error) {
 	return toResult(n.cfg.Name, e.id, res), nil
 }
 
-// runOnce runs a command under an idempotency key; the key is recorded with the block
-// number as soon as the block exists.
+// idemRun is a run under an idempotency key: its block number once known.
+type idemRun struct {
+	n    int           // the block; 0 while the first run is in progress or if nothing ran
+	done chan struct{} // closed when the first run returned
+}
+
+// runOnce runs a command under an idempotency key at most once: the first request
+// runs it; a retry (concurrent or later) waits for that run and returns the same
+// block (waiting for it to finish, within its own timeout). If the first run
+// typed nothing (busy, exited), a retry runs it.
 func (n *Node) runOnce(ctx context.Context, e *entry, command string, opts session.RunOptions, key string) (session.Result, error) {
-	n.mu.Lock()
-	if _, busy := n.idem[key]; busy {
+	for {
+		n.mu.Lock()
+		ir := n.idem[key]
+		if ir == nil {
+			ir = &idemRun{done: make(chan struct{})}
+			n.idem[key] = ir
+			n.idemKeys = append(n.idemKeys, key)
+			if len(n.idemKeys) > 4096 {
+				delete(n.idem, n.idemKeys[0])
+				n.idemKeys = n.idemKeys[1:]
+			}
+			n.mu.Unlock()
+			return n.runFirst(ctx, e, command, opts, key, ir)
+		}
 		n.mu.Unlock()
-		return session.Result{}, api.Errorf(api.CodeBusy, "a run with this idempotency key is in progress")
+		timer := time.NewTimer(opts.Timeout)
+		select {
+		case <-ir.done:
+			timer.Stop()
+		case <-timer.C:
+			return session.Result{}, api.Errorf(api.CodeBusy, "a run with this idempotency key is still starting")
+		case <-ctx.Done():
+			timer.Stop()
+			return session.Result{}, sessionErr(e.id, ctx.Err())
+		}
+		if ir.n == 0 {
+			continue // nothing ran: this retry may run it
+		}
+		res, err := e.s.WaitBlock(ctx, ir.n, opts)
+		if err != nil {
+			return res, sessionErr(e.id, err)
+		}
+		return res, nil
 	}
-	n.idem[key] = 0 // in progress
-	n.idemKeys = append(n.idemKeys, key)
-	if len(n.idemKeys) > 4096 {
-		delete(n.idem, n.idemKeys[0])
-		n.idemKeys = n.idemKeys[1:]
-	}
-	n.mu.Unlock()
+}
+
+func (n *Node) runFirst(ctx context.Context, e *entry, command string, opts session.RunOptions, key string, ir *idemRun) (session.Result, error) {
 	before := len(e.s.Blocks())
 	res, err := e.s.Run(ctx, command, opts)
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if err != nil {
-		if res.Block.N == 0 && len(e.s.Blocks()) == before {
+	defer close(ir.done)
+	if err != nil && res.Block.N == 0 && len(e.s.Blocks()) == before {
+		if n.idem[key] == ir {
 			delete(n.idem, key) // nothing ran: a retry may run it
 		}
 		return res, sessionErr(e.id, err)
 	}
-	n.idem[key] = res.Block.N
+	ir.n = res.Block.N
+	if ir.n == 0 {
+		ir.n = len(e.s.Blocks()) // typed, but Run failed before it saw the block
+	}
+	if err != nil {
+		return res, sessionErr(e.id, err)
+	}
 	return res, nil
 }
 

@@ -80,8 +80,8 @@ type Node struct {
 	mu       sync.Mutex // guards the fields below
 	sessions map[string]*entry
 	nextID   int
-	idem     map[string]int // session + "\x00" + idempotency key → block number
-	idemKeys []string       // insertion order, for bounding idem
+	idem     map[string]*idemRun // session + "\x00" + idempotency key → its run
+	idemKeys []string            // insertion order, for bounding idem
 	stop     func() error
 	closed   bool
 }
@@ -122,7 +122,7 @@ func New(cfg Config) (*Node, error) {
 		log:      cfg.Logger,
 		subj:     api.Subjects{Prefix: cfg.Prefix},
 		sessions: map[string]*entry{},
-		idem:     map[string]int{},
+		idem:     map[string]*idemRun{},
 	}
 	if n.log == nil {
 		n.log = slog.Default()

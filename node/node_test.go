@@ -305,6 +305,38 @@ func TestIdempotentRun(t *testing.T) {
 	}
 }
 
+// TestIdempotentRetryInProgress: retries that arrive while the first run is still
+// running (a client that timed out, a controller that restarted) wait for the
+// same block instead of running the command again or failing busy.
+func TestIdempotentRetryInProgress(t *testing.T) {
+	f := newFixture(t)
+	f.create(api.CreateRequest{})
+	req := api.RunRequest{Session: "s1", Command: "sleep 0.5; echo once >> $HOME/once; wc -l < $HOME/once", TimeoutMS: 10000, IdempotencyKey: "slow"}
+	// The first attempt gives up early: the block is still running.
+	short := req
+	short.TimeoutMS = 50
+	var first api.BlockResult
+	f.mustCall("run", short, &first)
+	if first.Block.State != "running" {
+		t.Fatalf("first attempt: %+v", first.Block)
+	}
+	var wg sync.WaitGroup
+	results := make([]api.BlockResult, 3)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f.mustCall("run", req, &results[i])
+		}()
+	}
+	wg.Wait()
+	for i, r := range results {
+		if r.Block.N != first.Block.N || r.Block.State != "done" || r.Text != "1" {
+			t.Fatalf("retry %d: %+v %q", i, r.Block, r.Text)
+		}
+	}
+}
+
 // collector keeps the output chunks a subscriber received, by offset.
 type collector struct {
 	mu     sync.Mutex
