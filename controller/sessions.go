@@ -229,6 +229,10 @@ func (c *Controller) block(w http.ResponseWriter, r *http.Request) {
 	}
 	var q [3]int64
 	for i, name := range []string{"offset", "limit", "max_bytes"} {
+		if name == "max_bytes" && r.URL.Query().Get(name) == "-1" {
+			q[i] = -1 // unlimited, as in run's max_output_bytes
+			continue
+		}
 		if q[i], err = queryInt(r, name); err != nil {
 			c.reply(w, r, nil, err)
 			return

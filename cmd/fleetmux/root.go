@@ -22,8 +22,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Short: "A terminal multiplexer for fleets of machines, built for AI agents",
 		Long: "fleetmux keeps persistent PTY sessions on many machines and gives each command\n" +
 			"back as one clean block: its output and its exit code.\n\n" +
-			"The node agent and the controller are not built yet; `fleetmux try` runs\n" +
-			"commands in a local session to show what the session engine does.",
+			"Client verbs talk to a controller's HTTP API (--addr, default $FLEETMUX_ADDR or\n" +
+			"http://127.0.0.1:7070; --token or $FLEETMUX_TOKEN): nodes, ls, new, run, send,\n" +
+			"keys, screen, blocks, block, wait, logs, attach, kill. --json prints the API's\n" +
+			"JSON. `fleetmux try` runs commands in a local session, without any server.",
 		SilenceErrors: true, // report prints errors, once
 		SilenceUsage:  true,
 		Args: func(c *cobra.Command, args []string) error {
@@ -48,6 +50,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	root.AddCommand(versionCmd(), tryCmd())
 	root.AddCommand(replayCmd())
 	root.AddCommand(nodeCmd(), controllerCmd(), devCmd())
+	root.AddCommand(clientCmds()...)
 	return root.ExecuteContext(ctx)
 }
 

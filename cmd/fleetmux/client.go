@@ -1,0 +1,209 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/client"
+	"github.com/spf13/cobra"
+)
+
+// Environment variables of the client verbs.
+const (
+	envAddr  = "FLEETMUX_ADDR"
+	envToken = "FLEETMUX_TOKEN"
+)
+
+// clientCmds are the verbs that talk to a controller over its HTTP API.
+func clientCmds() []*cobra.Command {
+	return []*cobra.Command{
+		nodesCmd(), lsCmd(), newCmd(), runVerbCmd(), sendCmd(), keysCmd(), screenCmd(),
+		blocksCmd(), blockCmd(), waitCmd(), logsCmd(), attachCmd(), killCmd(),
+	}
+}
+
+// clientOptions are the flags every client verb has.
+type clientOptions struct {
+	addr  string
+	token string
+	json  bool
+}
+
+// register adds --addr, --token and (withJSON) --json to c.
+func (o *clientOptions) register(c *cobra.Command, withJSON bool) {
+	addr := os.Getenv(envAddr)
+	if addr == "" {
+		addr = client.DefaultAddr
+	}
+	f := c.Flags()
+	f.StringVar(&o.addr, "addr", addr, "controller HTTP API address (env "+envAddr+")")
+	f.StringVar(&o.token, "token", os.Getenv(envToken), "API token (env "+envToken+")")
+	if withJSON {
+		f.BoolVar(&o.json, "json", false, "print the API's JSON reply")
+	}
+}
+
+// client returns a client of the controller at --addr.
+func (o *clientOptions) client() (*client.Client, error) {
+	actor := ""
+	if u := os.Getenv("USER"); u != "" {
+		actor = "cli:" + u
+	}
+	c, err := client.New(client.Config{Addr: o.addr, Token: o.token, Actor: actor})
+	if err != nil {
+		return nil, usageError("--addr: %v", strings.TrimPrefix(err.Error(), "client: "))
+	}
+	return c, nil
+}
+
+// capture returns a context that records the raw reply when --json is set.
+func (o *clientOptions) capture(ctx context.Context) (context.Context, *[]byte) {
+	raw := new([]byte)
+	if o.json {
+		ctx = client.CaptureReply(ctx, raw)
+	}
+	return ctx, raw
+}
+
+// fail turns a client error into what the CLI reports: API errors print as
+// "CODE: message"; an unreachable controller says how to start one.
+func (o *clientOptions) fail(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *client.Error
+	var ee *exitError
+	switch {
+	case errors.As(err, &ee), errors.As(err, &ce):
+		return err
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Errorf("no controller at %s (connection refused): is `fleetmux dev` running? (set --addr or %s)", o.addr, envAddr)
+	case errors.Is(err, context.Canceled):
+		return &exitError{code: 130, err: errors.New("interrupted")}
+	}
+	return fmt.Errorf("controller at %s: %w", o.addr, err)
+}
+
+// printJSON prints a raw JSON reply indented.
+func printJSON(w io.Writer, raw []byte) error {
+	var b bytes.Buffer
+	if err := json.Indent(&b, bytes.TrimSpace(raw), "", "  "); err != nil {
+		// not JSON after all: print it as it came
+		b.Reset()
+		b.Write(raw)
+	}
+	if !bytes.HasSuffix(b.Bytes(), []byte("\n")) {
+		b.WriteByte('\n')
+	}
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+// parseAddress parses a session address argument of verb.
+func parseAddress(verb, s string) (node, id string, err error) {
+	node, id, err = api.ParseAddress(s)
+	if err != nil {
+		return "", "", usageError("%s: %s", verb, nameErr(err))
+	}
+	return node, id, nil
+}
+
+// nameErr is a name error's message without the "api: bad name: " it wraps.
+func nameErr(err error) string {
+	return strings.Replace(err.Error(), api.ErrBadName.Error()+": ", "", 1)
+}
+
+// needAddress checks that args start with a session address and parses it.
+func needAddress(verb string, args []string) (node, id string, err error) {
+	if len(args) == 0 || args[0] == "" {
+		return "", "", usageError("%s: no session address: want NODE/ID, e.g. web-1/s3 (see fleetmux ls)", verb)
+	}
+	return parseAddress(verb, args[0])
+}
+
+// parsePairs parses repeated k=v flags into a map.
+func parsePairs(flag string, kvs []string) (map[string]string, error) {
+	if len(kvs) == 0 {
+		return nil, nil
+	}
+	m := make(map[string]string, len(kvs))
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, usageError("--%s %q: want KEY=VALUE", flag, kv)
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+// durationMS converts a --timeout flag to milliseconds.
+func durationMS(verb string, d time.Duration) (int, error) {
+	if d <= 0 {
+		return 0, usageError("%s: --timeout %v: want a positive duration, e.g. 60s", verb, d)
+	}
+	return int(max(d.Milliseconds(), 1)), nil
+}
+
+// labelString is k=v,k=v sorted, or "-".
+func labelString(m map[string]string) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	parts := make([]string, 0, len(m))
+	for k, v := range m {
+		parts = append(parts, k+"="+v)
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ",")
+}
+
+// truncate cuts s to at most n runes, marking a cut with "…".
+func truncate(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}
+
+// oneLine is the first line of s (marked with "…" when more follow), cut to n runes.
+func oneLine(s string, n int) string {
+	first, rest, more := strings.Cut(s, "\n")
+	first = strings.TrimRight(first, "\r ")
+	if more && strings.TrimSpace(rest) != "" {
+		return truncate(first+" …", n)
+	}
+	return truncate(first, n)
+}
+
+// orDash is s, or "-" when it is empty.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// writeText writes s with a trailing newline when it has none (nothing for "").
+func writeText(w io.Writer, s string) error {
+	if s == "" {
+		return nil
+	}
+	if !strings.HasSuffix(s, "\n") {
+		s += "\n"
+	}
+	_, err := io.WriteString(w, s)
+	return err
+}

@@ -1,0 +1,361 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/client"
+	"github.com/spf13/cobra"
+)
+
+// runOptions are the flags of `fleetmux run`: one session, or a fan-out when a
+// selector is given.
+type runOptions struct {
+	clientOptions
+	timeout        time.Duration
+	maxOutput      int
+	idempotencyKey string
+
+	// fan-out
+	all           bool
+	labels        []string
+	nodes         []string
+	sessions      []string
+	session       string
+	shell         string
+	batch         int
+	stopOnFailure bool
+	verbose       bool
+}
+
+func runVerbCmd() *cobra.Command { return runVerbCmdWith(&runOptions{}) }
+
+// runVerbCmdWith is `fleetmux run` with its flags in o.
+func runVerbCmdWith(o *runOptions) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "run (NODE/ID | --all | --label k=v | --nodes a,b | --sessions n/s,...) [flags] -- CMD...",
+		Short: "Run a command in a session (or on many) and print its output",
+		Long: "run NODE/ID -- CMD runs CMD (its words joined with spaces) in the session, prints\n" +
+			"its rendered output and exits with its exit code. When --timeout passes first it\n" +
+			"prints the output so far and exits 124 (the command keeps running: see fleetmux\n" +
+			"wait). Long output is cut to a budget (head and tail); a note on stderr says how\n" +
+			"to read the rest. Put CMD after -- when it has flags of its own.\n\n" +
+			"With a selector the command fans out, one run per target:\n" +
+			"  --all               every alive node\n" +
+			"  --label k=v         nodes with these labels (repeatable: all must match)\n" +
+			"  --nodes a,b         these nodes (with --label: those that also match)\n" +
+			"  --sessions n/s,...  these sessions\n" +
+			"On a node, the command runs in the session titled --session (created when\n" +
+			"missing), or in a fresh session. It prints one line per target and a total:\n" +
+			"  web-1/s3  exit=0  12ms  first line of output\n" +
+			"  web-2     FAILED  unavailable: node web-2 is dead\n" +
+			"  ok=1 failed=1\n" +
+			"-v prints each target's whole output too. It exits 0 when every target succeeded,\n" +
+			"else 1 (with one target: its exit code).",
+		Example: "  fleetmux run web-1/s3 -- make test\n" +
+			"  fleetmux run web-1/s3 --timeout 10m -- ./deploy.sh --dry-run\n" +
+			"  fleetmux run --all -- uptime\n" +
+			"  fleetmux run --label role=web --session deploy --batch 5 --stop-on-failure -- ./deploy.sh\n" +
+			"  fleetmux run --sessions web-1/s3,web-2/s1 -v -- git pull",
+		RunE: func(c *cobra.Command, args []string) error {
+			if o.fanout() {
+				req, err := o.fanoutRequest(c, args)
+				if err != nil {
+					return err
+				}
+				return o.runFanout(c, req)
+			}
+			node, id, body, err := o.single(c, args)
+			if err != nil {
+				return err
+			}
+			return o.runOne(c, node, id, body)
+		},
+	}
+	o.register(c, true)
+	f := c.Flags()
+	f.DurationVar(&o.timeout, "timeout", 60*time.Second, "how long the command may run before run returns (per target)")
+	f.IntVar(&o.maxOutput, "max-output", 0, "output budget in bytes (0: the default, -1: unlimited)")
+	f.StringVar(&o.idempotencyKey, "idempotency-key", "", "a retry with the same key returns the first run's block instead of running again")
+	f.BoolVar(&o.all, "all", false, "fan out to every alive node")
+	f.StringArrayVar(&o.labels, "label", nil, "fan out to nodes with this label k=v (repeatable)")
+	f.StringSliceVar(&o.nodes, "nodes", nil, "fan out to these nodes (comma-separated)")
+	f.StringSliceVar(&o.sessions, "sessions", nil, "fan out to these sessions NODE/ID (comma-separated)")
+	f.StringVar(&o.session, "session", "", "fan-out: run in the session with this title on each node (created when missing)")
+	f.StringVar(&o.shell, "shell", "", "fan-out: shell of created sessions (bash or zsh)")
+	f.IntVar(&o.batch, "batch", 0, "fan-out: targets running at once (default and cap: 256)")
+	f.BoolVar(&o.stopOnFailure, "stop-on-failure", false, "fan-out: start no more targets once one failed")
+	f.BoolVarP(&o.verbose, "output", "v", false, "fan-out: print each target's whole output")
+	return c
+}
+
+// fanout reports whether a selector was given.
+func (o *runOptions) fanout() bool {
+	return o.all || len(o.labels) > 0 || len(o.nodes) > 0 || len(o.sessions) > 0
+}
+
+// command joins CMD words, checking there is one.
+func (o *runOptions) command(words []string) (string, error) {
+	cmd := strings.Join(words, " ")
+	if strings.TrimSpace(cmd) == "" {
+		return "", usageError("run: no command given: use fleetmux run NODE/ID -- CMD")
+	}
+	if len(cmd) > api.MaxCommandBytes {
+		return "", usageError("run: the command is %d bytes long, the limit is %d", len(cmd), api.MaxCommandBytes)
+	}
+	if o.maxOutput < -1 {
+		return "", usageError("run: --max-output %d: want a byte count, 0 (the default) or -1 (unlimited)", o.maxOutput)
+	}
+	return cmd, nil
+}
+
+// single parses `run NODE/ID [--] CMD...`.
+func (o *runOptions) single(c *cobra.Command, args []string) (node, id string, body api.RunBody, err error) {
+	for _, name := range []string{"session", "shell", "batch", "stop-on-failure", "output"} {
+		if c.Flags().Changed(name) {
+			return "", "", body, usageError("run: --%s applies to a fan-out only (--all, --label, --nodes or --sessions)", name)
+		}
+	}
+	if len(args) == 0 || c.ArgsLenAtDash() == 0 {
+		return "", "", body, usageError("run: no session address: use fleetmux run NODE/ID -- CMD, or fan out with --all, --label, --nodes or --sessions")
+	}
+	if node, id, err = parseAddress("run", args[0]); err != nil {
+		return "", "", body, err
+	}
+	cmd, err := o.command(args[1:])
+	if err != nil {
+		return "", "", body, err
+	}
+	ms, err := durationMS("run", o.timeout)
+	if err != nil {
+		return "", "", body, err
+	}
+	return node, id, api.RunBody{Command: cmd, TimeoutMS: ms, MaxOutputBytes: o.maxOutput, IdempotencyKey: o.idempotencyKey}, nil
+}
+
+func (o *runOptions) runOne(c *cobra.Command, node, id string, body api.RunBody) error {
+	cl, err := o.client()
+	if err != nil {
+		return err
+	}
+	ctx, raw := o.capture(c.Context())
+	r, err := cl.Run(ctx, node, id, body)
+	if err != nil {
+		return o.fail(err)
+	}
+	if o.json {
+		if err := printJSON(c.OutOrStdout(), *raw); err != nil {
+			return err
+		}
+		return runExit(node+"/"+id, o.timeout, r)
+	}
+	if err := writeText(c.OutOrStdout(), r.Text); err != nil {
+		return err
+	}
+	omittedNote(c.ErrOrStderr(), node+"/"+id, r)
+	return runExit(node+"/"+id, o.timeout, r)
+}
+
+// runExit is the exit of `fleetmux run` for a block: its exit code; 124 with a
+// note when it is still running; 0 for a block without one (typed into a program).
+func runExit(addr string, timeout time.Duration, r api.BlockResult) error {
+	switch {
+	case r.Block.State == client.BlockRunning:
+		return &exitError{code: 124, err: fmt.Errorf("still running after %v: fleetmux wait %s (then fleetmux block %s %d)", timeout, addr, addr, r.Block.N)}
+	case r.Block.ExitCode == nil || *r.Block.ExitCode == 0:
+		return nil
+	}
+	return &exitError{code: *r.Block.ExitCode}
+}
+
+// fanoutRequest parses `run SELECTOR [--] CMD...`.
+func (o *runOptions) fanoutRequest(c *cobra.Command, args []string) (api.FanoutRequest, error) {
+	var req api.FanoutRequest
+	if c.Flags().Changed("idempotency-key") && o.idempotencyKey == "" {
+		return req, usageError("run: --idempotency-key is empty")
+	}
+	if n := c.ArgsLenAtDash(); n > 0 {
+		return req, usageError("run: %q before --: a fan-out takes its targets from --all, --label, --nodes or --sessions, not an address", args[0])
+	}
+	sel := api.Selector{All: o.all}
+	var err error
+	if sel.Labels, err = parsePairs("label", o.labels); err != nil {
+		return req, err
+	}
+	for _, n := range o.nodes {
+		if err := api.ValidName(n); err != nil {
+			return req, usageError("run: --nodes: %s", nameErr(err))
+		}
+		sel.Nodes = append(sel.Nodes, n)
+	}
+	for _, s := range o.sessions {
+		if _, _, err := parseAddress("run: --sessions", s); err != nil {
+			return req, err
+		}
+		sel.Sessions = append(sel.Sessions, s)
+	}
+	switch {
+	case len(sel.Sessions) > 0 && (sel.All || len(sel.Nodes) > 0 || len(sel.Labels) > 0):
+		return req, usageError("run: --sessions names the targets itself: drop --all, --label and --nodes")
+	case len(sel.Sessions) > 0 && (o.session != "" || o.shell != ""):
+		return req, usageError("run: --session and --shell pick sessions on nodes: they do not go with --sessions")
+	case sel.All && (len(sel.Nodes) > 0 || len(sel.Labels) > 0):
+		return req, usageError("run: --all selects every node: drop --label and --nodes (or --all)")
+	case o.batch < 0:
+		return req, usageError("run: --batch %d: want 1 or more", o.batch)
+	}
+	cmd, err := o.command(args)
+	if err != nil {
+		return req, err
+	}
+	ms, err := durationMS("run", o.timeout)
+	if err != nil {
+		return req, err
+	}
+	return api.FanoutRequest{
+		Selector: sel, Command: cmd, Session: o.session, Shell: o.shell, TimeoutMS: ms,
+		MaxOutputBytes: o.maxOutput, Batch: o.batch, StopOnFailure: o.stopOnFailure, IdempotencyKey: o.idempotencyKey,
+	}, nil
+}
+
+func (o *runOptions) runFanout(c *cobra.Command, req api.FanoutRequest) error {
+	cl, err := o.client()
+	if err != nil {
+		return err
+	}
+	ctx, raw := o.capture(c.Context())
+	fo, err := cl.Fanout(ctx, req)
+	if err != nil {
+		return o.fail(err)
+	}
+	if o.json {
+		err = printJSON(c.OutOrStdout(), *raw)
+	} else {
+		err = printFanout(c.OutOrStdout(), fo, o.verbose)
+	}
+	if err != nil {
+		return err
+	}
+	return fanoutExit(fo)
+}
+
+// target is a fan-out result's name: NODE/SESSION, or NODE without a session.
+func target(r api.FanoutResult) string {
+	if r.Session == "" {
+		return r.Node
+	}
+	return r.Node + "/" + r.Session
+}
+
+// exitCode of a fan-out result: its own, else its block's.
+func resultExit(r api.FanoutResult) *int {
+	if r.ExitCode != nil {
+		return r.ExitCode
+	}
+	if r.Block != nil {
+		return r.Block.ExitCode
+	}
+	return nil
+}
+
+// summary is one target's line: "NODE/S\texit=N\t12ms\tfirst line" or
+// "NODE\tFAILED\tcode: message".
+func summary(r api.FanoutResult) string {
+	if r.Error != nil {
+		word := "FAILED"
+		if r.Error.Code == api.CodeSkipped {
+			word = "SKIPPED"
+		}
+		return fmt.Sprintf("%s\t%s\t%s", target(r), word, cell(r.Error.Error(), 100))
+	}
+	status := "done"
+	switch c := resultExit(r); {
+	case r.Block != nil && r.Block.State == client.BlockRunning:
+		status = "running"
+	case c != nil:
+		status = fmt.Sprintf("exit=%d", *c)
+	}
+	d := (time.Duration(r.DurationMS) * time.Millisecond).String()
+	return strings.TrimRight(fmt.Sprintf("%s\t%s\t%s\t%s", target(r), status, d, firstLine(r.Text, 60)), "\t")
+}
+
+// firstLine is the first line of s that is not blank, cut to n runes and marked with
+// "…" when more lines follow; tabs and carriage returns become spaces.
+func firstLine(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i, l := range lines {
+		l = strings.TrimSpace(strings.Map(func(r rune) rune {
+			if r == '\t' || r == '\r' {
+				return ' '
+			}
+			return r
+		}, l))
+		if l == "" {
+			continue
+		}
+		if i < len(lines)-1 {
+			return truncate(l+" …", n)
+		}
+		return truncate(l, n)
+	}
+	return ""
+}
+
+// printFanout prints a fan-out's results: with verbose each target's output under a
+// header first; then one summary line per target and the totals.
+func printFanout(w io.Writer, fo api.Fanout, verbose bool) error {
+	if verbose {
+		for _, r := range fo.Results {
+			head := strings.ReplaceAll(summary(r), "\t", "  ")
+			if r.OmittedBytes > 0 {
+				head += fmt.Sprintf("  (%d bytes omitted)", r.OmittedBytes)
+			}
+			if _, err := fmt.Fprintf(w, "=== %s\n", head); err != nil {
+				return err
+			}
+			if err := writeText(w, r.Text); err != nil {
+				return err
+			}
+		}
+		if len(fo.Results) > 0 {
+			fmt.Fprintln(w)
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, r := range fo.Results {
+		fmt.Fprintln(tw, summary(r))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "ok=%d failed=%d\n", fo.OK, fo.Failed)
+	return err
+}
+
+// fanoutExit is 0 when every target succeeded, else 1; with exactly one target,
+// its exit code (1 for an error, 124 when still running).
+func fanoutExit(fo api.Fanout) error {
+	if len(fo.Results) == 1 {
+		r := fo.Results[0]
+		switch c := resultExit(r); {
+		case r.Error != nil:
+			return &exitError{code: 1}
+		case r.Block != nil && r.Block.State == client.BlockRunning:
+			return &exitError{code: 124}
+		case c != nil && *c != 0:
+			return &exitError{code: *c}
+		}
+		return nil
+	}
+	if len(fo.Results) == 0 {
+		return &exitError{code: 1, err: fmt.Errorf("run: no target matched the selector (see fleetmux nodes, fleetmux ls)")}
+	}
+	if fo.Failed > 0 {
+		return &exitError{code: 1}
+	}
+	return nil
+}
