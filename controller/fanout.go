@@ -24,16 +24,11 @@ func (c *Controller) fanout(w http.ResponseWriter, r *http.Request) {
 		c.reply(w, r, nil, err)
 		return
 	}
-	targets, err := c.fanTargets(req)
-	if err != nil {
-		c.reply(w, r, nil, err)
-		return
-	}
-	out := c.runFanout(r.Context(), actor(r), req, targets)
+	out, err := c.Fanout(reqCtx(r), req)
 	if r.Context().Err() != nil {
 		return // the client is gone
 	}
-	writeJSON(w, http.StatusOK, out)
+	c.reply(w, r, out, err)
 }
 
 // fanTargets validates a fan-out request and resolves its selector to targets.

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -30,41 +29,12 @@ func (c *Controller) listSessions(w http.ResponseWriter, r *http.Request) {
 		c.reply(w, r, nil, err)
 		return
 	}
-	var names []string
-	if node := q.Get("node"); node != "" {
-		if err := api.ValidName(node); err != nil {
-			c.reply(w, r, nil, api.Errorf(api.CodeBadRequest, "node: %v", err))
-			return
-		}
-		names = []string{node}
-	} else {
-		names = c.nodes.selectNodes(nil)
-	}
-	out, err := c.sessionsOf(r.Context(), actor(r), names, len(names) == 1 && q.Get("node") != "")
-	if err != nil {
-		c.reply(w, r, nil, err)
-		return
-	}
-	if len(labels) > 0 {
-		nodeLabels := map[string]map[string]string{}
-		for _, n := range c.nodes.list() {
-			nodeLabels[n.Name] = n.Labels
-		}
-		kept := out.Sessions[:0]
-		for _, s := range out.Sessions {
-			all := maps.Clone(nodeLabels[s.Node])
-			if all == nil {
-				all = map[string]string{}
-			}
-			maps.Copy(all, s.Labels)
-			if matches(all, labels) {
-				kept = append(kept, s)
-			}
-		}
-		out.Sessions = kept
-	}
-	writeJSON(w, http.StatusOK, out)
+	out, err := c.ListSessions(reqCtx(r), q.Get("node"), labels)
+	c.reply(w, r, out, err)
 }
+
+// reqCtx is a request's context, naming its actor.
+func reqCtx(r *http.Request) context.Context { return WithActor(r.Context(), actor(r)) }
 
 // sessionsOf lists the sessions of nodes in parallel. With strict, the one node's
 // error is returned; otherwise nodes that fail are listed as unavailable.
@@ -144,7 +114,7 @@ func (c *Controller) createSession(w http.ResponseWriter, r *http.Request) {
 		c.reply(w, r, nil, err)
 		return
 	}
-	s, err := c.create(r.Context(), actor(r), body)
+	s, err := c.CreateSession(reqCtx(r), body)
 	if err != nil {
 		c.reply(w, r, nil, err)
 		return
@@ -167,58 +137,71 @@ func (c *Controller) create(ctx context.Context, who string, body api.NewSession
 	return s, err
 }
 
+// withBody decodes the body into b, then calls fn with the session and a context.
+func withBody[B any](c *Controller, w http.ResponseWriter, r *http.Request, fn func(ctx context.Context, node, id string, b B) (any, error)) {
+	var b B
+	if err := decodeBody(w, r, &b); err != nil {
+		c.reply(w, r, nil, err)
+		return
+	}
+	withTarget(c, w, r, func(ctx context.Context, node, id string) (any, error) { return fn(ctx, node, id, b) })
+}
+
+// withTarget validates {node}/{id} and replies with what fn returns.
+func withTarget(c *Controller, w http.ResponseWriter, r *http.Request, fn func(ctx context.Context, node, id string) (any, error)) {
+	node, id, err := target(r)
+	if err != nil {
+		c.reply(w, r, nil, err)
+		return
+	}
+	out, err := fn(reqCtx(r), node, id)
+	c.reply(w, r, out, err)
+}
+
 func (c *Controller) getSession(w http.ResponseWriter, r *http.Request) {
-	c.sessionVerb(w, r, "get", nil, new(api.Session))
+	withTarget(c, w, r, func(ctx context.Context, node, id string) (any, error) { return c.GetSession(ctx, node, id) })
 }
 
 func (c *Controller) deleteSession(w http.ResponseWriter, r *http.Request) {
-	c.sessionVerb(w, r, "close", nil, new(api.Session))
+	withTarget(c, w, r, func(ctx context.Context, node, id string) (any, error) { return c.CloseSession(ctx, node, id) })
 }
 
 func (c *Controller) patchSession(w http.ResponseWriter, r *http.Request) {
-	var p api.SessionPatch
-	if err := decodeBody(w, r, &p); err != nil {
-		c.reply(w, r, nil, err)
-		return
-	}
-	c.sessionVerb(w, r, "update", func(id string) any {
-		return api.UpdateRequest{Session: id, Title: p.Title, Description: p.Description, Labels: p.Labels}
-	}, new(api.Session))
+	withBody(c, w, r, func(ctx context.Context, node, id string, p api.SessionPatch) (any, error) {
+		return c.UpdateSession(ctx, node, id, p)
+	})
 }
 
 func (c *Controller) input(w http.ResponseWriter, r *http.Request) {
-	var b api.InputBody
-	if err := decodeBody(w, r, &b); err != nil {
-		c.reply(w, r, nil, err)
-		return
-	}
-	c.sessionVerb(w, r, "input", func(id string) any { return api.InputRequest{Session: id, Data: b.Data} }, new(api.Empty))
+	withBody(c, w, r, func(ctx context.Context, node, id string, b api.InputBody) (any, error) {
+		return api.Empty{}, c.Input(ctx, node, id, b.Data)
+	})
 }
 
 func (c *Controller) keys(w http.ResponseWriter, r *http.Request) {
-	var b api.KeysBody
-	if err := decodeBody(w, r, &b); err != nil {
-		c.reply(w, r, nil, err)
-		return
-	}
-	c.sessionVerb(w, r, "keys", func(id string) any { return api.KeysRequest{Session: id, Keys: b.Keys} }, new(api.Empty))
+	withBody(c, w, r, func(ctx context.Context, node, id string, b api.KeysBody) (any, error) {
+		return api.Empty{}, c.Keys(ctx, node, id, b.Keys)
+	})
 }
 
 func (c *Controller) resize(w http.ResponseWriter, r *http.Request) {
-	var b api.ResizeBody
-	if err := decodeBody(w, r, &b); err != nil {
-		c.reply(w, r, nil, err)
-		return
-	}
-	c.sessionVerb(w, r, "resize", func(id string) any { return api.ResizeRequest{Session: id, Cols: b.Cols, Rows: b.Rows} }, new(api.Session))
+	withBody(c, w, r, func(ctx context.Context, node, id string, b api.ResizeBody) (any, error) {
+		return c.Resize(ctx, node, id, b.Cols, b.Rows)
+	})
+}
+
+func (c *Controller) runCommand(w http.ResponseWriter, r *http.Request) {
+	withBody(c, w, r, func(ctx context.Context, node, id string, b api.RunBody) (any, error) {
+		return c.RunCommand(ctx, node, id, b)
+	})
 }
 
 func (c *Controller) screen(w http.ResponseWriter, r *http.Request) {
-	c.sessionVerb(w, r, "screen", nil, new(api.Screen))
+	withTarget(c, w, r, func(ctx context.Context, node, id string) (any, error) { return c.Screen(ctx, node, id) })
 }
 
 func (c *Controller) blocks(w http.ResponseWriter, r *http.Request) {
-	c.sessionVerb(w, r, "blocks", nil, new(api.BlockList))
+	withTarget(c, w, r, func(ctx context.Context, node, id string) (any, error) { return c.Blocks(ctx, node, id) })
 }
 
 func (c *Controller) block(w http.ResponseWriter, r *http.Request) {
@@ -238,32 +221,8 @@ func (c *Controller) block(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	grep := r.URL.Query().Get("grep")
-	c.sessionVerb(w, r, "block", func(id string) any {
-		return api.BlockRequest{Session: id, N: n, Offset: int(q[0]), Limit: int(q[1]), MaxBytes: int(q[2]), Grep: grep}
-	}, new(api.BlockResult))
-}
-
-func (c *Controller) runCommand(w http.ResponseWriter, r *http.Request) {
-	var b api.RunBody
-	if err := decodeBody(w, r, &b); err != nil {
-		c.reply(w, r, nil, err)
-		return
-	}
-	if err := checkCommand(b.Command); err != nil {
-		c.reply(w, r, nil, err)
-		return
-	}
-	node, id, err := target(r)
-	if err != nil {
-		c.reply(w, r, nil, err)
-		return
-	}
-	var out api.BlockResult
-	err = c.call(r.Context(), actor(r), node, "run", api.RunRequest{
-		Session: id, Command: b.Command, TimeoutMS: b.TimeoutMS, MaxOutputBytes: b.MaxOutputBytes, IdempotencyKey: b.IdempotencyKey,
-	}, &out, c.timeoutFor(b.TimeoutMS))
-	c.reply(w, r, out, err)
+	req := api.BlockRequest{N: n, Offset: int(q[0]), Limit: int(q[1]), MaxBytes: int(q[2]), Grep: r.URL.Query().Get("grep")}
+	withTarget(c, w, r, func(ctx context.Context, node, id string) (any, error) { return c.Block(ctx, node, id, req) })
 }
 
 func checkCommand(cmd string) error {
@@ -279,61 +238,18 @@ func checkCommand(cmd string) error {
 // wait waits on the node for ?until= and replies with the session and its last
 // block (with its text).
 func (c *Controller) wait(w http.ResponseWriter, r *http.Request) {
-	node, id, err := target(r)
-	if err != nil {
-		c.reply(w, r, nil, err)
-		return
-	}
-	q := r.URL.Query()
-	until := q.Get("until")
-	if until == "" {
-		until = "idle"
-	}
-	tms, err := queryInt(r, "timeout_ms")
-	if err != nil {
-		c.reply(w, r, nil, err)
-		return
-	}
-	after, err := queryInt(r, "after")
-	if err != nil {
-		c.reply(w, r, nil, err)
-		return
-	}
-	if tms > int64(maxNodeWait/time.Millisecond) {
-		tms = int64(maxNodeWait / time.Millisecond)
-	}
-	who := actor(r)
-	var wr api.WaitReply
-	if err := c.call(r.Context(), who, node, "wait", api.WaitRequest{Session: id, Until: until, After: after, TimeoutMS: int(tms)}, &wr, c.timeoutFor(int(tms))); err != nil {
-		c.reply(w, r, nil, err)
-		return
-	}
-	out := api.WaitResult{OK: wr.OK, BlockResult: api.BlockResult{Session: wr.Session}}
-	if wr.Session.Blocks > 0 {
-		var br api.BlockResult
-		if err := c.call(r.Context(), who, node, "block", api.BlockRequest{Session: id, N: wr.Session.Blocks}, &br, c.cfg.RequestTimeout); err != nil {
+	var q [2]int64
+	for i, name := range []string{"timeout_ms", "after"} {
+		var err error
+		if q[i], err = queryInt(r, name); err != nil {
 			c.reply(w, r, nil, err)
 			return
 		}
-		out.Block, out.Text, out.OmittedBytes, out.LostBytes = br.Block, br.Text, br.OmittedBytes, br.LostBytes
 	}
-	writeJSON(w, http.StatusOK, out)
-}
-
-// sessionVerb forwards a session route to its node verb: req builds the request
-// from the session id (nil: a plain api.SessionRequest).
-func (c *Controller) sessionVerb(w http.ResponseWriter, r *http.Request, verb string, req func(id string) any, out any) {
-	node, id, err := target(r)
-	if err != nil {
-		c.reply(w, r, nil, err)
-		return
-	}
-	var body any = api.SessionRequest{Session: id}
-	if req != nil {
-		body = req(id)
-	}
-	err = c.call(r.Context(), actor(r), node, verb, body, out, c.cfg.RequestTimeout)
-	c.reply(w, r, out, err)
+	tms := int(min(q[0], int64(maxNodeWait/time.Millisecond)))
+	withTarget(c, w, r, func(ctx context.Context, node, id string) (any, error) {
+		return c.Wait(ctx, node, id, r.URL.Query().Get("until"), q[1], tms)
+	})
 }
 
 func (c *Controller) health(w http.ResponseWriter, r *http.Request) {

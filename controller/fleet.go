@@ -1,0 +1,203 @@
+package controller
+
+import (
+	"context"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+)
+
+// Fleet is what the front doors (HTTP API, SSH, MCP) do with the fleet. The
+// controller implements it by routing to the nodes; `fleetmux mcp` implements it
+// with the HTTP client of a remote controller (cmd wires that in). Errors are
+// *api.Error where the user should see them. Who acts comes from the context
+// (WithActor) and goes into the nodes' audit records.
+type Fleet interface {
+	ListNodes(ctx context.Context) ([]api.Node, error)
+	// ListSessions lists sessions of one node ("" for all) whose labels (over their
+	// node's) carry every label in labels.
+	ListSessions(ctx context.Context, node string, labels map[string]string) (api.SessionList, error)
+	CreateSession(ctx context.Context, req api.NewSession) (api.Session, error)
+	GetSession(ctx context.Context, node, id string) (api.Session, error)
+	UpdateSession(ctx context.Context, node, id string, p api.SessionPatch) (api.Session, error)
+	CloseSession(ctx context.Context, node, id string) (api.Session, error)
+	RunCommand(ctx context.Context, node, id string, body api.RunBody) (api.BlockResult, error)
+	Input(ctx context.Context, node, id, data string) error
+	Keys(ctx context.Context, node, id string, keys []string) error
+	Resize(ctx context.Context, node, id string, cols, rows int) (api.Session, error)
+	Screen(ctx context.Context, node, id string) (api.Screen, error)
+	Blocks(ctx context.Context, node, id string) (api.BlockList, error)
+	// Block reads one block's text; req.Session is ignored.
+	Block(ctx context.Context, node, id string, req api.BlockRequest) (api.BlockResult, error)
+	// Wait waits until the session is idle, waiting_input, exited, or has output past
+	// after ("output"), for at most timeoutMS (0: 30 s).
+	Wait(ctx context.Context, node, id, until string, after int64, timeoutMS int) (api.WaitResult, error)
+	Fanout(ctx context.Context, req api.FanoutRequest) (api.Fanout, error)
+}
+
+var _ Fleet = (*Controller)(nil)
+
+type actorKey struct{}
+
+// WithActor returns a context that names who acts (an SSH key fingerprint, an
+// MCP client, "api@addr"); requests made with it carry it to the nodes' audit.
+func WithActor(ctx context.Context, actor string) context.Context {
+	return context.WithValue(ctx, actorKey{}, actor)
+}
+
+func actorOf(ctx context.Context) string {
+	a, _ := ctx.Value(actorKey{}).(string)
+	return a
+}
+
+// ListNodes returns the node table.
+func (c *Controller) ListNodes(context.Context) ([]api.Node, error) { return c.nodes.list(), nil }
+
+// ListSessions lists sessions fleet-wide or of one node.
+func (c *Controller) ListSessions(ctx context.Context, node string, labels map[string]string) (api.SessionList, error) {
+	names := c.nodes.selectNodes(nil)
+	if node != "" {
+		if err := api.ValidName(node); err != nil {
+			return api.SessionList{}, api.Errorf(api.CodeBadRequest, "node: %v", err)
+		}
+		names = []string{node}
+	}
+	out, err := c.sessionsOf(ctx, actorOf(ctx), names, node != "")
+	if err != nil || len(labels) == 0 {
+		return out, err
+	}
+	nodeLabels := map[string]map[string]string{}
+	for _, n := range c.nodes.list() {
+		nodeLabels[n.Name] = n.Labels
+	}
+	kept := out.Sessions[:0]
+	for _, s := range out.Sessions {
+		all := map[string]string{}
+		for k, v := range nodeLabels[s.Node] {
+			all[k] = v
+		}
+		for k, v := range s.Labels {
+			all[k] = v
+		}
+		if matches(all, labels) {
+			kept = append(kept, s)
+		}
+	}
+	out.Sessions = kept
+	return out, nil
+}
+
+// CreateSession creates a session on req.Node, or on the node the table picks.
+func (c *Controller) CreateSession(ctx context.Context, req api.NewSession) (api.Session, error) {
+	return c.create(ctx, actorOf(ctx), req)
+}
+
+func (c *Controller) sessionCall(ctx context.Context, node, id, verb string, req, out any, timeout time.Duration) error {
+	if err := api.ValidName(node); err != nil {
+		return api.Errorf(api.CodeBadRequest, "node: %v", err)
+	}
+	if err := api.ValidName(id); err != nil {
+		return api.Errorf(api.CodeBadRequest, "session: %v", err)
+	}
+	if req == nil {
+		req = api.SessionRequest{Session: id}
+	}
+	if timeout == 0 {
+		timeout = c.cfg.RequestTimeout
+	}
+	return c.call(ctx, actorOf(ctx), node, verb, req, out, timeout)
+}
+
+// GetSession reads one session.
+func (c *Controller) GetSession(ctx context.Context, node, id string) (s api.Session, err error) {
+	err = c.sessionCall(ctx, node, id, "get", nil, &s, 0)
+	return s, err
+}
+
+// UpdateSession retitles, describes or relabels a session.
+func (c *Controller) UpdateSession(ctx context.Context, node, id string, p api.SessionPatch) (s api.Session, err error) {
+	err = c.sessionCall(ctx, node, id, "update", api.UpdateRequest{Session: id, Title: p.Title, Description: p.Description, Labels: p.Labels}, &s, 0)
+	return s, err
+}
+
+// CloseSession closes a session and returns its final state.
+func (c *Controller) CloseSession(ctx context.Context, node, id string) (s api.Session, err error) {
+	err = c.sessionCall(ctx, node, id, "close", nil, &s, 0)
+	return s, err
+}
+
+// RunCommand runs a command in a session.
+func (c *Controller) RunCommand(ctx context.Context, node, id string, b api.RunBody) (br api.BlockResult, err error) {
+	if err := checkCommand(b.Command); err != nil {
+		return br, err
+	}
+	err = c.sessionCall(ctx, node, id, "run", api.RunRequest{
+		Session: id, Command: b.Command, TimeoutMS: b.TimeoutMS, MaxOutputBytes: b.MaxOutputBytes, IdempotencyKey: b.IdempotencyKey,
+	}, &br, c.timeoutFor(b.TimeoutMS))
+	return br, err
+}
+
+// Input types raw text into a session.
+func (c *Controller) Input(ctx context.Context, node, id, data string) error {
+	return c.sessionCall(ctx, node, id, "input", api.InputRequest{Session: id, Data: data}, nil, 0)
+}
+
+// Keys sends named keys to a session.
+func (c *Controller) Keys(ctx context.Context, node, id string, keys []string) error {
+	return c.sessionCall(ctx, node, id, "keys", api.KeysRequest{Session: id, Keys: keys}, nil, 0)
+}
+
+// Resize resizes a session's terminal.
+func (c *Controller) Resize(ctx context.Context, node, id string, cols, rows int) (s api.Session, err error) {
+	err = c.sessionCall(ctx, node, id, "resize", api.ResizeRequest{Session: id, Cols: cols, Rows: rows}, &s, 0)
+	return s, err
+}
+
+// Screen reads a session's screen.
+func (c *Controller) Screen(ctx context.Context, node, id string) (sc api.Screen, err error) {
+	err = c.sessionCall(ctx, node, id, "screen", nil, &sc, 0)
+	return sc, err
+}
+
+// Blocks lists a session's blocks.
+func (c *Controller) Blocks(ctx context.Context, node, id string) (bl api.BlockList, err error) {
+	err = c.sessionCall(ctx, node, id, "blocks", nil, &bl, 0)
+	return bl, err
+}
+
+// Block reads one block with its text.
+func (c *Controller) Block(ctx context.Context, node, id string, req api.BlockRequest) (br api.BlockResult, err error) {
+	req.Session = id
+	err = c.sessionCall(ctx, node, id, "block", req, &br, 0)
+	return br, err
+}
+
+// Wait waits on a session's state and returns it with its last block.
+func (c *Controller) Wait(ctx context.Context, node, id, until string, after int64, timeoutMS int) (api.WaitResult, error) {
+	if until == "" {
+		until = "idle"
+	}
+	timeoutMS = min(max(timeoutMS, 0), int(maxNodeWait/time.Millisecond))
+	var wr api.WaitReply
+	if err := c.sessionCall(ctx, node, id, "wait", api.WaitRequest{Session: id, Until: until, After: after, TimeoutMS: timeoutMS}, &wr, c.timeoutFor(timeoutMS)); err != nil {
+		return api.WaitResult{}, err
+	}
+	out := api.WaitResult{OK: wr.OK, BlockResult: api.BlockResult{Session: wr.Session}}
+	if wr.Session.Blocks > 0 {
+		br, err := c.Block(ctx, node, id, api.BlockRequest{N: wr.Session.Blocks})
+		if err != nil {
+			return api.WaitResult{}, err
+		}
+		out.Block, out.Text, out.OmittedBytes, out.LostBytes = br.Block, br.Text, br.OmittedBytes, br.LostBytes
+	}
+	return out, nil
+}
+
+// Fanout runs one command on many targets.
+func (c *Controller) Fanout(ctx context.Context, req api.FanoutRequest) (api.Fanout, error) {
+	targets, err := c.fanTargets(req)
+	if err != nil {
+		return api.Fanout{}, err
+	}
+	return c.runFanout(ctx, actorOf(ctx), req, targets), nil
+}
