@@ -72,6 +72,9 @@ type Config struct {
 	// Registry receives the controller's Prometheus metrics, served on /metrics.
 	// Default a new registry of its own.
 	Registry *prometheus.Registry
+	// AuditFile, when set, is a JSONL file every audit record is appended to
+	// (mode 0600), besides being published on the controller's audit subject.
+	AuditFile string
 	// Logger receives the operator's log. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -92,6 +95,7 @@ type Controller struct {
 	nodes   *table
 	metrics *metrics
 	handler http.Handler
+	audits  *auditLog
 
 	// ctx is cancelled by Close and Shutdown (after their grace): long requests,
 	// streams and fan-outs end with it.
@@ -158,6 +162,9 @@ func New(cfg Config) (*Controller, error) {
 	c.metrics, err = newMetrics(cfg.Registry, c)
 	if err != nil {
 		return nil, fmt.Errorf("controller: metrics: %w", err)
+	}
+	if c.audits, err = openAudit(c, cfg.AuditFile); err != nil {
+		return nil, err
 	}
 	c.handler = c.routes()
 	return c, nil
@@ -259,6 +266,7 @@ func (c *Controller) Shutdown(ctx context.Context) error {
 	c.nodes.close()
 	c.serveWG.Wait()
 	c.reqWG.Wait()
+	c.audits.close()
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		err = nil // requests cut short at the deadline, as documented
 	}

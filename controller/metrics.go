@@ -169,9 +169,5 @@ func (c *Controller) audit(r *http.Request, route string, rec *statusRecorder) {
 	if n := r.PathValue("node"); n != "" && rec2.Session != "" {
 		rec2.Session = n + "/" + rec2.Session
 	}
-	b, _ := json.Marshal(rec2)
-	if err := c.cfg.Bus.Publish(c.subj.Audit(c.cfg.Name), nil, b); err != nil {
-		c.log.Warn("audit record not published", "err", err)
-	}
-	c.log.Info("audit", "actor", rec2.Actor, "action", route, "path", r.URL.Path, "result", result)
+	c.audits.record(rec2)
 }

@@ -38,6 +38,7 @@ type clientOptions struct {
 	addr  string
 	token string
 	json  bool
+	actor string // hidden --actor: who acts, set by the SSH front door
 }
 
 // register adds --addr, --token and (withJSON) --json to c.
@@ -49,6 +50,8 @@ func (o *clientOptions) register(c *cobra.Command, withJSON bool) {
 	f := c.Flags()
 	f.StringVar(&o.addr, "addr", addr, "controller HTTP API address (env "+envAddr+")")
 	f.StringVar(&o.token, "token", os.Getenv(envToken), "API token (env "+envToken+")")
+	f.StringVar(&o.actor, "actor", "", "who acts, for the audit (set by the SSH front door)")
+	f.MarkHidden("actor")
 	if withJSON {
 		f.BoolVar(&o.json, "json", false, "print the API's JSON reply")
 	}
@@ -56,8 +59,8 @@ func (o *clientOptions) register(c *cobra.Command, withJSON bool) {
 
 // client returns a client of the controller at --addr.
 func (o *clientOptions) client() (*client.Client, error) {
-	actor := ""
-	if u := os.Getenv("USER"); u != "" {
+	actor := o.actor
+	if u := os.Getenv("USER"); u != "" && actor == "" {
 		actor = "cli:" + u
 	}
 	c, err := client.New(client.Config{Addr: o.addr, Token: o.token, Actor: actor})

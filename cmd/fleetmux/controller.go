@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/fleetmux/fleetmux/controller"
 	"github.com/fleetmux/fleetmux/transport"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // controllerOptions are the flags of `fleetmux controller`.
@@ -29,7 +31,23 @@ type controllerOptions struct {
 	natsRoutes   []string
 	prefix       string
 	gossip       gossipOptions
+	ssh          sshOptions
 	verbose      bool
+}
+
+// sshOptions are the SSH front door's flags.
+type sshOptions struct {
+	listen         string
+	authorizedKeys string
+	defaultRole    string
+}
+
+func (o *sshOptions) register(f *pflag.FlagSet, defaultRole string) {
+	home, _ := os.UserHomeDir()
+	f.StringVar(&o.listen, "ssh-listen", controller.DefaultSSHListen, "SSH front door address; \"off\" disables it")
+	f.StringVar(&o.authorizedKeys, "authorized-keys", filepath.Join(home, ".ssh", "authorized_keys"),
+		"authorized_keys file of the SSH front door: each key's role from a role=viewer|operator|admin option or comment")
+	o.defaultRole = defaultRole
 }
 
 func controllerCmd() *cobra.Command {
@@ -66,6 +84,7 @@ func controllerCmd() *cobra.Command {
 	f.StringVar(&o.gossip.listen, "gossip-listen", "127.0.0.1:7946", "gossip address host:port")
 	f.StringVar(&o.gossip.key, "gossip-key", os.Getenv("FLEETMUX_GOSSIP_KEY"), "gossip encryption key, hex (default $FLEETMUX_GOSSIP_KEY); required beyond loopback")
 	f.StringSliceVar(&o.gossip.join, "join", nil, "gossip seed addresses host:port (nodes or other controllers)")
+	o.ssh.register(f, controller.RoleViewer)
 	f.BoolVar(&o.verbose, "verbose", false, "debug logs")
 	return c
 }
@@ -118,11 +137,17 @@ func (o *controllerOptions) run(ctx context.Context, stdout, stderr io.Writer) e
 	if o.natsURL == "" {
 		ensureStreams(ctx, conn, o.prefix, log)
 	}
-	c, _, err := startController(ctx, &st, conn, controller.Config{Name: o.name, Prefix: o.prefix, HTTPListen: o.httpListen, Token: token, Logger: log}, o.gossip)
+	c, _, err := startController(ctx, &st, conn, controller.Config{Name: o.name, Prefix: o.prefix, HTTPListen: o.httpListen, Token: token, Logger: log,
+		AuditFile: filepath.Join(o.data, "audit.jsonl")}, o.gossip)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "HTTP API: http://%s\n", c.Addr())
+	if sshAddr, err := startSSH(&st, c, o.ssh, o.data, token, log); err != nil {
+		return err
+	} else if sshAddr != "" {
+		fmt.Fprintf(stdout, "SSH: %s\n", sshAddr)
+	}
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -153,4 +178,42 @@ func startController(ctx context.Context, st *stack, conn *transport.Conn, cfg c
 func writeURLFile(data, name, url string) (string, error) {
 	p := filepath.Join(data, name)
 	return p, writeSecretFile(p, url+"\n")
+}
+
+// sshExec runs the CLI verbs for the SSH front door against the controller's own
+// HTTP API (so a verb over SSH prints and exits exactly as in a terminal).
+func sshExec(httpAddr, token string) controller.Exec {
+	return func(ctx context.Context, args []string, role, actor string, stdin io.Reader, stdout, stderr io.Writer) int {
+		full := append([]string{args[0], "--addr", "http://" + httpAddr, "--actor", actor}, args[1:]...)
+		if token != "" {
+			full = append([]string{args[0], "--token", token}, full[1:]...)
+		}
+		if args[0] == "help" {
+			full = args
+		}
+		err := runIO(ctx, full, stdin, stdout, stderr)
+		report(stderr, err)
+		return exitCode(err)
+	}
+}
+
+// startSSH starts the SSH front door unless it is off or there are no authorized
+// keys (then it says so and returns ""). Its Close is registered on st.
+func startSSH(st *stack, c *controller.Controller, o sshOptions, data, token string, log *slog.Logger) (string, error) {
+	if o.listen == "" || o.listen == "off" {
+		return "", nil
+	}
+	if _, err := os.Stat(o.authorizedKeys); err != nil {
+		log.Warn("SSH front door off: no authorized keys file", "path", o.authorizedKeys)
+		return "", nil
+	}
+	s, err := c.StartSSH(controller.SSHConfig{
+		Listen: o.listen, HostKeyFile: filepath.Join(data, "ssh_host_ed25519_key"), AuthorizedKeys: o.authorizedKeys,
+		DefaultRole: o.defaultRole, Exec: sshExec(c.Addr(), token),
+	})
+	if err != nil {
+		return "", err
+	}
+	st.defer_(func() { s.Close() })
+	return s.Addr(), nil
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
@@ -23,6 +24,7 @@ type devOptions struct {
 	natsListen   string
 	gossipListen string
 	prefix       string
+	ssh          sshOptions
 	verbose      bool
 }
 
@@ -49,6 +51,7 @@ func devCmd() *cobra.Command {
 	f.StringVar(&o.natsListen, "nats-listen", transport.DefaultServerListen, "embedded NATS address (loopback)")
 	f.StringVar(&o.gossipListen, "gossip-listen", "127.0.0.1:7946", "the controller's gossip address (loopback; the node takes a free port)")
 	f.StringVar(&o.prefix, "prefix", api.DefaultPrefix, "NATS subject prefix")
+	o.ssh.register(f, controller.RoleAdmin) // on one's own machine, one's own keys are admins
 	f.BoolVar(&o.verbose, "verbose", false, "debug logs")
 	return c
 }
@@ -59,7 +62,11 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err := api.ValidName(o.name); err != nil {
 		return usageError("--name: %v", err)
 	}
-	for flag, addr := range map[string]string{"--http-listen": o.httpListen, "--nats-listen": o.natsListen, "--gossip-listen": o.gossipListen} {
+	listeners := map[string]string{"--http-listen": o.httpListen, "--nats-listen": o.natsListen, "--gossip-listen": o.gossipListen}
+	if o.ssh.listen != "off" && o.ssh.listen != "" {
+		listeners["--ssh-listen"] = o.ssh.listen
+	}
+	for flag, addr := range listeners {
 		host, _, err := net.SplitHostPort(addr)
 		if err != nil {
 			return usageError("%s %q: %v", flag, addr, err)
@@ -87,7 +94,8 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 		return err
 	}
 	ensureStreams(ctx, conn, o.prefix, log)
-	c, g, err := startController(ctx, &st, conn, controller.Config{Name: "controller-" + o.name, Prefix: o.prefix, HTTPListen: o.httpListen, Logger: log},
+	c, g, err := startController(ctx, &st, conn, controller.Config{Name: "controller-" + o.name, Prefix: o.prefix, HTTPListen: o.httpListen, Logger: log,
+		AuditFile: filepath.Join(o.data, "audit.jsonl")},
 		gossipOptions{listen: o.gossipListen})
 	if err != nil {
 		return err
@@ -100,6 +108,15 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err := waitNodeAlive(ctx, c, o.name); err != nil {
 		return err
 	}
+	sshAddr, err := startSSH(&st, c, o.ssh, o.data, "", log)
+	if err != nil {
+		return err
+	}
+	sshLine := "off (no " + o.ssh.authorizedKeys + ")"
+	if sshAddr != "" {
+		host, port, _ := net.SplitHostPort(sshAddr)
+		sshLine = fmt.Sprintf("ssh -p %s %s   (keys of %s are admins)", port, host, o.ssh.authorizedKeys)
+	}
 	httpURL := "http://" + c.Addr()
 	if _, err := writeURLFile(o.data, "http.url", httpURL); err != nil {
 		return err
@@ -108,8 +125,9 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 		"  HTTP API  %s   (export FLEETMUX_ADDR=%s when not the default)\n"+
 		"  NATS      %s   (URL with its token in %s)\n"+
 		"  node      %s   (data in %s)\n"+
+		"  SSH       %s\n"+
 		"try: fleetmux new, then fleetmux run %s/s1 -- 'echo hi; exit 3'\n",
-		httpURL, httpURL, srv.ClientURL(), natsFile, o.name, o.data, o.name)
+		httpURL, httpURL, srv.ClientURL(), natsFile, o.name, o.data, sshLine, o.name)
 	<-ctx.Done()
 	fmt.Fprintln(stderr, "fleetmux dev: stopping")
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

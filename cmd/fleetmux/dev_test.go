@@ -33,9 +33,12 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
+// devOut is what the last startDev printed (tests run one at a time).
+var devOut string
+
 // startDev runs `fleetmux dev` on free loopback ports until the test ends and
 // returns its HTTP API URL.
-func startDev(t *testing.T) string {
+func startDev(t *testing.T, extra ...string) string {
 	t.Helper()
 	needBash(t)
 	data := filepath.Join(t.TempDir(), "data")
@@ -43,8 +46,8 @@ func startDev(t *testing.T) string {
 	var out, errb lockedBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"dev", "--data", data, "--name", "here",
-			"--http-listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--gossip-listen", "127.0.0.1:0"}, &out, &errb)
+		done <- run(ctx, append([]string{"dev", "--data", data, "--name", "here", "--ssh-listen", "off",
+			"--http-listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--gossip-listen", "127.0.0.1:0"}, extra...), &out, &errb)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -65,6 +68,7 @@ func startDev(t *testing.T) string {
 		}
 		return strings.Contains(out.String(), "fleetmux dev is up")
 	}, "dev to come up")
+	devOut = out.String()
 	b, err := os.ReadFile(filepath.Join(data, "http.url"))
 	if err != nil {
 		t.Fatal(err)

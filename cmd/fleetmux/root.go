@@ -17,6 +17,12 @@ var version = ""
 // run runs the command line args (without the program name) and returns the error to
 // report; exitCode turns it into the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runIO(ctx, args, nil, stdout, stderr)
+}
+
+// runIO is run with a stdin of its own (nil: the process's), as the SSH front door
+// needs.
+func runIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	root := &cobra.Command{
 		Use:   "fleetmux",
 		Short: "A terminal multiplexer for fleets of machines, built for AI agents",
@@ -39,6 +45,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.SetArgs(args)
 	root.SetOut(stdout)
+	if stdin != nil {
+		root.SetIn(stdin)
+	}
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		prefix := ""

@@ -1,0 +1,401 @@
+package controller
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+	"golang.org/x/crypto/ssh"
+)
+
+// Roles of SSH keys (DESIGN.md): what a person may do.
+const (
+	RoleViewer   = "viewer"   // read and watch only
+	RoleOperator = "operator" // run and type
+	RoleAdmin    = "admin"    // everything
+)
+
+// SSH defaults and limits.
+const (
+	DefaultSSHListen = "127.0.0.1:2222"
+	// DefaultSSHMaxConns bounds concurrent SSH connections.
+	DefaultSSHMaxConns = 64
+	// sshRateBurst connections per address are allowed at once, refilled at one per
+	// sshRateEvery.
+	sshRateBurst = 10
+	sshRateEvery = time.Second
+	// sshHandshakeTimeout bounds a connection's handshake.
+	sshHandshakeTimeout = 10 * time.Second
+)
+
+// Exec runs one CLI verb for an SSH user: args as typed after `ssh controller`,
+// the user's role and actor (for the audit), stdin/stdout/stderr of the SSH
+// channel. It returns the exit status. cmd wires in the CLI itself, so a verb over
+// SSH prints and exits exactly as it does in a terminal.
+type Exec func(ctx context.Context, args []string, role, actor string, stdin io.Reader, stdout, stderr io.Writer) int
+
+// SSHConfig configures StartSSH.
+type SSHConfig struct {
+	// Listen is the SSH address. Default DefaultSSHListen (loopback).
+	Listen string
+	// HostKeyFile is the host key (OpenSSH PEM); generated (ed25519) when missing.
+	// Required.
+	HostKeyFile string
+	// AuthorizedKeys is an authorized_keys file: one public key per line, each with
+	// a role given by the option role=ROLE (or, failing that, a comment word
+	// role=ROLE or fleetmux:ROLE; no role means DefaultRole). Lines with the
+	// cert-authority option name CAs: a certificate they signed is accepted when it
+	// is valid now and one of its principals is in the line's principals="a,b"
+	// option. The file is read at each login, so edits apply at once. Required.
+	AuthorizedKeys string
+	// DefaultRole is the role of keys that name none. Default RoleViewer.
+	DefaultRole string
+	// MaxConns bounds concurrent connections. Default DefaultSSHMaxConns.
+	MaxConns int
+	// Exec runs the CLI verbs. Required.
+	Exec Exec
+}
+
+// SSHServer is the controller's SSH front door.
+type SSHServer struct {
+	c    *Controller
+	cfg  SSHConfig
+	conf *ssh.ServerConfig
+	ln   net.Listener
+
+	mu     sync.Mutex // guards conns, rate, closed
+	conns  map[net.Conn]struct{}
+	rate   map[string]*bucket
+	closed bool
+	wg     sync.WaitGroup // accept loop and connection goroutines
+}
+
+type bucket struct {
+	tokens float64
+	last   time.Time
+}
+
+// StartSSH starts the SSH front door of the controller; Close (or the controller's
+// Shutdown, through the caller) stops it.
+func (c *Controller) StartSSH(cfg SSHConfig) (*SSHServer, error) {
+	if cfg.Listen == "" {
+		cfg.Listen = DefaultSSHListen
+	}
+	if cfg.HostKeyFile == "" || cfg.AuthorizedKeys == "" || cfg.Exec == nil {
+		return nil, fmt.Errorf("%w: ssh needs a host key file, an authorized_keys file and Exec", ErrConfig)
+	}
+	if cfg.DefaultRole == "" {
+		cfg.DefaultRole = RoleViewer
+	}
+	if !validRole(cfg.DefaultRole) {
+		return nil, fmt.Errorf("%w: ssh default role %q", ErrConfig, cfg.DefaultRole)
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultSSHMaxConns
+	}
+	if _, err := os.Stat(cfg.AuthorizedKeys); err != nil {
+		return nil, fmt.Errorf("%w: authorized keys: %w", ErrConfig, err)
+	}
+	signer, err := loadHostKey(cfg.HostKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	s := &SSHServer{c: c, cfg: cfg, conns: map[net.Conn]struct{}{}, rate: map[string]*bucket{}}
+	s.conf = &ssh.ServerConfig{
+		PublicKeyCallback: s.authKey,
+		ServerVersion:     "SSH-2.0-fleetmux",
+		MaxAuthTries:      6,
+		BannerCallback:    nil,
+	}
+	s.conf.AddHostKey(signer)
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("controller: ssh listen: %w", err)
+	}
+	s.ln = ln
+	s.wg.Add(1)
+	go s.accept()
+	c.log.Info("ssh serving", "addr", ln.Addr().String())
+	return s, nil
+}
+
+// Addr is the address the SSH server listens on.
+func (s *SSHServer) Addr() string { return s.ln.Addr().String() }
+
+// HostKey is the server's public host key.
+func (s *SSHServer) HostKey() (ssh.PublicKey, error) {
+	signer, err := loadHostKey(s.cfg.HostKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	return signer.PublicKey(), nil
+}
+
+// Close stops accepting, closes every connection (attached sessions keep running
+// on their nodes) and waits for the server's goroutines. Idempotent.
+func (s *SSHServer) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.wg.Wait()
+		return nil
+	}
+	s.closed = true
+	for nc := range s.conns {
+		nc.Close()
+	}
+	s.mu.Unlock()
+	err := s.ln.Close()
+	s.wg.Wait()
+	return err
+}
+
+func (s *SSHServer) accept() {
+	defer s.wg.Done()
+	for {
+		nc, err := s.ln.Accept()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				s.c.log.Warn("ssh accept", "err", err)
+			}
+			return
+		}
+		if why := s.admit(nc); why != "" {
+			s.c.log.Warn("ssh connection refused", "remote", nc.RemoteAddr().String(), "why", why)
+			nc.Close()
+			continue
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer s.forget(nc)
+			s.serveConn(nc)
+		}()
+	}
+}
+
+// admit applies the connection cap and the per-address rate limit.
+func (s *SSHServer) admit(nc net.Conn) string {
+	host := hostOnly(nc.RemoteAddr().String())
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return "closed"
+	}
+	if len(s.conns) >= s.cfg.MaxConns {
+		return "too many connections"
+	}
+	b := s.rate[host]
+	if b == nil {
+		if len(s.rate) > 4096 { // forget idle addresses
+			for h, ob := range s.rate {
+				if now.Sub(ob.last) > time.Minute {
+					delete(s.rate, h)
+				}
+			}
+		}
+		b = &bucket{tokens: sshRateBurst, last: now}
+		s.rate[host] = b
+	}
+	b.tokens = min(sshRateBurst, b.tokens+now.Sub(b.last).Seconds()/sshRateEvery.Seconds())
+	b.last = now
+	if b.tokens < 1 {
+		return "rate limited"
+	}
+	b.tokens--
+	s.conns[nc] = struct{}{}
+	return ""
+}
+
+func (s *SSHServer) forget(nc net.Conn) {
+	s.mu.Lock()
+	delete(s.conns, nc)
+	s.mu.Unlock()
+	nc.Close()
+}
+
+// identity is an authenticated SSH user: the key's fingerprint and role.
+type identity struct {
+	fingerprint string
+	role        string
+	principal   string // for certificates
+}
+
+func (id identity) actor() string {
+	if id.principal != "" {
+		return "ssh:" + id.principal + ":" + id.fingerprint
+	}
+	return "ssh:" + id.fingerprint
+}
+
+// authKey checks a public key (or certificate) against the authorized keys file.
+func (s *SSHServer) authKey(meta ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permissions, error) {
+	keys, err := readAuthorized(s.cfg.AuthorizedKeys, s.cfg.DefaultRole)
+	if err != nil {
+		s.c.log.Error("ssh authorized keys", "err", err)
+		return nil, errors.New("no authorized keys")
+	}
+	id, err := keys.check(meta.User(), key)
+	who := ssh.FingerprintSHA256(key)
+	if cert, ok := key.(*ssh.Certificate); ok {
+		who = ssh.FingerprintSHA256(cert.SignatureKey) + " cert " + cert.KeyId
+	}
+	if err != nil {
+		s.c.audits.record(api.AuditRecord{Actor: "ssh:" + who, Action: "ssh login", Detail: meta.User() + " from " + meta.RemoteAddr().String(), Result: "refused", Error: err.Error()})
+		return nil, err
+	}
+	return &ssh.Permissions{Extensions: map[string]string{"fp": id.fingerprint, "role": id.role, "principal": id.principal}}, nil
+}
+
+// authorized is a parsed authorized_keys file.
+type authorized struct {
+	keys map[string]string // marshalled key → role
+	cas  []caLine
+}
+
+type caLine struct {
+	key        ssh.PublicKey
+	role       string
+	principals []string
+}
+
+func readAuthorized(path, defaultRole string) (*authorized, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	a := &authorized{keys: map[string]string{}}
+	for len(data) > 0 {
+		key, comment, opts, rest, err := ssh.ParseAuthorizedKey(data)
+		if err != nil {
+			break // no more keys (ParseAuthorizedKey skips comments and blank lines)
+		}
+		data = rest
+		role := roleOf(opts, comment, defaultRole)
+		if role == "" {
+			continue // a line with a bad role gets nothing
+		}
+		if slices.Contains(opts, "cert-authority") {
+			a.cas = append(a.cas, caLine{key: key, role: role, principals: principalsOf(opts)})
+			continue
+		}
+		a.keys[string(key.Marshal())] = role
+	}
+	return a, nil
+}
+
+// roleOf finds a line's role: the role= option, else a role=/fleetmux: word in the
+// comment, else def. An unknown role yields "".
+func roleOf(opts []string, comment, def string) string {
+	for _, o := range opts {
+		if v, ok := strings.CutPrefix(o, "role="); ok {
+			v = strings.Trim(v, `"`)
+			if validRole(v) {
+				return v
+			}
+			return ""
+		}
+	}
+	for _, w := range strings.Fields(comment) {
+		for _, p := range []string{"role=", "fleetmux:"} {
+			if v, ok := strings.CutPrefix(w, p); ok && validRole(v) {
+				return v
+			}
+		}
+	}
+	return def
+}
+
+func principalsOf(opts []string) []string {
+	for _, o := range opts {
+		if v, ok := strings.CutPrefix(o, "principals="); ok {
+			return strings.Split(strings.Trim(v, `"`), ",")
+		}
+	}
+	return nil
+}
+
+func validRole(r string) bool { return r == RoleViewer || r == RoleOperator || r == RoleAdmin }
+
+// check authenticates key: a listed key, or a certificate of a listed CA.
+func (a *authorized) check(user string, key ssh.PublicKey) (identity, error) {
+	cert, isCert := key.(*ssh.Certificate)
+	if !isCert {
+		role, ok := a.keys[string(key.Marshal())]
+		if !ok {
+			return identity{}, errors.New("unknown key")
+		}
+		return identity{fingerprint: ssh.FingerprintSHA256(key), role: role}, nil
+	}
+	for _, ca := range a.cas {
+		if !keysEqual(ca.key, cert.SignatureKey) {
+			continue
+		}
+		checker := &ssh.CertChecker{IsUserAuthority: func(auth ssh.PublicKey) bool { return keysEqual(auth, ca.key) }}
+		var principal string
+		for _, p := range cert.ValidPrincipals {
+			if slices.Contains(ca.principals, p) {
+				principal = p
+				break
+			}
+		}
+		if principal == "" {
+			return identity{}, errors.New("certificate has no allowed principal")
+		}
+		// CheckCert verifies the signature, validity dates and critical options
+		// against the allowed principal.
+		if err := checker.CheckCert(principal, cert); err != nil {
+			return identity{}, fmt.Errorf("certificate: %w", err)
+		}
+		return identity{fingerprint: ssh.FingerprintSHA256(cert.Key), role: ca.role, principal: principal}, nil
+	}
+	return identity{}, errors.New("certificate from an unknown authority")
+}
+
+func keysEqual(a, b ssh.PublicKey) bool { return string(a.Marshal()) == string(b.Marshal()) }
+
+// loadHostKey reads the host key, generating an ed25519 key (0600) when missing.
+func loadHostKey(path string) (ssh.Signer, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		_, priv, gerr := ed25519.GenerateKey(rand.Reader)
+		if gerr != nil {
+			return nil, gerr
+		}
+		block, merr := ssh.MarshalPrivateKey(priv, "fleetmux host key")
+		if merr != nil {
+			return nil, merr
+		}
+		data = pem.EncodeToMemory(block)
+		f, ferr := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if ferr != nil {
+			return nil, fmt.Errorf("controller: ssh host key: %w", ferr)
+		}
+		if _, werr := f.Write(data); werr != nil {
+			f.Close()
+			return nil, fmt.Errorf("controller: ssh host key: %w", werr)
+		}
+		if cerr := f.Close(); cerr != nil {
+			return nil, fmt.Errorf("controller: ssh host key: %w", cerr)
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("controller: ssh host key: %w", err)
+	}
+	signer, err := ssh.ParsePrivateKey(data)
+	if err != nil {
+		return nil, fmt.Errorf("controller: ssh host key %s: %w", path, err)
+	}
+	return signer, nil
+}
