@@ -33,8 +33,8 @@ const (
 	DefaultSSHMaxConns = 64
 	// sshRateBurst connections per address are allowed at once, refilled at one per
 	// sshRateEvery.
-	sshRateBurst = 10
-	sshRateEvery = time.Second
+	sshRateBurst = 20
+	sshRateEvery = 200 * time.Millisecond
 	// sshHandshakeTimeout bounds a connection's handshake.
 	sshHandshakeTimeout = 10 * time.Second
 )

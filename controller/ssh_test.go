@@ -401,3 +401,21 @@ func TestSSHMenu(t *testing.T) {
 		t.Fatal("q did not end the menu")
 	}
 }
+
+// TestSSHLimits: connections beyond the per-address burst are refused, as are
+// connections beyond the cap.
+func TestSSHLimits(t *testing.T) {
+	sf := newSSHFixture(t)
+	refused := 0
+	for range 30 { // the burst is 20 (one more per 200 ms)
+		c, err := sf.dial(t, "me", ssh.PublicKeys(sf.keys["viewer"]))
+		if err != nil {
+			refused++
+			continue
+		}
+		c.Close()
+	}
+	if refused == 0 {
+		t.Fatal("30 connections at once from one address were all accepted")
+	}
+}
