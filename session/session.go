@@ -40,6 +40,11 @@ const (
 
 	inputTimeout = 10 * time.Second
 	closeGrace   = 2 * time.Second
+	// hupEvery is how often Close repeats the SIGHUP within the grace: bash can
+	// take one just before it blocks in readline's pselect and then wait there for
+	// input, so one SIGHUP is sometimes lost (about 1 close in 100 right after a
+	// command); the next one interrupts the pselect.
+	hupEvery = 100 * time.Millisecond
 	readChunk    = 32 << 10
 )
 
@@ -515,7 +520,8 @@ drain:
 
 // Close stops the process and every goroutine of the
 // session and waits for them. The process group (the shell and all its jobs) gets
-// SIGHUP, then SIGKILL after a short grace. Close is idempotent.
+// SIGHUP (repeated: see hupEvery), then SIGKILL after a short grace. Close is
+// idempotent.
 func (s *Session) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -529,10 +535,7 @@ func (s *Session) Close() error {
 	s.mu.Unlock()
 
 	if !exited {
-		killSession(s.pid, syscall.SIGHUP)
-		if !s.waitExited(closeGrace) {
-			killSession(s.pid, syscall.SIGKILL)
-		}
+		s.hangUp()
 	}
 	// Background jobs may outlive the shell and keep the PTY open; they go too.
 	killSession(s.pid, syscall.SIGKILL)
@@ -542,6 +545,23 @@ func (s *Session) Close() error {
 	s.screen.close()
 	s.integ.remove()
 	return nil
+}
+
+// hangUp sends SIGHUP to the session, again every hupEvery, until the shell has
+// exited or closeGrace has passed, and then SIGKILL. It blocks until then.
+func (s *Session) hangUp() {
+	deadline := time.Now().Add(closeGrace)
+	for {
+		killSession(s.pid, syscall.SIGHUP)
+		left := time.Until(deadline)
+		if s.waitExited(min(hupEvery, left)) {
+			return
+		}
+		if left <= hupEvery {
+			killSession(s.pid, syscall.SIGKILL)
+			return
+		}
+	}
 }
 
 func (s *Session) waitExited(d time.Duration) bool {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -386,6 +387,34 @@ func TestExitEndsSession(t *testing.T) {
 	})
 }
 
+
+// TestCloseHangsUpShell closes sessions right after a command, when the shell is
+// between the end of the command and its next read of the terminal. The shell must
+// end by the hangup, never by the SIGKILL that follows the grace:
+// bash can take a SIGHUP just before it blocks in readline's pselect and then sit
+// there, so a single SIGHUP was sometimes lost (every fan-out in a fresh session
+// then took 2 s longer, the grace). Timing plays no part in the assertion.
+func TestCloseHangsUpShell(t *testing.T) {
+	forEachShell(t, func(t *testing.T, shell string) {
+		const rounds = 40
+		for i := range rounds {
+			s := startShell(t, shell)
+			run(t, s, "true")
+			if err := s.Close(); err != nil {
+				t.Fatalf("round %d: Close: %v", i+1, err)
+			}
+			// bash dies of the SIGHUP (129); zsh catches it and exits 1.
+			info := s.Info()
+			if info.ExitCode == nil || *info.ExitCode == 128+int(syscall.SIGKILL) {
+				got := "none"
+				if info.ExitCode != nil {
+					got = strconv.Itoa(*info.ExitCode)
+				}
+				t.Fatalf("round %d of %d: %s closed with exit %s: the hangup was lost and the shell was killed after the grace", i+1, rounds, shell, got)
+			}
+		}
+	})
+}
 func TestUserRCSourced(t *testing.T) {
 	forEachShell(t, func(t *testing.T, shell string) {
 		home := t.TempDir()
