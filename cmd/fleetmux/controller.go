@@ -162,7 +162,7 @@ func startController(ctx context.Context, st *stack, conn *transport.Conn, cfg c
 	if err != nil {
 		return nil, nil, err
 	}
-	gs, err := startGossip(ctx, st, cfg.Name, g, api.NodeMeta{Name: cfg.Name, Version: controller.Version, Proto: api.ProtocolVersion, Role: api.RoleController},
+	gs, join, err := startGossip(ctx, st, cfg.Name, g, api.NodeMeta{Name: cfg.Name, Version: controller.Version, Proto: api.ProtocolVersion, Role: api.RoleController},
 		observeMembers(c), cfg.Logger)
 	if err != nil {
 		return nil, nil, err
@@ -171,6 +171,7 @@ func startController(ctx context.Context, st *stack, conn *transport.Conn, cfg c
 		return nil, nil, err
 	}
 	st.defer_(func() { c.Close() })
+	join()
 	return c, gs, nil
 }
 

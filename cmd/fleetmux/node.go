@@ -149,16 +149,18 @@ func ensureStreams(ctx context.Context, conn *transport.Conn, prefix string, log
 }
 
 // startNode starts a node agent on conn (and, with g.listen, in the gossip
-// cluster). Its Close is registered on st; the caller may call it earlier.
+// cluster, which it joins once it serves: alive means answering). Its Close is
+// registered on st; the caller may call it earlier.
 func startNode(ctx context.Context, st *stack, conn *transport.Conn, cfg node.Config, g gossipOptions) (*node.Node, error) {
 	cfg.Bus = conn
+	join := func() {}
 	if g.listen != "" {
-		gs, err := startGossip(ctx, st, cfg.Name, g,
+		gs, j, err := startGossip(ctx, st, cfg.Name, g,
 			api.NodeMeta{Name: cfg.Name, Labels: cfg.Labels, Version: node.Version, Proto: api.ProtocolVersion}, nil, cfg.Logger)
 		if err != nil {
 			return nil, err
 		}
-		cfg.Gossip = gs
+		cfg.Gossip, join = gs, j
 	}
 	n, err := node.New(cfg)
 	if err != nil {
@@ -169,6 +171,7 @@ func startNode(ctx context.Context, st *stack, conn *transport.Conn, cfg node.Co
 		return nil, err
 	}
 	st.defer_(func() { n.Close() })
+	join()
 	return n, nil
 }
 

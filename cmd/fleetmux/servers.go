@@ -110,23 +110,25 @@ func (o gossipOptions) secret() ([]byte, error) {
 	return key, nil
 }
 
-// startGossip joins the gossip cluster and keeps trying to reach the seeds in the
-// background (a seed that restarts, e.g. a controller, is joined again). The
-// member and its rejoin loop stop through st.
-func startGossip(ctx context.Context, st *stack, name string, o gossipOptions, meta api.NodeMeta, onChange func(transport.Member), log *slog.Logger) (*transport.Gossip, error) {
+// startGossip starts a gossip member on o.listen. It joins nobody yet: join (to
+// be called once) joins the seeds and keeps trying to reach them in the background
+// (a seed that restarts, e.g. a controller, is joined again). A node joins only
+// once it serves its NATS subjects, so that a node the cluster sees alive always
+// answers. The member and its rejoin loop stop through st.
+func startGossip(ctx context.Context, st *stack, name string, o gossipOptions, meta api.NodeMeta, onChange func(transport.Member), log *slog.Logger) (g *transport.Gossip, join func(), err error) {
 	host, port, err := splitHostPort(o.listen)
 	if err != nil {
-		return nil, usageError("--gossip-listen: %v", err)
+		return nil, nil, usageError("--gossip-listen: %v", err)
 	}
 	key, err := o.secret()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	g, err := transport.StartGossip(ctx, transport.GossipConfig{
+	g, err = transport.StartGossip(ctx, transport.GossipConfig{
 		Name: name, BindAddr: host, BindPort: port, SecretKey: key, Logger: log, Meta: meta, OnChange: onChange,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("gossip: %w", err)
+		return nil, nil, fmt.Errorf("gossip: %w", err)
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -135,14 +137,17 @@ func startGossip(ctx context.Context, st *stack, name string, o gossipOptions, m
 		wg.Wait()
 		g.Close()
 	})
-	if len(o.join) > 0 {
+	join = func() {
+		if len(o.join) == 0 {
+			return
+		}
 		wg.Add(1)
 		go func() { // owned by st: stops with cancel
 			defer wg.Done()
 			rejoin(rctx, g, o.join, log)
 		}()
 	}
-	return g, nil
+	return g, join, nil
 }
 
 // rejoin joins the seeds that are not alive members, at once and then every few
