@@ -1,0 +1,2 @@
+// Package fleet holds the multi-process integration tests of fleetmux: a controller and node agents as separate processes.
+package fleet
