@@ -49,6 +49,7 @@ func (c *Controller) routes() http.Handler {
 	}
 	mux.Handle("GET /metrics", c.metrics.instrument("GET /metrics",
 		promhttp.HandlerFor(c.cfg.Registry, promhttp.HandlerOpts{ErrorLog: slogPrinter{c}})))
+	mux.Handle("/mcp", c.mcpHandler()) // MCP over streamable HTTP, all methods (mcp.go)
 	return c.guard(mux)
 }
 

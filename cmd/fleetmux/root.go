@@ -60,6 +60,7 @@ func runIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	root.AddCommand(replayCmd())
 	root.AddCommand(nodeCmd(), controllerCmd(), devCmd())
 	root.AddCommand(clientCmds()...)
+	root.AddCommand(mcpCmd())
 	return root.ExecuteContext(ctx)
 }
 

@@ -1,0 +1,494 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/fleetmux/fleetmux/api"
+)
+
+// Result shaping for the MCP tools: every result is a short header line (where,
+// exit code, duration, cwd, state) then the text, within a byte budget, with what
+// was left out and how to read it said in words a model can act on.
+
+// screenTailLines is how many screen lines a waiting_input result shows.
+const screenTailLines = 5
+
+// Session states (DESIGN.md).
+const (
+	stateIdle         = "idle"
+	stateRunning      = "running"
+	stateWaitingInput = "waiting_input"
+	stateExited       = "exited"
+)
+
+// blockState is what a block result says happened, in the "state" of its
+// structured content.
+const (
+	resultDone         = "done"          // the block finished
+	resultRunning      = "running"       // still running: call wait_for
+	resultWaitingInput = "waiting_input" // the command waits for input: send_input
+	resultExited       = "exited"        // the session's process has exited
+	resultNoBlock      = "no_block"      // the session has run nothing yet
+)
+
+// addr is NODE/ID.
+func addr(node, id string) string { return node + "/" + id }
+
+// jsonArgs renders tool arguments for a hint, e.g. {"node":"n1","session":"s1"}.
+func jsonArgs(kv ...any) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i := 0; i+1 < len(kv); i += 2 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		k, _ := json.Marshal(kv[i])
+		v, _ := json.Marshal(kv[i+1])
+		b.Write(k)
+		b.WriteByte(':')
+		b.Write(v)
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// fmtDuration is a short duration: 12ms, 1.24s, 2m3s.
+func fmtDuration(d time.Duration) string {
+	switch {
+	case d < 0:
+		d = 0
+		fallthrough
+	case d < time.Second:
+		return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
+	case d < time.Minute:
+		return strconv.FormatFloat(d.Seconds(), 'f', 2, 64) + "s"
+	}
+	return d.Round(time.Second).String()
+}
+
+// blockDuration is how long a block ran (until now while it runs).
+func blockDuration(b api.Block, now time.Time) time.Duration {
+	if b.StartedAt.IsZero() {
+		return 0
+	}
+	end := now
+	if b.FinishedAt != nil {
+		end = *b.FinishedAt
+	}
+	return end.Sub(b.StartedAt)
+}
+
+// clip is s on one line, cut to n runes with "…".
+func clip(s string, n int) string {
+	first, rest, more := strings.Cut(strings.TrimSpace(s), "\n")
+	first = strings.TrimRight(first, "\r ")
+	if more && strings.TrimSpace(rest) != "" {
+		first += " …"
+	}
+	if utf8.RuneCountInString(first) <= n {
+		return first
+	}
+	r := []rune(first)
+	return string(r[:n-1]) + "…"
+}
+
+// count is "1 session", "2 sessions".
+func count(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return strconv.Itoa(n) + " " + what + "s"
+}
+
+// labelList is k=v,k=v sorted.
+func labelList(m map[string]string) string {
+	keys := slices.Sorted(maps.Keys(m))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + m[k]
+	}
+	return strings.Join(parts, ",")
+}
+
+// headTail keeps text within max bytes as head + tail around an omission marker,
+// cut at line boundaries where possible, and returns how many bytes it left out.
+func headTail(text string, max int) (string, int) {
+	if max <= 0 || len(text) <= max {
+		return text, 0
+	}
+	half := max / 2
+	h := half
+	if i := strings.LastIndexByte(text[:h], '\n'); i > 0 {
+		h = i
+	}
+	for h > 0 && !utf8.RuneStart(text[h]) {
+		h--
+	}
+	t := len(text) - half
+	if i := strings.IndexByte(text[t:], '\n'); i >= 0 && t+i+1 < len(text) {
+		t += i + 1
+	}
+	for t < len(text) && !utf8.RuneStart(text[t]) {
+		t++
+	}
+	omitted := t - h
+	return text[:h] + "\n[... " + strconv.Itoa(omitted) + " bytes omitted ...]\n" + text[t:], omitted
+}
+
+// screenTail is the last n non-empty lines of a screen up to its cursor row (the
+// prompt a program shows is there).
+func screenTail(sc api.Screen, n int) string {
+	rows := strings.Split(sc.Text, "\n")
+	if sc.Cursor.Row >= 0 && sc.Cursor.Row < len(rows) {
+		rows = rows[:sc.Cursor.Row+1]
+	}
+	for len(rows) > 0 && strings.TrimSpace(rows[len(rows)-1]) == "" {
+		rows = rows[:len(rows)-1]
+	}
+	if len(rows) > n {
+		rows = rows[len(rows)-n:]
+	}
+	for i, r := range rows {
+		rows[i] = strings.TrimRight(r, " ")
+	}
+	return strings.Join(rows, "\n")
+}
+
+// MCPBlock is the structured content of run_command, wait_for and read_block.
+type MCPBlock struct {
+	Node    string `json:"node" jsonschema:"the session's node"`
+	Session string `json:"session" jsonschema:"the session id"`
+	// State is what happened: done, running, waiting_input, exited or no_block.
+	State string `json:"state" jsonschema:"done: the command finished; running: still running (call wait_for); waiting_input: the command waits for input (call send_input); exited: the session's process exited; no_block: nothing has run yet"`
+	N     int    `json:"n,omitempty" jsonschema:"the block (command) number in the session, for read_block"`
+	// Command is the block's command.
+	Command      string `json:"command,omitempty" jsonschema:"the command of the block"`
+	ExitCode     *int   `json:"exit_code,omitempty" jsonschema:"the command's exit code (absent while running, or when typed into a program without shell integration)"`
+	DurationMS   int64  `json:"duration_ms,omitempty" jsonschema:"how long the command ran (so far)"`
+	Cwd          string `json:"cwd,omitempty" jsonschema:"the working directory the command ran in"`
+	SessionState string `json:"session_state,omitempty" jsonschema:"the session's state now: idle, running, waiting_input, exited, starting"`
+	OmittedBytes int64  `json:"omitted_bytes,omitempty" jsonschema:"bytes of output left out of the text (read them with read_block)"`
+	LostBytes    int64  `json:"lost_bytes,omitempty" jsonschema:"bytes of output no longer held by the node"`
+	// OK is wait_for's answer: whether the condition held before the timeout.
+	OK *bool `json:"ok,omitempty" jsonschema:"wait_for only: whether the condition held before the timeout"`
+}
+
+// blockView is what a block result is made from.
+type blockView struct {
+	node, id string
+	br       api.BlockResult // block (N 0: none), text, session
+	hasBlock bool
+	screen   *api.Screen // shown (its last lines) when the session waits for input
+	budget   int         // the budget the text was read with (for the hint)
+	query    string      // read_block: how the text was selected (grep, lines)
+	now      time.Time
+}
+
+// state is what the result says happened.
+func (v blockView) state() string {
+	s := v.br.Session.State
+	switch {
+	case !v.hasBlock && s == stateExited:
+		return resultExited
+	case !v.hasBlock:
+		return resultNoBlock
+	case v.br.Block.State == "done":
+		return resultDone
+	case s == stateExited:
+		return resultExited
+	case s == stateWaitingInput || v.br.Session.WaitingInput:
+		return resultWaitingInput
+	}
+	return resultRunning
+}
+
+// out is the structured content.
+func (v blockView) out() MCPBlock {
+	b := v.br.Block
+	o := MCPBlock{Node: v.node, Session: v.id, State: v.state(), SessionState: v.br.Session.State}
+	if v.hasBlock {
+		o.N, o.Command, o.ExitCode, o.Cwd = b.N, b.Command, b.ExitCode, b.Cwd
+		o.DurationMS = blockDuration(b, v.now).Milliseconds()
+		o.OmittedBytes, o.LostBytes = v.br.OmittedBytes, v.br.LostBytes
+	}
+	return o
+}
+
+// header is the first line: [NODE/ID #N] exit 2 · 1.24s · cwd /srv · idle · $ make test
+func (v blockView) header() string {
+	b := v.br.Block
+	var parts []string
+	if !v.hasBlock {
+		parts = append(parts, "no commands yet")
+		if v.br.Session.Cwd != "" {
+			parts = append(parts, "cwd "+v.br.Session.Cwd)
+		}
+		parts = append(parts, "session "+orNone(v.br.Session.State))
+		return "[" + addr(v.node, v.id) + "] " + strings.Join(parts, " · ")
+	}
+	d := fmtDuration(blockDuration(b, v.now))
+	switch st := v.state(); {
+	case st == resultDone && b.ExitCode != nil:
+		parts = append(parts, fmt.Sprintf("exit %d", *b.ExitCode), d)
+	case st == resultDone:
+		parts = append(parts, "done (no exit code: typed into a program without shell integration)", d)
+	case st == resultWaitingInput:
+		parts = append(parts, "waiting for input after "+d)
+	case st == resultExited && b.State != "done":
+		parts = append(parts, "the session exited while it ran", d)
+	default:
+		parts = append(parts, "running for "+d)
+	}
+	if b.Cwd != "" {
+		parts = append(parts, "cwd "+b.Cwd)
+	}
+	parts = append(parts, "session "+orNone(v.br.Session.State))
+	return fmt.Sprintf("[%s #%d] %s · $ %s", addr(v.node, v.id), b.N, strings.Join(parts, " · "), clip(b.Command, 120))
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
+// text is the whole result text.
+func (v blockView) text() string {
+	var sb strings.Builder
+	sb.WriteString(v.header())
+	sb.WriteByte('\n')
+	if v.query != "" {
+		sb.WriteString(v.query)
+		sb.WriteByte('\n')
+	}
+	if v.hasBlock {
+		if v.br.Text == "" {
+			sb.WriteString("(no output)\n")
+		} else {
+			sb.WriteString(v.br.Text)
+			if !strings.HasSuffix(v.br.Text, "\n") {
+				sb.WriteByte('\n')
+			}
+		}
+	}
+	args := []any{"node", v.node, "session", v.id}
+	if v.br.OmittedBytes > 0 {
+		// The omitted lines start after the head: point read_block at them.
+		offset := 0
+		if i := strings.Index(v.br.Text, "\n[... "); i >= 0 && v.query == "" {
+			offset = strings.Count(v.br.Text[:i], "\n") + 1
+		}
+		fmt.Fprintf(&sb, "[%d bytes of output omitted from the middle (budget %d bytes): call read_block %s to page through them (offset and limit are lines), or with grep to search them]\n",
+			v.br.OmittedBytes, v.budget, jsonArgs(append(args, "n", v.br.Block.N, "offset", offset, "limit", 200)...))
+	}
+	if v.br.LostBytes > 0 {
+		fmt.Fprintf(&sb, "[%d bytes of this block's output are no longer held by the node]\n", v.br.LostBytes)
+	}
+	switch v.state() {
+	case resultRunning:
+		fmt.Fprintf(&sb, "The command is still running. Call wait_for %s to wait for it, read_screen to look at it, or send_keys with [\"C-c\"] to interrupt it.\n", jsonArgs(args...))
+	case resultWaitingInput:
+		if v.screen != nil {
+			if t := screenTail(*v.screen, screenTailLines); t != "" {
+				sb.WriteString("--- screen (last lines) ---\n")
+				sb.WriteString(t)
+				sb.WriteString("\n---\n")
+			}
+		}
+		fmt.Fprintf(&sb, "The command is waiting for input. Answer with send_input %s (then wait_for), or interrupt it with send_keys [\"C-c\"].\n",
+			jsonArgs(append(args, "text", "...", "enter", true)...))
+	case resultExited:
+		sb.WriteString("The session's process has exited: call create_session for a new one.\n")
+	case resultNoBlock:
+		sb.WriteString("Nothing has run in this session yet: call run_command.\n")
+	}
+	return strings.TrimRight(sb.String(), "\n")
+}
+
+// sessionLine is one session of list_sessions: what it is for, what it does, where.
+func sessionLine(s api.Session) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s · %s", addr(s.Node, s.ID), orNone(s.State))
+	if s.Title != "" {
+		fmt.Fprintf(&b, " · %q", clip(s.Title, 60))
+	} else {
+		b.WriteString(" · (untitled)")
+	}
+	if s.Description != "" {
+		fmt.Fprintf(&b, " — %s", clip(s.Description, 160))
+	}
+	switch {
+	case s.State == stateExited && s.ExitCode != nil:
+		fmt.Fprintf(&b, " · exited with %d", *s.ExitCode)
+	case s.CurrentCommand != "":
+		fmt.Fprintf(&b, " · running $ %s", clip(s.CurrentCommand, 80))
+	}
+	if s.LastExitCode != nil {
+		fmt.Fprintf(&b, " · last exit %d", *s.LastExitCode)
+	}
+	if s.Cwd != "" {
+		fmt.Fprintf(&b, " · cwd %s", s.Cwd)
+	}
+	if len(s.Labels) > 0 {
+		fmt.Fprintf(&b, " · labels %s", labelList(s.Labels))
+	}
+	return b.String()
+}
+
+// mcpError turns a Fleet error into a tool error a model can act on: what was
+// wrong, then what to call instead.
+type mcpError struct{ msg string }
+
+func (e *mcpError) Error() string { return e.msg }
+
+// toolErrf is a tool error.
+func toolErrf(format string, args ...any) error {
+	return &mcpError{msg: fmt.Sprintf(format, args...)}
+}
+
+// explain rewrites err (an *api.Error from the Fleet, usually) for a model, about
+// the session node/id (either may be empty).
+func explain(err error, node, id string) error {
+	var me *mcpError
+	if errors.As(err, &me) {
+		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return toolErrf("cancelled: the call was cancelled or the server is shutting down")
+	}
+	var ae *api.Error
+	if !errors.As(err, &ae) {
+		return toolErrf("internal error: %v", err)
+	}
+	where := addr(node, id)
+	msg := ae.Message
+	switch ae.Code {
+	case api.CodeNotFound:
+		switch {
+		case strings.HasPrefix(msg, "unknown node"):
+			return toolErrf("unknown node %q: call list_nodes to see the nodes", node)
+		case strings.HasPrefix(msg, "no session") && id != "":
+			return toolErrf("no session %s: call list_sessions to see the sessions, or create_session", where)
+		case strings.Contains(msg, "block"):
+			return toolErrf("%s: call read_block without n for the last block, or list_sessions to see how many blocks %s has", msg, where)
+		}
+		return toolErrf("not found: %s (call list_nodes or list_sessions)", msg)
+	case api.CodeBusy:
+		what := ""
+		if i := strings.Index(msg, "(block "); i >= 0 {
+			what = " " + msg[i:]
+		}
+		return toolErrf("a command is running in %s and is not waiting for input%s: call wait_for to wait for it, send_keys with [\"C-c\"] to interrupt it, or use another session (create_session)", where, what)
+	case api.CodeExited:
+		return toolErrf("the session %s has exited (%s): call create_session for a new one", where, msg)
+	case api.CodeUnavailable:
+		return toolErrf("unavailable: %s: call list_nodes to see which nodes are alive, and use another one", msg)
+	case api.CodeTimeout:
+		return toolErrf("timeout: %s: try again, or call list_nodes to check the node", msg)
+	case api.CodeLimit:
+		return toolErrf("limit reached: %s: close sessions you no longer need (close_session)", msg)
+	case api.CodeTooLarge:
+		return toolErrf("too large: %s", msg)
+	case api.CodeGone:
+		return toolErrf("gone: %s", msg)
+	case api.CodeBadRequest:
+		return toolErrf("bad arguments: %s", msg)
+	case api.CodeUnauthorized, api.CodeForbidden:
+		return toolErrf("refused by the controller: %s", msg)
+	}
+	return toolErrf("%s: %s", ae.Code, msg)
+}
+
+// MCPScreen is the structured content of read_screen.
+type MCPScreen struct {
+	Node         string `json:"node" jsonschema:"the session's node"`
+	Session      string `json:"session" jsonschema:"the session id"`
+	Cols         int    `json:"cols" jsonschema:"screen width"`
+	Rows         int    `json:"rows" jsonschema:"screen height"`
+	CursorRow    int    `json:"cursor_row" jsonschema:"0-based cursor row"`
+	CursorCol    int    `json:"cursor_col" jsonschema:"0-based cursor column"`
+	AltScreen    bool   `json:"alt_screen" jsonschema:"a full-screen program (vim, less, top) is showing"`
+	WaitingInput bool   `json:"waiting_input" jsonschema:"the foreground program waits for input"`
+	Echo         bool   `json:"echo" jsonschema:"typed text is echoed (false at a password prompt)"`
+}
+
+// screenView is what a screen result is made from.
+type screenView struct {
+	node, id string
+	sc       api.Screen
+	lines    int // show only the last lines (0: all)
+	budget   int
+}
+
+func (v screenView) out() MCPScreen {
+	sc := v.sc
+	return MCPScreen{Node: v.node, Session: v.id, Cols: sc.Cols, Rows: sc.Rows, CursorRow: sc.Cursor.Row, CursorCol: sc.Cursor.Col,
+		AltScreen: sc.AltScreen, WaitingInput: sc.WaitingInput, Echo: sc.Echo}
+}
+
+// text is a header line (size, cursor, modes) then the screen's rows, trailing
+// blanks trimmed.
+func (v screenView) text() string {
+	sc := v.sc
+	parts := []string{fmt.Sprintf("screen %dx%d", sc.Cols, sc.Rows), fmt.Sprintf("cursor row %d col %d", sc.Cursor.Row, sc.Cursor.Col)}
+	if sc.AltScreen {
+		parts = append(parts, "alternate screen (a full-screen program)")
+	}
+	if sc.WaitingInput {
+		parts = append(parts, "waiting for input")
+		if !sc.Echo && !sc.AltScreen {
+			parts = append(parts, "echo off (a password prompt?)")
+		}
+	}
+	rows := strings.Split(sc.Text, "\n")
+	for i, r := range rows {
+		rows[i] = strings.TrimRight(r, " ")
+	}
+	for len(rows) > 0 && rows[len(rows)-1] == "" {
+		rows = rows[:len(rows)-1]
+	}
+	if v.lines > 0 && len(rows) > v.lines {
+		parts = append(parts, fmt.Sprintf("last %d lines", v.lines))
+		rows = rows[len(rows)-v.lines:]
+	}
+	body := strings.Join(rows, "\n")
+	if v.budget > 0 {
+		body, _ = headTail(body, v.budget)
+	}
+	if body == "" {
+		body = "(blank screen)"
+	}
+	return "[" + addr(v.node, v.id) + "] " + strings.Join(parts, " · ") + "\n" + body
+}
+
+// MCPSession is a session in structured content.
+type MCPSession struct {
+	Node           string            `json:"node" jsonschema:"the node the session runs on"`
+	ID             string            `json:"id" jsonschema:"the session id (pass it as session)"`
+	Title          string            `json:"title" jsonschema:"what the session is for, in a few words"`
+	Description    string            `json:"description" jsonschema:"what the session is for, at more length"`
+	State          string            `json:"state" jsonschema:"starting, idle, running, waiting_input or exited"`
+	CurrentCommand string            `json:"current_command,omitempty" jsonschema:"the command running now"`
+	Cwd            string            `json:"cwd,omitempty" jsonschema:"the shell's working directory"`
+	LastExitCode   *int              `json:"last_exit_code,omitempty" jsonschema:"the exit code of the last finished command"`
+	ExitCode       *int              `json:"exit_code,omitempty" jsonschema:"the session's own exit code, once exited"`
+	Labels         map[string]string `json:"labels,omitempty" jsonschema:"the session's labels"`
+	Shell          string            `json:"shell,omitempty" jsonschema:"the shell (bash, zsh)"`
+	Blocks         int               `json:"blocks,omitempty" jsonschema:"how many commands (blocks) it has run"`
+}
+
+func sessionOut(s api.Session) MCPSession {
+	return MCPSession{Node: s.Node, ID: s.ID, Title: s.Title, Description: s.Description, State: s.State,
+		CurrentCommand: s.CurrentCommand, Cwd: s.Cwd, LastExitCode: s.LastExitCode, ExitCode: s.ExitCode,
+		Labels: s.Labels, Shell: s.Shell, Blocks: s.Blocks}
+}

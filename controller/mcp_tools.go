@@ -1,0 +1,944 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// The MCP tools. Each takes typed arguments (their JSON schema comes from the Go
+// struct; unknown arguments are refused), returns a text result shaped for a model
+// (mcp_format.go) and structured content, and reports bad arguments and failures
+// as tool errors that say what to call instead.
+
+// Defaults and bounds of the tools' waits.
+const (
+	mcpDefaultTimeoutMS = 30000
+	mcpMaxTimeoutMS     = int(maxNodeWait / time.Millisecond)
+	// mcpCreateWaitMS bounds how long create_session waits for the new shell's prompt.
+	mcpCreateWaitMS = 15000
+)
+
+// Tool inputs.
+type (
+	listNodesIn    struct{}
+	listSessionsIn struct {
+		Node   string            `json:"node,omitempty" jsonschema:"only the sessions of this node"`
+		Labels map[string]string `json:"labels,omitempty" jsonschema:"only sessions having all these labels (a session has its node's labels too)"`
+	}
+	createSessionIn struct {
+		Node        string            `json:"node,omitempty" jsonschema:"the node to start it on (see list_nodes); omit to let the controller pick the alive node with the fewest sessions"`
+		Title       string            `json:"title,omitempty" jsonschema:"what the session is for, in a few words (e.g. build, db-migration); list_sessions shows it"`
+		Description string            `json:"description,omitempty" jsonschema:"what the session is for, at more length, so that you or another agent can pick it up later"`
+		Shell       string            `json:"shell,omitempty" jsonschema:"bash or zsh (default: the node's)"`
+		Cwd         string            `json:"cwd,omitempty" jsonschema:"the starting directory (default: the home directory)"`
+		Labels      map[string]string `json:"labels,omitempty" jsonschema:"labels to find it by (list_sessions, fanout_run)"`
+	}
+	runCommandIn struct {
+		Node           string `json:"node" jsonschema:"the session's node"`
+		Session        string `json:"session" jsonschema:"the session id, e.g. s3"`
+		Command        string `json:"command" jsonschema:"the shell command line to run (one command line; pipes, && and multi-line scripts are fine)"`
+		TimeoutMS      int    `json:"timeout_ms,omitempty" jsonschema:"how long to wait for it to finish, in ms (default 30000, at most 600000); it keeps running after that"`
+		MaxOutputBytes int    `json:"max_output_bytes,omitempty" jsonschema:"the output budget of the result in bytes (default 8192): head and tail are kept, the middle is left out and can be read with read_block"`
+	}
+	waitForIn struct {
+		Node           string `json:"node" jsonschema:"the session's node"`
+		Session        string `json:"session" jsonschema:"the session id"`
+		Until          string `json:"until,omitempty" jsonschema:"idle (default: the command finished and the shell is back at its prompt; also returns early if the command starts waiting for input), waiting_input, exited, or output (any new output)"`
+		TimeoutMS      int    `json:"timeout_ms,omitempty" jsonschema:"how long to wait, in ms (default 30000, at most 600000)"`
+		After          int64  `json:"after,omitempty" jsonschema:"with until output: an output offset to pass (default: the session's output end now)"`
+		MaxOutputBytes int    `json:"max_output_bytes,omitempty" jsonschema:"the output budget of the result in bytes (default 8192)"`
+	}
+	sendInputIn struct {
+		Node    string `json:"node" jsonschema:"the session's node"`
+		Session string `json:"session" jsonschema:"the session id"`
+		Text    string `json:"text,omitempty" jsonschema:"the text to type, as is (no Enter unless enter is true)"`
+		Enter   bool   `json:"enter,omitempty" jsonschema:"press Enter after the text"`
+	}
+	sendKeysIn struct {
+		Node    string   `json:"node" jsonschema:"the session's node"`
+		Session string   `json:"session" jsonschema:"the session id"`
+		Keys    []string `json:"keys" jsonschema:"key names sent in order: C-c, C-d, C-z, Enter, Tab, Esc, Space, BSpace, Up, Down, Left, Right, Home, End, PgUp, PgDn, Delete, F1-F12, M-x, or one printable character"`
+	}
+	readScreenIn struct {
+		Node    string `json:"node" jsonschema:"the session's node"`
+		Session string `json:"session" jsonschema:"the session id"`
+		Lines   int    `json:"lines,omitempty" jsonschema:"show only the last this many non-blank lines (default: the whole screen)"`
+	}
+	readBlockIn struct {
+		Node     string `json:"node" jsonschema:"the session's node"`
+		Session  string `json:"session" jsonschema:"the session id"`
+		N        int    `json:"n,omitempty" jsonschema:"the block (command) number, as results show it (#N); default: the last block"`
+		Offset   int    `json:"offset,omitempty" jsonschema:"skip this many lines of the output (after grep)"`
+		Limit    int    `json:"limit,omitempty" jsonschema:"return at most this many lines"`
+		Grep     string `json:"grep,omitempty" jsonschema:"keep only lines matching this regular expression (RE2), each prefixed with its line number"`
+		MaxBytes int    `json:"max_bytes,omitempty" jsonschema:"the budget of the result in bytes (default 8192)"`
+	}
+	setSessionInfoIn struct {
+		Node        string            `json:"node" jsonschema:"the session's node"`
+		Session     string            `json:"session" jsonschema:"the session id"`
+		Title       *string           `json:"title,omitempty" jsonschema:"the new title (omit to keep it)"`
+		Description *string           `json:"description,omitempty" jsonschema:"the new description (omit to keep it)"`
+		Labels      map[string]string `json:"labels,omitempty" jsonschema:"labels to set (merged with the existing ones)"`
+	}
+	closeSessionIn struct {
+		Node    string `json:"node" jsonschema:"the session's node"`
+		Session string `json:"session" jsonschema:"the session id"`
+	}
+	fanoutRunIn struct {
+		Command        string            `json:"command" jsonschema:"the shell command line to run on every target"`
+		All            bool              `json:"all,omitempty" jsonschema:"run on every alive node"`
+		Nodes          []string          `json:"nodes,omitempty" jsonschema:"run on these nodes"`
+		Labels         map[string]string `json:"labels,omitempty" jsonschema:"run on the nodes having all these labels (with nodes: those of them that match)"`
+		Sessions       []string          `json:"sessions,omitempty" jsonschema:"run in these existing sessions, as NODE/SESSION addresses (excludes all, nodes and labels)"`
+		SessionTitle   string            `json:"session_title,omitempty" jsonschema:"on each node, run in the session with this title (created when missing, and kept); default: a fresh session per node, closed afterwards"`
+		Batch          int               `json:"batch,omitempty" jsonschema:"how many targets run at once (default: all)"`
+		StopOnFailure  bool              `json:"stop_on_failure,omitempty" jsonschema:"once a target fails (an error or a non-zero exit code), start no more targets"`
+		TimeoutMS      int               `json:"timeout_ms,omitempty" jsonschema:"per-target timeout in ms (default 30000, at most 600000)"`
+		Details        bool              `json:"details,omitempty" jsonschema:"include each target's output (within the budget) after the one-line summaries"`
+		MaxOutputBytes int               `json:"max_output_bytes,omitempty" jsonschema:"with details: the output budget per target in bytes (default: 8192 split between the targets, at least 512)"`
+	}
+)
+
+// Tool outputs besides MCPBlock, MCPScreen and MCPSession.
+type (
+	// MCPNode is a node in list_nodes' structured content.
+	MCPNode struct {
+		Name     string            `json:"name" jsonschema:"the node name (pass it as node)"`
+		Status   string            `json:"status" jsonschema:"alive, suspect, dead or left"`
+		Sessions int               `json:"sessions" jsonschema:"how many sessions it has"`
+		Labels   map[string]string `json:"labels,omitempty" jsonschema:"the node's labels"`
+		Version  string            `json:"version,omitempty" jsonschema:"the node agent's version"`
+	}
+	// MCPNodes is list_nodes' structured content.
+	MCPNodes struct {
+		Nodes []MCPNode `json:"nodes" jsonschema:"the nodes, by name"`
+	}
+	// MCPSessions is list_sessions' structured content.
+	MCPSessions struct {
+		Sessions    []MCPSession `json:"sessions" jsonschema:"the sessions, by node and id"`
+		Unavailable []string     `json:"unavailable,omitempty" jsonschema:"nodes that did not answer: their sessions are missing"`
+	}
+	// MCPSent is the structured content of send_input and send_keys.
+	MCPSent struct {
+		Node    string `json:"node" jsonschema:"the session's node"`
+		Session string `json:"session" jsonschema:"the session id"`
+		Bytes   int    `json:"bytes,omitempty" jsonschema:"send_input: the bytes typed"`
+		Keys    int    `json:"keys,omitempty" jsonschema:"send_keys: the keys sent"`
+	}
+	// MCPFanoutTarget is one target of fanout_run.
+	MCPFanoutTarget struct {
+		Node         string `json:"node" jsonschema:"the target's node"`
+		Session      string `json:"session,omitempty" jsonschema:"the session it ran in"`
+		Result       string `json:"result" jsonschema:"ok, exit_status (non-zero exit code), timeout (still running), skipped, or an error code"`
+		ExitCode     *int   `json:"exit_code,omitempty" jsonschema:"the command's exit code"`
+		DurationMS   int64  `json:"duration_ms" jsonschema:"how long the target took"`
+		Error        string `json:"error,omitempty" jsonschema:"what went wrong"`
+		OmittedBytes int64  `json:"omitted_bytes,omitempty" jsonschema:"output bytes left out of the text"`
+	}
+	// MCPFanout is fanout_run's structured content.
+	MCPFanout struct {
+		Command string            `json:"command" jsonschema:"the command"`
+		OK      int               `json:"ok" jsonschema:"targets whose command finished with exit code 0"`
+		Failed  int               `json:"failed" jsonschema:"targets that failed, timed out or were skipped"`
+		Results []MCPFanoutTarget `json:"results" jsonschema:"one per target, in order"`
+	}
+)
+
+func boolp(b bool) *bool { return &b }
+
+// Tool annotations.
+var (
+	annRead = func(title string) *mcp.ToolAnnotations {
+		return &mcp.ToolAnnotations{Title: title, ReadOnlyHint: true, OpenWorldHint: boolp(false)}
+	}
+	// annRun: runs commands or types into programs: anything may happen.
+	annRun = func(title string) *mcp.ToolAnnotations {
+		return &mcp.ToolAnnotations{Title: title, DestructiveHint: boolp(true), OpenWorldHint: boolp(true)}
+	}
+)
+
+// inputSchema is the schema of In, changed by tweak (enums, minimums).
+func inputSchema[In any](tweak func(props map[string]*jsonschema.Schema)) *jsonschema.Schema {
+	s, err := jsonschema.For[In](nil)
+	if err != nil {
+		panic(fmt.Sprintf("mcp input schema: %v", err))
+	}
+	if tweak != nil {
+		tweak(s.Properties)
+	}
+	return s
+}
+
+func minimum(props map[string]*jsonschema.Schema, v float64, names ...string) {
+	for _, n := range names {
+		props[n].Minimum = &v
+	}
+}
+
+// auditFn says what a mutating call acts on: the session (NODE/ID or "") and a
+// short detail (never typed text: it may be a secret).
+type auditFn[In any] func(in In) (target, detail string)
+
+// addTool adds a tool whose handler runs with the call's context (actor,
+// cancellation), whose errors become tool errors a model can act on, and whose
+// calls are audited when audit is set.
+func addTool[In, Out any](m *mcpServer, t *mcp.Tool, audit auditFn[In], h func(context.Context, In) (*mcp.CallToolResult, Out, error)) {
+	mcp.AddTool(m.srv, t, func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
+		ctx, done := m.callCtx(ctx, req)
+		defer done()
+		res, out, err := h(ctx, in)
+		var me *mcpError
+		if err != nil && !errors.As(err, &me) {
+			m.log.Warn("mcp tool failed", "tool", t.Name, "err", err)
+			err = explain(err, "", "")
+		}
+		if audit != nil && m.opts.Audit != nil {
+			target, detail := audit(in)
+			rec := api.AuditRecord{Actor: actorOf(ctx), Action: "mcp " + t.Name, Session: target, Detail: detail, Result: "ok"}
+			if err != nil {
+				rec.Result, rec.Error = "error", err.Error()
+			} else if res != nil && res.IsError {
+				rec.Result = "error"
+			}
+			m.opts.Audit(ctx, rec)
+		}
+		var zero Out
+		if err != nil {
+			return nil, zero, err
+		}
+		return res, out, nil
+	})
+}
+
+func textResult(text string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}
+}
+
+// checkSession validates the node and session arguments.
+func checkSession(node, id string) error {
+	switch {
+	case node == "" && id == "":
+		return toolErrf("node and session are required: call list_sessions to see the sessions, or create_session")
+	case node == "":
+		return toolErrf("node is required: call list_sessions to see which node session %q is on", id)
+	case id == "":
+		return toolErrf("session is required: call list_sessions to see the sessions of node %q, or create_session", node)
+	}
+	if err := api.ValidName(node); err != nil {
+		return toolErrf("bad node %q: names are 1-63 of A-Z a-z 0-9 _ - (call list_nodes)", node)
+	}
+	if err := api.ValidName(id); err != nil {
+		if n, i, perr := api.ParseAddress(id); perr == nil && n == node {
+			return toolErrf("bad session %q: pass the id alone, e.g. %q, with node %q", id, i, n)
+		}
+		return toolErrf("bad session %q: session ids are like s3 (call list_sessions)", id)
+	}
+	return nil
+}
+
+func checkTimeout(ms int) (int, error) {
+	switch {
+	case ms < 0:
+		return 0, toolErrf("timeout_ms must not be negative")
+	case ms == 0:
+		return mcpDefaultTimeoutMS, nil
+	case ms > mcpMaxTimeoutMS:
+		return 0, toolErrf("timeout_ms %d is over the limit of %d (10 minutes): wait again with wait_for instead", ms, mcpMaxTimeoutMS)
+	}
+	return ms, nil
+}
+
+func sessionAudit[In any](f func(In) (string, string, string)) auditFn[In] {
+	return func(in In) (string, string) {
+		node, id, detail := f(in)
+		return addr(node, id), detail
+	}
+}
+
+func (m *mcpServer) addTools() {
+	// Empty names and commands are left to the handlers: their errors say what to
+	// call instead, which a schema's minLength would not.
+
+	addTool(m, &mcp.Tool{
+		Name:        "list_nodes",
+		Description: "List the machines (nodes) of the fleet: name, status (alive, suspect, dead, left), session count, labels. Call it to find where to create sessions or where a fan-out can run.",
+		Annotations: annRead("List nodes"),
+	}, nil, m.listNodes)
+
+	addTool(m, &mcp.Tool{
+		Name: "list_sessions",
+		Description: "List the shell sessions fleet-wide (or of one node, or with given labels). Each line shows NODE/SESSION, state (idle, running, waiting_input, exited), title and description " +
+			"(what the session is for), the running command or the last exit code, and the cwd. Call it first to reuse a fitting session instead of creating one.",
+		Annotations: annRead("List sessions"),
+		InputSchema: inputSchema[listSessionsIn](nil),
+	}, nil, m.listSessions)
+
+	addTool(m, &mcp.Tool{
+		Name: "create_session",
+		Description: "Start a new persistent shell session (bash or zsh with shell integration) and wait for its prompt. Give it a title and a description saying what it is for. " +
+			"Returns the session (node and id) to pass to run_command and the other tools. The session keeps its cwd, environment and history until close_session.",
+		Annotations: &mcp.ToolAnnotations{Title: "Create a session", DestructiveHint: boolp(false), OpenWorldHint: boolp(false)},
+		InputSchema: inputSchema[createSessionIn](nil),
+	}, func(in createSessionIn) (string, string) {
+		return "", fmt.Sprintf("node %q title %q", in.Node, clip(in.Title, 80))
+	}, m.createSession)
+
+	addTool(m, &mcp.Tool{
+		Name: "run_command",
+		Description: "Run one command line in a session and wait for it (up to timeout_ms, default 30 s). Returns a header line (NODE/SESSION #N, exit code, duration, cwd, session state) then the output " +
+			"(head and tail within the budget; read_block reads the rest). If the command is still running, the result says state running: call wait_for. If it waits for input (a prompt, read, a pager), " +
+			"the result says waiting_input and shows the last screen lines: answer with send_input. Fails if another command is running in the session.",
+		Annotations: annRun("Run a command"),
+		InputSchema: inputSchema[runCommandIn](func(p map[string]*jsonschema.Schema) {
+			minimum(p, 0, "timeout_ms", "max_output_bytes")
+		}),
+	}, sessionAudit(func(in runCommandIn) (string, string, string) { return in.Node, in.Session, clip(in.Command, 200) }), m.runCommand)
+
+	addTool(m, &mcp.Tool{
+		Name: "wait_for",
+		Description: "Wait until a session is idle (its command finished; the default), waiting_input, exited, or has new output (until: output), for at most timeout_ms (default 30 s). " +
+			"Returns the session's last block like run_command: header (exit code, duration, cwd, state) and output; ok false in the structured content when the timeout passed first. " +
+			"Use it after run_command said running, or after send_input.",
+		Annotations: annRead("Wait for a session"),
+		InputSchema: inputSchema[waitForIn](func(p map[string]*jsonschema.Schema) {
+			p["until"].Enum = []any{stateIdle, stateWaitingInput, stateExited, "output"}
+			minimum(p, 0, "timeout_ms", "after", "max_output_bytes")
+		}),
+	}, nil, m.waitFor)
+
+	addTool(m, &mcp.Tool{
+		Name: "send_input",
+		Description: "Type text into a session, e.g. the answer to a prompt a command waits for (enter: true presses Enter after it). It does not wait: call wait_for next. " +
+			"To run a shell command at the prompt, use run_command instead; for control keys (C-c) use send_keys.",
+		Annotations: annRun("Type into a session"),
+		InputSchema: inputSchema[sendInputIn](nil),
+	}, sessionAudit(func(in sendInputIn) (string, string, string) {
+		return in.Node, in.Session, fmt.Sprintf("%d bytes, enter %v", len(in.Text), in.Enter)
+	}), m.sendInput)
+
+	addTool(m, &mcp.Tool{
+		Name:        "send_keys",
+		Description: "Send named keys to a session: C-c to interrupt a command, C-d for end of input, q or Esc to leave a pager or editor, arrows to move. It does not wait: call wait_for or read_screen next.",
+		Annotations: annRun("Send keys"),
+		InputSchema: inputSchema[sendKeysIn](nil),
+	}, sessionAudit(func(in sendKeysIn) (string, string, string) {
+		return in.Node, in.Session, clip(strings.Join(in.Keys, " "), 200)
+	}), m.sendKeys)
+
+	addTool(m, &mcp.Tool{
+		Name: "read_screen",
+		Description: "Read a session's current screen as text: what a person looking at the terminal sees. Use it for full-screen programs (vim, less, top, installers) and to see a prompt; " +
+			"the header line says the size, the cursor, whether a full-screen program is showing and whether it waits for input.",
+		Annotations: annRead("Read the screen"),
+		InputSchema: inputSchema[readScreenIn](func(p map[string]*jsonschema.Schema) {
+			minimum(p, 0, "lines")
+		}),
+	}, nil, m.readScreen)
+
+	addTool(m, &mcp.Tool{
+		Name: "read_block",
+		Description: "Read the output of one command (block) of a session: by default the last one. Page through long output with offset and limit (lines), or keep only the lines matching grep " +
+			"(each prefixed with its line number). The header line gives the exit code, duration and cwd.",
+		Annotations: annRead("Read a command's output"),
+		InputSchema: inputSchema[readBlockIn](func(p map[string]*jsonschema.Schema) {
+			minimum(p, 0, "n", "offset", "limit", "max_bytes")
+		}),
+	}, nil, m.readBlock)
+
+	addTool(m, &mcp.Tool{
+		Name:        "set_session_info",
+		Description: "Set a session's title, description or labels, so that list_sessions tells you (and other agents) what the session is for. Only the fields given change.",
+		Annotations: &mcp.ToolAnnotations{Title: "Describe a session", DestructiveHint: boolp(false), IdempotentHint: true, OpenWorldHint: boolp(false)},
+		InputSchema: inputSchema[setSessionInfoIn](nil),
+	}, sessionAudit(func(in setSessionInfoIn) (string, string, string) {
+		var d []string
+		if in.Title != nil {
+			d = append(d, "title "+clip(*in.Title, 80))
+		}
+		if in.Description != nil {
+			d = append(d, "description")
+		}
+		if len(in.Labels) > 0 {
+			d = append(d, "labels "+labelList(in.Labels))
+		}
+		return in.Node, in.Session, strings.Join(d, ", ")
+	}), m.setSessionInfo)
+
+	addTool(m, &mcp.Tool{
+		Name:        "close_session",
+		Description: "Close a session: its shell and whatever runs in it are ended. Its output stays readable in the recording. Use it for sessions you no longer need.",
+		Annotations: &mcp.ToolAnnotations{Title: "Close a session", DestructiveHint: boolp(true), IdempotentHint: true, OpenWorldHint: boolp(false)},
+		InputSchema: inputSchema[closeSessionIn](nil),
+	}, sessionAudit(func(in closeSessionIn) (string, string, string) { return in.Node, in.Session, "" }), m.closeSession)
+
+	addTool(m, &mcp.Tool{
+		Name: "fanout_run",
+		Description: "Run one command on many nodes at once: all alive nodes (all: true), named nodes, nodes with labels, or named sessions. Returns one compact line per target " +
+			"(NODE/SESSION, exit code or error, duration, first output line) and the ok/failed counts; details: true adds each target's output. " +
+			"batch limits how many run at once; stop_on_failure stops starting targets after a failure.",
+		Annotations: annRun("Run on many nodes"),
+		InputSchema: inputSchema[fanoutRunIn](func(p map[string]*jsonschema.Schema) {
+			minimum(p, 0, "batch", "timeout_ms", "max_output_bytes")
+		}),
+	}, func(in fanoutRunIn) (string, string) { return "", clip(in.Command, 200) }, m.fanoutRun)
+}
+
+// Handlers.
+
+func (m *mcpServer) listNodes(ctx context.Context, _ listNodesIn) (*mcp.CallToolResult, MCPNodes, error) {
+	nodes, err := m.f.ListNodes(ctx)
+	if err != nil {
+		return nil, MCPNodes{}, explain(err, "", "")
+	}
+	nodes = slices.Clone(nodes)
+	slices.SortFunc(nodes, func(a, b api.Node) int { return strings.Compare(a.Name, b.Name) })
+	out := MCPNodes{Nodes: []MCPNode{}}
+	counts := map[string]int{}
+	var lines []string
+	for _, n := range nodes {
+		out.Nodes = append(out.Nodes, MCPNode{Name: n.Name, Status: n.Status, Sessions: n.Sessions, Labels: n.Labels, Version: n.Version})
+		counts[n.Status]++
+		l := fmt.Sprintf("%s · %s · %s", n.Name, n.Status, count(n.Sessions, "session"))
+		if len(n.Labels) > 0 {
+			l += " · labels " + labelList(n.Labels)
+		}
+		if n.Version != "" {
+			l += " · v" + strings.TrimPrefix(n.Version, "v")
+		}
+		lines = append(lines, l)
+	}
+	if len(nodes) == 0 {
+		return textResult("no nodes: no node agent has joined the fleet (start one with `fleetmux node`, or run `fleetmux dev`)"), out, nil
+	}
+	var st []string
+	for _, s := range []string{api.NodeAlive, api.NodeSuspect, api.NodeDead, api.NodeLeft} {
+		if counts[s] > 0 {
+			st = append(st, fmt.Sprintf("%d %s", counts[s], s))
+		}
+	}
+	text := fmt.Sprintf("%s (%s)\n%s", count(len(nodes), "node"), strings.Join(st, ", "), strings.Join(lines, "\n"))
+	return textResult(text), out, nil
+}
+
+func (m *mcpServer) listSessions(ctx context.Context, in listSessionsIn) (*mcp.CallToolResult, MCPSessions, error) {
+	if in.Node != "" && api.ValidName(in.Node) != nil {
+		return nil, MCPSessions{}, toolErrf("bad node %q: names are 1-63 of A-Z a-z 0-9 _ - (call list_nodes)", in.Node)
+	}
+	list, err := m.f.ListSessions(ctx, in.Node, in.Labels)
+	if err != nil {
+		return nil, MCPSessions{}, explain(err, in.Node, "")
+	}
+	out := MCPSessions{Sessions: []MCPSession{}, Unavailable: list.Unavailable}
+	var b strings.Builder
+	nodes := map[string]bool{}
+	for _, s := range list.Sessions {
+		nodes[s.Node] = true
+	}
+	switch {
+	case len(list.Sessions) == 0 && (in.Node != "" || len(in.Labels) > 0):
+		b.WriteString("no sessions match: call list_sessions without filters, or create_session")
+	case len(list.Sessions) == 0:
+		b.WriteString("no sessions: call create_session to start one")
+	default:
+		fmt.Fprintf(&b, "%s on %s", count(len(list.Sessions), "session"), count(len(nodes), "node"))
+	}
+	for _, s := range list.Sessions {
+		out.Sessions = append(out.Sessions, sessionOut(s))
+		b.WriteString("\n" + sessionLine(s))
+	}
+	if len(list.Unavailable) > 0 {
+		fmt.Fprintf(&b, "\n(no answer from %s: their sessions are missing; list_nodes shows their status)", strings.Join(list.Unavailable, ", "))
+	}
+	return textResult(b.String()), out, nil
+}
+
+func (m *mcpServer) createSession(ctx context.Context, in createSessionIn) (*mcp.CallToolResult, MCPSession, error) {
+	if in.Node != "" && api.ValidName(in.Node) != nil {
+		return nil, MCPSession{}, toolErrf("bad node %q: names are 1-63 of A-Z a-z 0-9 _ - (call list_nodes)", in.Node)
+	}
+	s, err := m.f.CreateSession(ctx, api.NewSession{Node: in.Node, CreateRequest: api.CreateRequest{
+		Title: in.Title, Description: in.Description, Labels: in.Labels, Shell: in.Shell, Cwd: in.Cwd,
+	}})
+	if err != nil {
+		return nil, MCPSession{}, explain(err, in.Node, "")
+	}
+	// Wait for the prompt, so the first run_command does not wait for it.
+	if s.State != stateIdle {
+		if wr, err := m.f.Wait(ctx, s.Node, s.ID, stateIdle, 0, mcpCreateWaitMS); err == nil {
+			s = wr.Session
+		}
+	}
+	text := "created " + sessionLine(s)
+	if s.Shell != "" {
+		text += " · shell " + s.Shell
+	}
+	text += "\nRun commands in it with run_command " + jsonArgs("node", s.Node, "session", s.ID, "command", "...") + "."
+	return textResult(text), sessionOut(s), nil
+}
+
+// inputSettle is how long a session must wait for input, with no output, before
+// untilInput believes it: the kernel is sampled, and right after a command is typed
+// the session can still show the shell as it was at its prompt, reading the
+// terminal, until the command's start mark (output) or the next sample.
+const inputSettle = 250 * time.Millisecond
+
+// untilInput runs op and, while it runs, waits for the session to wait for input.
+// When the session waits for input first (and keeps waiting for inputSettle), op is
+// cancelled (the command goes on) and the wait's result returned; otherwise op's
+// error is.
+func (m *mcpServer) untilInput(ctx context.Context, node, id string, timeoutMS int, op func(context.Context) error) (*api.WaitResult, error) {
+	opCtx, cancelOp := context.WithCancel(ctx)
+	defer cancelOp()
+	wCtx, cancelWait := context.WithCancel(ctx)
+	defer cancelWait()
+	opDone := make(chan error, 1)
+	go func() { opDone <- op(opCtx) }() // owned by this call: joined below
+	waitDone := make(chan *api.WaitResult, 1)
+	go func() { // owned by this call: joined below
+		waitDone <- m.settledInput(wCtx, node, id, time.Now().Add(time.Duration(timeoutMS)*time.Millisecond))
+	}()
+	select {
+	case err := <-opDone:
+		cancelWait()
+		<-waitDone
+		return nil, err
+	case wr := <-waitDone:
+		if wr == nil {
+			return nil, <-opDone
+		}
+		cancelOp()
+		err := <-opDone
+		if err == nil || ctx.Err() != nil {
+			return nil, err // op finished after all (its result wins), or we were cancelled
+		}
+		return wr, nil
+	}
+}
+
+// settledInput waits until the session waits for input and then prints nothing for
+// inputSettle; nil when the deadline or ctx comes first, or on errors.
+func (m *mcpServer) settledInput(ctx context.Context, node, id string, deadline time.Time) *api.WaitResult {
+	ms := func(d time.Duration) int { return max(int(d/time.Millisecond), 1) }
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil
+		}
+		wr, err := m.f.Wait(ctx, node, id, stateWaitingInput, 0, ms(left))
+		if err != nil || !wr.OK || wr.Session.State != stateWaitingInput {
+			return nil
+		}
+		// A program blocked reading the terminal prints nothing more; a command
+		// that was only being typed prints its start mark.
+		ow, err := m.f.Wait(ctx, node, id, "output", wr.Session.OutputOffset, ms(min(inputSettle, time.Until(deadline))))
+		if err != nil {
+			return nil
+		}
+		if !ow.OK && ow.Session.State == stateWaitingInput {
+			wr.Session = ow.Session
+			return &wr
+		}
+	}
+}
+
+// fill sets v's block from a wait's result, read again within v's budget when its
+// text is over it, and the screen when the session waits for input.
+func (m *mcpServer) fill(ctx context.Context, v *blockView, wr api.WaitResult) error {
+	v.br = wr.BlockResult
+	v.hasBlock = wr.Session.Blocks > 0
+	if v.hasBlock && (len(wr.Text) > v.budget || v.state() == resultWaitingInput || wr.Block.N != wr.Session.Blocks) {
+		br, err := m.f.Block(ctx, v.node, v.id, api.BlockRequest{N: wr.Session.Blocks, MaxBytes: v.budget})
+		if err != nil {
+			return err
+		}
+		v.br.Block, v.br.Text, v.br.OmittedBytes, v.br.LostBytes = br.Block, br.Text, br.OmittedBytes, br.LostBytes
+	}
+	m.fillScreen(ctx, v)
+	return nil
+}
+
+// fillScreen reads the screen of a session that waits for input (its prompt).
+func (m *mcpServer) fillScreen(ctx context.Context, v *blockView) {
+	if v.state() != resultWaitingInput {
+		return
+	}
+	if sc, err := m.f.Screen(ctx, v.node, v.id); err == nil {
+		v.screen = &sc
+	}
+}
+
+func (m *mcpServer) runCommand(ctx context.Context, in runCommandIn) (*mcp.CallToolResult, MCPBlock, error) {
+	if err := checkSession(in.Node, in.Session); err != nil {
+		return nil, MCPBlock{}, err
+	}
+	if strings.TrimSpace(in.Command) == "" {
+		return nil, MCPBlock{}, toolErrf("command is empty: give the command line to run (to press Enter or answer a prompt, use send_input)")
+	}
+	timeout, err := checkTimeout(in.TimeoutMS)
+	if err != nil {
+		return nil, MCPBlock{}, err
+	}
+	if in.MaxOutputBytes < 0 {
+		return nil, MCPBlock{}, toolErrf("max_output_bytes must not be negative")
+	}
+	v := blockView{node: in.Node, id: in.Session, budget: m.budget(in.MaxOutputBytes)}
+	s, err := m.f.GetSession(ctx, in.Node, in.Session)
+	if err != nil {
+		return nil, MCPBlock{}, explain(err, in.Node, in.Session)
+	}
+	if s.State == stateExited {
+		return nil, MCPBlock{}, explain(api.Errorf(api.CodeExited, "it exited"), in.Node, in.Session)
+	}
+	var br api.BlockResult
+	run := func(ctx context.Context) (err error) {
+		br, err = m.f.RunCommand(ctx, in.Node, in.Session, api.RunBody{Command: in.Command, TimeoutMS: timeout, MaxOutputBytes: v.budget})
+		return err
+	}
+	var input *api.WaitResult
+	if s.State == stateIdle {
+		// A command that stops to read the terminal (read, a prompt, a pager) is
+		// reported at once rather than at the timeout.
+		input, err = m.untilInput(ctx, in.Node, in.Session, timeout, run)
+	} else {
+		err = run(ctx) // a program waiting for input (typed into), or busy
+	}
+	if err != nil {
+		return nil, MCPBlock{}, explain(err, in.Node, in.Session)
+	}
+	if input != nil {
+		if err := m.fill(ctx, &v, *input); err != nil {
+			return nil, MCPBlock{}, explain(err, in.Node, in.Session)
+		}
+	} else {
+		v.br, v.hasBlock = br, true
+		m.fillScreen(ctx, &v)
+	}
+	v.now = time.Now()
+	return textResult(v.text()), v.out(), nil
+}
+
+func (m *mcpServer) waitFor(ctx context.Context, in waitForIn) (*mcp.CallToolResult, MCPBlock, error) {
+	if err := checkSession(in.Node, in.Session); err != nil {
+		return nil, MCPBlock{}, err
+	}
+	until := in.Until
+	if until == "" {
+		until = stateIdle
+	}
+	timeout, err := checkTimeout(in.TimeoutMS)
+	if err != nil {
+		return nil, MCPBlock{}, err
+	}
+	if in.MaxOutputBytes < 0 || in.After < 0 {
+		return nil, MCPBlock{}, toolErrf("max_output_bytes and after must not be negative")
+	}
+	v := blockView{node: in.Node, id: in.Session, budget: m.budget(in.MaxOutputBytes)}
+	s, err := m.f.GetSession(ctx, in.Node, in.Session)
+	if err != nil {
+		return nil, MCPBlock{}, explain(err, in.Node, in.Session)
+	}
+	after := in.After
+	if until == "output" && after == 0 {
+		after = s.OutputOffset
+	}
+	var wr api.WaitResult
+	wait := func(ctx context.Context) (err error) {
+		wr, err = m.f.Wait(ctx, in.Node, in.Session, until, after, timeout)
+		return err
+	}
+	var input *api.WaitResult
+	if until == stateIdle && s.State == stateRunning && !s.WaitingInput {
+		input, err = m.untilInput(ctx, in.Node, in.Session, timeout, wait)
+	} else {
+		err = wait(ctx)
+	}
+	if err != nil {
+		return nil, MCPBlock{}, explain(err, in.Node, in.Session)
+	}
+	ok := wr.OK
+	if input != nil {
+		wr, ok = *input, false
+	}
+	if err := m.fill(ctx, &v, wr); err != nil {
+		return nil, MCPBlock{}, explain(err, in.Node, in.Session)
+	}
+	v.now = time.Now()
+	out := v.out()
+	out.OK = &ok
+	text := v.text()
+	if !ok {
+		why := fmt.Sprintf("wait_for %s timed out after %s", until, fmtDuration(time.Duration(timeout)*time.Millisecond))
+		if input != nil {
+			why = "wait_for " + until + " returned early: the command is waiting for input"
+		}
+		text += "\n(" + why + ")"
+	}
+	return textResult(text), out, nil
+}
+
+func (m *mcpServer) sendInput(ctx context.Context, in sendInputIn) (*mcp.CallToolResult, MCPSent, error) {
+	if err := checkSession(in.Node, in.Session); err != nil {
+		return nil, MCPSent{}, err
+	}
+	if in.Text == "" && !in.Enter {
+		return nil, MCPSent{}, toolErrf("nothing to send: give text, or enter: true to press Enter")
+	}
+	data := in.Text
+	if in.Enter {
+		data += "\r"
+	}
+	if err := m.f.Input(ctx, in.Node, in.Session, data); err != nil {
+		return nil, MCPSent{}, explain(err, in.Node, in.Session)
+	}
+	what := fmt.Sprintf("typed %d bytes into %s", len(in.Text), addr(in.Node, in.Session))
+	if in.Enter {
+		what += " and pressed Enter"
+	}
+	text := what + ". Call wait_for " + jsonArgs("node", in.Node, "session", in.Session) + " to see what it does, or read_screen."
+	return textResult(text), MCPSent{Node: in.Node, Session: in.Session, Bytes: len(data)}, nil
+}
+
+func (m *mcpServer) sendKeys(ctx context.Context, in sendKeysIn) (*mcp.CallToolResult, MCPSent, error) {
+	if err := checkSession(in.Node, in.Session); err != nil {
+		return nil, MCPSent{}, err
+	}
+	if len(in.Keys) == 0 {
+		return nil, MCPSent{}, toolErrf("keys is empty: give key names, e.g. [\"C-c\"] or [\"q\"]")
+	}
+	if err := m.f.Keys(ctx, in.Node, in.Session, in.Keys); err != nil {
+		var ae *api.Error
+		if errors.As(err, &ae) && ae.Code == api.CodeBadRequest {
+			return nil, MCPSent{}, toolErrf("bad keys: %s", ae.Message)
+		}
+		return nil, MCPSent{}, explain(err, in.Node, in.Session)
+	}
+	text := fmt.Sprintf("sent %s to %s. Call wait_for %s or read_screen to see the effect.",
+		strings.Join(in.Keys, " "), addr(in.Node, in.Session), jsonArgs("node", in.Node, "session", in.Session))
+	return textResult(text), MCPSent{Node: in.Node, Session: in.Session, Keys: len(in.Keys)}, nil
+}
+
+func (m *mcpServer) readScreen(ctx context.Context, in readScreenIn) (*mcp.CallToolResult, MCPScreen, error) {
+	if err := checkSession(in.Node, in.Session); err != nil {
+		return nil, MCPScreen{}, err
+	}
+	if in.Lines < 0 {
+		return nil, MCPScreen{}, toolErrf("lines must not be negative")
+	}
+	sc, err := m.f.Screen(ctx, in.Node, in.Session)
+	if err != nil {
+		return nil, MCPScreen{}, explain(err, in.Node, in.Session)
+	}
+	v := screenView{node: in.Node, id: in.Session, sc: sc, lines: in.Lines, budget: m.maxText}
+	return textResult(v.text()), v.out(), nil
+}
+
+func (m *mcpServer) readBlock(ctx context.Context, in readBlockIn) (*mcp.CallToolResult, MCPBlock, error) {
+	if err := checkSession(in.Node, in.Session); err != nil {
+		return nil, MCPBlock{}, err
+	}
+	if in.N < 0 || in.Offset < 0 || in.Limit < 0 || in.MaxBytes < 0 {
+		return nil, MCPBlock{}, toolErrf("n, offset, limit and max_bytes must not be negative")
+	}
+	n := in.N
+	if n == 0 {
+		s, err := m.f.GetSession(ctx, in.Node, in.Session)
+		if err != nil {
+			return nil, MCPBlock{}, explain(err, in.Node, in.Session)
+		}
+		if s.Blocks == 0 {
+			return nil, MCPBlock{}, toolErrf("%s has run no command yet: call run_command first", addr(in.Node, in.Session))
+		}
+		n = s.Blocks
+	}
+	v := blockView{node: in.Node, id: in.Session, budget: m.budget(in.MaxBytes), hasBlock: true}
+	br, err := m.f.Block(ctx, in.Node, in.Session, api.BlockRequest{N: n, Offset: in.Offset, Limit: in.Limit, Grep: in.Grep, MaxBytes: v.budget})
+	if err != nil {
+		var ae *api.Error
+		if errors.As(err, &ae) && ae.Code == api.CodeNotFound && !strings.HasPrefix(ae.Message, "unknown node") && !strings.HasPrefix(ae.Message, "no session") {
+			return nil, MCPBlock{}, toolErrf("%s has no block %d: call read_block without n for the last one, or list_sessions to see how many blocks it has", addr(in.Node, in.Session), n)
+		}
+		if errors.As(err, &ae) && ae.Code == api.CodeBadRequest && in.Grep != "" {
+			return nil, MCPBlock{}, toolErrf("bad grep %q: %s (grep is an RE2 regular expression)", in.Grep, ae.Message)
+		}
+		return nil, MCPBlock{}, explain(err, in.Node, in.Session)
+	}
+	v.br = br
+	var q []string
+	if in.Grep != "" {
+		q = append(q, fmt.Sprintf("lines matching %q (line numbers first)", in.Grep))
+	}
+	if in.Offset > 0 || in.Limit > 0 {
+		l := fmt.Sprintf("from line %d", in.Offset+1)
+		if in.Limit > 0 {
+			l = fmt.Sprintf("lines %d-%d", in.Offset+1, in.Offset+in.Limit)
+		}
+		q = append(q, l)
+	}
+	if len(q) > 0 {
+		v.query = "(" + strings.Join(q, ", ") + ")"
+		if br.Text == "" {
+			v.br.Text = "(no lines)"
+		}
+	}
+	v.now = time.Now()
+	return textResult(v.text()), v.out(), nil
+}
+
+func (m *mcpServer) setSessionInfo(ctx context.Context, in setSessionInfoIn) (*mcp.CallToolResult, MCPSession, error) {
+	if err := checkSession(in.Node, in.Session); err != nil {
+		return nil, MCPSession{}, err
+	}
+	if in.Title == nil && in.Description == nil && len(in.Labels) == 0 {
+		return nil, MCPSession{}, toolErrf("nothing to change: give title, description or labels")
+	}
+	s, err := m.f.UpdateSession(ctx, in.Node, in.Session, api.SessionPatch{Title: in.Title, Description: in.Description, Labels: in.Labels})
+	if err != nil {
+		return nil, MCPSession{}, explain(err, in.Node, in.Session)
+	}
+	return textResult("updated " + sessionLine(s)), sessionOut(s), nil
+}
+
+func (m *mcpServer) closeSession(ctx context.Context, in closeSessionIn) (*mcp.CallToolResult, MCPSession, error) {
+	if err := checkSession(in.Node, in.Session); err != nil {
+		return nil, MCPSession{}, err
+	}
+	s, err := m.f.CloseSession(ctx, in.Node, in.Session)
+	if err != nil {
+		return nil, MCPSession{}, explain(err, in.Node, in.Session)
+	}
+	text := fmt.Sprintf("closed %s (%s run", addr(in.Node, in.Session), count(s.Blocks, "command"))
+	if s.LastExitCode != nil {
+		text += fmt.Sprintf(", the last exited %d", *s.LastExitCode)
+	}
+	return textResult(text + ")"), sessionOut(s), nil
+}
+
+func (m *mcpServer) fanoutRun(ctx context.Context, in fanoutRunIn) (*mcp.CallToolResult, MCPFanout, error) {
+	if strings.TrimSpace(in.Command) == "" {
+		return nil, MCPFanout{}, toolErrf("command is empty: give the command line to run on every target")
+	}
+	if !in.All && len(in.Nodes) == 0 && len(in.Labels) == 0 && len(in.Sessions) == 0 {
+		return nil, MCPFanout{}, toolErrf("no targets: set all: true, nodes, labels or sessions (call list_nodes to see the nodes)")
+	}
+	if len(in.Sessions) > 0 && (in.All || len(in.Nodes) > 0 || len(in.Labels) > 0) {
+		return nil, MCPFanout{}, toolErrf("sessions excludes all, nodes and labels: give one kind of target")
+	}
+	for _, n := range in.Nodes {
+		if api.ValidName(n) != nil {
+			return nil, MCPFanout{}, toolErrf("bad node %q in nodes: names are 1-63 of A-Z a-z 0-9 _ - (call list_nodes)", n)
+		}
+	}
+	for _, a := range in.Sessions {
+		if _, _, err := api.ParseAddress(a); err != nil {
+			return nil, MCPFanout{}, toolErrf("bad session address %q in sessions: want NODE/SESSION, e.g. web-1/s3 (call list_sessions)", a)
+		}
+	}
+	timeout, err := checkTimeout(in.TimeoutMS)
+	if err != nil {
+		return nil, MCPFanout{}, err
+	}
+	if in.Batch < 0 || in.MaxOutputBytes < 0 {
+		return nil, MCPFanout{}, toolErrf("batch and max_output_bytes must not be negative")
+	}
+	// Without details only the first line is shown: ask for little.
+	budget := 512
+	if in.Details {
+		budget = in.MaxOutputBytes
+		if budget == 0 {
+			targets := max(len(in.Nodes), len(in.Sessions), 1)
+			budget = max(m.maxText/targets, 512)
+		}
+		budget = min(budget, maxMCPTextBytes)
+	}
+	fo, err := m.f.Fanout(ctx, api.FanoutRequest{
+		Selector: api.Selector{All: in.All, Nodes: in.Nodes, Labels: in.Labels, Sessions: in.Sessions},
+		Command:  in.Command, Session: in.SessionTitle, TimeoutMS: timeout, MaxOutputBytes: budget,
+		Batch: in.Batch, StopOnFailure: in.StopOnFailure,
+	})
+	if err != nil {
+		var ae *api.Error
+		if errors.As(err, &ae) && ae.Code == api.CodeNotFound {
+			return nil, MCPFanout{}, toolErrf("no target: %s: call list_nodes to see the nodes and their labels", ae.Message)
+		}
+		return nil, MCPFanout{}, explain(err, "", "")
+	}
+	out := MCPFanout{Command: in.Command, OK: fo.OK, Failed: fo.Failed, Results: []MCPFanoutTarget{}}
+	var b strings.Builder
+	fmt.Fprintf(&b, "fanout_run on %s: ok=%d failed=%d · $ %s", count(len(fo.Results), "target"), fo.OK, fo.Failed, clip(in.Command, 120))
+	for _, r := range fo.Results {
+		t := MCPFanoutTarget{Node: r.Node, Session: r.Session, ExitCode: r.ExitCode, DurationMS: r.DurationMS, OmittedBytes: r.OmittedBytes, Result: "ok"}
+		if r.Error != nil {
+			t.Result, t.Error = r.Error.Code, r.Error.Message
+		}
+		out.Results = append(out.Results, t)
+		where := r.Node
+		if r.Session != "" {
+			where = addr(r.Node, r.Session)
+		}
+		var what string
+		switch {
+		case r.Error == nil && r.ExitCode != nil:
+			what = fmt.Sprintf("exit %d", *r.ExitCode)
+		case r.Error == nil:
+			what = "done"
+		case r.Error.Code == api.CodeExitStatus && r.ExitCode != nil:
+			what = fmt.Sprintf("exit %d", *r.ExitCode)
+		case r.Error.Code == api.CodeSkipped:
+			what = "skipped (" + r.Error.Message + ")"
+		default:
+			what = r.Error.Code + ": " + r.Error.Message
+		}
+		line := fmt.Sprintf("%s · %s · %s", where, what, fmtDuration(time.Duration(r.DurationMS)*time.Millisecond))
+		if first := firstLine(r.Text); first != "" && (r.Error == nil || r.Error.Code == api.CodeExitStatus || r.Error.Code == api.CodeTimeout) {
+			line += " · " + first
+		}
+		b.WriteString("\n" + line)
+	}
+	unknown := 0
+	for _, r := range fo.Results {
+		if r.Error != nil && r.Error.Code == api.CodeNotFound {
+			unknown++
+		}
+	}
+	if unknown > 0 {
+		b.WriteString("\n(some targets were not found: call list_nodes or list_sessions)")
+	}
+	if in.Details {
+		for _, r := range fo.Results {
+			if r.Block == nil {
+				continue
+			}
+			where := addr(r.Node, r.Session)
+			fmt.Fprintf(&b, "\n--- %s ---\n", where)
+			if r.Text == "" {
+				b.WriteString("(no output)")
+			} else {
+				b.WriteString(strings.TrimRight(r.Text, "\n"))
+			}
+			if r.OmittedBytes > 0 {
+				fmt.Fprintf(&b, "\n[%d bytes omitted from the middle]", r.OmittedBytes)
+			}
+		}
+	} else if fo.Failed > 0 || len(fo.Results) > 0 {
+		b.WriteString("\n(call fanout_run with details: true for each target's output; sessions named by session_title are kept and readable with read_block)")
+	}
+	return textResult(b.String()), out, nil
+}
+
+// firstLine is the first non-blank line of text, clipped.
+func firstLine(text string) string {
+	for l := range strings.SplitSeq(text, "\n") {
+		if strings.TrimSpace(l) != "" {
+			return clip(l, 100)
+		}
+	}
+	return ""
+}
