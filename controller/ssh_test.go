@@ -51,7 +51,9 @@ func newSSHFixture(t *testing.T) *sshFixture {
 	for _, k := range []string{"admin", "operator", "viewer", "stranger", "ca", "default"} {
 		sf.keys[k] = newSigner(t)
 	}
-	line := func(k string) string { return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sf.keys[k].PublicKey()))) }
+	line := func(k string) string {
+		return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sf.keys[k].PublicKey())))
+	}
 	ak := strings.Join([]string{
 		"# fleetmux keys",
 		`role=admin ` + line("admin") + ` root@laptop`,
