@@ -44,8 +44,8 @@ const (
 	// take one just before it blocks in readline's pselect and then wait there for
 	// input, so one SIGHUP is sometimes lost (about 1 close in 100 right after a
 	// command); the next one interrupts the pselect.
-	hupEvery = 100 * time.Millisecond
-	readChunk    = 32 << 10
+	hupEvery  = 100 * time.Millisecond
+	readChunk = 32 << 10
 )
 
 // Config describes a session to start. The zero value of every field is a sensible

@@ -387,7 +387,6 @@ func TestExitEndsSession(t *testing.T) {
 	})
 }
 
-
 // TestCloseHangsUpShell closes sessions right after a command, when the shell is
 // between the end of the command and its next read of the terminal. The shell must
 // end by the hangup, never by the SIGKILL that follows the grace:
