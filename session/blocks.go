@@ -129,7 +129,7 @@ func (s *Session) applyMarkLocked(m mark, off int64) {
 		s.inputOff = off
 	case markOutput:
 		s.atPrompt = false
-		s.waiting = false // sampled at the prompt; the command has not been seen reading yet
+		s.forgetWaitingLocked() // sampled at the prompt; the command has not been seen reading yet
 		b := s.pending
 		if b != nil {
 			s.pending = nil
@@ -140,6 +140,7 @@ func (s *Session) applyMarkLocked(m mark, off int64) {
 		}
 		s.cur = b
 	case markDone:
+		s.forgetWaitingLocked() // the shell runs its prompt hooks now
 		if s.cur != nil {
 			var code *int
 			if m.hasExit {
@@ -250,7 +251,10 @@ func (s *Session) computeStateLocked() State {
 		return StateStarting
 	case !s.integrated && !s.polled:
 		return StateStarting
-	case s.waiting && s.fallback == nil:
+	case s.waiting && s.fallback == nil && (!s.integrated || !s.seenPrompt || s.cur != nil || s.pending != nil):
+		// With integration, the shell reading between a command's end (D) and the
+		// prompt mark (A) not yet read is the shell at its prompt: idle in a moment.
+		// (Before the first prompt, an rc file may ask for input: a passphrase.)
 		return StateWaitingInput
 	}
 	return StateRunning

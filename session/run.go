@@ -182,6 +182,7 @@ func (s *Session) reserve(ctx context.Context, command string) (*Block, []byte, 
 			b := s.newBlockLocked(command, s.ring.end)
 			b.echoFrom = b.Start
 			s.pending = b
+			s.forgetWaitingLocked()
 			paste := s.paste
 			s.emitLocked(Event{Kind: EventBlockStarted, Block: b})
 			s.updateStateLocked()

@@ -125,7 +125,8 @@ type Session struct {
 	fallback     *fallbackRun
 	lastExit     *int
 	lastOutput   time.Time
-	waiting      bool // foreground process is blocked reading the terminal
+	waiting      bool   // foreground process is blocked reading the terminal (last sample)
+	waitGen      uint64 // bumped by forgetWaitingLocked: samples taken before are stale
 	echo         bool
 	polled       bool // the kernel state has been sampled at least once
 	state        State

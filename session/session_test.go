@@ -387,6 +387,28 @@ func TestExitEndsSession(t *testing.T) {
 	})
 }
 
+// TestNoFalseWaitingInputAfterSubmit runs commands that never read the terminal and
+// checks, in the event log, that the session never reported waiting_input while
+// they ran. The shell was reading the terminal at its prompt when last sampled, and
+// that stale sample made a freshly submitted command look like it waited for input
+// until the next sample (which an agent would answer by typing into a busy shell).
+func TestNoFalseWaitingInputAfterSubmit(t *testing.T) {
+	forEachShell(t, func(t *testing.T, shell string) {
+		s := startShell(t, shell)
+		run(t, s, "true")
+		for i := range 30 {
+			_, seq := s.Events(0)
+			r := run(t, s, "sleep 0.02")
+			evs, _ := s.Events(seq)
+			for _, e := range evs {
+				if e.Kind == EventState && e.State == StateWaitingInput {
+					t.Fatalf("round %d: block %d (%q, which never reads the terminal) went through state waiting_input; events: %+v", i+1, r.Block.N, r.Block.Command, evs)
+				}
+			}
+		}
+	})
+}
+
 // TestCloseHangsUpShell closes sessions right after a command, when the shell is
 // between the end of the command and its next read of the terminal. The shell must
 // end by the hangup, never by the SIGKILL that follows the grace:

@@ -85,8 +85,20 @@ func (s *Session) needsPoll() (need, fallback bool, notBefore time.Time) {
 	return s.state != StateIdle || s.fallback != nil, s.fallback != nil, notBefore
 }
 
+// forgetWaitingLocked drops the last sample's "waiting for input" when the shell
+// has just been given something to do (a submitted command, the end of one): it was
+// taken while the shell sat reading at its prompt, and until the next sample the
+// session is running, not waiting. Samples under way are discarded too.
+func (s *Session) forgetWaitingLocked() {
+	s.waiting = false
+	s.waitGen++
+}
+
 // sample reads the kernel state and applies it; it reports whether anything changed.
 func (s *Session) sample() bool {
+	s.mu.Lock()
+	gen := s.waitGen
+	s.mu.Unlock()
 	waiting := false
 	if pg, err := foregroundPgrp(s.master); err == nil && pg > 0 {
 		waiting = fgWaitingForInput(s.pid, pg, s.tty)
@@ -94,7 +106,7 @@ func (s *Session) sample() bool {
 	echo, _ := terminalEcho(s.master)
 	s.mu.Lock()
 	queued := -1
-	if s.fallback != nil && waiting {
+	if (s.fallback != nil || s.pending != nil) && waiting {
 		s.mu.Unlock()
 		if n, err := inputQueued(s.tty); err == nil {
 			queued = n
@@ -102,6 +114,12 @@ func (s *Session) sample() bool {
 		s.mu.Lock()
 	}
 	defer s.mu.Unlock()
+	if s.waitGen != gen || s.pending != nil && queued != 0 {
+		// Taken before the shell was given something to do; or the shell has not
+		// read all of the command typed at its prompt yet (it is not waiting: once
+		// it has read all of it and still reads, e.g. a PS2 continuation, it is).
+		waiting = false
+	}
 	changed := !s.polled || waiting != s.waiting || echo != s.echo
 	s.polled, s.waiting, s.echo = true, waiting, echo
 	if fb := s.fallback; fb != nil && waiting && queued == 0 {
