@@ -27,7 +27,7 @@ const DefaultMCPTextBytes = 8 << 10
 // maxMCPTextBytes bounds the budget a tool call may ask for.
 const maxMCPTextBytes = 1 << 20
 
-// MCPOptions configures NewMCPServer. The zero value is usable.
+// MCPOptions configures ServeMCP. The zero value is usable.
 type MCPOptions struct {
 	// Version is the server's version in the MCP handshake. Default Version.
 	Version string
@@ -47,17 +47,13 @@ type MCPOptions struct {
 	Logger *slog.Logger
 }
 
-// NewMCPServer builds the fleetmux MCP server over f: the tools (list_nodes,
-// list_sessions, create_session, run_command, wait_for, send_input, send_keys,
-// read_screen, read_block, set_session_info, close_session, fanout_run) and the
-// sessions as resources (fleetmux://NODE/ID/screen, fleetmux://NODE/ID/blocks/N),
-// with update notifications for subscribers. Serve it with its Run or Connect, or
-// with mcp.NewStreamableHTTPHandler. Watchers of resource subscriptions run until
-// their subscribers leave or opts.Context is done; ServeMCP also waits for them.
-func NewMCPServer(f Fleet, opts MCPOptions) *mcp.Server { return newMCP(f, opts).srv }
-
-// ServeMCP serves the MCP server over t (e.g. &mcp.StdioTransport{}) until the
-// client leaves or ctx is done, and returns once everything it started has stopped.
+// ServeMCP serves the fleetmux MCP server over f on t (e.g. &mcp.StdioTransport{})
+// until the client leaves or ctx is done, and returns once everything it started
+// (the watchers of resource subscriptions) has stopped. The server has the tools
+// (list_nodes, list_sessions, create_session, run_command, wait_for, send_input,
+// send_keys, read_screen, read_block, set_session_info, close_session,
+// fanout_run) and the sessions as resources (fleetmux://NODE/ID/screen,
+// fleetmux://NODE/ID/blocks/N), with update notifications for subscribers.
 func ServeMCP(ctx context.Context, f Fleet, opts MCPOptions, t mcp.Transport) error {
 	if opts.Context == nil {
 		opts.Context = ctx
@@ -326,6 +322,10 @@ type watch struct {
 	stop context.CancelFunc
 }
 
+// maxMCPWatches bounds the resources watched at once for subscribers (each
+// watcher is a goroutine with a long poll on its session's node).
+const maxMCPWatches = 256
+
 // notifyEvery bounds how often one resource's subscribers are notified.
 const notifyEvery = 200 * time.Millisecond
 
@@ -350,6 +350,9 @@ func (m *mcpServer) subscribe(ctx context.Context, req *mcp.SubscribeRequest) er
 		return errors.New("the server is shutting down")
 	}
 	w := m.watches[uri]
+	if w == nil && len(m.watches) >= maxMCPWatches {
+		return fmt.Errorf("too many resource subscriptions (%d): unsubscribe from some first", maxMCPWatches)
+	}
 	if w == nil {
 		wctx, stop := context.WithCancel(m.ctx)
 		w = &watch{subs: map[*mcp.ServerSession]bool{}, stop: stop}
@@ -491,7 +494,8 @@ func (c *Controller) mcpHandler() http.Handler {
 		}
 		return m.srv
 	}, &mcp.StreamableHTTPOptions{
-		SessionTimeout: mcpSessionTimeout,
+		SessionTimeout:      mcpSessionTimeout,
+		MaxRequestBodyBytes: api.MaxBodyBytes, // as the API's
 		// guard already refuses non-loopback Host names without a token, and the SDK's
 		// check would refuse them with one too (a proxy on this host).
 		DisableLocalhostProtection: true,

@@ -347,13 +347,28 @@ func sessionLine(s api.Session) string {
 
 // mcpError turns a Fleet error into a tool error a model can act on: what was
 // wrong, then what to call instead.
-type mcpError struct{ msg string }
+// mcpError is a tool error: msg is what the model reads, code the api error code
+// it stands for (the audit record's result).
+type mcpError struct{ msg, code string }
 
 func (e *mcpError) Error() string { return e.msg }
 
-// toolErrf is a tool error.
+// toolErrf is a tool error about the call's arguments.
 func toolErrf(format string, args ...any) error {
-	return &mcpError{msg: fmt.Sprintf(format, args...)}
+	return &mcpError{msg: fmt.Sprintf(format, args...), code: api.CodeBadRequest}
+}
+
+// errCode is the api error code err stands for.
+func errCode(err error) string {
+	var me *mcpError
+	var ae *api.Error
+	switch {
+	case errors.As(err, &me):
+		return me.code
+	case errors.As(err, &ae):
+		return ae.Code
+	}
+	return api.CodeInternal
 }
 
 // explain rewrites err (an *api.Error from the Fleet, usually) for a model, about
@@ -364,12 +379,19 @@ func explain(err error, node, id string) error {
 		return err
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return toolErrf("cancelled: the call was cancelled or the server is shutting down")
+		return &mcpError{msg: "cancelled: the call was cancelled or the server is shutting down", code: api.CodeTimeout}
 	}
 	var ae *api.Error
 	if !errors.As(err, &ae) {
-		return toolErrf("internal error: %v", err)
+		return &mcpError{msg: fmt.Sprintf("internal error: %v", err), code: api.CodeInternal}
 	}
+	e := explainAPI(ae, node, id).(*mcpError)
+	e.code = ae.Code
+	return e
+}
+
+// explainAPI words an api error for a model.
+func explainAPI(ae *api.Error, node, id string) error {
 	where := addr(node, id)
 	msg := ae.Message
 	switch ae.Code {

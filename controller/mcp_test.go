@@ -19,7 +19,7 @@ import (
 )
 
 // The MCP server driven by the go-sdk's own client: over the in-memory transport
-// (NewMCPServer over the controller as a Fleet) and over streamable HTTP at /mcp
+// (ServeMCP over the controller as a Fleet) and over streamable HTTP at /mcp
 // (the controller's own, behind its token), on a real stack.
 
 // mcpc is an MCP client session with helpers.
@@ -40,7 +40,7 @@ func newClient(updates chan string) *mcp.Client {
 	})
 }
 
-// mcpInMemory serves NewMCPServer's server over f on the in-memory transport (with
+// mcpInMemory serves the MCP server over f on the in-memory transport (with
 // ServeMCP, which waits for what it started) and connects a client to it.
 func mcpInMemory(t *testing.T, f controller.Fleet, opts controller.MCPOptions) *mcpc {
 	t.Helper()
@@ -258,6 +258,10 @@ func mcpScenario(t *testing.T, f *fixture, c *mcpc) {
 		t.Fatalf("run_command long: %+v\n%s", b, text)
 	}
 	c.fail("run_command", ref("command", "echo again"), "a command is running in "+node+"/"+id, "wait_for", "C-c")
+	text = c.ok("list_sessions", map[string]any{"node": node}, nil)
+	if !strings.Contains(text, fmt.Sprintf("%s/%s · running · \"build\"", node, id)) || !strings.Contains(text, " · running $ while [ ! -e ") {
+		t.Errorf("list_sessions while a command runs: want its state and current command:\n%s", text)
+	}
 	if err := os.WriteFile(flag, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -280,6 +284,23 @@ func mcpScenario(t *testing.T, f *fixture, c *mcpc) {
 	text = c.ok("wait_for", ref("until", "idle", "timeout_ms", 20000), &b)
 	if b.State != "done" || b.exit() != 0 || !strings.Contains(text, "got-bob") {
 		t.Fatalf("wait_for after send_input: %+v\n%s", b, text)
+	}
+
+	// Two prompts in a row: after the first answer, wait_for comes back early at the
+	// second prompt (not at its timeout), then the second answer finishes it.
+	text = c.ok("run_command", ref("command", "read -p 'first? ' a; read -p 'second? ' b; echo got-$a-$b"), &b)
+	if b.State != "waiting_input" || !strings.Contains(text, "first? ") {
+		t.Fatalf("run_command two reads:\n%s\n%+v", text, b)
+	}
+	c.ok("send_input", ref("text", "x", "enter", true), nil)
+	text = c.ok("wait_for", ref("timeout_ms", 60000), &b)
+	if b.State != "waiting_input" || b.OK == nil || *b.OK || !strings.Contains(text, "second? ") || !strings.Contains(text, "returned early: the command is waiting for input") {
+		t.Fatalf("wait_for at the second prompt: %+v\n%s", b, text)
+	}
+	c.ok("send_input", ref("text", "y", "enter", true), nil)
+	text = c.ok("wait_for", ref("timeout_ms", 20000), &b)
+	if b.State != "done" || b.exit() != 0 || !strings.Contains(text, "got-x-y") {
+		t.Fatalf("wait_for after the second answer: %+v\n%s", b, text)
 	}
 
 	// A TUI: the screen, then a key to leave it.
@@ -390,6 +411,12 @@ func mcpScenario(t *testing.T, f *fixture, c *mcpc) {
 	if fo.OK != 0 || fo.Failed != 2 || fo.Results[0].Result != "exit_status" || fo.Results[0].ExitCode == nil || *fo.Results[0].ExitCode != 4 ||
 		strings.Count(text, " · exit 4 · ") != 2 || strings.Count(text, "\nout-2") != 2 || !strings.Contains(text, "\n--- n2/") {
 		t.Errorf("fanout_run details: %+v\n%s", fo, text)
+	}
+
+	// With details, the targets share the result's budget (8 KiB by default).
+	text = c.ok("fanout_run", map[string]any{"all": true, "command": "seq 1 100000", "details": true}, &fo)
+	if fo.OK != 2 || len(text) > 10*1024 || strings.Count(text, " bytes omitted from the middle]") != 2 || strings.Count(text, "\n100000") != 2 {
+		t.Errorf("fanout_run details of 2 big outputs: %d bytes of text, want ≤ 10 KiB with both tails:\n%s", len(text), text)
 	}
 
 	// set_session_info: what list_sessions shows.

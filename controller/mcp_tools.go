@@ -204,9 +204,7 @@ func addTool[In, Out any](m *mcpServer, t *mcp.Tool, audit auditFn[In], h func(c
 			target, detail := audit(in)
 			rec := api.AuditRecord{Actor: actorOf(ctx), Action: "mcp " + t.Name, Session: target, Detail: detail, Result: "ok"}
 			if err != nil {
-				rec.Result, rec.Error = "error", err.Error()
-			} else if res != nil && res.IsError {
-				rec.Result = "error"
+				rec.Result, rec.Error = errCode(err), err.Error()
 			}
 			m.opts.Audit(ctx, rec)
 		}
@@ -527,10 +525,21 @@ func (m *mcpServer) untilInput(ctx context.Context, node, id string, timeoutMS i
 // inputSettle; nil when the deadline or ctx comes first, or on errors.
 func (m *mcpServer) settledInput(ctx context.Context, node, id string, deadline time.Time) *api.WaitResult {
 	ms := func(d time.Duration) int { return max(int(d/time.Millisecond), 1) }
-	for {
+	for first := true; ; first = false {
 		left := time.Until(deadline)
 		if left <= 0 {
 			return nil
+		}
+		if !first {
+			// Output came while it waited for input (a background job writing to the
+			// terminal, say): look again a little later, not in a tight loop.
+			t := time.NewTimer(min(inputSettle/5, left))
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			}
 		}
 		wr, err := m.f.Wait(ctx, node, id, stateWaitingInput, 0, ms(left))
 		if err != nil || !wr.OK || wr.Session.State != stateWaitingInput {
@@ -655,7 +664,10 @@ func (m *mcpServer) waitFor(ctx context.Context, in waitForIn) (*mcp.CallToolRes
 		return err
 	}
 	var input *api.WaitResult
-	if until == stateIdle && s.State == stateRunning && !s.WaitingInput {
+	if until == stateIdle && (s.State == stateRunning || s.State == stateWaitingInput) {
+		// Also when it waits for input now: after send_input the program may ask
+		// again (a second prompt), or the state may not have caught up yet (the
+		// typed text's echo shows that, and settledInput waits it out).
 		input, err = m.untilInput(ctx, in.Node, in.Session, timeout, wait)
 	} else {
 		err = wait(ctx)
@@ -848,15 +860,15 @@ func (m *mcpServer) fanoutRun(ctx context.Context, in fanoutRunIn) (*mcp.CallToo
 	if in.Batch < 0 || in.MaxOutputBytes < 0 {
 		return nil, MCPFanout{}, toolErrf("batch and max_output_bytes must not be negative")
 	}
-	// Without details only the first line is shown: ask for little.
+	// Without details only the first line is shown: ask for little. With details
+	// the budget is shared by the targets (max_output_bytes is per target).
 	budget := 512
 	if in.Details {
 		budget = in.MaxOutputBytes
 		if budget == 0 {
-			targets := max(len(in.Nodes), len(in.Sessions), 1)
-			budget = max(m.maxText/targets, 512)
+			budget = max(m.maxText/m.fanoutTargets(ctx, in), 256)
 		}
-		budget = min(budget, maxMCPTextBytes)
+		budget = min(budget, maxMCPTextBytes/max(len(in.Nodes), len(in.Sessions), 1))
 	}
 	fo, err := m.f.Fanout(ctx, api.FanoutRequest{
 		Selector: api.Selector{All: in.All, Nodes: in.Nodes, Labels: in.Labels, Sessions: in.Sessions},
@@ -931,6 +943,25 @@ func (m *mcpServer) fanoutRun(ctx context.Context, in fanoutRunIn) (*mcp.CallToo
 		b.WriteString("\n(call fanout_run with details: true for each target's output; sessions named by session_title are kept and readable with read_block)")
 	}
 	return textResult(b.String()), out, nil
+}
+
+// fanoutTargets estimates how many targets a fan-out has: the nodes or sessions
+// named, or the alive nodes that all or labels select (at least 1).
+func (m *mcpServer) fanoutTargets(ctx context.Context, in fanoutRunIn) int {
+	if n := max(len(in.Nodes), len(in.Sessions)); n > 0 {
+		return n
+	}
+	nodes, err := m.f.ListNodes(ctx)
+	if err != nil {
+		return 1
+	}
+	n := 0
+	for _, nd := range nodes {
+		if nd.Status == api.NodeAlive && (in.All || matches(nd.Labels, in.Labels)) {
+			n++
+		}
+	}
+	return max(n, 1)
 }
 
 // firstLine is the first non-blank line of text, clipped.
