@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -170,10 +171,13 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 		code = http.StatusInternalServerError
 		b, _ = json.Marshal(api.ErrorReply{Error: api.Errorf(api.CodeInternal, "reply not encodable")})
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
+	b = append(b, '\n')
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Length", strconv.Itoa(len(b))) // so a Flush before the handler returns need not chunk it
 	w.WriteHeader(code)
-	w.Write(append(b, '\n'))
+	w.Write(b)
 }
 
 // reply writes v, or the error.

@@ -107,6 +107,9 @@ func (m *metrics) instrument(route string, h http.Handler) http.Handler {
 		m.requests.WithLabelValues(route, code).Inc()
 		m.latency.WithLabelValues(route).Observe(time.Since(start).Seconds())
 		if mutating {
+			// The reply goes out first: the audit record (JSON, a publish, a log
+			// line) is not the client's wait.
+			rec.Flush()
 			m.c.audit(r, route, rec)
 		}
 	})

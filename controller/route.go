@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -80,11 +81,20 @@ func (c *Controller) doCall(ctx context.Context, actor, node, verb string, req, 
 	return decodeReply(node, verb, reply, out)
 }
 
-// decodeReply decodes a node reply: an error envelope or the value.
+// decodeReply decodes a node reply: an error envelope (api.ErrorReply, which a
+// node encodes as {"error":…} first and alone) or the value. The value is decoded
+// once: replies can be large (a run's text).
 func decodeReply(node, verb string, reply []byte, out any) error {
-	var env struct {
-		Error *api.Error `json:"error"`
+	if !bytes.HasPrefix(bytes.TrimLeft(reply, " \t\r\n"), []byte(`{"error"`)) {
+		if out == nil {
+			return nil
+		}
+		if err := json.Unmarshal(reply, out); err != nil {
+			return api.Errorf(api.CodeInternal, "node %s sent a malformed %s reply", node, verb)
+		}
+		return nil
 	}
+	var env api.ErrorReply
 	if err := json.Unmarshal(reply, &env); err != nil {
 		return api.Errorf(api.CodeInternal, "node %s sent a malformed %s reply", node, verb)
 	}
