@@ -191,7 +191,7 @@ func (e *entry) pumpEvents() {
 	var seq uint64
 	node, id := e.n.cfg.Name, e.id
 	for {
-		changed := e.s.Changed()
+		changed := e.s.Noted() // events come with marks, samples and exits, never with output alone
 		evs, _ := e.s.Events(seq)
 		for _, ev := range evs {
 			seq = ev.Seq

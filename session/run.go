@@ -163,7 +163,7 @@ func (s *Session) reserve(ctx context.Context, command string) (*Block, []byte, 
 			s.mu.Unlock()
 			return nil, nil, err
 		}
-		ch := s.changed
+		ch := s.noted
 		switch {
 		case s.state == StateIdle:
 			// zsh turns bracketed paste on just after its prompt: give it a moment.
@@ -277,7 +277,7 @@ func (s *Session) waitBlock(ctx, wctx context.Context, n int, opts RunOptions) (
 			return Result{}, fmt.Errorf("%w: %d", ErrNoBlock, n)
 		}
 		done := s.blocks[n-1].State == BlockDone
-		ch := s.changed
+		ch := s.noted
 		s.mu.Unlock()
 		if done {
 			s.awaitPrompt(wctx, promptAfterBlock)
@@ -306,7 +306,7 @@ func (s *Session) awaitPrompt(ctx context.Context, d time.Duration) {
 		s.mu.Lock()
 		between := s.integrated && !s.exited && !s.closed && !s.atPrompt &&
 			s.cur == nil && s.pending == nil && s.fallback == nil
-		ch := s.changed
+		ch := s.noted
 		s.mu.Unlock()
 		if !between {
 			return

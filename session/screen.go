@@ -17,8 +17,11 @@ import (
 // command). When it falls far behind — more than screenMaxLag bytes or 4 screens of
 // lines — it skips ahead to the last 2 screens of lines (at most screenKeep bytes),
 // setting the alternate screen as the skipped output left it (the mark scanner records
-// where programs switch it). Screen() catches up synchronously before it snapshots, so
-// a snapshot always reflects all output read so far, at a bounded cost.
+// where programs switch it). While a flood goes on (more than screenKeep bytes came
+// since the last look) it renders nothing: whatever it rendered would be skipped
+// again; it catches up once the flood ends. Screen() catches up synchronously before
+// it snapshots, so a snapshot always reflects all output read so far, at a bounded
+// cost.
 
 const (
 	screenMaxLag   = 256 << 10
@@ -137,15 +140,21 @@ func newScreen(s *Session, cols, rows int) *screen {
 // feedLoop follows the output until the session stops.
 func (sc *screen) feedLoop() {
 	defer sc.s.wg.Done()
+	var seen int64 // the output's end at the last look
 	for {
 		sc.s.mu.Lock()
 		ch, end := sc.s.changed, sc.s.ring.end
 		sc.s.mu.Unlock()
-		sc.mu.Lock()
-		skipped := sc.catchUpLocked(end)
-		sc.mu.Unlock()
+		flood := end-seen > screenKeep
+		seen = end
+		skipped := false
+		if !flood {
+			sc.mu.Lock()
+			skipped = sc.catchUpLocked(end)
+			sc.mu.Unlock()
+		}
 		pause := screenDebounce
-		if skipped {
+		if skipped || flood {
 			pause = screenPause
 		}
 		select {

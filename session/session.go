@@ -104,6 +104,7 @@ type Session struct {
 	mu           sync.Mutex // guards everything below
 	ring         *ring
 	changed      chan struct{} // closed and replaced on every change (output, marks, state)
+	noted        chan struct{} // the same, but not for plain output (a flood wakes only readers of it)
 	closed       bool
 	exited       bool
 	exitCode     *int
@@ -133,7 +134,8 @@ type Session struct {
 	events       []Event
 	eventSeq     uint64
 
-	pollWake chan struct{}
+	pollWake chan struct{} // input or a submission: sample soon
+	pollOut  chan struct{} // output: sample soon after a quiet spell
 	stop     chan struct{}
 	wg       sync.WaitGroup
 }
@@ -188,7 +190,9 @@ func Start(cfg Config) (*Session, error) {
 	}
 	s.ring = newRing(sb)
 	s.changed = make(chan struct{})
+	s.noted = make(chan struct{})
 	s.pollWake = make(chan struct{}, 1)
+	s.pollOut = make(chan struct{}, 1)
 	s.stop = make(chan struct{})
 	s.title, s.description, s.labels = cfg.Title, cfg.Description, copyLabels(cfg.Labels)
 	s.cwd = dir
@@ -430,7 +434,10 @@ func (s *Session) readLoop() {
 			})
 			s.ingestLocked(marks, offs)
 			s.mu.Unlock()
-			s.wakePoller()
+			select {
+			case s.pollOut <- struct{}{}:
+			default:
+			}
 		}
 		if err != nil {
 			s.mu.Lock()
@@ -451,6 +458,10 @@ func (s *Session) readLoop() {
 // block that ends here covers exactly its bytes: offsets come from the scan.
 func (s *Session) ingestLocked(marks []mark, offs []int64) {
 	s.lastOutput = time.Now()
+	if len(marks) == 0 {
+		s.broadcastOutputLocked() // the state depends on marks and samples only
+		return
+	}
 	for i, m := range marks {
 		s.applyMarkLocked(m, offs[i])
 	}
@@ -570,7 +581,7 @@ func (s *Session) waitExited(d time.Duration) bool {
 	defer t.Stop()
 	for {
 		s.mu.Lock()
-		exited, ch := s.exited, s.changed
+		exited, ch := s.exited, s.noted
 		s.mu.Unlock()
 		if exited {
 			return true
@@ -585,6 +596,14 @@ func (s *Session) waitExited(d time.Duration) bool {
 
 // broadcastLocked wakes everyone waiting for a change.
 func (s *Session) broadcastLocked() {
+	close(s.noted)
+	s.noted = make(chan struct{})
+	s.broadcastOutputLocked()
+}
+
+// broadcastOutputLocked wakes those waiting for output (and any change): new
+// output with no mark in it changes nothing else.
+func (s *Session) broadcastOutputLocked() {
 	close(s.changed)
 	s.changed = make(chan struct{})
 }

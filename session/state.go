@@ -8,8 +8,9 @@ import (
 
 // Kernel state polling. The poller samples the foreground process group of the PTY and
 // whether it is blocked reading the terminal, only while the session is not idle at a
-// prompt: every 5ms right after output, input or a submission, backing off to 200ms
-// while nothing changes. It also ends fallback blocks (commands typed into programs
+// prompt: 5ms after input or a submission, and after output that follows a quiet
+// spell, backing off to 200ms while nothing changes (also while output keeps coming:
+// a flood is not sampled 200 times a second). It also ends fallback blocks (commands typed into programs
 // without shell integration) once the program waits for input again, has consumed all
 // typed input and its output has been quiet for Config.Settle.
 
@@ -37,9 +38,17 @@ func (s *Session) pollLoop() {
 		case <-s.stop:
 			return
 		case <-s.pollWake:
-			// Output, input or a submission: sample soon, but at most every minPoll.
+			// Input or a submission: sample soon, but at most every minPoll.
 			interval = minPoll
 			timer.Reset(max(0, time.Until(last.Add(minPoll))))
+			continue
+		case <-s.pollOut:
+			// Output: after a quiet spell (a prompt printed by a command that now
+			// reads) sample soon; under a stream of output keep backing off.
+			if time.Since(last) >= maxPoll {
+				interval = minPoll
+			}
+			timer.Reset(max(0, time.Until(last.Add(interval))))
 			continue
 		case <-timer.C:
 		}
@@ -176,7 +185,10 @@ func (s *Session) Wait(ctx context.Context, until Until, after int64) (Info, err
 		case UntilOutput:
 			ok = s.ring.end > after
 		}
-		exited, closed, ch := s.exited, s.closed, s.changed
+		exited, closed, ch := s.exited, s.closed, s.noted
+		if until == UntilOutput {
+			ch = s.changed
+		}
 		s.mu.Unlock()
 		switch {
 		case ok:
@@ -199,6 +211,14 @@ func (s *Session) Changed() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.changed
+}
+
+// Noted is Changed without new output: the channel is closed at the next mark,
+// state change, event or exit (a flood of output does not wake its readers).
+func (s *Session) Noted() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.noted
 }
 
 // ScrollbackBytes is the size of the session's scrollback ring.
