@@ -460,13 +460,22 @@ func TestControllerBenchReport(t *testing.T) {
 		rt = append(rt, &variant{name: "ssh-mux", what: "the same over a ControlMaster connection", op: sd.execMux})
 	}
 
+	if only := os.Getenv("FLEETMUX_BENCH_ONLY"); only != "" { // e.g. api,rawpty
+		want := strings.Split(only, ",")
+		rt = slices.DeleteFunc(rt, func(v *variant) bool { return v.name != "rawpty" && !slices.Contains(want, v.name) })
+	}
 	const warmup = 20
+	// Each operation starts after a pause (untimed), as an agent's calls come between
+	// its turns, and so the trailing work of the one before (tmux goes on working
+	// after wait-for returns, ssh and its processes exit) does not land on it.
+	gap := time.Duration(envInt(t, "FLEETMUX_BENCH_GAP_MS", 5)) * time.Millisecond
 	for i := range warmup + rounds {
 		for j := range rt {
 			v := rt[(i+j)%len(rt)]
 			if v.every > 1 && i%v.every != 0 {
 				continue
 			}
+			time.Sleep(gap)
 			t0 := time.Now()
 			if err := v.op(); err != nil {
 				t.Fatalf("%s: %v", v.name, err)
@@ -502,8 +511,8 @@ func TestControllerBenchReport(t *testing.T) {
 	for _, n := range notes {
 		fmt.Fprintf(&out, "note: %s\n", n)
 	}
-	fmt.Fprintf(&out, "Round trip (`true`), %d interleaved rounds after %d warm-up rounds, every variant once a round but ssh (one round in %d) (load average before: %s):\n\n",
-		rounds, warmup, max(1, rounds/sshRounds), loadAvg)
+	fmt.Fprintf(&out, "Round trip (`true`), %d interleaved rounds after %d warm-up rounds, every variant once a round but ssh (one round in %d), each run after %v idle (load average before: %s):\n\n",
+		rounds, warmup, max(1, rounds/sshRounds), gap, loadAvg)
 	fmt.Fprintf(&out, "| variant | runs | p50 | p99 | p50 / rawpty | p99 / rawpty | what |\n|---|---:|---:|---:|---:|---:|---|\n")
 	var base *variant
 	for _, v := range rt {

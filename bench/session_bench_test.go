@@ -239,7 +239,7 @@ func percentile(ds []time.Duration, p int) time.Duration {
 
 func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
-func envInt(t *testing.T, name string, def int) int {
+func envInt(t testing.TB, name string, def int) int {
 	v := os.Getenv(name)
 	if v == "" {
 		return def

@@ -168,14 +168,17 @@ func (d *sshDriver) execMux() error {
 	return d.run("-o", "ControlMaster=no", "-o", "ControlPath="+d.controlPath())
 }
 
-func (d *sshDriver) run(opts ...string) error {
+func (d *sshDriver) run(opts ...string) error { return d.runRemote([]string{"true"}, opts...) }
+
+// runRemote runs `ssh OPTS ARGS REMOTE...`; a non-zero exit status is an error.
+func (d *sshDriver) runRemote(remote []string, opts ...string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	args := append(opts, d.args...)
-	cmd := exec.CommandContext(ctx, d.bin, append(args, "true")...)
+	args := append(slices.Clone(opts), d.args...)
+	cmd := exec.CommandContext(ctx, d.bin, append(args, remote...)...)
 	cmd.Env = d.env
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("ssh true: %w: %s (sshd: %s)", err, out, d.log.String())
+		return fmt.Errorf("ssh %s: %w: %s (server log: %s)", strings.Join(remote, " "), err, out, d.log.String())
 	}
 	return nil
 }
@@ -212,8 +215,10 @@ func (d *sshDriver) Close() error {
 		_ = d.master.Process.Kill()
 		_ = d.master.Wait()
 	}
-	_ = syscall.Kill(-d.sshd.Process.Pid, syscall.SIGKILL)
-	_ = d.sshd.Wait()
+	if d.sshd != nil {
+		_ = syscall.Kill(-d.sshd.Process.Pid, syscall.SIGKILL)
+		_ = d.sshd.Wait()
+	}
 	return nil
 }
 

@@ -16,7 +16,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,7 +45,7 @@ func TestMain(m *testing.M) {
 	}
 	bin, err := os.Getenv("FLEETMUX_TEST_BIN"), error(nil)
 	if bin == "" {
-		bin, err = buildFleetmux(dir)
+		bin, err = testutil.BuildFleetmux(dir)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: build fleetmux: %v\n", err)
@@ -63,33 +62,6 @@ func TestMain(m *testing.M) {
 	}
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-// buildFleetmux builds ./cmd/fleetmux of this module into dir.
-func buildFleetmux(dir string) (string, error) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	env := append(os.Environ(), "GOTOOLCHAIN=local")
-	cmd := exec.Command(goBin, "env", "GOMOD")
-	cmd.Env = env
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return "", errors.New("go env GOMOD: not in a module")
-	}
-	bin := filepath.Join(dir, "fleetmux")
-	cmd = exec.Command(goBin, "build", "-o", bin, "./cmd/fleetmux")
-	cmd.Dir = filepath.Dir(gomod)
-	cmd.Env = env
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/fleetmux: %w\n%s", err, out)
-	}
-	return bin, nil
 }
 
 // lockedBuffer is a bytes.Buffer safe for concurrent use (a process writes, the
