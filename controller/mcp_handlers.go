@@ -1,0 +1,599 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// The MCP tools' handlers (the tools, their input types and schemas are in
+// mcp_tools.go; how results read, in mcp_format.go).
+
+func (m *mcpServer) listNodes(ctx context.Context, _ listNodesIn) (*mcp.CallToolResult, MCPNodes, error) {
+	nodes, err := m.f.ListNodes(ctx)
+	if err != nil {
+		return nil, MCPNodes{}, explain(err, "", "")
+	}
+	nodes = slices.Clone(nodes)
+	slices.SortFunc(nodes, func(a, b api.Node) int { return strings.Compare(a.Name, b.Name) })
+	out := MCPNodes{Nodes: []MCPNode{}}
+	counts := map[string]int{}
+	var lines []string
+	for _, n := range nodes {
+		out.Nodes = append(out.Nodes, MCPNode{Name: n.Name, Status: n.Status, Sessions: n.Sessions, Labels: n.Labels, Version: n.Version})
+		counts[n.Status]++
+		l := fmt.Sprintf("%s · %s · %s", n.Name, n.Status, count(n.Sessions, "session"))
+		if len(n.Labels) > 0 {
+			l += " · labels " + labelList(n.Labels)
+		}
+		if n.Version != "" {
+			l += " · v" + strings.TrimPrefix(n.Version, "v")
+		}
+		lines = append(lines, l)
+	}
+	if len(nodes) == 0 {
+		return textResult("no nodes: no node agent has joined the fleet (start one with `fleetmux node`, or run `fleetmux dev`)"), out, nil
+	}
+	var st []string
+	for _, s := range []string{api.NodeAlive, api.NodeSuspect, api.NodeDead, api.NodeLeft} {
+		if counts[s] > 0 {
+			st = append(st, fmt.Sprintf("%d %s", counts[s], s))
+		}
+	}
+	text := fmt.Sprintf("%s (%s)\n%s", count(len(nodes), "node"), strings.Join(st, ", "), strings.Join(lines, "\n"))
+	return textResult(text), out, nil
+}
+
+func (m *mcpServer) listSessions(ctx context.Context, in listSessionsIn) (*mcp.CallToolResult, MCPSessions, error) {
+	if in.Node != "" && api.ValidName(in.Node) != nil {
+		return nil, MCPSessions{}, toolErrf("bad node %q: names are 1-63 of A-Z a-z 0-9 _ - (call list_nodes)", in.Node)
+	}
+	list, err := m.f.ListSessions(ctx, in.Node, in.Labels)
+	if err != nil {
+		return nil, MCPSessions{}, explain(err, in.Node, "")
+	}
+	out := MCPSessions{Sessions: []MCPSession{}, Unavailable: list.Unavailable}
+	var b strings.Builder
+	nodes := map[string]bool{}
+	for _, s := range list.Sessions {
+		nodes[s.Node] = true
+	}
+	switch {
+	case len(list.Sessions) == 0 && (in.Node != "" || len(in.Labels) > 0):
+		b.WriteString("no sessions match: call list_sessions without filters, or create_session")
+	case len(list.Sessions) == 0:
+		b.WriteString("no sessions: call create_session to start one")
+	default:
+		fmt.Fprintf(&b, "%s on %s", count(len(list.Sessions), "session"), count(len(nodes), "node"))
+	}
+	for _, s := range list.Sessions {
+		out.Sessions = append(out.Sessions, sessionOut(s))
+		b.WriteString("\n" + sessionLine(s))
+	}
+	if len(list.Unavailable) > 0 {
+		fmt.Fprintf(&b, "\n(no answer from %s: their sessions are missing; list_nodes shows their status)", strings.Join(list.Unavailable, ", "))
+	}
+	return textResult(b.String()), out, nil
+}
+
+func (m *mcpServer) createSession(ctx context.Context, in createSessionIn) (*mcp.CallToolResult, MCPSession, error) {
+	if in.Node != "" && api.ValidName(in.Node) != nil {
+		return nil, MCPSession{}, toolErrf("bad node %q: names are 1-63 of A-Z a-z 0-9 _ - (call list_nodes)", in.Node)
+	}
+	s, err := m.f.CreateSession(ctx, api.NewSession{Node: in.Node, CreateRequest: api.CreateRequest{
+		Title: in.Title, Description: in.Description, Labels: in.Labels, Shell: in.Shell, Cwd: in.Cwd,
+	}})
+	if err != nil {
+		return nil, MCPSession{}, explain(err, in.Node, "")
+	}
+	// Wait for the prompt, so the first run_command does not wait for it.
+	if s.State != stateIdle {
+		if wr, err := m.f.Wait(ctx, s.Node, s.ID, stateIdle, 0, mcpCreateWaitMS); err == nil {
+			s = wr.Session
+		}
+	}
+	text := "created " + sessionLine(s)
+	if s.Shell != "" {
+		text += " · shell " + s.Shell
+	}
+	text += "\nRun commands in it with run_command " + jsonArgs("node", s.Node, "session", s.ID, "command", "...") + "."
+	return textResult(text), sessionOut(s), nil
+}
+
+// inputSettle is how long a session must wait for input, with no output, before
+// untilInput believes it: the kernel is sampled, and right after a command is typed
+// the session can still show the shell as it was at its prompt, reading the
+// terminal, until the command's start mark (output) or the next sample.
+const inputSettle = 250 * time.Millisecond
+
+// untilInput runs op and, while it runs, waits for the session to wait for input.
+// When the session waits for input first (and keeps waiting for inputSettle), op is
+// cancelled (the command goes on) and the wait's result returned; otherwise op's
+// error is.
+func (m *mcpServer) untilInput(ctx context.Context, node, id string, timeoutMS int, op func(context.Context) error) (*api.WaitResult, error) {
+	opCtx, cancelOp := context.WithCancel(ctx)
+	defer cancelOp()
+	wCtx, cancelWait := context.WithCancel(ctx)
+	defer cancelWait()
+	opDone := make(chan error, 1)
+	go func() { opDone <- op(opCtx) }() // owned by this call: joined below
+	waitDone := make(chan *api.WaitResult, 1)
+	go func() { // owned by this call: joined below
+		waitDone <- m.settledInput(wCtx, node, id, time.Now().Add(time.Duration(timeoutMS)*time.Millisecond))
+	}()
+	select {
+	case err := <-opDone:
+		cancelWait()
+		<-waitDone
+		return nil, err
+	case wr := <-waitDone:
+		if wr == nil {
+			return nil, <-opDone
+		}
+		cancelOp()
+		err := <-opDone
+		if err == nil || ctx.Err() != nil {
+			return nil, err // op finished after all (its result wins), or we were cancelled
+		}
+		return wr, nil
+	}
+}
+
+// settledInput waits until the session waits for input and then prints nothing for
+// inputSettle; nil when the deadline or ctx comes first, or on errors.
+func (m *mcpServer) settledInput(ctx context.Context, node, id string, deadline time.Time) *api.WaitResult {
+	ms := func(d time.Duration) int { return max(int(d/time.Millisecond), 1) }
+	for first := true; ; first = false {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil
+		}
+		if !first {
+			// Output came while it waited for input (a background job writing to the
+			// terminal, say): look again a little later, not in a tight loop.
+			t := time.NewTimer(min(inputSettle/5, left))
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			}
+		}
+		wr, err := m.f.Wait(ctx, node, id, stateWaitingInput, 0, ms(left))
+		if err != nil || !wr.OK || wr.Session.State != stateWaitingInput {
+			return nil
+		}
+		// A program blocked reading the terminal prints nothing more; a command
+		// that was only being typed prints its start mark.
+		ow, err := m.f.Wait(ctx, node, id, "output", wr.Session.OutputOffset, ms(min(inputSettle, time.Until(deadline))))
+		if err != nil {
+			return nil
+		}
+		if !ow.OK && ow.Session.State == stateWaitingInput {
+			wr.Session = ow.Session
+			return &wr
+		}
+	}
+}
+
+// fill sets v's block from a wait's result, read again within v's budget when its
+// text is over it, and the screen when the session waits for input.
+func (m *mcpServer) fill(ctx context.Context, v *blockView, wr api.WaitResult) error {
+	v.br = wr.BlockResult
+	v.hasBlock = wr.Session.Blocks > 0
+	if v.hasBlock && (len(wr.Text) > v.budget || v.state() == resultWaitingInput || wr.Block.N != wr.Session.Blocks) {
+		br, err := m.f.Block(ctx, v.node, v.id, api.BlockRequest{N: wr.Session.Blocks, MaxBytes: v.budget})
+		if err != nil {
+			return err
+		}
+		v.br.Block, v.br.Text, v.br.OmittedBytes, v.br.LostBytes = br.Block, br.Text, br.OmittedBytes, br.LostBytes
+	}
+	m.fillScreen(ctx, v)
+	return nil
+}
+
+// fillScreen reads the screen of a session that waits for input (its prompt).
+func (m *mcpServer) fillScreen(ctx context.Context, v *blockView) {
+	if v.state() != resultWaitingInput {
+		return
+	}
+	if sc, err := m.f.Screen(ctx, v.node, v.id); err == nil {
+		v.screen = &sc
+	}
+}
+
+func (m *mcpServer) runCommand(ctx context.Context, in runCommandIn) (*mcp.CallToolResult, MCPBlock, error) {
+	if err := checkSession(in.Node, in.Session); err != nil {
+		return nil, MCPBlock{}, err
+	}
+	if strings.TrimSpace(in.Command) == "" {
+		return nil, MCPBlock{}, toolErrf("command is empty: give the command line to run (to press Enter or answer a prompt, use send_input)")
+	}
+	timeout, err := checkTimeout(in.TimeoutMS)
+	if err != nil {
+		return nil, MCPBlock{}, err
+	}
+	if in.MaxOutputBytes < 0 {
+		return nil, MCPBlock{}, toolErrf("max_output_bytes must not be negative")
+	}
+	v := blockView{node: in.Node, id: in.Session, budget: m.budget(in.MaxOutputBytes)}
+	s, err := m.f.GetSession(ctx, in.Node, in.Session)
+	if err != nil {
+		return nil, MCPBlock{}, explain(err, in.Node, in.Session)
+	}
+	if s.State == stateExited {
+		return nil, MCPBlock{}, explain(api.Errorf(api.CodeExited, "it exited"), in.Node, in.Session)
+	}
+	var br api.BlockResult
+	run := func(ctx context.Context) (err error) {
+		br, err = m.f.RunCommand(ctx, in.Node, in.Session, api.RunBody{Command: in.Command, TimeoutMS: timeout, MaxOutputBytes: v.budget})
+		return err
+	}
+	var input *api.WaitResult
+	if s.State == stateIdle {
+		// A command that stops to read the terminal (read, a prompt, a pager) is
+		// reported at once rather than at the timeout.
+		input, err = m.untilInput(ctx, in.Node, in.Session, timeout, run)
+	} else {
+		err = run(ctx) // a program waiting for input (typed into), or busy
+	}
+	if err != nil {
+		return nil, MCPBlock{}, explain(err, in.Node, in.Session)
+	}
+	if input != nil {
+		if err := m.fill(ctx, &v, *input); err != nil {
+			return nil, MCPBlock{}, explain(err, in.Node, in.Session)
+		}
+	} else {
+		v.br, v.hasBlock = br, true
+		m.fillScreen(ctx, &v)
+	}
+	v.now = time.Now()
+	return textResult(v.text()), v.out(), nil
+}
+
+func (m *mcpServer) waitFor(ctx context.Context, in waitForIn) (*mcp.CallToolResult, MCPBlock, error) {
+	if err := checkSession(in.Node, in.Session); err != nil {
+		return nil, MCPBlock{}, err
+	}
+	until := in.Until
+	if until == "" {
+		until = stateIdle
+	}
+	timeout, err := checkTimeout(in.TimeoutMS)
+	if err != nil {
+		return nil, MCPBlock{}, err
+	}
+	if in.MaxOutputBytes < 0 || in.After < 0 {
+		return nil, MCPBlock{}, toolErrf("max_output_bytes and after must not be negative")
+	}
+	v := blockView{node: in.Node, id: in.Session, budget: m.budget(in.MaxOutputBytes)}
+	s, err := m.f.GetSession(ctx, in.Node, in.Session)
+	if err != nil {
+		return nil, MCPBlock{}, explain(err, in.Node, in.Session)
+	}
+	after := in.After
+	if until == "output" && after == 0 {
+		after = s.OutputOffset
+	}
+	var wr api.WaitResult
+	wait := func(ctx context.Context) (err error) {
+		wr, err = m.f.Wait(ctx, in.Node, in.Session, until, after, timeout)
+		return err
+	}
+	var input *api.WaitResult
+	if until == stateIdle && (s.State == stateRunning || s.State == stateWaitingInput) {
+		// Also when it waits for input now: after send_input the program may ask
+		// again (a second prompt), or the state may not have caught up yet (the
+		// typed text's echo shows that, and settledInput waits it out).
+		input, err = m.untilInput(ctx, in.Node, in.Session, timeout, wait)
+	} else {
+		err = wait(ctx)
+	}
+	if err != nil {
+		return nil, MCPBlock{}, explain(err, in.Node, in.Session)
+	}
+	ok := wr.OK
+	if input != nil {
+		wr, ok = *input, false
+	}
+	if err := m.fill(ctx, &v, wr); err != nil {
+		return nil, MCPBlock{}, explain(err, in.Node, in.Session)
+	}
+	v.now = time.Now()
+	out := v.out()
+	out.OK = &ok
+	text := v.text()
+	if !ok {
+		why := fmt.Sprintf("wait_for %s timed out after %s", until, fmtDuration(time.Duration(timeout)*time.Millisecond))
+		if input != nil {
+			why = "wait_for " + until + " returned early: the command is waiting for input"
+		}
+		text += "\n(" + why + ")"
+	}
+	return textResult(text), out, nil
+}
+
+func (m *mcpServer) sendInput(ctx context.Context, in sendInputIn) (*mcp.CallToolResult, MCPSent, error) {
+	if err := checkSession(in.Node, in.Session); err != nil {
+		return nil, MCPSent{}, err
+	}
+	if in.Text == "" && !in.Enter {
+		return nil, MCPSent{}, toolErrf("nothing to send: give text, or enter: true to press Enter")
+	}
+	data := in.Text
+	if in.Enter {
+		data += "\r"
+	}
+	if err := m.f.Input(ctx, in.Node, in.Session, data); err != nil {
+		return nil, MCPSent{}, explain(err, in.Node, in.Session)
+	}
+	what := fmt.Sprintf("typed %d bytes into %s", len(in.Text), addr(in.Node, in.Session))
+	if in.Enter {
+		what += " and pressed Enter"
+	}
+	text := what + ". Call wait_for " + jsonArgs("node", in.Node, "session", in.Session) + " to see what it does, or read_screen."
+	return textResult(text), MCPSent{Node: in.Node, Session: in.Session, Bytes: len(data)}, nil
+}
+
+func (m *mcpServer) sendKeys(ctx context.Context, in sendKeysIn) (*mcp.CallToolResult, MCPSent, error) {
+	if err := checkSession(in.Node, in.Session); err != nil {
+		return nil, MCPSent{}, err
+	}
+	if len(in.Keys) == 0 {
+		return nil, MCPSent{}, toolErrf("keys is empty: give key names, e.g. [\"C-c\"] or [\"q\"]")
+	}
+	if err := m.f.Keys(ctx, in.Node, in.Session, in.Keys); err != nil {
+		var ae *api.Error
+		if errors.As(err, &ae) && ae.Code == api.CodeBadRequest {
+			return nil, MCPSent{}, toolErrf("bad keys: %s", ae.Message)
+		}
+		return nil, MCPSent{}, explain(err, in.Node, in.Session)
+	}
+	text := fmt.Sprintf("sent %s to %s. Call wait_for %s or read_screen to see the effect.",
+		strings.Join(in.Keys, " "), addr(in.Node, in.Session), jsonArgs("node", in.Node, "session", in.Session))
+	return textResult(text), MCPSent{Node: in.Node, Session: in.Session, Keys: len(in.Keys)}, nil
+}
+
+func (m *mcpServer) readScreen(ctx context.Context, in readScreenIn) (*mcp.CallToolResult, MCPScreen, error) {
+	if err := checkSession(in.Node, in.Session); err != nil {
+		return nil, MCPScreen{}, err
+	}
+	if in.Lines < 0 {
+		return nil, MCPScreen{}, toolErrf("lines must not be negative")
+	}
+	sc, err := m.f.Screen(ctx, in.Node, in.Session)
+	if err != nil {
+		return nil, MCPScreen{}, explain(err, in.Node, in.Session)
+	}
+	v := screenView{node: in.Node, id: in.Session, sc: sc, lines: in.Lines, budget: m.maxText}
+	return textResult(v.text()), v.out(), nil
+}
+
+func (m *mcpServer) readBlock(ctx context.Context, in readBlockIn) (*mcp.CallToolResult, MCPBlock, error) {
+	if err := checkSession(in.Node, in.Session); err != nil {
+		return nil, MCPBlock{}, err
+	}
+	if in.N < 0 || in.Offset < 0 || in.Limit < 0 || in.MaxBytes < 0 {
+		return nil, MCPBlock{}, toolErrf("n, offset, limit and max_bytes must not be negative")
+	}
+	n := in.N
+	if n == 0 {
+		s, err := m.f.GetSession(ctx, in.Node, in.Session)
+		if err != nil {
+			return nil, MCPBlock{}, explain(err, in.Node, in.Session)
+		}
+		if s.Blocks == 0 {
+			return nil, MCPBlock{}, toolErrf("%s has run no command yet: call run_command first", addr(in.Node, in.Session))
+		}
+		n = s.Blocks
+	}
+	v := blockView{node: in.Node, id: in.Session, budget: m.budget(in.MaxBytes), hasBlock: true}
+	br, err := m.f.Block(ctx, in.Node, in.Session, api.BlockRequest{N: n, Offset: in.Offset, Limit: in.Limit, Grep: in.Grep, MaxBytes: v.budget})
+	if err != nil {
+		var ae *api.Error
+		if errors.As(err, &ae) && ae.Code == api.CodeNotFound && !strings.HasPrefix(ae.Message, "unknown node") && !strings.HasPrefix(ae.Message, "no session") {
+			return nil, MCPBlock{}, toolErrf("%s has no block %d: call read_block without n for the last one, or list_sessions to see how many blocks it has", addr(in.Node, in.Session), n)
+		}
+		if errors.As(err, &ae) && ae.Code == api.CodeBadRequest && in.Grep != "" {
+			return nil, MCPBlock{}, toolErrf("bad grep %q: %s (grep is an RE2 regular expression)", in.Grep, ae.Message)
+		}
+		return nil, MCPBlock{}, explain(err, in.Node, in.Session)
+	}
+	v.br = br
+	var q []string
+	if in.Grep != "" {
+		q = append(q, fmt.Sprintf("lines matching %q (line numbers first)", in.Grep))
+	}
+	if in.Offset > 0 || in.Limit > 0 {
+		l := fmt.Sprintf("from line %d", in.Offset+1)
+		if in.Limit > 0 {
+			l = fmt.Sprintf("lines %d-%d", in.Offset+1, in.Offset+in.Limit)
+		}
+		q = append(q, l)
+	}
+	if len(q) > 0 {
+		v.query = "(" + strings.Join(q, ", ") + ")"
+		if br.Text == "" {
+			v.br.Text = "(no lines)"
+		}
+	}
+	v.now = time.Now()
+	return textResult(v.text()), v.out(), nil
+}
+
+func (m *mcpServer) setSessionInfo(ctx context.Context, in setSessionInfoIn) (*mcp.CallToolResult, MCPSession, error) {
+	if err := checkSession(in.Node, in.Session); err != nil {
+		return nil, MCPSession{}, err
+	}
+	if in.Title == nil && in.Description == nil && len(in.Labels) == 0 {
+		return nil, MCPSession{}, toolErrf("nothing to change: give title, description or labels")
+	}
+	s, err := m.f.UpdateSession(ctx, in.Node, in.Session, api.SessionPatch{Title: in.Title, Description: in.Description, Labels: in.Labels})
+	if err != nil {
+		return nil, MCPSession{}, explain(err, in.Node, in.Session)
+	}
+	return textResult("updated " + sessionLine(s)), sessionOut(s), nil
+}
+
+func (m *mcpServer) closeSession(ctx context.Context, in closeSessionIn) (*mcp.CallToolResult, MCPSession, error) {
+	if err := checkSession(in.Node, in.Session); err != nil {
+		return nil, MCPSession{}, err
+	}
+	s, err := m.f.CloseSession(ctx, in.Node, in.Session)
+	if err != nil {
+		return nil, MCPSession{}, explain(err, in.Node, in.Session)
+	}
+	text := fmt.Sprintf("closed %s (%s run", addr(in.Node, in.Session), count(s.Blocks, "command"))
+	if s.LastExitCode != nil {
+		text += fmt.Sprintf(", the last exited %d", *s.LastExitCode)
+	}
+	return textResult(text + ")"), sessionOut(s), nil
+}
+
+func (m *mcpServer) fanoutRun(ctx context.Context, in fanoutRunIn) (*mcp.CallToolResult, MCPFanout, error) {
+	if strings.TrimSpace(in.Command) == "" {
+		return nil, MCPFanout{}, toolErrf("command is empty: give the command line to run on every target")
+	}
+	if !in.All && len(in.Nodes) == 0 && len(in.Labels) == 0 && len(in.Sessions) == 0 {
+		return nil, MCPFanout{}, toolErrf("no targets: set all: true, nodes, labels or sessions (call list_nodes to see the nodes)")
+	}
+	if len(in.Sessions) > 0 && (in.All || len(in.Nodes) > 0 || len(in.Labels) > 0) {
+		return nil, MCPFanout{}, toolErrf("sessions excludes all, nodes and labels: give one kind of target")
+	}
+	for _, n := range in.Nodes {
+		if api.ValidName(n) != nil {
+			return nil, MCPFanout{}, toolErrf("bad node %q in nodes: names are 1-63 of A-Z a-z 0-9 _ - (call list_nodes)", n)
+		}
+	}
+	for _, a := range in.Sessions {
+		if _, _, err := api.ParseAddress(a); err != nil {
+			return nil, MCPFanout{}, toolErrf("bad session address %q in sessions: want NODE/SESSION, e.g. web-1/s3 (call list_sessions)", a)
+		}
+	}
+	timeout, err := checkTimeout(in.TimeoutMS)
+	if err != nil {
+		return nil, MCPFanout{}, err
+	}
+	if in.Batch < 0 || in.MaxOutputBytes < 0 {
+		return nil, MCPFanout{}, toolErrf("batch and max_output_bytes must not be negative")
+	}
+	// Without details only the first line is shown: ask for little. With details
+	// the budget is shared by the targets (max_output_bytes is per target).
+	budget := 512
+	if in.Details {
+		budget = in.MaxOutputBytes
+		if budget == 0 {
+			budget = max(m.maxText/m.fanoutTargets(ctx, in), 256)
+		}
+		budget = min(budget, maxMCPTextBytes/max(len(in.Nodes), len(in.Sessions), 1))
+	}
+	fo, err := m.f.Fanout(ctx, api.FanoutRequest{
+		Selector: api.Selector{All: in.All, Nodes: in.Nodes, Labels: in.Labels, Sessions: in.Sessions},
+		Command:  in.Command, Session: in.SessionTitle, TimeoutMS: timeout, MaxOutputBytes: budget,
+		Batch: in.Batch, StopOnFailure: in.StopOnFailure,
+	})
+	if err != nil {
+		var ae *api.Error
+		if errors.As(err, &ae) && ae.Code == api.CodeNotFound {
+			return nil, MCPFanout{}, toolErrf("no target: %s: call list_nodes to see the nodes and their labels", ae.Message)
+		}
+		return nil, MCPFanout{}, explain(err, "", "")
+	}
+	out := MCPFanout{Command: in.Command, OK: fo.OK, Failed: fo.Failed, Results: []MCPFanoutTarget{}}
+	var b strings.Builder
+	fmt.Fprintf(&b, "fanout_run on %s: ok=%d failed=%d · $ %s", count(len(fo.Results), "target"), fo.OK, fo.Failed, clip(in.Command, 120))
+	for _, r := range fo.Results {
+		t := MCPFanoutTarget{Node: r.Node, Session: r.Session, ExitCode: r.ExitCode, DurationMS: r.DurationMS, OmittedBytes: r.OmittedBytes, Result: "ok"}
+		if r.Error != nil {
+			t.Result, t.Error = r.Error.Code, r.Error.Message
+		}
+		out.Results = append(out.Results, t)
+		where := r.Node
+		if r.Session != "" {
+			where = addr(r.Node, r.Session)
+		}
+		var what string
+		switch {
+		case r.Error == nil && r.ExitCode != nil:
+			what = fmt.Sprintf("exit %d", *r.ExitCode)
+		case r.Error == nil:
+			what = "done"
+		case r.Error.Code == api.CodeExitStatus && r.ExitCode != nil:
+			what = fmt.Sprintf("exit %d", *r.ExitCode)
+		case r.Error.Code == api.CodeSkipped:
+			what = "skipped (" + r.Error.Message + ")"
+		default:
+			what = r.Error.Code + ": " + r.Error.Message
+		}
+		line := fmt.Sprintf("%s · %s · %s", where, what, fmtDuration(time.Duration(r.DurationMS)*time.Millisecond))
+		if first := firstLine(r.Text); first != "" && (r.Error == nil || r.Error.Code == api.CodeExitStatus || r.Error.Code == api.CodeTimeout) {
+			line += " · " + first
+		}
+		b.WriteString("\n" + line)
+	}
+	unknown := 0
+	for _, r := range fo.Results {
+		if r.Error != nil && r.Error.Code == api.CodeNotFound {
+			unknown++
+		}
+	}
+	if unknown > 0 {
+		b.WriteString("\n(some targets were not found: call list_nodes or list_sessions)")
+	}
+	if in.Details {
+		for _, r := range fo.Results {
+			if r.Block == nil {
+				continue
+			}
+			where := addr(r.Node, r.Session)
+			fmt.Fprintf(&b, "\n--- %s ---\n", where)
+			if r.Text == "" {
+				b.WriteString("(no output)")
+			} else {
+				b.WriteString(strings.TrimRight(r.Text, "\n"))
+			}
+			if r.OmittedBytes > 0 {
+				fmt.Fprintf(&b, "\n[%d bytes omitted from the middle]", r.OmittedBytes)
+			}
+		}
+	} else if fo.Failed > 0 || len(fo.Results) > 0 {
+		b.WriteString("\n(call fanout_run with details: true for each target's output; sessions named by session_title are kept and readable with read_block)")
+	}
+	return textResult(b.String()), out, nil
+}
+
+// fanoutTargets estimates how many targets a fan-out has: the nodes or sessions
+// named, or the alive nodes that all or labels select (at least 1).
+func (m *mcpServer) fanoutTargets(ctx context.Context, in fanoutRunIn) int {
+	if n := max(len(in.Nodes), len(in.Sessions)); n > 0 {
+		return n
+	}
+	nodes, err := m.f.ListNodes(ctx)
+	if err != nil {
+		return 1
+	}
+	n := 0
+	for _, nd := range nodes {
+		if nd.Status == api.NodeAlive && (in.All || matches(nd.Labels, in.Labels)) {
+			n++
+		}
+	}
+	return max(n, 1)
+}
+
+// firstLine is the first non-blank line of text, clipped.
+func firstLine(text string) string {
+	for l := range strings.SplitSeq(text, "\n") {
+		if strings.TrimSpace(l) != "" {
+			return clip(l, 100)
+		}
+	}
+	return ""
+}
