@@ -11,6 +11,11 @@
 //   - BenchmarkThroughput: a command printing 32 MB of lines, from submission until
 //     all of its output has been read (session, session+screen, rawpty).
 //
-// TestBenchReport (run with FLEETMUX_BENCH_REPORT=1) runs every variant interleaved and
-// prints the markdown table kept in README.md. See README.md for the commands.
+// The node (node_bench_test.go), the controller's API and fan-out
+// (controller_bench_test.go) and the SSH front door (sshfront_bench_test.go) are
+// measured the same way, next to raw PTY, tmux and OpenSSH.
+//
+// TestBenchReport, TestControllerBenchReport and TestSSHBenchReport (run with
+// FLEETMUX_BENCH_REPORT=1) run the variants interleaved and print the markdown
+// tables kept in README.md. See README.md for the commands.
 package bench
