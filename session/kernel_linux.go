@@ -67,6 +67,17 @@ func terminalEcho(master *os.File) (bool, error) {
 	return echo, err
 }
 
+// outputQueued is the number of bytes the programs wrote to the terminal that the
+// master's reader has not read yet (TIOCINQ on the master).
+func outputQueued(master *os.File) (int, error) {
+	var n int
+	err := masterControl(master, func(fd int) (err error) {
+		n, err = unix.IoctlGetInt(fd, unix.TIOCINQ)
+		return err
+	})
+	return n, err
+}
+
 // inputQueued is the number of bytes typed into the terminal that no program has read
 // yet (TIOCINQ on the slave side).
 func inputQueued(tty string) (int, error) {
@@ -139,17 +150,18 @@ func descendants(root int) []int {
 // fgWaitingForInput reports whether a task of a process in foreground group pgid (among
 // root's descendants) is blocked reading the terminal tty: in read(2) on it, or in
 // select/poll/epoll with it in the read set.
-func fgWaitingForInput(root, pgid int, tty string) bool {
+// The reader is reported too: root itself (the shell) or another process.
+func fgWaitingForInput(root, pgid int, tty string) (waiting, byRoot bool) {
 	for _, pid := range descendants(root) {
 		st, ok := readStat(pid)
 		if !ok || st.pgrp != pgid {
 			continue
 		}
 		if procWaitingForInput(pid, tty) {
-			return true
+			return true, pid == root
 		}
 	}
-	return false
+	return false, false
 }
 
 func procWaitingForInput(pid int, tty string) bool {
@@ -182,26 +194,35 @@ func procWaitingForInput(pid int, tty string) bool {
 			v, _ := strconv.ParseUint(strings.TrimPrefix(f[i+1], "0x"), 16, 64)
 			return v
 		}
+		on := false
 		switch syscallClass(nr) {
 		case sysRead:
-			if ttyFDs[int(arg(0))] {
-				return true
-			}
+			on = ttyFDs[int(arg(0))]
 		case sysSelect:
-			if selectWaitsOn(base, int(arg(0)), arg(1), ttyFDs) {
-				return true
-			}
+			on = selectWaitsOn(base, int(arg(0)), arg(1), ttyFDs)
 		case sysPoll:
-			if pollWaitsOn(base, arg(0), int(arg(1)), ttyFDs) {
-				return true
-			}
+			on = pollWaitsOn(base, arg(0), int(arg(1)), ttyFDs)
 		case sysEpoll:
-			if epollWaitsOn(base, int(arg(0)), ttyFDs) {
-				return true
-			}
+			on = epollWaitsOn(base, int(arg(0)), ttyFDs)
+		}
+		// Still asleep in it, read after the syscall: a task that input woke shows
+		// the same syscall until it runs again, which a loaded machine can delay.
+		if on && taskSleeping(base+"/task/"+t.Name()) {
+			return true
 		}
 	}
 	return false
+}
+
+// taskSleeping reports whether the task at /proc/PID/task/TID is in interruptible
+// sleep (state S), as a task blocked reading a terminal is.
+func taskSleeping(dir string) bool {
+	b, err := os.ReadFile(dir + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] == 'S'
 }
 
 // terminalFDs lists the fds of a process that refer to the terminal.

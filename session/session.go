@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -128,6 +129,10 @@ type Session struct {
 	lastOutput   time.Time
 	waiting      bool   // foreground process is blocked reading the terminal (last sample)
 	waitGen      uint64 // bumped by forgetWaitingLocked: samples taken before are stale
+	waitCand     bool   // a shell block's program was seen waiting once, at output end waitCandEnd
+	waitCandEnd  int64
+	waitCandAt   time.Time
+	inflight     atomic.Bool // the read loop holds a chunk it has not ingested yet
 	echo         bool
 	polled       bool // the kernel state has been sampled at least once
 	state        State
@@ -426,6 +431,7 @@ func (s *Session) readLoop() {
 	for {
 		n, err := s.master.Read(buf)
 		if n > 0 {
+			s.inflight.Store(true) // cleared under s.mu once ingested: see sample
 			s.mu.Lock()
 			marks, offs = marks[:0], offs[:0]
 			s.scanner.scan(buf[:n], func(p []byte) { s.ring.write(p) }, func(m mark) {
@@ -433,6 +439,7 @@ func (s *Session) readLoop() {
 				offs = append(offs, s.ring.end)
 			})
 			s.ingestLocked(marks, offs)
+			s.inflight.Store(false)
 			s.mu.Unlock()
 			select {
 			case s.pollOut <- struct{}{}:

@@ -99,20 +99,29 @@ func (s *Session) needsPoll() (need, fallback bool, notBefore time.Time) {
 // taken while the shell sat reading at its prompt, and until the next sample the
 // session is running, not waiting. Samples under way are discarded too.
 func (s *Session) forgetWaitingLocked() {
-	s.waiting = false
+	s.waiting, s.waitCand = false, false
 	s.waitGen++
 }
 
-// sample reads the kernel state and applies it; it reports whether anything changed.
+// sample reads the kernel state and applies it; it reports whether anything changed
+// (or a sample should follow soon).
 func (s *Session) sample() bool {
 	s.mu.Lock()
 	gen := s.waitGen
 	s.mu.Unlock()
-	waiting := false
+	waiting, byShell := false, false
 	if pg, err := foregroundPgrp(s.master); err == nil && pg > 0 {
-		waiting = fgWaitingForInput(s.pid, pg, s.tty)
+		waiting, byShell = fgWaitingForInput(s.pid, pg, s.tty)
 	}
 	echo, _ := terminalEcho(s.master)
+	// Output the shell wrote before it blocked reading (a command's D mark and the
+	// prompt) is either still in the terminal, in the read loop's hands, or ingested
+	// by the time we look under s.mu: in the first two cases the sample is ahead.
+	ahead := false
+	if waiting {
+		n, err := outputQueued(s.master)
+		ahead = err != nil || n > 0 || s.inflight.Load()
+	}
 	s.mu.Lock()
 	queued := -1
 	if (s.fallback != nil || s.pending != nil) && waiting {
@@ -128,6 +137,28 @@ func (s *Session) sample() bool {
 		// read all of the command typed at its prompt yet (it is not waiting: once
 		// it has read all of it and still reads, e.g. a PS2 continuation, it is).
 		waiting = false
+	}
+	confirm := false
+	if waiting && !s.waiting && s.integrated && (s.cur != nil || s.pending != nil) {
+		// The kernel can be ahead of the output we have read: the command ended,
+		// the shell wrote D and its prompt and reads again, but those bytes are
+		// still on their way (in the terminal's buffers, which the kernel flushes
+		// to the master from a worker that a loaded machine can hold up for tens of
+		// milliseconds, or in the read loop's hands). A shell block waits for input
+		// only when no output is on its way and a second sample, with no output
+		// read in between, agrees; when the reader is the shell itself (`read x`,
+		// or the shell back at its line editor with D not read yet), only once the
+		// output has been quiet for Settle as well.
+		quiet := !byShell || time.Since(s.waitCandAt) >= s.cfg.Settle
+		if ahead || !s.waitCand || s.waitCandEnd != s.ring.end || !quiet {
+			if ahead || !s.waitCand || s.waitCandEnd != s.ring.end {
+				s.waitCand, s.waitCandEnd, s.waitCandAt = true, s.ring.end, time.Now()
+			}
+			waiting, confirm = false, true
+		}
+	}
+	if !waiting && !confirm {
+		s.waitCand = false
 	}
 	changed := !s.polled || waiting != s.waiting || echo != s.echo
 	s.polled, s.waiting, s.echo = true, waiting, echo
@@ -149,7 +180,7 @@ func (s *Session) sample() bool {
 		s.broadcastLocked()
 		return true
 	}
-	return false
+	return confirm // sample again soon
 }
 
 // Until names what Wait waits for.
