@@ -24,16 +24,22 @@ func TestOpenSSH(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ak := filepath.Join(dir, "authorized_keys")
-	if err := os.WriteFile(ak, append([]byte("role=operator "), pub...), 0o600); err != nil {
+	adminKey := filepath.Join(dir, "admin_ed25519")
+	testutil.RunProgram(t, keygen, "-q", "-t", "ed25519", "-N", "", "-C", "boss", "-f", adminKey)
+	adminPub, err := os.ReadFile(adminKey + ".pub")
+	if err != nil {
 		t.Fatal(err)
 	}
-	startDev(t, "--ssh-listen", "127.0.0.1:0", "--authorized-keys", ak)
+	ak := filepath.Join(dir, "authorized_keys")
+	if err := os.WriteFile(ak, append(append([]byte("role=operator "), pub...), append([]byte("role=admin "), adminPub...)...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := startDev(t, "--ssh-listen", "127.0.0.1:0", "--authorized-keys", ak)
 	m := regexp.MustCompile(`ssh -p (\d+) 127\.0\.0\.1`).FindStringSubmatch(devOut)
 	if m == nil {
 		t.Fatalf("dev did not print its SSH address:\n%s", devOut)
 	}
-	ssh := func(args ...string) (string, string, int) {
+	sshAs := func(key string, args ...string) (string, string, int) {
 		t.Helper()
 		full := append([]string{"-p", m[1], "-i", key, "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
 			"-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-F", "/dev/null", "127.0.0.1"}, args...)
@@ -49,6 +55,7 @@ func TestOpenSSH(t *testing.T) {
 		}
 		return out.String(), errb.String(), code
 	}
+	ssh := func(args ...string) (string, string, int) { t.Helper(); return sshAs(key, args...) }
 	out, errs, code := ssh("new")
 	if code != 0 || out != "here/s1\n" {
 		t.Fatalf("ssh new: %q %q %d", out, errs, code)
@@ -67,5 +74,44 @@ func TestOpenSSH(t *testing.T) {
 	}
 	if _, _, code := ssh("try", "--", "id"); code != 2 {
 		t.Fatalf("ssh try: exit %d, want 2", code)
+	}
+
+	// Every verb over ssh prints and exits exactly as the CLI does in a terminal.
+	cli := func(args ...string) (string, int) {
+		t.Helper()
+		out, _, err := runArgs(t, append([]string{args[0], "--addr", addr}, args[1:]...)...)
+		return out, exitCode(err)
+	}
+	for _, verb := range [][]string{
+		{"nodes"}, {"ls"}, {"screen", "here/s1"}, {"blocks", "here/s1"}, {"block", "here/s1", "1"},
+		{"block", "here/s1", "99"}, {"logs", "here/s1"}, {"wait", "here/s1", "--until", "idle"},
+		{"screen", "here/s9"}, {"nodes", "--json"},
+	} {
+		want, wantCode := cli(verb...)
+		if bad := verb[len(verb)-1] == "99" || verb[len(verb)-1] == "here/s9"; bad == (wantCode == 0) || !bad && want == "" {
+			t.Errorf("the CLI itself: %v exit %d %q", verb, wantCode, want)
+		}
+		got, errs, code := ssh(verb...)
+		if got != want || code != wantCode {
+			t.Errorf("ssh %v: exit %d %q (stderr %q); the CLI: exit %d %q", verb, code, got, errs, wantCode, want)
+		}
+	}
+	if out, errs, code := ssh("send", "here/s1", "--", "echo typed-$((6*7))"); code != 0 {
+		t.Fatalf("ssh send: %q %q %d", out, errs, code)
+	}
+	if out, errs, code := ssh("keys", "here/s1", "Enter"); code != 0 {
+		t.Fatalf("ssh keys: %q %q %d", out, errs, code)
+	}
+	if out, errs, code := ssh("wait", "here/s1", "--until", "idle"); code != 0 {
+		t.Fatalf("ssh wait: %q %q %d", out, errs, code)
+	}
+	if out, _, _ := ssh("logs", "here/s1"); !strings.Contains(out, "typed-42") {
+		t.Fatalf("ssh logs after send and keys: %q", out)
+	}
+	if out, errs, code := sshAs(adminKey, "kill", "here/s1"); code != 0 {
+		t.Fatalf("ssh kill as admin: %q %q %d", out, errs, code)
+	}
+	if _, code := cli("screen", "here/s1"); code == 0 {
+		t.Fatalf("here/s1 still answers after ssh kill")
 	}
 }
