@@ -10,9 +10,10 @@ import (
 // whether it is blocked reading the terminal, only while the session is not idle at a
 // prompt: 5ms after input or a submission, and after output that follows a quiet
 // spell, backing off to 200ms while nothing changes (also while output keeps coming:
-// a flood is not sampled 200 times a second). It also ends fallback blocks (commands typed into programs
-// without shell integration) once the program waits for input again, has consumed all
-// typed input and its output has been quiet for Config.Settle.
+// a flood is not sampled 200 times a second). It also ends fallback blocks
+// (commands typed into programs without shell integration) once the program waits
+// for input again, has consumed all typed input and its output has been quiet for
+// Config.Settle.
 
 const (
 	minPoll = 5 * time.Millisecond
@@ -149,11 +150,11 @@ func (s *Session) sample() bool {
 		// read in between, agrees; when the reader is the shell itself (`read x`,
 		// or the shell back at its line editor with D not read yet), only once the
 		// output has been quiet for Settle as well.
-		quiet := !byShell || time.Since(s.waitCandAt) >= s.cfg.Settle
-		if ahead || !s.waitCand || s.waitCandEnd != s.ring.end || !quiet {
-			if ahead || !s.waitCand || s.waitCandEnd != s.ring.end {
-				s.waitCand, s.waitCandEnd, s.waitCandAt = true, s.ring.end, time.Now()
-			}
+		fresh := ahead || !s.waitCand || s.waitCandEnd != s.ring.end
+		if fresh {
+			s.waitCand, s.waitCandEnd, s.waitCandAt = true, s.ring.end, time.Now()
+		}
+		if fresh || byShell && time.Since(s.waitCandAt) < s.cfg.Settle {
 			waiting, confirm = false, true
 		}
 	}
