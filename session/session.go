@@ -208,6 +208,10 @@ func Start(cfg Config) (*Session, error) {
 		if rt == "" {
 			rt = os.TempDir()
 		}
+		// The shell gets paths into it (--rcfile, ZDOTDIR) and runs in another cwd.
+		if rt, err = filepath.Abs(rt); err != nil {
+			return nil, fmt.Errorf("%w: runtime dir: %w", ErrBadConfig, err)
+		}
 		if s.integ, err = writeIntegration(rt, shell); err != nil {
 			return nil, err
 		}

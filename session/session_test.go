@@ -409,6 +409,27 @@ func TestNoFalseWaitingInputAfterSubmit(t *testing.T) {
 	})
 }
 
+// TestRelativeRuntimeDir starts shells whose runtime dir is relative to the
+// process's cwd (fleetmux dev's default data dir is ./.fleetmux) and whose own cwd
+// is elsewhere: the integration must still load (it was given to the shell as a
+// relative path, which it resolved against its own cwd, and no mark ever came).
+func TestRelativeRuntimeDir(t *testing.T) {
+	wd := t.TempDir()
+	t.Chdir(wd)
+	if err := os.Mkdir("rt", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, shell := range shells {
+		t.Run(shell, func(t *testing.T) {
+			s := startShell(t, shell, func(c *Config) { c.RuntimeDir = "rt" })
+			r := run(t, s, "echo rel-$((6*7))")
+			if r.Text != "rel-42" || exitCode(r) != 0 {
+				t.Fatalf("run: %q exit %d", r.Text, exitCode(r))
+			}
+		})
+	}
+}
+
 // TestCloseHangsUpShell closes sessions right after a command, when the shell is
 // between the end of the command and its next read of the terminal. The shell must
 // end by the hangup, never by the SIGKILL that follows the grace:

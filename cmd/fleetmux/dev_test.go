@@ -41,7 +41,10 @@ var devOut string
 func startDev(t *testing.T, extra ...string) string {
 	t.Helper()
 	needBash(t)
-	data := filepath.Join(t.TempDir(), "data")
+	// As the README runs it: a data dir relative to the cwd (the default is
+	// ./.fleetmux), while the sessions start in $HOME.
+	t.Chdir(t.TempDir())
+	data := "data"
 	ctx, cancel := context.WithCancel(context.Background())
 	var out, errb lockedBuffer
 	done := make(chan error, 1)
