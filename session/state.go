@@ -90,6 +90,11 @@ func (s *Session) needsPoll() (need, fallback bool, notBefore time.Time) {
 			notBefore = time.Now().Add(blockGrace) // submitted: the C mark comes first
 		case s.cur != nil:
 			notBefore = s.cur.StartedAt.Add(blockGrace)
+		case s.seenPrompt && !s.atPrompt && len(s.blocks) > 0:
+			// Between a command's end (D) and the next prompt (A): the prompt
+			// comes by itself, and a sample would only find the shell busy with its
+			// prompt hooks (this is where every Run would otherwise pay for one).
+			notBefore = s.blocks[len(s.blocks)-1].FinishedAt.Add(blockGrace)
 		}
 	}
 	return s.state != StateIdle || s.fallback != nil, s.fallback != nil, notBefore

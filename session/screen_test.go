@@ -1,0 +1,128 @@
+package session
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetmux/fleetmux/internal/testutil"
+)
+
+func TestFullScreenProgramsOnScreen(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "pager.txt")
+	var content strings.Builder
+	for i := 1; i <= 200; i++ {
+		content.WriteString("pager line " + strconv.Itoa(i) + "\n")
+	}
+	if err := os.WriteFile(file, []byte(content.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		prog, cmd, want, quit string
+		alt                   bool
+	}{
+		{"less", "less " + file, "pager line 29", "q", true},
+		{"top", "top -d 0.5", "PID USER", "q", false}, // procps top redraws the main screen
+	}
+	for _, c := range cases {
+		t.Run(c.prog, func(t *testing.T) {
+			testutil.NeedProgram(t, c.prog)
+			s := startShell(t, "bash")
+			ctx := ctxT(t)
+			r, err := s.Run(ctx, c.cmd, RunOptions{Timeout: 50 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var scr Screen
+			testutil.Eventually(t, 10*time.Second, func() bool {
+				scr, _ = s.Screen()
+				return scr.AltScreen == c.alt && strings.Contains(scr.Text, c.want) && s.Info().State == StateWaitingInput
+			}, "%s on the screen (alt %v), waiting for input", c.prog, c.alt)
+			if c.prog == "less" && (!strings.HasPrefix(scr.Text, "pager line 1\n") || strings.Contains(scr.Text, "pager line 30\n")) {
+				t.Fatalf("less screen (30 rows) shows the wrong lines:\n%s", scr.Text)
+			}
+			if err := s.SendKeys(c.quit); err != nil {
+				t.Fatal(err)
+			}
+			if r, err = s.WaitBlock(ctx, r.Block.N, RunOptions{Timeout: 10 * time.Second}); err != nil || exitCode(r) != 0 {
+				t.Fatalf("after quitting %s: exit %d, %v", c.prog, exitCode(r), err)
+			}
+			if scr, _ := s.Screen(); scr.AltScreen {
+				t.Fatalf("%s: still on the alternate screen", c.prog)
+			}
+		})
+	}
+}
+
+func TestScreenAfterFloodIsQuickAndRight(t *testing.T) {
+	s := startShell(t, "bash")
+	// 120,000 empty lines and then a marker: the emulator must not render them all.
+	run(t, s, "head -c 120000 /dev/zero | tr '\\0' '\\n'; echo flood-end")
+	start := time.Now()
+	scr, err := s.Screen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if !strings.Contains(scr.Text, "flood-end") {
+		t.Fatalf("screen after the flood lacks its last line:\n%s", scr.Text)
+	}
+	// A generous bound (rendering every line took seconds): this is a behaviour check,
+	// the speed itself is measured in bench/.
+	if took > 2*time.Second {
+		t.Fatalf("Screen took %v after a flood of lines", took)
+	}
+	// A program that enters the alternate screen and then floods it: the skip keeps
+	// the alternate screen on.
+	r, err := s.Run(ctxT(t), "printf '\\033[?1049h'; head -c 400000 /dev/zero | tr '\\0' '\\n'; printf 'on-alt'; read x", RunOptions{Timeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Wait(ctxT(t), UntilWaitingInput, 0); err != nil {
+		t.Fatal(err)
+	}
+	scr, _ = s.Screen()
+	if !scr.AltScreen || !strings.Contains(scr.Text, "on-alt") {
+		t.Fatalf("after a flood on the alternate screen: alt %v\n%s", scr.AltScreen, scr.Text)
+	}
+	s.Input([]byte("\n"))
+	s.WaitBlock(ctxT(t), r.Block.N, RunOptions{Timeout: 10 * time.Second})
+}
+
+// Between a command's end (D) and its next prompt (A) the poller leaves the kernel
+// alone for blockGrace: the prompt comes by itself (every Run used to pay for a
+// /proc sample here). Before the first prompt, and when the prompt is late, it
+// samples.
+func TestNoSampleBetweenEndAndPrompt(t *testing.T) {
+	s := startShell(t, "bash")
+	run(t, s, "true")
+	cases := []struct {
+		name       string
+		finished   time.Duration // how long ago the last block finished
+		seenPrompt bool
+		wantLater  bool // notBefore in the future
+	}{
+		{"just ended", 0, true, true},
+		{"prompt late", -time.Second, true, false},
+		{"before the first prompt", 0, false, false},
+	}
+	for _, c := range cases {
+		s.mu.Lock()
+		saved := *s.blocks[len(s.blocks)-1]
+		savedSeen, savedAt, savedState := s.seenPrompt, s.atPrompt, s.state
+		s.blocks[len(s.blocks)-1].FinishedAt = time.Now().Add(c.finished)
+		s.seenPrompt, s.atPrompt, s.state = c.seenPrompt, false, StateRunning
+		s.mu.Unlock()
+		need, _, notBefore := s.needsPoll()
+		s.mu.Lock()
+		*s.blocks[len(s.blocks)-1] = saved
+		s.seenPrompt, s.atPrompt, s.state = savedSeen, savedAt, savedState
+		s.mu.Unlock()
+		if !need || time.Until(notBefore) > 0 != c.wantLater {
+			t.Errorf("%s: need %v, sample in %v; want a wait %v", c.name, need, time.Until(notBefore), c.wantLater)
+		}
+	}
+}
