@@ -10,18 +10,24 @@ import (
 	"github.com/charmbracelet/x/vt"
 )
 
-// The screen model is a terminal emulator fed from the scrollback ring by its own
-// goroutine, never by the read loop: the emulator costs tens of microseconds per
-// scrolled line, so it follows the stream at its own pace, a little behind (it waits
+// The screen model is a terminal emulator fed from the scrollback ring, never by the
+// read loop: the emulator costs tens of microseconds per scrolled line (about 100 µs
+// for a shell prompt).
+//
+// While a full-screen program may be drawing (the alternate screen is on), the
+// feeder goroutine follows the stream at its own pace, a little behind: it waits
 // screenDebounce after output so a burst is fed at once, off the path of a quick
-// command). When it falls far behind — more than screenMaxLag bytes or 4 screens of
-// lines — it skips ahead to the last 2 screens of lines (at most screenKeep bytes),
-// setting the alternate screen as the skipped output left it (the mark scanner records
-// where programs switch it). While a flood goes on (more than screenKeep bytes came
-// since the last look) it renders nothing: whatever it rendered would be skipped
-// again; it catches up once the flood ends. Screen() catches up synchronously before
-// it snapshots, so a snapshot always reflects all output read so far, at a bounded
-// cost.
+// command. On the main screen — a shell and its line output — nothing is rendered
+// until someone asks: sessions nobody looks at cost nothing, and the feeder wakes
+// only for marks (one of them may switch to the alternate screen).
+//
+// When it is far behind — more than screenMaxLag bytes or 4 screens of lines — it
+// skips ahead to the last 2 screens of lines (at most screenKeep bytes), setting the
+// alternate screen as the skipped output left it (the mark scanner records where
+// programs switch it). While a flood goes on (more than screenKeep bytes came since
+// the last look) the feeder renders nothing: whatever it rendered would be skipped
+// again. Screen() catches up synchronously before it snapshots, so a snapshot always
+// reflects all output read so far, at a bounded cost.
 
 const (
 	screenMaxLag   = 256 << 10
@@ -143,12 +149,13 @@ func (sc *screen) feedLoop() {
 	var seen int64 // the output's end at the last look
 	for {
 		sc.s.mu.Lock()
-		ch, end := sc.s.changed, sc.s.ring.end
+		changed, noted, end := sc.s.changed, sc.s.noted, sc.s.ring.end
 		sc.s.mu.Unlock()
 		flood := end-seen > screenKeep
 		seen = end
+		alt := sc.altLikely()
 		skipped := false
-		if !flood {
+		if !flood && alt {
 			sc.mu.Lock()
 			skipped = sc.catchUpLocked(end)
 			sc.mu.Unlock()
@@ -157,10 +164,14 @@ func (sc *screen) feedLoop() {
 		if skipped || flood {
 			pause = screenPause
 		}
+		wake := noted // main screen: only a mark can change what to do
+		if alt {
+			wake = changed
+		}
 		select {
 		case <-sc.s.stop:
 			return
-		case <-ch:
+		case <-wake:
 		}
 		select {
 		case <-sc.s.stop:
@@ -168,6 +179,20 @@ func (sc *screen) feedLoop() {
 		case <-time.After(pause):
 		}
 	}
+}
+
+// altLikely reports whether a full-screen program may be drawing: the output last
+// switched to the alternate screen, or the emulator is still on it.
+func (sc *screen) altLikely() bool {
+	sc.s.mu.Lock()
+	on := len(sc.s.alt) > 0 && sc.s.alt[len(sc.s.alt)-1].on
+	sc.s.mu.Unlock()
+	if on {
+		return true
+	}
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	return !sc.done && sc.emu.IsAltScreen()
 }
 
 // catchUpLocked feeds output up to end, skipping ahead when far behind. It reports

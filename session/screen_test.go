@@ -92,6 +92,60 @@ func TestScreenAfterFloodIsQuickAndRight(t *testing.T) {
 	s.WaitBlock(ctxT(t), r.Block.N, RunOptions{Timeout: 10 * time.Second})
 }
 
+// fedAndEnd is how far the emulator has been fed, and the output's end.
+func fedAndEnd(s *Session) (fed, end int64) {
+	s.screen.mu.Lock()
+	fed = s.screen.fed
+	s.screen.mu.Unlock()
+	_, end = s.Offsets()
+	return fed, end
+}
+
+// On the main screen the emulator renders only when the screen is asked for; on the
+// alternate screen it follows the output by itself.
+func TestScreenRenderedOnDemandOnMainScreen(t *testing.T) {
+	s := startShell(t, "bash")
+	// Each command lasts longer than the feeder's debounce: a feeder following the
+	// output would have rendered some of it by the end.
+	for i := 1; i <= 5; i++ {
+		run(t, s, "sleep 0.05; echo main-line-"+strconv.Itoa(i))
+	}
+	if fed, end := fedAndEnd(s); fed != 0 {
+		t.Fatalf("the emulator was fed %d of %d bytes on the main screen, nobody asked", fed, end)
+	}
+	scr, err := s.Screen()
+	if err != nil || !strings.Contains(scr.Text, "main-line-5") || scr.AltScreen {
+		t.Fatalf("screen on demand: alt %v, %v\n%s", scr.AltScreen, err, scr.Text)
+	}
+	if fed, end := fedAndEnd(s); fed != end {
+		t.Fatalf("after Screen: fed %d of %d", fed, end)
+	}
+
+	testutil.NeedProgram(t, "less")
+	file := filepath.Join(t.TempDir(), "f.txt")
+	if err := os.WriteFile(file, []byte("alt-screen-text\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Run(ctxT(t), "less "+file, RunOptions{Timeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Wait(ctxT(t), UntilWaitingInput, 0); err != nil {
+		t.Fatal(err)
+	}
+	// Without a Screen call, the feeder catches up with less's drawing.
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		fed, end := fedAndEnd(s)
+		return fed == end
+	}, "the emulator follows the alternate screen by itself")
+	if err := s.SendKeys("q"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WaitBlock(ctxT(t), r.Block.N, RunOptions{Timeout: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Between a command's end (D) and its next prompt (A) the poller leaves the kernel
 // alone for blockGrace: the prompt comes by itself (every Run used to pay for a
 // /proc sample here). Before the first prompt, and when the prompt is late, it
