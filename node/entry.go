@@ -16,6 +16,16 @@ import (
 	"github.com/fleetmux/fleetmux/session"
 )
 
+// publishLinger batches the output chunks and events of a burst (a command's echo,
+// output, end and next prompt) into fewer messages: within publishLinger of the last
+// publication, more output waits for the rest of that span. The first output after a
+// quiet spell (a keystroke's echo) is published at once. recordLinger does the same
+// for the recording, which no one follows live.
+const (
+	publishLinger = 2 * time.Millisecond
+	recordLinger  = 10 * time.Millisecond
+)
+
 // entry is one session of the node with the three goroutines that follow it:
 //
 //   - the publisher: a viewer of the output that publishes it in chunks with their
@@ -121,7 +131,7 @@ func (e *entry) publish() {
 	defer e.wg.Done()
 	defer e.dataWG.Done()
 	subject := e.n.subj.Out(e.n.cfg.Name, e.id)
-	v := e.s.Subscribe(0, session.ViewerOptions{MaxLag: int64(e.s.ScrollbackBytes()), SkipAhead: true, MaxChunk: api.MaxChunk})
+	v := e.s.Subscribe(0, session.ViewerOptions{MaxLag: int64(e.s.ScrollbackBytes()), SkipAhead: true, MaxChunk: api.MaxChunk, Linger: publishLinger})
 	var failing bool
 	for {
 		c, err := v.Next(e.ctx)
@@ -150,7 +160,7 @@ func (e *entry) publish() {
 func (e *entry) record() {
 	defer e.wg.Done()
 	defer e.dataWG.Done()
-	v := e.s.Subscribe(0, session.ViewerOptions{MaxLag: int64(e.s.ScrollbackBytes()), MaxChunk: 256 << 10})
+	v := e.s.Subscribe(0, session.ViewerOptions{MaxLag: int64(e.s.ScrollbackBytes()), MaxChunk: 256 << 10, Linger: recordLinger})
 	for {
 		c, err := v.Next(e.ctx)
 		if err != nil {
@@ -190,6 +200,7 @@ func (e *entry) pumpEvents() {
 	defer e.wg.Done()
 	var seq uint64
 	node, id := e.n.cfg.Name, e.id
+	var last time.Time // when events were last handled
 	for {
 		changed := e.s.Noted() // events come with marks, samples and exits, never with output alone
 		evs, _ := e.s.Events(seq)
@@ -197,16 +208,37 @@ func (e *entry) pumpEvents() {
 			seq = ev.Seq
 			e.handleEvent(node, id, ev)
 		}
+		if len(evs) > 0 {
+			last = time.Now()
+		}
 		select {
 		case <-e.ctx.Done():
-			// Publish what is left (e.g. the exit) before stopping.
-			evs, _ := e.s.Events(seq)
-			for _, ev := range evs {
-				e.handleEvent(node, id, ev)
-			}
+			e.flushEvents(node, id, seq)
 			return
 		case <-changed:
 		}
+		// Batch a burst (a block's end comes with state changes and the next
+		// prompt), as the publisher does, so it is handled after the run that
+		// caused it has been answered; the first event after a quiet spell goes out
+		// at once.
+		if wait := time.Until(last.Add(publishLinger)); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-e.ctx.Done():
+				t.Stop()
+				e.flushEvents(node, id, seq)
+				return
+			case <-t.C:
+			}
+		}
+	}
+}
+
+// flushEvents publishes the events after seq (e.g. the exit) when the pump stops.
+func (e *entry) flushEvents(node, id string, seq uint64) {
+	evs, _ := e.s.Events(seq)
+	for _, ev := range evs {
+		e.handleEvent(node, id, ev)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 )
 
 // Viewers follow the output stream live. A viewer is only a cursor into the scrollback
@@ -29,6 +30,13 @@ type ViewerOptions struct {
 	SkipAhead bool
 	// MaxChunk bounds the bytes returned by one Next call (default 64 KiB).
 	MaxChunk int
+	// Linger, when positive, batches bursts: output that comes within Linger of the
+	// viewer's last chunk waits for the rest of that span (or for MaxChunk bytes)
+	// and comes as one chunk, so a command that prints in several small writes
+	// wakes the viewer once or twice instead of once per write. The first output
+	// after a quiet spell of Linger is returned at once (a keystroke's echo is not
+	// delayed), and nothing waits once the session has exited.
+	Linger time.Duration
 }
 
 // Chunk is a piece of output at an absolute offset.
@@ -44,6 +52,7 @@ type Viewer struct {
 	opts ViewerOptions
 	next int64
 	err  error
+	last time.Time // when Next last returned a chunk (Linger)
 }
 
 // Subscribe returns a viewer positioned at offset from (negative: the current end).
@@ -89,14 +98,24 @@ func (v *Viewer) Next(ctx context.Context) (Chunk, error) {
 			to := max(start, end-v.opts.MaxLag/2)
 			skipped, v.next = to-v.next, to
 		}
+		finished := s.exited || s.closed
 		if v.next < end {
+			if wait := v.linger(end, finished); wait > 0 && skipped == 0 {
+				s.mu.Unlock()
+				if err := sleepCtx(ctx, wait); err != nil {
+					return Chunk{}, err
+				}
+				continue
+			}
 			data, _ := s.ring.read(v.next, v.opts.MaxChunk)
 			s.mu.Unlock()
 			c := Chunk{Offset: v.next, Data: data, Skipped: skipped}
 			v.next += int64(len(data))
+			if v.opts.Linger > 0 {
+				v.last = time.Now()
+			}
 			return c, nil
 		}
-		finished := s.exited || s.closed
 		ch := s.changed
 		s.mu.Unlock()
 		if finished {
@@ -108,5 +127,25 @@ func (v *Viewer) Next(ctx context.Context) (Chunk, error) {
 		case <-ctx.Done():
 			return Chunk{}, ctx.Err()
 		}
+	}
+}
+
+// linger is how much longer Next holds back the output up to end (0: return it now).
+func (v *Viewer) linger(end int64, finished bool) time.Duration {
+	if v.opts.Linger <= 0 || finished || end-v.next >= int64(v.opts.MaxChunk) || v.last.IsZero() {
+		return 0
+	}
+	return time.Until(v.last.Add(v.opts.Linger))
+}
+
+// sleepCtx waits d or until ctx is done.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }

@@ -100,3 +100,87 @@ func TestViewerSeesExactStreamAndEOF(t *testing.T) {
 		t.Fatalf("after EOF: %v", err)
 	}
 }
+
+// A lingering viewer returns the first output after a quiet spell at once and holds
+// output that follows within Linger until Linger has passed, so a burst comes in
+// fewer chunks; nothing is lost or reordered.
+func TestViewerLinger(t *testing.T) {
+	s := startShell(t, "bash")
+	ctx := ctxT(t)
+	run(t, s, "true") // the first prompt is out
+	const linger = 300 * time.Millisecond
+	_, from := s.Offsets()
+	v := s.Subscribe(from, ViewerOptions{Linger: linger})
+	plain := s.Subscribe(from, ViewerOptions{})
+
+	type stamped struct {
+		c  Chunk
+		at time.Time
+	}
+	chunks := make(chan stamped, 64)
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { // reads while the command runs
+		defer close(done)
+		for {
+			c, err := v.Next(rctx)
+			if err != nil {
+				return
+			}
+			chunks <- stamped{c, time.Now()}
+		}
+	}()
+	defer func() { stop(); <-done }()
+
+	// Three writes 50 ms apart, then the block's end and the next prompt.
+	run(t, s, "printf 'burst-1 '; sleep 0.05; printf 'burst-2 '; sleep 0.05; echo burst-3")
+	_, end := s.Offsets()
+	var got []byte
+	var times []time.Time
+	for int64(len(got)) < end-from {
+		select {
+		case sc := <-chunks:
+			if sc.c.Offset != from+int64(len(got)) {
+				t.Fatalf("chunk at %d, want %d", sc.c.Offset, from+int64(len(got)))
+			}
+			got = append(got, sc.c.Data...)
+			times = append(times, sc.at)
+		case <-ctx.Done():
+			t.Fatalf("lingering viewer: %d of %d bytes", len(got), end-from)
+		}
+	}
+	all, err := drain(ctx, plain, end-from)
+	if err != nil || !bytes.Equal(got, all) || !bytes.Contains(got, []byte("burst-3")) {
+		t.Fatalf("lingering viewer saw %q, the session %q (%v)", got, all, err)
+	}
+	for i := 1; i < len(times); i++ {
+		if gap := times[i].Sub(times[i-1]); gap < linger-5*time.Millisecond {
+			t.Fatalf("chunk %d came %v after the one before, within the linger of %v", i, gap, linger)
+		}
+	}
+	// The echo, the three writes 50 ms apart, the end and the prompt: at least four
+	// reads, in at most two chunks (the echo at once, the rest a linger later).
+	if len(times) > 2 {
+		t.Fatalf("%d chunks for a 100 ms burst with a %v linger", len(times), linger)
+	}
+
+	// After a quiet spell, output comes without waiting for the linger. (The sleep
+	// is the quiet spell under test, not synchronisation.)
+	time.Sleep(linger)
+	_, from = s.Offsets()
+	if err := s.Input([]byte("x")); err != nil { // echoed by the line editor
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	select {
+	case sc := <-chunks:
+		if len(sc.c.Data) == 0 || sc.c.Offset != from {
+			t.Fatalf("after a quiet spell: chunk at %d, want %d", sc.c.Offset, from)
+		}
+		if took := sc.at.Sub(t0); took >= linger {
+			t.Fatalf("the first output after a quiet spell waited %v (linger %v)", took, linger)
+		}
+	case <-ctx.Done():
+		t.Fatal("no echo after a quiet spell")
+	}
+}
