@@ -16,11 +16,13 @@ import (
 	"github.com/fleetmux/fleetmux/session"
 )
 
-// publishLinger batches the output chunks and events of a burst (a command's echo,
-// output, end and next prompt) into fewer messages: within publishLinger of the last
-// publication, more output waits for the rest of that span. The first output after a
-// quiet spell (a keystroke's echo) is published at once. recordLinger does the same
-// for the recording, which no one follows live.
+// publishLinger batches the output chunks and events of a command that a run request
+// is waiting for (its echo, output, end and next prompt) into fewer messages, so the
+// reply goes out first: within publishLinger of the last publication, more output
+// waits for the rest of that span (session.ViewerOptions.Linger). The first output
+// after a quiet spell is published at once, and nothing waits when no run is waiting
+// (keystrokes into an attached terminal). recordLinger does the same for the
+// recording, which no one follows live.
 const (
 	publishLinger = 2 * time.Millisecond
 	recordLinger  = 10 * time.Millisecond
@@ -217,11 +219,10 @@ func (e *entry) pumpEvents() {
 			return
 		case <-changed:
 		}
-		// Batch a burst (a block's end comes with state changes and the next
-		// prompt), as the publisher does, so it is handled after the run that
-		// caused it has been answered; the first event after a quiet spell goes out
-		// at once.
-		if wait := time.Until(last.Add(publishLinger)); wait > 0 {
+		// While a run waits, batch a burst (a block's end comes with state changes
+		// and the next prompt), as the publisher does, so the run is answered
+		// first; the first event after a quiet spell goes out at once.
+		if wait := time.Until(last.Add(publishLinger)); wait > 0 && e.s.Awaited() {
 			t := time.NewTimer(wait)
 			select {
 			case <-e.ctx.Done():

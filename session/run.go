@@ -270,6 +270,8 @@ func (s *Session) WaitBlock(ctx context.Context, n int, opts RunOptions) (Result
 }
 
 func (s *Session) waitBlock(ctx, wctx context.Context, n int, opts RunOptions) (Result, error) {
+	s.awaited.Add(1)
+	defer s.awaited.Add(-1)
 	for {
 		s.mu.Lock()
 		if n < 1 || n > len(s.blocks) {
@@ -292,6 +294,11 @@ func (s *Session) waitBlock(ctx, wctx context.Context, n int, opts RunOptions) (
 	}
 	return s.BlockText(n, TextOptions{MaxBytes: opts.MaxOutputBytes})
 }
+
+// Awaited reports whether a Run or WaitBlock caller is waiting for a block to
+// finish. Followers of the output that can wait (viewers with a Linger, the node's
+// publishers) hold back while it is so, so the caller is answered first.
+func (s *Session) Awaited() bool { return s.awaited.Load() > 0 }
 
 // promptAfterBlock bounds how long a finished Run waits for the shell's next prompt,
 // so the session state it returns is idle rather than "between command and prompt".

@@ -132,7 +132,8 @@ type Session struct {
 	waitCand     bool   // a shell block's program was seen waiting once, at output end waitCandEnd
 	waitCandEnd  int64
 	waitCandAt   time.Time
-	inflight     atomic.Bool // the read loop holds a chunk it has not ingested yet
+	inflight     atomic.Bool  // the read loop holds a chunk it has not ingested yet
+	awaited      atomic.Int32 // Run and WaitBlock callers waiting for a block (see Awaited)
 	echo         bool
 	polled       bool // the kernel state has been sampled at least once
 	state        State

@@ -30,12 +30,14 @@ type ViewerOptions struct {
 	SkipAhead bool
 	// MaxChunk bounds the bytes returned by one Next call (default 64 KiB).
 	MaxChunk int
-	// Linger, when positive, batches bursts: output that comes within Linger of the
+	// Linger, when positive, batches the output of a command that a Run (or
+	// WaitBlock) caller is waiting for: output that comes within Linger of the
 	// viewer's last chunk waits for the rest of that span (or for MaxChunk bytes)
-	// and comes as one chunk, so a command that prints in several small writes
-	// wakes the viewer once or twice instead of once per write. The first output
-	// after a quiet spell of Linger is returned at once (a keystroke's echo is not
-	// delayed), and nothing waits once the session has exited.
+	// and comes as one chunk, so the command's echo, end and next prompt do not wake
+	// the viewer one by one while the caller waits for them. The first output after a
+	// quiet spell of Linger comes at once, and nothing waits when no caller is
+	// waiting (typing into an attached terminal is never delayed) or once the
+	// session has exited.
 	Linger time.Duration
 }
 
@@ -132,7 +134,7 @@ func (v *Viewer) Next(ctx context.Context) (Chunk, error) {
 
 // linger is how much longer Next holds back the output up to end (0: return it now).
 func (v *Viewer) linger(end int64, finished bool) time.Duration {
-	if v.opts.Linger <= 0 || finished || end-v.next >= int64(v.opts.MaxChunk) || v.last.IsZero() {
+	if v.opts.Linger <= 0 || finished || end-v.next >= int64(v.opts.MaxChunk) || v.last.IsZero() || !v.s.Awaited() {
 		return 0
 	}
 	return time.Until(v.last.Add(v.opts.Linger))

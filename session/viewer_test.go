@@ -164,23 +164,26 @@ func TestViewerLinger(t *testing.T) {
 		t.Fatalf("%d chunks for a 100 ms burst with a %v linger", len(times), linger)
 	}
 
-	// After a quiet spell, output comes without waiting for the linger. (The sleep
-	// is the quiet spell under test, not synchronisation.)
+	// After a quiet spell, output comes without waiting for the linger; and with no
+	// Run waiting, nothing lingers: typing is echoed at once, key after key. (The
+	// sleep is the quiet spell under test, not synchronisation.)
 	time.Sleep(linger)
-	_, from = s.Offsets()
-	if err := s.Input([]byte("x")); err != nil { // echoed by the line editor
-		t.Fatal(err)
-	}
-	t0 := time.Now()
-	select {
-	case sc := <-chunks:
-		if len(sc.c.Data) == 0 || sc.c.Offset != from {
-			t.Fatalf("after a quiet spell: chunk at %d, want %d", sc.c.Offset, from)
+	for _, key := range []string{"x", "y"} {
+		_, from = s.Offsets()
+		if err := s.Input([]byte(key)); err != nil { // echoed by the line editor
+			t.Fatal(err)
 		}
-		if took := sc.at.Sub(t0); took >= linger {
-			t.Fatalf("the first output after a quiet spell waited %v (linger %v)", took, linger)
+		t0 := time.Now()
+		select {
+		case sc := <-chunks:
+			if len(sc.c.Data) == 0 || sc.c.Offset != from {
+				t.Fatalf("echo of %s: chunk at %d, want %d", key, sc.c.Offset, from)
+			}
+			if took := sc.at.Sub(t0); took >= linger {
+				t.Fatalf("the echo of %s waited %v (linger %v) with no Run waiting", key, took, linger)
+			}
+		case <-ctx.Done():
+			t.Fatalf("no echo of %s", key)
 		}
-	case <-ctx.Done():
-		t.Fatal("no echo after a quiet spell")
 	}
 }
