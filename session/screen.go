@@ -149,7 +149,7 @@ func (sc *screen) feedLoop() {
 	var seen int64 // the output's end at the last look
 	for {
 		sc.s.mu.Lock()
-		changed, noted, end := sc.s.changed, sc.s.noted, sc.s.ring.end
+		changed, noted, end := sc.s.changedLocked(), sc.s.noted, sc.s.ring.end
 		sc.s.mu.Unlock()
 		flood := end-seen > screenKeep
 		seen = end

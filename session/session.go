@@ -104,7 +104,8 @@ type Session struct {
 
 	mu           sync.Mutex // guards everything below
 	ring         *ring
-	changed      chan struct{} // closed and replaced on every change (output, marks, state)
+	changed      chan struct{} // closed and replaced on every change (output, marks, state), if taken: see changedLocked
+	changedTaken bool          // changed was handed to a possible waiter since it was made
 	noted        chan struct{} // the same, but not for plain output (a flood wakes only readers of it)
 	closed       bool
 	exited       bool
@@ -433,6 +434,7 @@ func (s *Session) readLoop() {
 	buf := make([]byte, readChunk)
 	var marks []mark
 	var offs []int64
+	var kicked time.Time // when the poller was last told about output
 	for {
 		n, err := s.master.Read(buf)
 		if n > 0 {
@@ -446,9 +448,14 @@ func (s *Session) readLoop() {
 			s.ingestLocked(marks, offs)
 			s.inflight.Store(false)
 			s.mu.Unlock()
-			select {
-			case s.pollOut <- struct{}{}:
-			default:
+			// Tell the poller about output at most once per minPoll: under a flood,
+			// a wake-up per read cost 8% of the CPU of reading (it only backs off).
+			if now := time.Now(); now.Sub(kicked) >= minPoll {
+				kicked = now
+				select {
+				case s.pollOut <- struct{}{}:
+				default:
+				}
 			}
 		}
 		if err != nil {
@@ -504,7 +511,7 @@ func (s *Session) waitLoop() {
 drain:
 	for {
 		s.mu.Lock()
-		done, ch := s.readDone, s.changed
+		done, ch := s.readDone, s.changedLocked()
 		s.mu.Unlock()
 		if done {
 			break
@@ -616,8 +623,18 @@ func (s *Session) broadcastLocked() {
 // broadcastOutputLocked wakes those waiting for output (and any change): new
 // output with no mark in it changes nothing else.
 func (s *Session) broadcastOutputLocked() {
-	close(s.changed)
-	s.changed = make(chan struct{})
+	if s.changedTaken { // else nobody can be waiting on it: keep it (a flood reads thousands of chunks a second)
+		close(s.changed)
+		s.changed = make(chan struct{})
+		s.changedTaken = false
+	}
+}
+
+// changedLocked returns the channel closed at the next change, for a caller about to
+// wait on it.
+func (s *Session) changedLocked() chan struct{} {
+	s.changedTaken = true
+	return s.changed
 }
 
 // usableLocked returns the error for using a closed or exited session.

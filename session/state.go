@@ -224,7 +224,7 @@ func (s *Session) Wait(ctx context.Context, until Until, after int64) (Info, err
 		}
 		exited, closed, ch := s.exited, s.closed, s.noted
 		if until == UntilOutput {
-			ch = s.changed
+			ch = s.changedLocked()
 		}
 		s.mu.Unlock()
 		switch {
@@ -247,7 +247,7 @@ func (s *Session) Wait(ctx context.Context, until Until, after int64) (Info, err
 func (s *Session) Changed() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.changed
+	return s.changedLocked()
 }
 
 // Noted is Changed without new output: the channel is closed at the next mark,

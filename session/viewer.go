@@ -118,7 +118,7 @@ func (v *Viewer) Next(ctx context.Context) (Chunk, error) {
 			}
 			return c, nil
 		}
-		ch := s.changed
+		ch := s.changedLocked()
 		s.mu.Unlock()
 		if finished {
 			v.err = io.EOF
