@@ -148,12 +148,21 @@ func (sc *screen) feedLoop() {
 	defer sc.s.wg.Done()
 	var seen int64 // the output's end at the last look
 	for {
+		// Take the channel before looking, so no change is missed: on the main
+		// screen only a mark (a switch to the alternate screen among them) can
+		// change what to do; on the alternate screen any output.
 		sc.s.mu.Lock()
-		changed, noted, end := sc.s.changedLocked(), sc.s.noted, sc.s.ring.end
+		wake := sc.s.noted
+		sc.s.mu.Unlock()
+		alt := sc.altLikely()
+		sc.s.mu.Lock()
+		if alt {
+			wake = sc.s.changedLocked()
+		}
+		end := sc.s.ring.end
 		sc.s.mu.Unlock()
 		flood := end-seen > screenKeep
 		seen = end
-		alt := sc.altLikely()
 		skipped := false
 		if !flood && alt {
 			sc.mu.Lock()
@@ -163,10 +172,6 @@ func (sc *screen) feedLoop() {
 		pause := screenDebounce
 		if skipped || flood {
 			pause = screenPause
-		}
-		wake := noted // main screen: only a mark can change what to do
-		if alt {
-			wake = changed
 		}
 		select {
 		case <-sc.s.stop:

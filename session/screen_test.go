@@ -1,6 +1,7 @@
 package session
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -177,6 +178,33 @@ func TestNoSampleBetweenEndAndPrompt(t *testing.T) {
 		s.mu.Unlock()
 		if !need || time.Until(notBefore) > 0 != c.wantLater {
 			t.Errorf("%s: need %v, sample in %v; want a wait %v", c.name, need, time.Until(notBefore), c.wantLater)
+		}
+	}
+}
+
+// A command typed at the prompt (not through Run) that goes quiet reading must reach
+// waiting_input: its C mark, which makes it running, may come right after the echo of
+// the typing, and the poller must hear about it (a rate limit on the read loop's
+// wake-ups once dropped it, leaving the state "running" for good).
+func TestTypedReadReachesWaitingInput(t *testing.T) {
+	s := startShell(t, "bash")
+	ctx := ctxT(t)
+	run(t, s, "true")
+	for i := range 30 {
+		if _, err := s.Wait(ctx, UntilIdle, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Input([]byte("read x\r")); err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := s.Wait(wctx, UntilWaitingInput, 0)
+		cancel()
+		if err != nil {
+			t.Fatalf("round %d: typed `read x` never reached waiting_input (state %s): %v", i, s.Info().State, err)
+		}
+		if err := s.Input([]byte("y\r")); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -448,9 +448,12 @@ func (s *Session) readLoop() {
 			s.ingestLocked(marks, offs)
 			s.inflight.Store(false)
 			s.mu.Unlock()
-			// Tell the poller about output at most once per minPoll: under a flood,
-			// a wake-up per read cost 8% of the CPU of reading (it only backs off).
-			if now := time.Now(); now.Sub(kicked) >= minPoll {
+			// Tell the poller about plain output at most once per minPoll: under a
+			// flood, a wake-up per read cost 8% of the CPU of reading (it only backs
+			// off). A chunk with marks always tells it: a C mark makes a typed
+			// command running, and the poller, idle until then, must start watching
+			// it (it may go quiet at once, reading input).
+			if now := time.Now(); len(marks) > 0 || now.Sub(kicked) >= minPoll {
 				kicked = now
 				select {
 				case s.pollOut <- struct{}{}:
