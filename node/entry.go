@@ -19,10 +19,12 @@ import (
 // publishLinger batches the output chunks and events of a command that a run request
 // is waiting for (its echo, output, end and next prompt) into fewer messages, so the
 // reply goes out first: within publishLinger of the last publication, more output
-// waits for the rest of that span (session.ViewerOptions.Linger). The first output
-// after a quiet spell is published at once, and nothing waits when no run is waiting
-// (keystrokes into an attached terminal). recordLinger does the same for the
-// recording, which no one follows live.
+// waits for the rest of that span (session.ViewerOptions.Linger). recordLinger does
+// the same for the recording, which no one follows live. The publisher, the recorder
+// and the event pump are the session's followers (session.Session.Followed): while
+// a run waits, even the first change after a quiet spell reaches them
+// session.FollowDelay late, so the reply is not queued behind their work. Nothing
+// waits when no run is waiting (keystrokes into an attached terminal).
 const (
 	publishLinger = 2 * time.Millisecond
 	recordLinger  = 10 * time.Millisecond
@@ -204,7 +206,7 @@ func (e *entry) pumpEvents() {
 	node, id := e.n.cfg.Name, e.id
 	var last time.Time // when events were last handled
 	for {
-		changed := e.s.Noted() // events come with marks, samples and exits, never with output alone
+		changed := e.s.Followed() // events come with marks, samples and exits, never with output alone
 		evs, _ := e.s.Events(seq)
 		for _, ev := range evs {
 			seq = ev.Seq

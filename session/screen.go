@@ -152,12 +152,12 @@ func (sc *screen) feedLoop() {
 		// screen only a mark (a switch to the alternate screen among them) can
 		// change what to do; on the alternate screen any output.
 		sc.s.mu.Lock()
-		wake := sc.s.noted
+		wake := sc.s.follow.note
 		sc.s.mu.Unlock()
 		alt := sc.altLikely()
 		sc.s.mu.Lock()
 		if alt {
-			wake = sc.s.changedLocked()
+			wake = sc.s.followedOutputLocked()
 		}
 		end := sc.s.ring.end
 		sc.s.mu.Unlock()

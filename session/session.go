@@ -107,6 +107,7 @@ type Session struct {
 	changed      chan struct{} // closed and replaced on every change (output, marks, state), if taken: see changedLocked
 	changedTaken bool          // changed was handed to a possible waiter since it was made
 	noted        chan struct{} // the same, but not for plain output (a flood wakes only readers of it)
+	follow       follow        // the same for followers, held back while a caller waits
 	closed       bool
 	exited       bool
 	exitCode     *int
@@ -198,6 +199,7 @@ func Start(cfg Config) (*Session, error) {
 	s.ring = newRing(sb)
 	s.changed = make(chan struct{})
 	s.noted = make(chan struct{})
+	s.follow.init()
 	s.pollWake = make(chan struct{}, 1)
 	s.pollOut = make(chan struct{}, 1)
 	s.stop = make(chan struct{})
@@ -446,8 +448,6 @@ func (s *Session) readLoop() {
 				offs = append(offs, s.ring.end)
 			})
 			s.ingestLocked(marks, offs)
-			s.inflight.Store(false)
-			s.mu.Unlock()
 			// Tell the poller about plain output at most once per minPoll: under a
 			// flood, a wake-up per read cost 8% of the CPU of reading (it only backs
 			// off). A chunk with marks always tells it: a C mark makes a typed
@@ -455,11 +455,10 @@ func (s *Session) readLoop() {
 			// it (it may go quiet at once, reading input).
 			if now := time.Now(); len(marks) > 0 || now.Sub(kicked) >= minPoll {
 				kicked = now
-				select {
-				case s.pollOut <- struct{}{}:
-				default:
-				}
+				s.kickPollerLocked(false)
 			}
+			s.inflight.Store(false)
+			s.mu.Unlock()
 		}
 		if err != nil {
 			s.mu.Lock()
@@ -620,12 +619,18 @@ func (s *Session) waitExited(d time.Duration) bool {
 func (s *Session) broadcastLocked() {
 	close(s.noted)
 	s.noted = make(chan struct{})
-	s.broadcastOutputLocked()
+	s.wakeChangedLocked()
+	s.followLocked(true)
 }
 
 // broadcastOutputLocked wakes those waiting for output (and any change): new
 // output with no mark in it changes nothing else.
 func (s *Session) broadcastOutputLocked() {
+	s.wakeChangedLocked()
+	s.followLocked(false)
+}
+
+func (s *Session) wakeChangedLocked() {
 	if s.changedTaken { // else nobody can be waiting on it: keep it (a flood reads thousands of chunks a second)
 		close(s.changed)
 		s.changed = make(chan struct{})

@@ -37,7 +37,8 @@ type ViewerOptions struct {
 	// the viewer one by one while the caller waits for them. The first output after a
 	// quiet spell of Linger comes at once, and nothing waits when no caller is
 	// waiting (typing into an attached terminal is never delayed) or once the
-	// session has exited.
+	// session has exited. A viewer with a Linger is also a follower (see
+	// Session.Followed): while a caller waits, it wakes up to FollowDelay late.
 	Linger time.Duration
 }
 
@@ -119,6 +120,9 @@ func (v *Viewer) Next(ctx context.Context) (Chunk, error) {
 			return c, nil
 		}
 		ch := s.changedLocked()
+		if v.opts.Linger > 0 {
+			ch = s.followedOutputLocked() // a follower: see Followed
+		}
 		s.mu.Unlock()
 		if finished {
 			v.err = io.EOF
