@@ -49,10 +49,10 @@ var verbs = map[string]struct {
 }
 
 // handle is the bus callback: it runs on its own goroutine per request.
-func (n *Node) handle(ctx context.Context, verb string, header map[string]string, data []byte) []byte {
+func (n *Node) handle(ctx context.Context, verb string, header map[string]string, data []byte) (reply []byte, after func()) {
 	v, ok := verbs[verb]
 	if !ok {
-		return errorReply(api.Errorf(api.CodeBadRequest, "unknown verb %q", verb))
+		return errorReply(api.Errorf(api.CodeBadRequest, "unknown verb %q", verb)), nil
 	}
 	req := request{verb: verb, actor: header[api.HeaderActor], data: data}
 	out, err := v.h(n, ctx, req)
@@ -62,17 +62,19 @@ func (n *Node) handle(ctx context.Context, verb string, header map[string]string
 		aerr = api.Errorf(api.CodeInternal, "%s failed on node %s (details in its log)", verb, n.cfg.Name)
 	}
 	if v.mutating {
-		n.audit(req, out, aerr)
+		// The audit record goes out after the reply: the requester does not wait
+		// for it.
+		after = func() { n.audit(req, out, aerr) }
 	}
 	if aerr != nil {
-		return errorReply(aerr)
+		return errorReply(aerr), after
 	}
 	b, jerr := json.Marshal(out)
 	if jerr != nil {
 		n.log.Error("reply not encodable", "verb", verb, "err", jerr)
-		return errorReply(api.Errorf(api.CodeInternal, "reply not encodable"))
+		return errorReply(api.Errorf(api.CodeInternal, "reply not encodable")), after
 	}
-	return b
+	return b, after
 }
 
 func errorReply(e *api.Error) []byte {

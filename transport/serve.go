@@ -21,9 +21,10 @@ import (
 const MaxInFlight = 256
 
 // ServeFunc answers one request of Serve: verb is the endpoint, header holds the first
-// value of each request header, and the returned bytes are the reply body. ctx is
-// cancelled when the service stops.
-type ServeFunc = func(ctx context.Context, verb string, header map[string]string, data []byte) []byte
+// value of each request header, and reply is the reply body. after, when not nil,
+// runs once the reply is sent (work the requester need not wait for, such as an
+// audit record). ctx is cancelled when the service stops.
+type ServeFunc = func(ctx context.Context, verb string, header map[string]string, data []byte) (reply []byte, after func())
 
 // Serve answers requests as the NATS micro service name/version (discoverable with
 // `nats micro ls`), one endpoint per verb on the given subject (verb → subject), until
@@ -145,19 +146,29 @@ func (s *served) dispatch(verb string) micro.HandlerFunc {
 func (s *served) run(verb string, req micro.Request) {
 	defer s.wg.Done()
 	defer func() { <-s.sem }()
-	var reply []byte
-	func() {
-		defer func() {
-			if r := recover(); r != nil {
-				s.log.Error("request handler panicked", "subject", req.Subject(), "verb", verb, "panic", r, "stack", string(debug.Stack()))
-				reply = errorReply(api.CodeInternal, fmt.Sprintf("internal error handling %s", verb))
-			}
-		}()
-		reply = s.handle(s.ctx, verb, flatHeader(req.Headers()), req.Data())
-	}()
+	var (
+		reply []byte
+		after func()
+	)
+	s.guard(verb, req, func() { reply, after = s.handle(s.ctx, verb, flatHeader(req.Headers()), req.Data()) },
+		func() { reply = errorReply(api.CodeInternal, fmt.Sprintf("internal error handling %s", verb)) })
 	if err := req.Respond(reply); err != nil {
 		s.logRespondError(req, err)
 	}
+	if after != nil {
+		s.guard(verb, req, after, func() {})
+	}
+}
+
+// guard runs f, and on a panic logs it and runs recovered.
+func (s *served) guard(verb string, req micro.Request, f, recovered func()) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("request handler panicked", "subject", req.Subject(), "verb", verb, "panic", r, "stack", string(debug.Stack()))
+			recovered()
+		}
+	}()
+	f()
 }
 
 func (s *served) reject(req micro.Request, code, format string, args ...any) {
