@@ -128,13 +128,25 @@ func (c *Controller) CloseSession(ctx context.Context, node, id string) (s api.S
 
 // RunCommand runs a command in a session.
 func (c *Controller) RunCommand(ctx context.Context, node, id string, b api.RunBody) (br api.BlockResult, err error) {
-	if err := checkCommand(b.Command); err != nil {
-		return br, err
-	}
-	err = c.sessionCall(ctx, node, id, "run", api.RunRequest{
-		Session: id, Command: b.Command, TimeoutMS: b.TimeoutMS, MaxOutputBytes: b.MaxOutputBytes, IdempotencyKey: b.IdempotencyKey,
-	}, &br, c.timeoutFor(b.TimeoutMS))
+	err = c.runCall(ctx, node, id, b, &br)
 	return br, err
+}
+
+// runRaw is RunCommand with the node's reply as it came (an api.BlockResult): the
+// HTTP route passes it on without decoding and encoding the block's text again.
+func (c *Controller) runRaw(ctx context.Context, node, id string, b api.RunBody) (rawJSON, error) {
+	var raw rawJSON
+	err := c.runCall(ctx, node, id, b, &raw)
+	return raw, err
+}
+
+func (c *Controller) runCall(ctx context.Context, node, id string, b api.RunBody, out any) error {
+	if err := checkCommand(b.Command); err != nil {
+		return err
+	}
+	return c.sessionCall(ctx, node, id, "run", api.RunRequest{
+		Session: id, Command: b.Command, TimeoutMS: b.TimeoutMS, MaxOutputBytes: b.MaxOutputBytes, IdempotencyKey: b.IdempotencyKey,
+	}, out, c.timeoutFor(b.TimeoutMS))
 }
 
 // Input types raw text into a session.

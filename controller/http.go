@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -165,8 +166,17 @@ func writeErrorStatus(w http.ResponseWriter, code int, e *api.Error) {
 	writeJSON(w, code, api.ErrorReply{Error: e})
 }
 
+// rawJSON is a JSON object written as it is (a node's reply passed on).
+type rawJSON []byte
+
 func writeJSON(w http.ResponseWriter, code int, v any) {
-	b, err := json.Marshal(v)
+	var b []byte
+	var err error
+	if raw, ok := v.(rawJSON); ok {
+		b = slices.Clip(raw) // the newline below must not write into the caller's array
+	} else {
+		b, err = json.Marshal(v)
+	}
 	if err != nil {
 		code = http.StatusInternalServerError
 		b, _ = json.Marshal(api.ErrorReply{Error: api.Errorf(api.CodeInternal, "reply not encodable")})

@@ -103,13 +103,15 @@ func (m *metrics) instrument(route string, h http.Handler) http.Handler {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
 		h.ServeHTTP(rec, r)
-		code := strconv.Itoa(rec.code)
-		m.requests.WithLabelValues(route, code).Inc()
-		m.latency.WithLabelValues(route).Observe(time.Since(start).Seconds())
+		elapsed := time.Since(start)
 		if mutating {
-			// The reply goes out first: the audit record (JSON, a publish, a log
-			// line) is not the client's wait.
+			// The reply goes out first: the metrics and the audit record (JSON, a
+			// publish, a log line) are not the client's wait.
 			rec.Flush()
+		}
+		m.requests.WithLabelValues(route, strconv.Itoa(rec.code)).Inc()
+		m.latency.WithLabelValues(route).Observe(elapsed.Seconds())
+		if mutating {
 			m.c.audit(r, route, rec)
 		}
 	})

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"maps"
 	"slices"
 	"sync"
@@ -26,11 +27,13 @@ type nodeEntry struct {
 	meta    api.NodeMeta
 	since   time.Time
 	created int // sessions created through this controller since the last gossip update
-	// down is closed when the node goes dead or leaves: requests in flight to it
-	// are cancelled. A node that comes back gets a new channel.
-	down  chan struct{}
-	timer *time.Timer // pending dead/left notice (downGrace)
-	gen   int         // bumped by every change; a timer applies only to its own
+	// down is cancelled when the node goes dead or leaves: requests in flight to
+	// it are cancelled (context.AfterFunc: no goroutine per request). A node that
+	// comes back gets a new one.
+	down     context.Context
+	downDone context.CancelFunc
+	timer    *time.Timer // pending dead/left notice (downGrace)
+	gen      int         // bumped by every change; a timer applies only to its own
 }
 
 // table is the node table. It holds nothing the nodes and gossip cannot rebuild.
@@ -63,7 +66,8 @@ func (t *table) observe(m Member) {
 	defer t.mu.Unlock()
 	e := t.nodes[m.Name]
 	if e == nil {
-		e = &nodeEntry{name: m.Name, down: make(chan struct{})}
+		e = &nodeEntry{name: m.Name}
+		e.down, e.downDone = context.WithCancel(context.Background())
 		t.nodes[m.Name] = e
 	}
 	status := m.State
@@ -110,10 +114,10 @@ func (t *table) setLocked(e *nodeEntry, status string) {
 		e.since = t.now()
 		wasDown := e.status == api.NodeDead || e.status == api.NodeLeft
 		if status == api.NodeAlive && wasDown {
-			e.down = make(chan struct{}) // came back
+			e.down, e.downDone = context.WithCancel(context.Background()) // came back
 		}
 		if status != api.NodeAlive && !wasDown {
-			close(e.down)
+			e.downDone()
 		}
 	}
 	e.status = status
@@ -131,8 +135,9 @@ func (t *table) close() {
 	}
 }
 
-// lookup returns a node's status and its down channel; ok false for an unknown node.
-func (t *table) lookup(name string) (status string, down <-chan struct{}, ok bool) {
+// lookup returns a node's status and a context cancelled when it goes down; ok
+// false for an unknown node (and down nil).
+func (t *table) lookup(name string) (status string, down context.Context, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e := t.nodes[name]

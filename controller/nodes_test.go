@@ -25,8 +25,8 @@ func TestTableTransitions(t *testing.T) {
 	tb.grace = 0
 	tb.observe(member("a", api.NodeAlive, 0, nil))
 	st, down, ok := tb.lookup("a")
-	if !ok || st != api.NodeAlive || closed(down) {
-		t.Fatalf("alive: %v %v %v", st, ok, closed(down))
+	if !ok || st != api.NodeAlive || closed(down.Done()) {
+		t.Fatalf("alive: %v %v %v", st, ok, closed(down.Done()))
 	}
 	tb.suspect("a")
 	if st, _, _ := tb.lookup("a"); st != api.NodeSuspect {
@@ -37,8 +37,8 @@ func TestTableTransitions(t *testing.T) {
 		t.Fatalf("after a good request: %s, want alive", st)
 	}
 	tb.observe(member("a", api.NodeDead, 0, nil))
-	if st, _, _ := tb.lookup("a"); st != api.NodeDead || !closed(down) {
-		t.Fatalf("dead: %s, down closed %v", st, closed(down))
+	if st, _, _ := tb.lookup("a"); st != api.NodeDead || !closed(down.Done()) {
+		t.Fatalf("dead: %s, down closed %v", st, closed(down.Done()))
 	}
 	tb.suspect("a") // a dead node is not made suspect
 	if st, _, _ := tb.lookup("a"); st != api.NodeDead {
@@ -47,11 +47,11 @@ func TestTableTransitions(t *testing.T) {
 	// It comes back under the same name: accepted, with a fresh down channel.
 	tb.observe(member("a", api.NodeAlive, 2, nil))
 	st, down2, _ := tb.lookup("a")
-	if st != api.NodeAlive || closed(down2) {
-		t.Fatalf("back: %s, down closed %v", st, closed(down2))
+	if st != api.NodeAlive || closed(down2.Done()) {
+		t.Fatalf("back: %s, down closed %v", st, closed(down2.Done()))
 	}
 	tb.observe(member("a", api.NodeLeft, 0, nil))
-	if st, _, _ := tb.lookup("a"); st != api.NodeLeft || !closed(down2) {
+	if st, _, _ := tb.lookup("a"); st != api.NodeLeft || !closed(down2.Done()) {
 		t.Fatalf("left: %s", st)
 	}
 	// Unknown states count as dead; controllers and bad names are not nodes.
@@ -77,7 +77,7 @@ func TestTableSuspectToDeadClosesDown(t *testing.T) {
 	_, down, _ := tb.lookup("a")
 	tb.suspect("a")
 	tb.observe(member("a", api.NodeDead, 0, nil))
-	if !closed(down) {
+	if !closed(down.Done()) {
 		t.Fatal("suspect → dead did not cancel requests in flight")
 	}
 }
@@ -166,17 +166,17 @@ func TestTableGrace(t *testing.T) {
 	tb.observe(member("a", api.NodeAlive, 0, nil))
 	_, down, _ := tb.lookup("a")
 	tb.observe(member("a", api.NodeLeft, 0, nil))
-	if st, _, _ := tb.lookup("a"); st != api.NodeSuspect || closed(down) {
-		t.Fatalf("in the grace: %s, down closed %v", st, closed(down))
+	if st, _, _ := tb.lookup("a"); st != api.NodeSuspect || closed(down.Done()) {
+		t.Fatalf("in the grace: %s, down closed %v", st, closed(down.Done()))
 	}
 	tb.observe(member("a", api.NodeAlive, 0, nil)) // a stale notice: it is back
 	// Nothing may happen when the grace would have ended: watch for 4 graces.
 	<-time.After(4 * tb.grace)
-	if st, _, _ := tb.lookup("a"); st != api.NodeAlive || closed(down) {
-		t.Fatalf("after a stale notice: %s, down closed %v", st, closed(down))
+	if st, _, _ := tb.lookup("a"); st != api.NodeAlive || closed(down.Done()) {
+		t.Fatalf("after a stale notice: %s, down closed %v", st, closed(down.Done()))
 	}
 	tb.observe(member("a", api.NodeDead, 0, nil))
-	testWait(t, func() bool { st, _, _ := tb.lookup("a"); return st == api.NodeDead && closed(down) })
+	testWait(t, func() bool { st, _, _ := tb.lookup("a"); return st == api.NodeDead && closed(down.Done()) })
 	// A node never seen alive is believed at once.
 	tb.observe(member("b", api.NodeDead, 0, nil))
 	if st, _, _ := tb.lookup("b"); st != api.NodeDead {

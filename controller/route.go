@@ -47,15 +47,7 @@ func (c *Controller) doCall(ctx context.Context, actor, node, verb string, req, 
 	defer cancel(nil)
 	tctx, tcancel := context.WithTimeoutCause(cctx, timeout, errRequestTimeout)
 	defer tcancel()
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() { // owned by this call: ends when it returns
-		select {
-		case <-down:
-			cancel(errNodeDown)
-		case <-stop:
-		}
-	}()
+	defer context.AfterFunc(down, func() { cancel(errNodeDown) })()
 	header := map[string]string{}
 	if actor != "" {
 		header[api.HeaderActor] = actor
@@ -83,10 +75,20 @@ func (c *Controller) doCall(ctx context.Context, actor, node, verb string, req, 
 
 // decodeReply decodes a node reply: an error envelope (api.ErrorReply, which a
 // node encodes as {"error":…} first and alone) or the value. The value is decoded
-// once: replies can be large (a run's text).
+// once: replies can be large (a run's text). A *rawJSON out takes the value as it
+// came: the node encoded it, so only its shape (an object) is checked, not every
+// byte of it.
 func decodeReply(node, verb string, reply []byte, out any) error {
 	if !bytes.HasPrefix(bytes.TrimLeft(reply, " \t\r\n"), []byte(`{"error"`)) {
 		if out == nil {
+			return nil
+		}
+		if raw, ok := out.(*rawJSON); ok {
+			v := bytes.TrimSpace(reply)
+			if len(v) < 2 || v[0] != '{' || v[len(v)-1] != '}' {
+				return api.Errorf(api.CodeInternal, "node %s sent a malformed %s reply", node, verb)
+			}
+			*raw = v
 			return nil
 		}
 		if err := json.Unmarshal(reply, out); err != nil {

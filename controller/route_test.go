@@ -43,4 +43,22 @@ func TestDecodeReply(t *testing.T) {
 	if err := decodeReply("n1", "input", []byte(`{}`), nil); err != nil {
 		t.Fatalf("nil out: %v", err)
 	}
+	// A raw out takes a value as it came (trimmed), and still sees errors.
+	for _, c := range []struct{ reply, want, code string }{
+		{" {\"n\":7}\n", `{"n":7}`, ""},
+		{`{"error":{"code":"busy","message":"m"}}`, "", api.CodeBusy},
+		{`[1]`, "", api.CodeInternal},
+		{`{"n":`, "", api.CodeInternal},
+		{``, "", api.CodeInternal},
+	} {
+		var raw rawJSON
+		err := decodeReply("n1", "run", []byte(c.reply), &raw)
+		var ae *api.Error
+		switch {
+		case c.code == "" && (err != nil || string(raw) != c.want):
+			t.Errorf("raw %q: %q, %v; want %q", c.reply, raw, err, c.want)
+		case c.code != "" && (!errors.As(err, &ae) || ae.Code != c.code):
+			t.Errorf("raw %q: %v, want code %s", c.reply, err, c.code)
+		}
+	}
 }

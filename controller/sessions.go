@@ -192,7 +192,7 @@ func (c *Controller) resize(w http.ResponseWriter, r *http.Request) {
 
 func (c *Controller) runCommand(w http.ResponseWriter, r *http.Request) {
 	withBody(c, w, r, func(ctx context.Context, node, id string, b api.RunBody) (any, error) {
-		return c.RunCommand(ctx, node, id, b)
+		return c.runRaw(ctx, node, id, b)
 	})
 }
 

@@ -102,7 +102,11 @@ func (c *Controller) follow(ctx context.Context, who, node, id string, from int6
 		end.exited, end.exitCode = true, s.ExitCode
 		return end, catchUp()
 	}
-	_, down, _ := c.nodes.lookup(node)
+	_, downCtx, known := c.nodes.lookup(node)
+	if !known {
+		return end, api.Errorf(api.CodeNotFound, "unknown node %q", node)
+	}
+	down := downCtx.Done()
 	for {
 		select {
 		case <-ctx.Done():
