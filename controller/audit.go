@@ -8,18 +8,29 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/internal/delay"
 )
 
 // auditLog appends audit records to a JSONL file (when configured) and publishes
-// them on the controller's audit subject. Safe for concurrent use.
+// them on the controller's audit subject, within auditDelay (see package delay).
+// Safe for concurrent use.
 type auditLog struct {
-	c  *Controller
-	mu sync.Mutex // guards f
-	f  *os.File
+	c   *Controller
+	pub *delay.Queue[[]byte]
+	mu  sync.Mutex // guards f
+	f   *os.File
 }
 
+// auditDelay is how long, at most, a record waits to be published.
+const auditDelay = 5 * time.Millisecond
+
 func openAudit(c *Controller, path string) (*auditLog, error) {
-	a := &auditLog{c: c}
+	subject := c.subj.Audit(c.cfg.Name)
+	a := &auditLog{c: c, pub: delay.New(auditDelay, func(b []byte) {
+		if err := c.cfg.Bus.Publish(subject, nil, b); err != nil {
+			c.log.Warn("audit record not published", "err", err)
+		}
+	})}
 	if path == "" {
 		return a, nil
 	}
@@ -45,13 +56,12 @@ func (a *auditLog) record(r api.AuditRecord) {
 		}
 	}
 	a.mu.Unlock()
-	if err := a.c.cfg.Bus.Publish(a.c.subj.Audit(a.c.cfg.Name), nil, b); err != nil {
-		a.c.log.Warn("audit record not published", "err", err)
-	}
+	a.pub.Add(b)
 	a.c.log.Info("audit", "actor", r.Actor, "action", r.Action, "session", r.Session, "result", r.Result)
 }
 
 func (a *auditLog) close() error {
+	a.pub.Close()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.f == nil {

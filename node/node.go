@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/internal/delay"
 )
 
 // Version is the node agent's version, gossiped and served.
@@ -76,6 +77,7 @@ type Node struct {
 	wg     sync.WaitGroup
 
 	published atomic.Int64 // output bytes published, gossiped as NodeMeta.Published
+	audits    *delay.Queue[[]byte] // audit records, published off the request path
 
 	mu       sync.Mutex // guards the fields below
 	sessions map[string]*entry
@@ -133,8 +135,15 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	audit := n.subj.Audit(cfg.Name)
+	n.audits = delay.New(AuditDelay, func(b []byte) { _ = cfg.Bus.Publish(audit, nil, b) })
 	return n, nil
 }
+
+// AuditDelay is how long, at most, an audit record waits before it is published:
+// records are not published with the reply, which the NATS server would then
+// deliver only after storing them (see package delay).
+const AuditDelay = 5 * time.Millisecond
 
 // Run serves the node API until ctx is done, then closes the node (every session is
 // closed: sessions do not yet outlive the agent). It returns nil on a clean stop.
@@ -205,6 +214,7 @@ func (n *Node) Close() error {
 		}()
 	}
 	wg.Wait()
+	n.audits.Close() // every request has returned: its record is queued
 	n.cancel()
 	n.wg.Wait()
 	return errors.Join(errs...)
