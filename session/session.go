@@ -686,7 +686,9 @@ func (s *Session) write(p []byte) error {
 	defer s.writeMu.Unlock()
 	_ = s.master.SetWriteDeadline(time.Now().Add(inputTimeout))
 	_, err := s.master.Write(p)
-	s.wakePoller()
+	s.mu.Lock()
+	s.kickPollerLocked(true) // typed input: sample soon (held while a Run waits)
+	s.mu.Unlock()
 	switch {
 	case err == nil:
 		return nil

@@ -20,14 +20,6 @@ const (
 	maxPoll = 200 * time.Millisecond
 )
 
-// wakePoller asks for a prompt sample; it never blocks.
-func (s *Session) wakePoller() {
-	select {
-	case s.pollWake <- struct{}{}:
-	default:
-	}
-}
-
 func (s *Session) pollLoop() {
 	defer s.wg.Done()
 	interval := minPoll
