@@ -79,7 +79,7 @@ func shellQuote(s string) string {
 // PROMPT_COMMAND gets our precmd first (so it sees the command's $?) and a postcmd last
 // (to re-wrap PS1 if a theme rewrote it). PS0 sets the running flag silently through an
 // arithmetic subscript and emits C. A and B are in PS1 through variable references, so
-// the nonce is never part of PS1's text.
+// the nonce is never part of PS1's text. D and the OSC 7 cwd go out in one write.
 const bashRC = `# fleetmux shell integration for bash (generated; not a user file)
 { builtin read -r __fm_nonce < @DIR@/nonce; command rm -f -- @DIR@/nonce; } 2>/dev/null
 if [ -r ~/.bashrc ]; then . ~/.bashrc; fi
@@ -93,9 +93,10 @@ __fm_precmd() {
 	local __fm_ec=$?
 	if [[ $__fm_running == 1 ]]; then
 		__fm_running=0
-		builtin printf '\e]133;fm=%s;D;%s\a' "$__fm_nonce" "$__fm_ec"
+		builtin printf '\e]133;fm=%s;D;%s\a\e]7;fm=%s;file://%s%s\a' "$__fm_nonce" "$__fm_ec" "$__fm_nonce" "$HOSTNAME" "$PWD"
+	else
+		builtin printf '\e]7;fm=%s;file://%s%s\a' "$__fm_nonce" "$HOSTNAME" "$PWD"
 	fi
-	builtin printf '\e]7;fm=%s;file://%s%s\a' "$__fm_nonce" "$HOSTNAME" "$PWD"
 	return $__fm_ec
 }
 __fm_postcmd() {
