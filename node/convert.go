@@ -2,7 +2,6 @@ package node
 
 import (
 	"encoding/json"
-	"time"
 	"unicode/utf8"
 
 	"github.com/fleetmux/fleetmux/api"
@@ -51,7 +50,7 @@ func publishJSON(bus Bus, subject string, v any) {
 
 // audit publishes the record of a mutating request (within AuditDelay).
 func (n *Node) audit(req request, out any, aerr *api.Error) {
-	rec := api.AuditRecord{Time: time.Now().UTC(), Node: n.cfg.Name, Actor: req.actor, Action: req.verb, Result: "ok"}
+	rec := api.AuditRecord{Time: req.at, Node: n.cfg.Name, Actor: req.actor, Action: req.verb, Result: "ok"}
 	var probe struct {
 		Session string   `json:"session"`
 		Command string   `json:"command"`

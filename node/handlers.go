@@ -25,6 +25,7 @@ type request struct {
 	verb  string
 	actor string
 	data  []byte
+	at    time.Time // when it arrived: its audit record's time
 }
 
 // verbs is the node API. mutating verbs are audited.
@@ -54,7 +55,7 @@ func (n *Node) handle(ctx context.Context, verb string, header map[string]string
 	if !ok {
 		return errorReply(api.Errorf(api.CodeBadRequest, "unknown verb %q", verb)), nil
 	}
-	req := request{verb: verb, actor: header[api.HeaderActor], data: data}
+	req := request{verb: verb, actor: header[api.HeaderActor], data: data, at: time.Now().UTC()}
 	out, err := v.h(n, ctx, req)
 	var aerr *api.Error
 	if err != nil && !errors.As(err, &aerr) {

@@ -76,7 +76,7 @@ type Node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	published atomic.Int64 // output bytes published, gossiped as NodeMeta.Published
+	published atomic.Int64         // output bytes published, gossiped as NodeMeta.Published
 	audits    *delay.Queue[[]byte] // audit records, published off the request path
 
 	mu       sync.Mutex // guards the fields below

@@ -1,6 +1,8 @@
 package session
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -119,24 +121,18 @@ func TestFollowersReleasedDuringLongRun(t *testing.T) {
 	}
 }
 
-func TestPasteAtPrompt(t *testing.T) {
-	for _, c := range []struct {
-		shell, command string
-		want           bool
-	}{
-		{"bash", "true", false},
-		{"bash", "echo 'héllo wörld' | wc -c # ünïcode", false},
-		{"bash", "echo a\tb", true},   // a Tab would complete
-		{"bash", "echo a\nb", true},   // two lines
-		{"bash", "echo \x12", true},   // ^R would search
-		{"bash", "echo \x1b[A", true}, // Esc starts a key sequence
-		{"bash", "echo \x7f", true},
-		{"zsh", "true", true}, // zle runs widgets on every key
-		{"zsh", "echo a\tb", true},
-	} {
-		if got := pasteAtPrompt(c.shell, c.command); got != c.want {
-			t.Errorf("pasteAtPrompt(%q, %q) = %v, want %v", c.shell, c.command, got, c.want)
-		}
+// A Run's command is pasted even when it is one plain line: typed key by key, the
+// user's readline bindings would act on it (here a vi-mode "jj" escape, which
+// would drop to command mode and let the x delete a character).
+func TestRunIgnoresKeyBindings(t *testing.T) {
+	inputrc := filepath.Join(t.TempDir(), "inputrc")
+	rc := "set editing-mode vi\n$if mode=vi\nset keymap vi-insert\n\"jj\": vi-movement-mode\n$endif\n"
+	if err := os.WriteFile(inputrc, []byte(rc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startShell(t, "bash", func(c *Config) { c.Env = append(c.Env, "INPUTRC="+inputrc) })
+	if res := run(t, s, "echo hajjx"); !strings.Contains(res.Text, "hajjx") {
+		t.Fatalf("text %q, want hajjx", res.Text)
 	}
 }
 

@@ -189,7 +189,10 @@ func (s *Session) reserve(ctx context.Context, command string) (*Block, []byte, 
 			b.echoFrom = b.Start
 			s.pending = b
 			s.forgetWaitingLocked()
-			paste := s.paste && pasteAtPrompt(s.shell, command)
+			// Always pasted when the shell takes pastes, even one plain line: typed
+			// key by key, the user's key bindings would act on it (a vi-mode "jj"
+			// escape, auto-closing brackets) and another command would run.
+			paste := s.paste
 			s.emitLocked(Event{Kind: EventBlockStarted, Block: b})
 			s.updateStateLocked()
 			s.broadcastLocked()
@@ -237,18 +240,9 @@ func typed(command string, paste bool) []byte {
 	return []byte(strings.ReplaceAll(command, "\n", "\r") + "\r")
 }
 
-// pasteAtPrompt reports whether a command typed at an integrated shell's prompt (with
-// bracketed paste on) goes in as a paste. zsh always gets one: its line editor runs
-// widgets (syntax highlighting, url-quote-magic) on every typed key. bash gets one
-// only for a command that needs it, with more than one line or a control character
-// (a Tab would complete, a ^R search): readline reads a paste byte by byte as it
-// reads keys, and then draws it twice (highlighted, then plain), which made the
-// shell's part of a one-line command's round trip about 15% slower.
-func pasteAtPrompt(shell, command string) bool {
-	return shell != "bash" || needsPaste(command)
-}
-
-// needsPaste reports whether command has more than one line or a control character.
+// needsPaste reports whether command has more than one line or a control character
+// (a Tab would complete, a ^R search): typed outside a paste, it would not be what
+// runs.
 func needsPaste(command string) bool {
 	return strings.ContainsFunc(command, func(r rune) bool { return r < 0x20 || r == 0x7f })
 }

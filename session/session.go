@@ -453,11 +453,11 @@ func (s *Session) readLoop() {
 			// off). A chunk with marks always tells it: a C mark makes a typed
 			// command running, and the poller, idle until then, must start watching
 			// it (it may go quiet at once, reading input).
+			s.inflight.Store(false)
 			if now := time.Now(); len(marks) > 0 || now.Sub(kicked) >= minPoll {
 				kicked = now
 				s.kickPollerLocked(false)
 			}
-			s.inflight.Store(false)
 			s.mu.Unlock()
 		}
 		if err != nil {

@@ -119,9 +119,11 @@ func (v *Viewer) Next(ctx context.Context) (Chunk, error) {
 			}
 			return c, nil
 		}
-		ch := s.changedLocked()
+		var ch chan struct{}
 		if v.opts.Linger > 0 {
 			ch = s.followedOutputLocked() // a follower: see Followed
+		} else {
+			ch = s.changedLocked()
 		}
 		s.mu.Unlock()
 		if finished {
