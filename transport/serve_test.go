@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -260,6 +262,41 @@ func TestServeAfterRunsOnceReplied(t *testing.T) {
 		if got, err := client.Request(ctxT(t, 5*time.Second), "fleetmux.rpc.n3.p", nil, nil); err != nil || string(got) != "p" {
 			t.Fatalf("reply %q, %v", got, err)
 		}
+	}
+}
+
+// Sequential requests reuse a worker goroutine (its stack has grown), and stop ends
+// the idle workers (TestMain checks for leaks).
+func TestServeReusesWorkers(t *testing.T) {
+	srv := testutil.StartNATS(t, t.TempDir())
+	server := connected(t, srv.ClientURL())
+	client := connected(t, srv.ClientURL())
+	var mu sync.Mutex
+	seen := map[string]int{}
+	stop, err := server.Serve(api.ServiceName, "0.1.0", map[string]string{"g": "fleetmux.rpc.n4.g"}, plain(func(context.Context, string, map[string]string, []byte) []byte {
+		buf := make([]byte, 64)
+		id, _, _ := strings.Cut(strings.TrimPrefix(string(buf[:runtime.Stack(buf, false)]), "goroutine "), " ")
+		mu.Lock()
+		seen[id]++
+		mu.Unlock()
+		return []byte(id)
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if err := server.NC().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for range 50 {
+		if _, err := client.Request(ctxT(t, 5*time.Second), "fleetmux.rpc.n4.g", nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) > 3 {
+		t.Fatalf("50 sequential requests ran on %d goroutines, want a reused worker: %v", len(seen), seen)
 	}
 }
 
