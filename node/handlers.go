@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 	"time"
@@ -99,11 +100,31 @@ func (n *Node) target(req request, v any) (*entry, error) {
 	if err := decode(req, v); err != nil {
 		return nil, err
 	}
+	if id, ok := sessionField(v); ok {
+		return n.lookup(id)
+	}
 	var named struct {
 		Session string `json:"session"`
 	}
 	_ = json.Unmarshal(req.data, &named) // decode has already accepted the JSON
 	return n.lookup(named.Session)
+}
+
+// sessionField reads the Session string field of a decoded request (every request
+// type that names a session has one), so the body is not decoded twice.
+func sessionField(v any) (string, bool) {
+	rv := reflect.ValueOf(v)
+	if rv.Kind() == reflect.Pointer {
+		rv = rv.Elem()
+	}
+	if rv.Kind() != reflect.Struct {
+		return "", false
+	}
+	f := rv.FieldByName("Session")
+	if !f.IsValid() || f.Kind() != reflect.String {
+		return "", false
+	}
+	return f.String(), true
 }
 
 // lookup finds a session by id.
