@@ -22,7 +22,7 @@ type auditLog struct {
 }
 
 // auditDelay is how long, at most, a record waits to be published.
-const auditDelay = 5 * time.Millisecond
+const auditDelay = 2 * time.Millisecond
 
 func openAudit(c *Controller, path string) (*auditLog, error) {
 	subject := c.subj.Audit(c.cfg.Name)

@@ -143,7 +143,7 @@ func New(cfg Config) (*Node, error) {
 // AuditDelay is how long, at most, an audit record waits before it is published:
 // records are not published with the reply, which the NATS server would then
 // deliver only after storing them (see package delay).
-const AuditDelay = 5 * time.Millisecond
+const AuditDelay = 2 * time.Millisecond
 
 // Run serves the node API until ctx is done, then closes the node (every session is
 // closed: sessions do not yet outlive the agent). It returns nil on a clean stop.
