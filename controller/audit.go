@@ -8,15 +8,14 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
-	"github.com/fleetmux/fleetmux/internal/delay"
 )
 
 // auditLog appends audit records to a JSONL file (when configured) and publishes
-// them on the controller's audit subject, within auditDelay (see package delay).
+// them on the controller's audit subject, within auditDelay (see delayQueue).
 // Safe for concurrent use.
 type auditLog struct {
 	c   *Controller
-	pub *delay.Queue[[]byte]
+	pub *delayQueue[[]byte]
 	mu  sync.Mutex // guards f
 	f   *os.File
 }
@@ -26,7 +25,7 @@ const auditDelay = 2 * time.Millisecond
 
 func openAudit(c *Controller, path string) (*auditLog, error) {
 	subject := c.subj.Audit(c.cfg.Name)
-	a := &auditLog{c: c, pub: delay.New(auditDelay, func(b []byte) {
+	a := &auditLog{c: c, pub: newDelayQueue(auditDelay, func(b []byte) {
 		if err := c.cfg.Bus.Publish(subject, nil, b); err != nil {
 			c.log.Warn("audit record not published", "err", err)
 		}

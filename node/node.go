@@ -23,7 +23,6 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
-	"github.com/fleetmux/fleetmux/internal/delay"
 )
 
 // Version is the node agent's version, gossiped and served.
@@ -76,8 +75,8 @@ type Node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	published atomic.Int64         // output bytes published, gossiped as NodeMeta.Published
-	audits    *delay.Queue[[]byte] // audit records, published off the request path
+	published atomic.Int64        // output bytes published, gossiped as NodeMeta.Published
+	audits    *delayQueue[[]byte] // audit records, published off the request path
 
 	mu       sync.Mutex // guards the fields below
 	sessions map[string]*entry
@@ -136,13 +135,13 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	audit := n.subj.Audit(cfg.Name)
-	n.audits = delay.New(AuditDelay, func(b []byte) { _ = cfg.Bus.Publish(audit, nil, b) })
+	n.audits = newDelayQueue(AuditDelay, func(b []byte) { _ = cfg.Bus.Publish(audit, nil, b) })
 	return n, nil
 }
 
 // AuditDelay is how long, at most, an audit record waits before it is published:
 // records are not published with the reply, which the NATS server would then
-// deliver only after storing them (see package delay).
+// deliver only after storing them (see delayQueue).
 const AuditDelay = 2 * time.Millisecond
 
 // Run serves the node API until ctx is done, then closes the node (every session is

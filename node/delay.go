@@ -1,22 +1,21 @@
-// Package delay sends messages a moment later, off the path of the request that
-// produced them.
-//
-// The controller and the node publish an audit record for every mutating request.
-// Published at once, a record reaches the NATS server together with the reply, and
-// the server stores it in its JetStream stream before it delivers the reply: on a
-// machine with few cores the record's storage came before the requester's answer.
-// A Queue holds such messages for at most its Delay and sends those of that span
-// together, in order.
-package delay
+package node
 
 import (
 	"sync"
 	"time"
 )
 
-// Queue sends messages through its send function at most Delay after they were
+// The node publishes an audit record for every mutating request. Published at once,
+// a record reaches the NATS server together with the reply, and the server stores
+// it in its JetStream stream before it delivers the reply: on a machine with few
+// cores the record's storage came before the requester's answer. A delayQueue holds
+// such messages for at most its delay and sends those of that span together, in
+// order. (The controller has the same type: DESIGN.md's layout lets the two share
+// no package but api and replay.)
+
+// delayQueue sends messages through its send function at most Delay after they were
 // added, in the order they were added. Its methods are safe for concurrent use.
-type Queue[T any] struct {
+type delayQueue[T any] struct {
 	delay time.Duration
 	send  func(T)
 
@@ -28,14 +27,14 @@ type Queue[T any] struct {
 	closed bool
 }
 
-// New returns a queue that sends through send, which must not block for long; it
+// newDelayQueue returns a queue that sends through send, which must not block for long; it
 // runs on a timer goroutine (or in Close).
-func New[T any](delay time.Duration, send func(T)) *Queue[T] {
-	return &Queue[T]{delay: delay, send: send}
+func newDelayQueue[T any](delay time.Duration, send func(T)) *delayQueue[T] {
+	return &delayQueue[T]{delay: delay, send: send}
 }
 
 // Add queues m. After Close, m is sent at once.
-func (q *Queue[T]) Add(m T) {
+func (q *delayQueue[T]) Add(m T) {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
@@ -56,7 +55,7 @@ func (q *Queue[T]) Add(m T) {
 }
 
 // Flush sends what is queued now.
-func (q *Queue[T]) Flush() {
+func (q *delayQueue[T]) Flush() {
 	q.sendMu.Lock()
 	defer q.sendMu.Unlock()
 	q.mu.Lock()
@@ -70,7 +69,7 @@ func (q *Queue[T]) Flush() {
 
 // Close sends what is queued and makes later Adds send at once. It waits for a
 // flush under way; it is idempotent.
-func (q *Queue[T]) Close() {
+func (q *delayQueue[T]) Close() {
 	q.mu.Lock()
 	q.closed = true
 	if q.timer != nil {

@@ -1,4 +1,4 @@
-package delay
+package node
 
 import (
 	"slices"
@@ -8,8 +8,6 @@ import (
 
 	"github.com/fleetmux/fleetmux/internal/testutil"
 )
-
-func TestMain(m *testing.M) { testutil.MainWithLeakCheck(m) }
 
 type sink struct {
 	mu  sync.Mutex
@@ -29,9 +27,9 @@ func (s *sink) snapshot() []int {
 }
 
 // Nothing is sent by Add itself; the delay sends everything, in order.
-func TestQueueSendsLaterInOrder(t *testing.T) {
+func TestDelayQueueSendsLaterInOrder(t *testing.T) {
 	var s sink
-	q := New(20*time.Millisecond, s.send)
+	q := newDelayQueue(20*time.Millisecond, s.send)
 	defer q.Close()
 	t0 := time.Now()
 	for i := range 5 {
@@ -53,9 +51,9 @@ func TestQueueSendsLaterInOrder(t *testing.T) {
 
 // Close sends what is held at once; later Adds send at once; concurrent Adds keep
 // each goroutine's order.
-func TestQueueClose(t *testing.T) {
+func TestDelayQueueClose(t *testing.T) {
 	var s sink
-	q := New(time.Hour, s.send)
+	q := newDelayQueue(time.Hour, s.send)
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Add(1)
