@@ -34,8 +34,8 @@ type ServeFunc = func(ctx context.Context, verb string, header map[string]string
 // Each request runs handle on a goroutine of its own (a reused worker), at most
 // MaxInFlight at once; beyond that the request is answered
 // {"error":{"code":"busy",...}} without running handle, so a slow handler never
-// holds up the others. stop unsubscribes, cancels the
-// handlers' ctx and waits for them to return; requests that arrive while stopping are
+// holds up the others. stop unsubscribes, cancels the handlers' ctx and waits for
+// them (and their after funcs) to return; requests that arrive while stopping are
 // answered with code api.CodeUnavailable. stop is idempotent.
 func (c *Conn) Serve(name, version string, subjects map[string]string, handle ServeFunc) (stop func() error, err error) {
 	if handle == nil {
