@@ -48,8 +48,8 @@ func publishJSON(bus Bus, subject string, v any) {
 	_ = bus.Publish(subject, nil, b)
 }
 
-// audit publishes the record of a mutating request (within AuditDelay).
-func (n *Node) audit(req request, out any, aerr *api.Error) {
+// auditRecord encodes the record of a mutating request (nil if it cannot).
+func (n *Node) auditRecord(req request, out any, aerr *api.Error) []byte {
 	rec := api.AuditRecord{Time: req.at, Node: n.cfg.Name, Actor: req.actor, Action: req.verb, Result: "ok"}
 	var probe struct {
 		Session string   `json:"session"`
@@ -77,9 +77,11 @@ func (n *Node) audit(req request, out any, aerr *api.Error) {
 	if !utf8.ValidString(rec.Detail) {
 		rec.Detail = "(not UTF-8)"
 	}
-	if b, err := json.Marshal(rec); err == nil {
-		n.audits.Add(b)
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return nil
 	}
+	return b
 }
 
 func itoa(i int) string {

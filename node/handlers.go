@@ -51,10 +51,10 @@ var verbs = map[string]struct {
 }
 
 // handle is the bus callback: it runs on its own goroutine per request.
-func (n *Node) handle(ctx context.Context, verb string, header map[string]string, data []byte) (reply []byte, after func()) {
+func (n *Node) handle(ctx context.Context, verb string, header map[string]string, data []byte) []byte {
 	v, ok := verbs[verb]
 	if !ok {
-		return errorReply(api.Errorf(api.CodeBadRequest, "unknown verb %q", verb)), nil
+		return errorReply(api.Errorf(api.CodeBadRequest, "unknown verb %q", verb))
 	}
 	req := request{verb: verb, actor: header[api.HeaderActor], data: data, at: time.Now().UTC()}
 	out, err := v.h(n, ctx, req)
@@ -64,19 +64,19 @@ func (n *Node) handle(ctx context.Context, verb string, header map[string]string
 		aerr = api.Errorf(api.CodeInternal, "%s failed on node %s (details in its log)", verb, n.cfg.Name)
 	}
 	if v.mutating {
-		// The audit record goes out after the reply: the requester does not wait
-		// for it.
-		after = func() { n.audit(req, out, aerr) }
+		// Queued before the reply goes out, so records keep the order of the
+		// replies; made and published within AuditDelay, off the request path.
+		n.audits.Add(func() []byte { return n.auditRecord(req, out, aerr) })
 	}
 	if aerr != nil {
-		return errorReply(aerr), after
+		return errorReply(aerr)
 	}
 	b, jerr := json.Marshal(out)
 	if jerr != nil {
 		n.log.Error("reply not encodable", "verb", verb, "err", jerr)
-		return errorReply(api.Errorf(api.CodeInternal, "reply not encodable")), after
+		return errorReply(api.Errorf(api.CodeInternal, "reply not encodable"))
 	}
-	return b, after
+	return b
 }
 
 func errorReply(e *api.Error) []byte {

@@ -75,8 +75,8 @@ type Node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	published atomic.Int64        // output bytes published, gossiped as NodeMeta.Published
-	audits    *delayQueue[[]byte] // audit records, published off the request path
+	published atomic.Int64               // output bytes published, gossiped as NodeMeta.Published
+	audits    *delayQueue[func() []byte] // audit records (made when sent), published off the request path
 
 	mu       sync.Mutex // guards the fields below
 	sessions map[string]*entry
@@ -135,7 +135,11 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	audit := n.subj.Audit(cfg.Name)
-	n.audits = newDelayQueue(AuditDelay, func(b []byte) { _ = cfg.Bus.Publish(audit, nil, b) })
+	n.audits = newDelayQueue(AuditDelay, func(record func() []byte) {
+		if b := record(); b != nil {
+			_ = cfg.Bus.Publish(audit, nil, b)
+		}
+	})
 	return n, nil
 }
 

@@ -695,7 +695,7 @@ func testutilProgram(t *testing.T, name string) string {
 type nopBus struct{}
 
 func (nopBus) Publish(string, map[string]string, []byte) error { return nil }
-func (nopBus) Serve(string, string, map[string]string, func(context.Context, string, map[string]string, []byte) ([]byte, func())) (func() error, error) {
+func (nopBus) Serve(string, string, map[string]string, func(context.Context, string, map[string]string, []byte) []byte) (func() error, error) {
 	return func() error { return nil }, nil
 }
 func (nopBus) Connected() bool { return true }

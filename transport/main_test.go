@@ -19,7 +19,7 @@ func TestMain(m *testing.M) { testutil.MainWithLeakCheck(m) }
 // them without transport importing node.
 type bus interface {
 	Publish(subject string, header map[string]string, data []byte) error
-	Serve(name, version string, subjects map[string]string, handle func(ctx context.Context, verb string, header map[string]string, data []byte) (reply []byte, after func())) (stop func() error, err error)
+	Serve(name, version string, subjects map[string]string, handle func(ctx context.Context, verb string, header map[string]string, data []byte) []byte) (stop func() error, err error)
 	Connected() bool
 }
 
@@ -31,13 +31,6 @@ var (
 	_ bus    = (*transport.Conn)(nil)
 	_ gossip = (*transport.Gossip)(nil)
 )
-
-// plain adapts a handler with nothing to run after its reply.
-func plain(h func(ctx context.Context, verb string, header map[string]string, data []byte) []byte) transport.ServeFunc {
-	return func(ctx context.Context, verb string, header map[string]string, data []byte) ([]byte, func()) {
-		return h(ctx, verb, header, data), nil
-	}
-}
 
 // logger is quiet unless FLEETMUX_TEST_LOG is set.
 func logger() *slog.Logger {

@@ -22,10 +22,9 @@ import (
 const MaxInFlight = 256
 
 // ServeFunc answers one request of Serve: verb is the endpoint, header holds the first
-// value of each request header, and reply is the reply body. after, when not nil,
-// runs once the reply is sent (work the requester need not wait for, such as an
-// audit record). ctx is cancelled when the service stops.
-type ServeFunc = func(ctx context.Context, verb string, header map[string]string, data []byte) (reply []byte, after func())
+// value of each request header, and the returned bytes are the reply body. ctx is
+// cancelled when the service stops.
+type ServeFunc = func(ctx context.Context, verb string, header map[string]string, data []byte) []byte
 
 // Serve answers requests as the NATS micro service name/version (discoverable with
 // `nats micro ls`), one endpoint per verb on the given subject (verb → subject), until
@@ -35,7 +34,7 @@ type ServeFunc = func(ctx context.Context, verb string, header map[string]string
 // MaxInFlight at once; beyond that the request is answered
 // {"error":{"code":"busy",...}} without running handle, so a slow handler never
 // holds up the others. stop unsubscribes, cancels the handlers' ctx and waits for
-// them (and their after funcs) to return; requests that arrive while stopping are
+// them to return; requests that arrive while stopping are
 // answered with code api.CodeUnavailable. stop is idempotent.
 func (c *Conn) Serve(name, version string, subjects map[string]string, handle ServeFunc) (stop func() error, err error) {
 	if handle == nil {
@@ -190,29 +189,19 @@ func (s *served) worker(j job) {
 // run handles one request (holding one of the sem tokens).
 func (s *served) run(verb string, req micro.Request) {
 	defer func() { <-s.sem }()
-	var (
-		reply []byte
-		after func()
-	)
-	s.guard(verb, req, func() { reply, after = s.handle(s.ctx, verb, flatHeader(req.Headers()), req.Data()) },
-		func() { reply = errorReply(api.CodeInternal, fmt.Sprintf("internal error handling %s", verb)) })
+	var reply []byte
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				s.log.Error("request handler panicked", "subject", req.Subject(), "verb", verb, "panic", r, "stack", string(debug.Stack()))
+				reply = errorReply(api.CodeInternal, fmt.Sprintf("internal error handling %s", verb))
+			}
+		}()
+		reply = s.handle(s.ctx, verb, flatHeader(req.Headers()), req.Data())
+	}()
 	if err := req.Respond(reply); err != nil {
 		s.logRespondError(req, err)
 	}
-	if after != nil {
-		s.guard(verb, req, after, func() {})
-	}
-}
-
-// guard runs f, and on a panic logs it and runs recovered.
-func (s *served) guard(verb string, req micro.Request, f, recovered func()) {
-	defer func() {
-		if r := recover(); r != nil {
-			s.log.Error("request handler panicked", "subject", req.Subject(), "verb", verb, "panic", r, "stack", string(debug.Stack()))
-			recovered()
-		}
-	}()
-	f()
 }
 
 func (s *served) reject(req micro.Request, code, format string, args ...any) {

@@ -39,7 +39,7 @@ func serveTest(t *testing.T) (client *transport.Conn, stop func() error, b *bloc
 		"block": subj.RPC("n1", "block"),
 		"panic": subj.RPC("n1", "panic"),
 	}
-	stop, err := server.Serve(api.ServiceName, "0.1.0", subjects, plain(func(ctx context.Context, verb string, header map[string]string, data []byte) []byte {
+	stop, err := server.Serve(api.ServiceName, "0.1.0", subjects, func(ctx context.Context, verb string, header map[string]string, data []byte) []byte {
 		switch verb {
 		case "echo":
 			return fmt.Appendf(nil, "%s:%s:%s", verb, header[api.HeaderActor], data)
@@ -56,7 +56,7 @@ func serveTest(t *testing.T) (client *transport.Conn, stop func() error, b *bloc
 			panic("boom")
 		}
 		return nil
-	}))
+	})
 	if err != nil {
 		t.Fatalf("serve: %v", err)
 	}
@@ -204,12 +204,12 @@ func TestConnCloseStopsServices(t *testing.T) {
 	client := connected(t, srv.ClientURL())
 	entered := make(chan struct{})
 	var returned atomic.Bool
-	_, err := server.Serve(api.ServiceName, "0.1.0", map[string]string{"block": "fleetmux.rpc.n2.block"}, plain(func(ctx context.Context, _ string, _ map[string]string, _ []byte) []byte {
+	_, err := server.Serve(api.ServiceName, "0.1.0", map[string]string{"block": "fleetmux.rpc.n2.block"}, func(ctx context.Context, _ string, _ map[string]string, _ []byte) []byte {
 		close(entered)
 		<-ctx.Done()
 		returned.Store(true)
 		return []byte("bye")
-	}))
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,45 +226,6 @@ func TestConnCloseStopsServices(t *testing.T) {
 	}
 }
 
-// The reply goes out before the handler's after func runs, and a panic there is
-// only logged.
-func TestServeAfterRunsOnceReplied(t *testing.T) {
-	srv := testutil.StartNATS(t, t.TempDir())
-	server := connected(t, srv.ClientURL())
-	client := connected(t, srv.ClientURL())
-	replied := make(chan struct{})
-	var after atomic.Int64
-	_, err := server.Serve(api.ServiceName, "0.1.0", map[string]string{"a": "fleetmux.rpc.n3.a", "p": "fleetmux.rpc.n3.p"}, func(_ context.Context, verb string, _ map[string]string, _ []byte) ([]byte, func()) {
-		if verb == "p" {
-			return []byte("p"), func() { panic("after boom") }
-		}
-		return []byte("a"), func() {
-			<-replied // holds until the requester has the reply
-			after.Add(1)
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := server.NC().Flush(); err != nil {
-		t.Fatal(err)
-	}
-	got, err := client.Request(ctxT(t, 5*time.Second), "fleetmux.rpc.n3.a", nil, nil)
-	if err != nil || string(got) != "a" {
-		t.Fatalf("reply %q, %v (the reply waited for after?)", got, err)
-	}
-	if after.Load() != 0 {
-		t.Fatal("after ran before the reply was received")
-	}
-	close(replied)
-	testutil.Eventually(t, 5*time.Second, func() bool { return after.Load() == 1 }, "after ran")
-	for range 2 { // a panicking after leaves the service answering
-		if got, err := client.Request(ctxT(t, 5*time.Second), "fleetmux.rpc.n3.p", nil, nil); err != nil || string(got) != "p" {
-			t.Fatalf("reply %q, %v", got, err)
-		}
-	}
-}
-
 // Sequential requests reuse a worker goroutine (its stack has grown), and stop ends
 // the idle workers (TestMain checks for leaks).
 func TestServeReusesWorkers(t *testing.T) {
@@ -273,14 +234,14 @@ func TestServeReusesWorkers(t *testing.T) {
 	client := connected(t, srv.ClientURL())
 	var mu sync.Mutex
 	seen := map[string]int{}
-	stop, err := server.Serve(api.ServiceName, "0.1.0", map[string]string{"g": "fleetmux.rpc.n4.g"}, plain(func(context.Context, string, map[string]string, []byte) []byte {
+	stop, err := server.Serve(api.ServiceName, "0.1.0", map[string]string{"g": "fleetmux.rpc.n4.g"}, func(context.Context, string, map[string]string, []byte) []byte {
 		buf := make([]byte, 64)
 		id, _, _ := strings.Cut(strings.TrimPrefix(string(buf[:runtime.Stack(buf, false)]), "goroutine "), " ")
 		mu.Lock()
 		seen[id]++
 		mu.Unlock()
 		return []byte(id)
-	}))
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +264,7 @@ func TestServeReusesWorkers(t *testing.T) {
 func TestServeBadConfig(t *testing.T) {
 	srv := testutil.StartNATS(t, t.TempDir())
 	c := connected(t, srv.ClientURL())
-	h := plain(func(context.Context, string, map[string]string, []byte) []byte { return nil })
+	h := func(context.Context, string, map[string]string, []byte) []byte { return nil }
 	if _, err := c.Serve(api.ServiceName, "0.1.0", nil, h); !errors.Is(err, transport.ErrConfig) {
 		t.Errorf("no endpoints: %v", err)
 	}
