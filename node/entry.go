@@ -16,8 +16,8 @@ import (
 	"github.com/fleetmux/fleetmux/session"
 )
 
-// publishLinger batches the output chunks and events of a command that a run request
-// is waiting for (its echo, output, end and next prompt) into fewer messages, so the
+// publishLinger batches the output chunks of a command that a run request is waiting
+// for (its echo, output, end and next prompt) into fewer messages, so the
 // reply goes out first: within publishLinger of the last publication, more output
 // waits for the rest of that span (session.ViewerOptions.Linger). recordLinger does
 // the same for the recording, which no one follows live. The publisher, the recorder
@@ -200,11 +200,13 @@ func (e *entry) flushLocked() error {
 	return e.castBuf.Flush()
 }
 
+// pumpEvents publishes the session's events. It is a follower (Followed): while a
+// run waits, the events of a burst (a block's end, state changes, the next prompt)
+// come in one wake-up, FollowDelay late, after the run's reply.
 func (e *entry) pumpEvents() {
 	defer e.wg.Done()
 	var seq uint64
 	node, id := e.n.cfg.Name, e.id
-	var last time.Time // when events were last handled
 	for {
 		changed := e.s.Followed() // events come with marks, samples and exits, never with output alone
 		evs, _ := e.s.Events(seq)
@@ -212,27 +214,11 @@ func (e *entry) pumpEvents() {
 			seq = ev.Seq
 			e.handleEvent(node, id, ev)
 		}
-		if len(evs) > 0 {
-			last = time.Now()
-		}
 		select {
 		case <-e.ctx.Done():
 			e.flushEvents(node, id, seq)
 			return
 		case <-changed:
-		}
-		// While a run waits, batch a burst (a block's end comes with state changes
-		// and the next prompt), as the publisher does, so the run is answered
-		// first; the first event after a quiet spell goes out at once.
-		if wait := time.Until(last.Add(publishLinger)); wait > 0 && e.s.Awaited() {
-			t := time.NewTimer(wait)
-			select {
-			case <-e.ctx.Done():
-				t.Stop()
-				e.flushEvents(node, id, seq)
-				return
-			case <-t.C:
-			}
 		}
 	}
 }

@@ -34,11 +34,11 @@ type ViewerOptions struct {
 	// WaitBlock) caller is waiting for: output that comes within Linger of the
 	// viewer's last chunk waits for the rest of that span (or for MaxChunk bytes)
 	// and comes as one chunk, so the command's echo, end and next prompt do not wake
-	// the viewer one by one while the caller waits for them. The first output after a
-	// quiet spell of Linger comes at once, and nothing waits when no caller is
-	// waiting (typing into an attached terminal is never delayed) or once the
-	// session has exited. A viewer with a Linger is also a follower (see
-	// Session.Followed): while a caller waits, it wakes up to FollowDelay late.
+	// the viewer one by one while the caller waits for them. A viewer with a Linger
+	// is also a follower (see Session.Followed): while a caller waits, even the
+	// first output after a quiet spell reaches it up to FollowDelay late. Nothing
+	// waits when no caller is waiting (typing into an attached terminal is never
+	// delayed) or once the session has exited.
 	Linger time.Duration
 }
 
