@@ -157,14 +157,6 @@ const (
 	HeaderOldest = "Fleetmux-Oldest"
 )
 
-// Limits of the HTTP API.
-const (
-	// MaxBodyBytes bounds a request body.
-	MaxBodyBytes = 1 << 20
-	// MaxCommandBytes bounds a command (run and fan-out).
-	MaxCommandBytes = 64 << 10
-)
-
 // WaitResult is the reply of GET .../wait: whether the condition held before the
 // timeout (OK), the session now, and its last block with its text (when it has one).
 type WaitResult struct {

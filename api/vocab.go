@@ -1,0 +1,54 @@
+package api
+
+// The words of the protocol: one definition each. Every package that speaks of a
+// session state, a block state, an event type or a role uses these constants (session
+// converts them to its own typed values); a bare "idle" anywhere else is a bug.
+
+// Session states (Session.State).
+const (
+	StateStarting     = "starting"      // the shell has not shown its first prompt
+	StateIdle         = "idle"          // at the shell prompt
+	StateRunning      = "running"       // a command runs
+	StateWaitingInput = "waiting_input" // the foreground program is blocked reading the terminal
+	StateExited       = "exited"        // the process has exited
+)
+
+// Block states (Block.State).
+const (
+	BlockRunning = "running"
+	BlockDone    = "done"
+)
+
+// Conditions of the wait verb (WaitRequest.Until): the session states above plus
+// UntilOutput.
+const (
+	UntilIdle         = StateIdle
+	UntilWaitingInput = StateWaitingInput
+	UntilExited       = StateExited
+	UntilOutput       = "output" // output beyond WaitRequest.After exists
+)
+
+// Block event types (BlockEvent.Type).
+const (
+	BlockStarted  = "started"
+	BlockFinished = "finished"
+)
+
+// Session event types (SessionEvent.Type).
+const (
+	EventCreated = "created"
+	EventState   = "state"
+	EventCwd     = "cwd"
+	EventResized = "resized"
+	EventInfo    = "info" // title, description or labels changed
+	EventExited  = "exited"
+	EventClosed  = "closed"
+)
+
+// Roles of people and agents (SSH keys, API tokens, signed requests). Each role may
+// do everything the one before it may.
+const (
+	RoleViewer   = "viewer"   // reads and watches
+	RoleOperator = "operator" // also creates sessions, runs, types and resizes
+	RoleAdmin    = "admin"    // also kills, sets policy, manages tokens, enrolls and approves
+)
