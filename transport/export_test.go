@@ -13,3 +13,17 @@ func Crash(g *Gossip) {
 		g.joins.Wait()
 	})
 }
+
+// MissingSeeds exposes missingSeeds to the table test.
+func MissingSeeds(members []Member, seeds []string) []string { return missingSeeds(members, seeds) }
+
+// RejoinWarnings feeds the outcomes of join attempts to a rejoinWarner and returns
+// its answers.
+func RejoinWarnings(errs []error) []bool {
+	var w rejoinWarner
+	out := make([]bool, len(errs))
+	for i, err := range errs {
+		out[i] = w.warn(err)
+	}
+	return out
+}

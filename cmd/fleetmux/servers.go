@@ -111,8 +111,8 @@ func (o gossipOptions) secret() ([]byte, error) {
 }
 
 // startGossip starts a gossip member on o.listen. It joins nobody yet: join (to
-// be called once) joins the seeds and keeps trying to reach them in the background
-// (a seed that restarts, e.g. a controller, is joined again). A node joins only
+// be called once) joins the seeds and keeps them joined in the background
+// (transport's KeepJoined: a seed that restarts, e.g. a controller, is joined again). A node joins only
 // once it serves its NATS subjects, so that a node the cluster sees alive always
 // answers. The member and its rejoin loop stop through st.
 func startGossip(ctx context.Context, st *stack, name string, o gossipOptions, meta api.NodeMeta, onChange func(transport.Member), log *slog.Logger) (g *transport.Gossip, join func(), err error) {
@@ -144,47 +144,10 @@ func startGossip(ctx context.Context, st *stack, name string, o gossipOptions, m
 		wg.Add(1)
 		go func() { // owned by st: stops with cancel
 			defer wg.Done()
-			rejoin(rctx, g, o.join, log)
+			g.KeepJoined(rctx, o.join, 0)
 		}()
 	}
 	return g, join, nil
-}
-
-// rejoin joins the seeds that are not alive members, at once and then every few
-// seconds, until ctx is done.
-func rejoin(ctx context.Context, g *transport.Gossip, seeds []string, log *slog.Logger) {
-	warned := false
-	for {
-		alive := map[string]bool{}
-		for _, m := range g.Members() {
-			if m.State == transport.MemberAlive {
-				alive[m.Addr] = true
-			}
-		}
-		var missing []string
-		for _, s := range seeds {
-			if !alive[s] {
-				missing = append(missing, s)
-			}
-		}
-		if len(missing) > 0 {
-			jctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-			n, err := g.Join(jctx, missing)
-			cancel()
-			switch {
-			case err != nil && !warned && ctx.Err() == nil:
-				log.Warn("gossip seeds not reachable yet; retrying", "seeds", missing, "err", err)
-				warned = true
-			case n > 0:
-				warned = false
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(2 * time.Second):
-		}
-	}
 }
 
 // observeMembers feeds gossip changes into a controller's node table.
