@@ -43,7 +43,7 @@ type entry struct {
 	n       *Node
 	id      string
 	num     int
-	s       *session.Session
+	s       sessionHandle
 	dir     string // recording directory
 	castTo  string // path of the .cast file
 	started time.Time

@@ -5,7 +5,8 @@
 // data directory.
 //
 // The node reaches the bus and the gossip layer only through the small interfaces in
-// bus.go; cmd wires the concrete transports in.
+// bus.go (cmd wires the concrete transports in), and its sessions only through
+// sessionHandle (handle.go).
 package node
 
 import (
