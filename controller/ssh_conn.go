@@ -363,3 +363,11 @@ func splitArgs(s string) ([]string, error) {
 	}
 	return args, nil
 }
+
+// SSHVerb reports whether verb may run over SSH at all (for some role). The CLI
+// builds the front door's command tree from it: a verb that reads the
+// controller's own environment or files must never be one.
+func SSHVerb(verb string) bool {
+	_, ok := sshVerbs[verb]
+	return ok
+}

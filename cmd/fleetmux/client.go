@@ -23,6 +23,8 @@ import (
 const (
 	envAddr  = "FLEETMUX_ADDR"
 	envToken = "FLEETMUX_TOKEN"
+	// envGossipKey is the gossip key of the server commands.
+	envGossipKey = "FLEETMUX_GOSSIP_KEY"
 )
 
 // clientCmds are the verbs that talk to a controller over its HTTP API.
@@ -38,32 +40,68 @@ type clientOptions struct {
 	addr  string
 	token string
 	json  bool
-	actor string // hidden --actor: who acts, set by the SSH front door
+	actor string         // hidden --actor: who acts, for the audit
+	cmd   *cobra.Command // the verb, for its context (see frontDoor)
 }
 
-// register adds --addr, --token and (withJSON) --json to c.
+// register adds --addr, --token and (withJSON) --json to c. No default is read from
+// the environment here: cobra prints flag defaults in help, and a secret must never
+// be one (the environment is read when the verb runs, in resolve).
 func (o *clientOptions) register(c *cobra.Command, withJSON bool) {
-	addr := os.Getenv(envAddr)
-	if addr == "" {
-		addr = client.DefaultAddr
-	}
+	o.cmd = c
 	f := c.Flags()
-	f.StringVar(&o.addr, "addr", addr, "controller HTTP API address (env "+envAddr+")")
-	f.StringVar(&o.token, "token", os.Getenv(envToken), "API token (env "+envToken+")")
-	f.StringVar(&o.actor, "actor", "", "who acts, for the audit (set by the SSH front door)")
+	f.StringVar(&o.addr, "addr", "", "controller HTTP API address (default $"+envAddr+", else "+client.DefaultAddr+")")
+	f.StringVar(&o.token, "token", "", "API token (default $"+envToken+"; prefer the environment: flags show in ps)")
+	f.StringVar(&o.actor, "actor", "", "who acts, for the audit")
 	f.MarkHidden("actor")
 	if withJSON {
 		f.BoolVar(&o.json, "json", false, "print the API's JSON reply")
 	}
 }
 
-// client returns a client of the controller at --addr.
-func (o *clientOptions) client() (*client.Client, error) {
-	actor := o.actor
+// frontDoor is what the SSH front door fixes for the verbs it runs: the
+// controller's address, its token and the SSH user's actor. Under a frontDoor a
+// verb reads nothing of the controller's process (environment, files, flags for
+// these three), so an SSH user never sees it.
+type frontDoor struct{ addr, token, actor string }
+
+type frontDoorKey struct{}
+
+func withFrontDoor(ctx context.Context, fd frontDoor) context.Context {
+	return context.WithValue(ctx, frontDoorKey{}, fd)
+}
+
+// resolve returns the address, token and actor the verb uses: the front door's
+// when it runs one, else the flags, else the environment, else the defaults. It
+// records the address in o.addr for fail's messages.
+func (o *clientOptions) resolve() (addr, token, actor string) {
+	if o.cmd != nil {
+		if fd, ok := o.cmd.Context().Value(frontDoorKey{}).(frontDoor); ok {
+			o.addr = fd.addr
+			return fd.addr, fd.token, fd.actor
+		}
+	}
+	addr, token, actor = o.addr, o.token, o.actor
+	if addr == "" {
+		addr = os.Getenv(envAddr)
+	}
+	if addr == "" {
+		addr = client.DefaultAddr
+	}
+	if token == "" {
+		token = os.Getenv(envToken)
+	}
 	if u := os.Getenv("USER"); u != "" && actor == "" {
 		actor = "cli:" + u
 	}
-	c, err := client.New(client.Config{Addr: o.addr, Token: o.token, Actor: actor})
+	o.addr = addr
+	return addr, token, actor
+}
+
+// client returns a client of the controller (see resolve).
+func (o *clientOptions) client() (*client.Client, error) {
+	addr, token, actor := o.resolve()
+	c, err := client.New(client.Config{Addr: addr, Token: token, Actor: actor})
 	if err != nil {
 		return nil, usageError("--addr: %v", strings.TrimPrefix(err.Error(), "client: "))
 	}

@@ -73,7 +73,7 @@ func controllerCmd() *cobra.Command {
 	f.StringVar(&o.name, "name", "controller-"+sanitizeName(hostname()), "controller name in the gossip cluster and its audit subject")
 	f.StringVar(&o.data, "data", ".fleetmux-controller", "data directory (embedded NATS store)")
 	f.StringVar(&o.httpListen, "http-listen", controller.DefaultHTTPListen, "HTTP API address")
-	f.StringVar(&o.apiToken, "api-token", os.Getenv("FLEETMUX_TOKEN"), "API token required from clients (default $FLEETMUX_TOKEN); required beyond loopback")
+	f.StringVar(&o.apiToken, "api-token", "", "API token required from clients (default $FLEETMUX_TOKEN; prefer it or --api-token-file: flags show in ps); required beyond loopback")
 	f.StringVar(&o.apiTokenFile, "api-token-file", "", "file holding the API token")
 	f.StringVar(&o.natsURL, "nats", "", "NATS server URL(s) to connect to")
 	f.StringVar(&o.natsToken, "nats-token", "", "NATS token (to connect, or required of clients by the embedded server)")
@@ -82,7 +82,7 @@ func controllerCmd() *cobra.Command {
 	f.StringSliceVar(&o.natsRoutes, "nats-routes", nil, "cluster routes of the embedded NATS server")
 	f.StringVar(&o.prefix, "prefix", api.DefaultPrefix, "NATS subject prefix")
 	f.StringVar(&o.gossip.listen, "gossip-listen", "127.0.0.1:7946", "gossip address host:port")
-	f.StringVar(&o.gossip.key, "gossip-key", os.Getenv("FLEETMUX_GOSSIP_KEY"), "gossip encryption key, hex (default $FLEETMUX_GOSSIP_KEY); required beyond loopback")
+	f.StringVar(&o.gossip.key, "gossip-key", "", "gossip encryption key, hex (default $FLEETMUX_GOSSIP_KEY); required beyond loopback")
 	f.StringSliceVar(&o.gossip.join, "join", nil, "gossip seed addresses host:port (nodes or other controllers)")
 	o.ssh.register(f, controller.RoleViewer)
 	f.BoolVar(&o.verbose, "verbose", false, "debug logs")
@@ -103,7 +103,15 @@ func (o *controllerOptions) run(ctx context.Context, stdout, stderr io.Writer) e
 	if o.natsURL != "" && o.natsListen != "" {
 		return usageError("--nats and --nats-listen: use one (connect to a server, or embed one)")
 	}
+	// Secrets from the environment are read here, never as flag defaults: cobra
+	// prints those in help.
 	token := o.apiToken
+	if token == "" {
+		token = os.Getenv(envToken)
+	}
+	if o.gossip.key == "" {
+		o.gossip.key = os.Getenv(envGossipKey)
+	}
 	if o.apiTokenFile != "" {
 		b, err := os.ReadFile(o.apiTokenFile)
 		if err != nil {
@@ -182,17 +190,12 @@ func writeURLFile(data, name, url string) (string, error) {
 }
 
 // sshExec runs the CLI verbs for the SSH front door against the controller's own
-// HTTP API (so a verb over SSH prints and exits exactly as in a terminal).
+// HTTP API (so a verb over SSH prints and exits exactly as in a terminal), with
+// sshRun: the SSH user reaches neither the server verbs nor this process's
+// environment, files or flag defaults.
 func sshExec(httpAddr, token string) controller.Exec {
 	return func(ctx context.Context, args []string, role, actor string, stdin io.Reader, stdout, stderr io.Writer) int {
-		full := append([]string{args[0], "--addr", "http://" + httpAddr, "--actor", actor}, args[1:]...)
-		if token != "" {
-			full = append([]string{args[0], "--token", token}, full[1:]...)
-		}
-		if args[0] == "help" {
-			full = args
-		}
-		err := runIO(ctx, full, stdin, stdout, stderr)
+		err := sshRun(ctx, frontDoor{addr: "http://" + httpAddr, token: token, actor: actor}, args, stdin, stdout, stderr)
 		report(stderr, err)
 		return exitCode(err)
 	}

@@ -43,7 +43,8 @@ func mcpCmd() *cobra.Command {
 			if u := os.Getenv("USER"); u != "" {
 				actor += ":" + u
 			}
-			cl, err := client.New(client.Config{Addr: o.addr, Token: o.token, Actor: actor})
+			addr, token, _ := o.resolve()
+			cl, err := client.New(client.Config{Addr: addr, Token: token, Actor: actor})
 			if err != nil {
 				return usageError("mcp: --addr: %v", strings.TrimPrefix(err.Error(), "client: "))
 			}

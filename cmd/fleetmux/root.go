@@ -20,9 +20,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return runIO(ctx, args, nil, stdout, stderr)
 }
 
-// runIO is run with a stdin of its own (nil: the process's), as the SSH front door
-// needs.
+// runIO is run with a stdin of its own (nil: the process's). The SSH front door
+// runs its verbs with sshRun instead, never with this tree.
 func runIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	root := cliRoot()
+	setupRoot(root, args, stdin, stdout, stderr)
+	return root.ExecuteContext(ctx)
+}
+
+// cliRoot is the CLI's command tree.
+func cliRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "fleetmux",
 		Short: "A terminal multiplexer for fleets of machines, built for AI agents",
@@ -42,6 +49,17 @@ func runIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 		},
 		RunE: func(c *cobra.Command, _ []string) error { return c.Help() },
 	}
+	root.AddCommand(versionCmd(), tryCmd())
+	root.AddCommand(replayCmd())
+	root.AddCommand(nodeCmd(), controllerCmd(), devCmd())
+	root.AddCommand(clientCmds()...)
+	root.AddCommand(mcpCmd())
+	return root
+}
+
+// setupRoot gives a root command its arguments, its I/O (stdin nil: the
+// process's) and the CLI's error conventions.
+func setupRoot(root *cobra.Command, args []string, stdin io.Reader, stdout, stderr io.Writer) {
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.SetArgs(args)
 	root.SetOut(stdout)
@@ -56,12 +74,6 @@ func runIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 		}
 		return usageError("%s%v (see %s --help)", prefix, err, c.CommandPath())
 	})
-	root.AddCommand(versionCmd(), tryCmd())
-	root.AddCommand(replayCmd())
-	root.AddCommand(nodeCmd(), controllerCmd(), devCmd())
-	root.AddCommand(clientCmds()...)
-	root.AddCommand(mcpCmd())
-	return root.ExecuteContext(ctx)
 }
 
 func versionCmd() *cobra.Command {

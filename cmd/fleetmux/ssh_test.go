@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/fleetmux/fleetmux/internal/testutil"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // TestOpenSSH drives the SSH front door of `fleetmux dev` with the real OpenSSH
@@ -113,5 +115,101 @@ func TestOpenSSH(t *testing.T) {
 	}
 	if _, code := cli("screen", "here/s1"); code == 0 {
 		t.Fatalf("here/s1 still answers after ssh kill")
+	}
+}
+
+// secretEnv sets every secret the fleetmux processes read from their environment
+// to a canary value and returns the canaries.
+func secretEnv(t *testing.T) []string {
+	t.Helper()
+	var canaries []string
+	for _, name := range []string{envToken, envGossipKey} {
+		v := "canary-" + strings.ToLower(name) + "-5ec2e7"
+		t.Setenv(name, v)
+		canaries = append(canaries, v)
+	}
+	return canaries
+}
+
+// TestNoSecretInFlagDefaults walks every flag of every command: none takes its
+// default from a secret in the environment (cobra prints defaults in help).
+func TestNoSecretInFlagDefaults(t *testing.T) {
+	canaries := secretEnv(t)
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			for _, s := range canaries {
+				if strings.Contains(f.DefValue, s) {
+					t.Errorf("%s --%s has a secret as its default", c.CommandPath(), f.Name)
+				}
+			}
+		})
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(cliRoot())
+}
+
+// TestSSHShowsNoSecrets is the attack of issue 15 #1: an SSH viewer asks for help
+// and must see neither the controller's secrets (FLEETMUX_TOKEN in its
+// environment) nor the server verbs, whose flags belong to the controller.
+func TestSSHShowsNoSecrets(t *testing.T) {
+	canaries := secretEnv(t)
+	sshBin := testutil.NeedProgram(t, "ssh")
+	keygen := testutil.NeedProgram(t, "ssh-keygen")
+	dir := t.TempDir()
+	key := filepath.Join(dir, "id_ed25519")
+	testutil.RunProgram(t, keygen, "-q", "-t", "ed25519", "-N", "", "-C", "viewer", "-f", key)
+	pub, err := os.ReadFile(key + ".pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ak := filepath.Join(dir, "authorized_keys")
+	if err := os.WriteFile(ak, append([]byte("role=viewer "), pub...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startDev(t, "--ssh-listen", "127.0.0.1:0", "--authorized-keys", ak)
+	m := regexp.MustCompile(`ssh -p (\d+) 127\.0\.0\.1`).FindStringSubmatch(devOut)
+	if m == nil {
+		t.Fatalf("dev did not print its SSH address:\n%s", devOut)
+	}
+	ssh := func(args ...string) (string, int) {
+		t.Helper()
+		full := append([]string{"-p", m[1], "-i", key, "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+			"-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-F", "/dev/null", "127.0.0.1"}, args...)
+		out, err := exec.Command(sshBin, full...).CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), code
+	}
+	probes := [][]string{{"help"}, {"--help"}, {"ls", "--help"}, {"help", "ls"}, {"nodes", "-h"}, {"run", "--help"},
+		{"new", "--help"}, {"wait", "--help"}, {"help", "controller"}, {"help", "dev"}, {"help", "mcp"}}
+	for _, p := range probes {
+		out, _ := ssh(p...)
+		for _, s := range canaries {
+			if strings.Contains(out, s) {
+				t.Errorf("ssh %v printed a secret of the controller's environment:\n%s", p, out)
+			}
+		}
+		for _, f := range []string{"--token", "--addr", "--api-token", "--gossip-key"} {
+			if strings.Contains(out, f) {
+				t.Errorf("ssh %v shows %s, a flag of the controller's own:\n%s", p, f, out)
+			}
+		}
+	}
+	// The server verbs are not in the front door's tree at all.
+	for _, v := range []string{"controller", "dev", "node", "mcp", "try", "replay", "version"} {
+		if out, code := ssh(v, "--help"); code == 0 {
+			t.Errorf("ssh %s --help: exit 0:\n%s", v, out)
+		}
+	}
+	// help lists what a user may run.
+	if out, code := ssh("help"); code != 0 || !strings.Contains(out, "ls") || regexp.MustCompile(`(?m)^  (controller|dev|try) `).MatchString(out) {
+		t.Errorf("ssh help: exit %d\n%s", code, out)
 	}
 }
