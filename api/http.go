@@ -140,14 +140,21 @@ type Health struct {
 // Attach WebSocket messages. Binary frames carry raw bytes both ways (client → input,
 // server → output). Text frames carry AttachMsg JSON.
 type AttachMsg struct {
-	// Type: client → server "resize" (Cols, Rows); server → client "exit" (the
-	// session exited; ExitCode) or "error" (Error).
+	// Type: client → server AttachResize (Cols, Rows); server → client AttachExit
+	// (the session exited; ExitCode) or AttachError (Error).
 	Type     string `json:"type"`
 	Cols     int    `json:"cols,omitempty"`
 	Rows     int    `json:"rows,omitempty"`
 	ExitCode *int   `json:"exit_code,omitempty"`
 	Error    *Error `json:"error,omitempty"`
 }
+
+// Types of attach messages (AttachMsg.Type).
+const (
+	AttachResize = "resize"
+	AttachExit   = "exit"
+	AttachError  = "error"
+)
 
 // HTTP headers of output routes.
 const (

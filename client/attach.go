@@ -109,7 +109,7 @@ func (a *AttachConn) Read(p []byte) (int, error) {
 				continue
 			}
 			switch m.Type {
-			case "exit":
+			case api.AttachExit:
 				code := -1
 				if m.ExitCode != nil {
 					code = *m.ExitCode
@@ -118,7 +118,7 @@ func (a *AttachConn) Read(p []byte) (int, error) {
 				a.exitCode = &code
 				a.mu.Unlock()
 				a.rerr = io.EOF
-			case "error":
+			case api.AttachError:
 				e := &Error{Code: api.CodeInternal, Message: "the controller ended the attachment"}
 				if m.Error != nil {
 					e.Code, e.Message = m.Error.Code, m.Error.Message
@@ -151,7 +151,7 @@ func (a *AttachConn) Resize(cols, rows int) error {
 	if cols <= 0 || rows <= 0 {
 		return &Error{Code: api.CodeBadRequest, Message: fmt.Sprintf("resize to %dx%d: want positive columns and rows", cols, rows)}
 	}
-	b, err := json.Marshal(api.AttachMsg{Type: "resize", Cols: cols, Rows: rows})
+	b, err := json.Marshal(api.AttachMsg{Type: api.AttachResize, Cols: cols, Rows: rows})
 	if err != nil {
 		return err
 	}

@@ -116,9 +116,9 @@ type BlockQuery struct {
 	MaxBytes      int
 }
 
-// WaitQuery says what Wait waits for: Until is api.StateIdle, "waiting_input",
-// "exited" or "output" (output past After); TimeoutMS bounds the wait (0: the
-// controller's default).
+// WaitQuery says what Wait waits for: Until is api.UntilIdle, api.UntilWaitingInput,
+// api.UntilExited or api.UntilOutput (output past After); TimeoutMS bounds the wait
+// (0: the controller's default).
 type WaitQuery struct {
 	Until     string
 	TimeoutMS int
@@ -191,7 +191,7 @@ func (c *Client) CloseSession(ctx context.Context, node, id string) (api.Session
 }
 
 // Run runs a command in a session and returns its block with the rendered text. When
-// the timeout passes first, the block's State is still "running".
+// the timeout passes first, the block's State is still api.BlockRunning.
 func (c *Client) Run(ctx context.Context, node, id string, body api.RunBody) (api.BlockResult, error) {
 	var out api.BlockResult
 	err := c.sessionCall(ctx, http.MethodPost, node, id, "/run", nil, body, &out)

@@ -233,7 +233,7 @@ func (f *followServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		step := f.steps[0]
 		f.steps = f.steps[1:]
 		if len(f.steps) == 0 {
-			f.state = StateExited
+			f.state = api.StateExited
 		}
 		f.mu.Unlock()
 		step(w, from)
@@ -263,7 +263,7 @@ func newFollowServer(t *testing.T, n int) *followServer {
 	for i := range data {
 		data[i] = byte('a' + i%26)
 	}
-	return &followServer{t: t, data: data, state: StateRunning}
+	return &followServer{t: t, data: data, state: api.StateRunning}
 }
 
 func TestFollowReconnectsWithoutGapsOrRepeats(t *testing.T) {

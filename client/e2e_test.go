@@ -120,7 +120,7 @@ func TestE2EFollowAcrossControllerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Wait(ctx, "n1", sess.ID, client.WaitQuery{Until: client.UntilIdle, TimeoutMS: 10000}); err != nil {
+	if _, err := c.Wait(ctx, "n1", sess.ID, client.WaitQuery{Until: api.UntilIdle, TimeoutMS: 10000}); err != nil {
 		t.Fatal(err)
 	}
 	// A long command prints numbered lines while the controller restarts.
@@ -154,7 +154,7 @@ func TestE2EFollowAcrossControllerRestart(t *testing.T) {
 	}
 	s.startController(addr) // the same address: the client reconnects
 	testutil.Eventually(t, 30*time.Second, have("line-300\r\n"), "output after the restart")
-	if _, err := c.Wait(ctx, "n1", sess.ID, client.WaitQuery{Until: client.UntilIdle, TimeoutMS: 10000}); err != nil {
+	if _, err := c.Wait(ctx, "n1", sess.ID, client.WaitQuery{Until: api.UntilIdle, TimeoutMS: 10000}); err != nil {
 		t.Fatal(err)
 	}
 	ch, err := c.Output(ctx, "n1", sess.ID, 0, 0)
@@ -185,7 +185,7 @@ func TestE2EAttach(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Wait(ctx, "n1", sess.ID, client.WaitQuery{Until: client.UntilIdle, TimeoutMS: 10000}); err != nil {
+	if _, err := c.Wait(ctx, "n1", sess.ID, client.WaitQuery{Until: api.UntilIdle, TimeoutMS: 10000}); err != nil {
 		t.Fatal(err)
 	}
 	a, err := c.Attach(ctx, "n1", sess.ID, client.AttachOptions{})

@@ -13,27 +13,6 @@ import (
 	"github.com/fleetmux/fleetmux/api"
 )
 
-// Session states and block states as the API spells them (DESIGN.md, "Sessions and
-// blocks").
-const (
-	StateStarting     = "starting"
-	StateIdle         = "idle"
-	StateRunning      = "running"
-	StateWaitingInput = "waiting_input"
-	StateExited       = "exited"
-
-	BlockRunning = "running"
-	BlockDone    = "done"
-)
-
-// Wait conditions (WaitQuery.Until).
-const (
-	UntilIdle         = StateIdle
-	UntilWaitingInput = StateWaitingInput
-	UntilExited       = StateExited
-	UntilOutput       = "output"
-)
-
 // Backoff of Follow's reconnects.
 const (
 	followMinBackoff = 100 * time.Millisecond
@@ -154,7 +133,7 @@ func (c *Client) follow(ctx context.Context, node, id string, from int64, emit f
 			switch {
 			case errors.Is(err, ErrNotFound):
 				return next, nil
-			case err == nil && s.State == StateExited && (next >= s.OutputOffset || n == 0):
+			case err == nil && s.State == api.StateExited && (next >= s.OutputOffset || n == 0):
 				// all of it written, or the controller has nothing more to give
 				return next, nil
 			case err != nil && ctx.Err() != nil:

@@ -14,7 +14,6 @@ import (
 
 // attach limits.
 const (
-	attachMaxFrame     = 256 << 10 // one client frame (node.MaxInputBytes)
 	attachWriteTimeout = 10 * time.Second
 )
 
@@ -72,7 +71,7 @@ func (c *Controller) attach(w http.ResponseWriter, r *http.Request) {
 	srv := websocket.Server{
 		Handshake: func(*websocket.Config, *http.Request) error { return nil }, // Origin checked by guard
 		Handler: func(ws *websocket.Conn) {
-			ws.MaxPayloadBytes = attachMaxFrame
+			ws.MaxPayloadBytes = api.MaxInputBytes // one client frame
 			c.attachConn(r.Context(), ws, who, node, id, from)
 		},
 	}
@@ -109,14 +108,14 @@ func (c *Controller) attachConn(rctx context.Context, ws *websocket.Conn, who, n
 				err = c.call(ctx, who, node, "input", api.InputRequest{Session: id, Data: string(f.data)}, nil, c.cfg.RequestTimeout)
 			case websocket.TextFrame:
 				var m api.AttachMsg
-				if json.Unmarshal(f.data, &m) != nil || m.Type != "resize" {
+				if json.Unmarshal(f.data, &m) != nil || m.Type != api.AttachResize {
 					err = api.Errorf(api.CodeBadRequest, "text frames are JSON messages: {\"type\":\"resize\",\"cols\":C,\"rows\":R}")
 					break
 				}
 				err = c.call(ctx, who, node, "resize", api.ResizeRequest{Session: id, Cols: m.Cols, Rows: m.Rows}, nil, c.cfg.RequestTimeout)
 			}
 			if ae, ok := err.(*api.Error); ok {
-				sendMsg(api.AttachMsg{Type: "error", Error: ae})
+				sendMsg(api.AttachMsg{Type: api.AttachError, Error: ae})
 				if ae.Code != api.CodeBadRequest && ae.Code != api.CodeTooLarge {
 					return
 				}
@@ -134,11 +133,11 @@ func (c *Controller) attachConn(rctx context.Context, ws *websocket.Conn, who, n
 			return send(frame{typ: websocket.BinaryFrame, data: p})
 		})
 		if err == nil && end.exited {
-			sendMsg(api.AttachMsg{Type: "exit", ExitCode: end.exitCode})
+			sendMsg(api.AttachMsg{Type: api.AttachExit, ExitCode: end.exitCode})
 		}
 	}
 	if ae, ok := err.(*api.Error); ok && ctx.Err() == nil {
-		sendMsg(api.AttachMsg{Type: "error", Error: ae})
+		sendMsg(api.AttachMsg{Type: api.AttachError, Error: ae})
 	}
 	ws.Close() // ends the input goroutine's Receive
 	<-inputDone

@@ -231,7 +231,7 @@ func (c *Controller) runTarget(ctx context.Context, who string, req api.FanoutRe
 	blk := br.Block
 	res.Block, res.ExitCode, res.Text, res.OmittedBytes = &blk, blk.ExitCode, br.Text, br.OmittedBytes
 	switch {
-	case blk.State != "done":
+	case blk.State != api.BlockDone:
 		res.Error = api.Errorf(api.CodeTimeout, "still running after %d ms (session %s/%s kept)", timeoutMS, t.node, t.session)
 		return res
 	case blk.ExitCode != nil && *blk.ExitCode != 0:
@@ -255,7 +255,7 @@ func (c *Controller) fanSession(ctx context.Context, who, node string, req api.F
 			return "", false, err
 		}
 		for _, s := range list.Sessions {
-			if s.Title == req.Session && s.State != "exited" {
+			if s.Title == req.Session && s.State != api.StateExited {
 				return s.ID, false, nil
 			}
 		}

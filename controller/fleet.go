@@ -30,7 +30,8 @@ type Fleet interface {
 	// Block reads one block's text; req.Session is ignored.
 	Block(ctx context.Context, node, id string, req api.BlockRequest) (api.BlockResult, error)
 	// Wait waits until the session is idle, waiting_input, exited, or has output past
-	// after ("output"), for at most timeoutMS (0: 30 s).
+	// after (until is an api.Until* word; empty: api.UntilIdle), for at most timeoutMS
+	// (0: api.DefaultWait).
 	Wait(ctx context.Context, node, id, until string, after int64, timeoutMS int) (api.WaitResult, error)
 	Fanout(ctx context.Context, req api.FanoutRequest) (api.Fanout, error)
 }
@@ -187,9 +188,9 @@ func (c *Controller) Block(ctx context.Context, node, id string, req api.BlockRe
 // Wait waits on a session's state and returns it with its last block.
 func (c *Controller) Wait(ctx context.Context, node, id, until string, after int64, timeoutMS int) (api.WaitResult, error) {
 	if until == "" {
-		until = "idle"
+		until = api.UntilIdle
 	}
-	timeoutMS = min(max(timeoutMS, 0), int(maxNodeWait/time.Millisecond))
+	timeoutMS = min(max(timeoutMS, 0), int(api.MaxWait/time.Millisecond))
 	var wr api.WaitReply
 	if err := c.sessionCall(ctx, node, id, "wait", api.WaitRequest{Session: id, Until: until, After: after, TimeoutMS: timeoutMS}, &wr, c.timeoutFor(timeoutMS)); err != nil {
 		return api.WaitResult{}, err

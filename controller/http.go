@@ -282,4 +282,4 @@ type slogPrinter struct{ c *Controller }
 func (p slogPrinter) Println(v ...any) { p.c.log.Warn("metrics", "err", fmt.Sprint(v...)) }
 
 // timeoutFor is a request timeout for a verb that waits ms on the node.
-func (c *Controller) timeoutFor(ms int) time.Duration { return c.waitBudget(ms, defaultNodeWait) }
+func (c *Controller) timeoutFor(ms int) time.Duration { return c.waitBudget(ms, api.DefaultWait) }

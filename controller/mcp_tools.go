@@ -20,7 +20,7 @@ import (
 // Defaults and bounds of the tools' waits.
 const (
 	mcpDefaultTimeoutMS = 30000
-	mcpMaxTimeoutMS     = int(maxNodeWait / time.Millisecond)
+	mcpMaxTimeoutMS     = int(api.MaxWait / time.Millisecond)
 	// mcpCreateWaitMS bounds how long create_session waits for the new shell's prompt.
 	mcpCreateWaitMS = 15000
 )

@@ -122,12 +122,5 @@ func (c *Controller) waitBudget(ms int, dflt time.Duration) time.Duration {
 	if ms > 0 {
 		d = time.Duration(ms) * time.Millisecond
 	}
-	return min(d, maxNodeWait) + c.cfg.RequestTimeout
+	return min(d, api.MaxWait) + c.cfg.RequestTimeout
 }
-
-// maxNodeWait is the node's bound on run and wait timeouts (node.MaxWait).
-const maxNodeWait = 10 * time.Minute
-
-// defaultNodeWait is the node's timeout of run and wait when none is given
-// (node.DefaultWait).
-const defaultNodeWait = 30 * time.Second

@@ -246,7 +246,7 @@ func (c *Controller) wait(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	tms := int(min(q[0], int64(maxNodeWait/time.Millisecond)))
+	tms := int(min(q[0], int64(api.MaxWait/time.Millisecond)))
 	withTarget(c, w, r, func(ctx context.Context, node, id string) (any, error) {
 		return c.Wait(ctx, node, id, r.URL.Query().Get("until"), q[1], tms)
 	})

@@ -19,13 +19,6 @@ import (
 	"golang.org/x/crypto/ssh"
 )
 
-// Roles of SSH keys (DESIGN.md): what a person may do.
-const (
-	RoleViewer   = "viewer"   // read and watch only
-	RoleOperator = "operator" // run and type
-	RoleAdmin    = "admin"    // everything
-)
-
 // SSH defaults and limits.
 const (
 	DefaultSSHListen = "127.0.0.1:2222"
@@ -59,7 +52,7 @@ type SSHConfig struct {
 	// is valid now and one of its principals is in the line's principals="a,b"
 	// option. The file is read at each login, so edits apply at once. Required.
 	AuthorizedKeys string
-	// DefaultRole is the role of keys that name none. Default RoleViewer.
+	// DefaultRole is the role of keys that name none. Default api.RoleViewer.
 	DefaultRole string
 	// MaxConns bounds concurrent connections. Default DefaultSSHMaxConns.
 	MaxConns int
@@ -96,7 +89,7 @@ func (c *Controller) StartSSH(cfg SSHConfig) (*SSHServer, error) {
 		return nil, fmt.Errorf("%w: ssh needs a host key file, an authorized_keys file and Exec", ErrConfig)
 	}
 	if cfg.DefaultRole == "" {
-		cfg.DefaultRole = RoleViewer
+		cfg.DefaultRole = api.RoleViewer
 	}
 	if !validRole(cfg.DefaultRole) {
 		return nil, fmt.Errorf("%w: ssh default role %q", ErrConfig, cfg.DefaultRole)
@@ -327,7 +320,9 @@ func principalsOf(opts []string) []string {
 	return nil
 }
 
-func validRole(r string) bool { return r == RoleViewer || r == RoleOperator || r == RoleAdmin }
+func validRole(r string) bool {
+	return r == api.RoleViewer || r == api.RoleOperator || r == api.RoleAdmin
+}
 
 // check authenticates key: a listed key, or a certificate of a listed CA.
 func (a *authorized) check(user string, key ssh.PublicKey) (identity, error) {

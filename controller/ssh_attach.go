@@ -34,7 +34,7 @@ func (sc *sshSession) attach(ctx context.Context, node, id string) int {
 		return 1
 	}
 	addr := node + "/" + id
-	writer := roleRank(sc.id.role) >= roleRank(RoleOperator)
+	writer := roleRank(sc.id.role) >= roleRank(api.RoleOperator)
 	sc.audit(ctx, "attach", addr, "ok", "")
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

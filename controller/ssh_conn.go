@@ -19,13 +19,15 @@ import (
 // Verbs an SSH user may run, and the least role each needs. Anything else (the
 // server verbs, try, replay: they would act on the controller's own host) is refused.
 var sshVerbs = map[string]string{
-	"help": RoleViewer, "nodes": RoleViewer, "ls": RoleViewer, "screen": RoleViewer, "blocks": RoleViewer,
-	"block": RoleViewer, "logs": RoleViewer, "wait": RoleViewer, "attach": RoleViewer,
-	"new": RoleOperator, "run": RoleOperator, "send": RoleOperator, "keys": RoleOperator,
-	"kill": RoleAdmin,
+	"help": api.RoleViewer, "nodes": api.RoleViewer, "ls": api.RoleViewer, "screen": api.RoleViewer, "blocks": api.RoleViewer,
+	"block": api.RoleViewer, "logs": api.RoleViewer, "wait": api.RoleViewer, "attach": api.RoleViewer,
+	"new": api.RoleOperator, "run": api.RoleOperator, "send": api.RoleOperator, "keys": api.RoleOperator,
+	"kill": api.RoleAdmin,
 }
 
-func roleRank(r string) int { return map[string]int{RoleViewer: 1, RoleOperator: 2, RoleAdmin: 3}[r] }
+func roleRank(r string) int {
+	return map[string]int{api.RoleViewer: 1, api.RoleOperator: 2, api.RoleAdmin: 3}[r]
+}
 
 // detachKey ends an attach and leaves the session running (Ctrl-]).
 const detachKey = 0x1d

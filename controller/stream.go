@@ -60,7 +60,7 @@ func (c *Controller) follow(ctx context.Context, who, node, id string, from int6
 	defer stopOut()
 	stopEv, err := c.cfg.Bus.Subscribe(c.subj.Event(node, id), func(_ string, _ map[string]string, data []byte) {
 		var ev api.SessionEvent
-		if json.Unmarshal(data, &ev) != nil || ev.Type != "exited" && ev.Type != "closed" {
+		if json.Unmarshal(data, &ev) != nil || ev.Type != api.EventExited && ev.Type != api.EventClosed {
 			return
 		}
 		select {
@@ -98,7 +98,7 @@ func (c *Controller) follow(ctx context.Context, who, node, id string, from int6
 	if err := c.call(ctx, who, node, "get", api.SessionRequest{Session: id}, &s, c.cfg.RequestTimeout); err != nil {
 		return end, err
 	}
-	if s.State == "exited" {
+	if s.State == api.StateExited {
 		end.exited, end.exitCode = true, s.ExitCode
 		return end, catchUp()
 	}

@@ -234,15 +234,15 @@ func (e *entry) flushEvents(node, id string, seq uint64) {
 func (e *entry) handleEvent(node, id string, ev session.Event) {
 	bus := e.n.cfg.Bus
 	if ev.Block != nil && (ev.Kind == session.EventBlockStarted || ev.Kind == session.EventBlockFinished) {
-		typ := "started"
+		typ := api.BlockStarted
 		if ev.Kind == session.EventBlockFinished {
-			typ = "finished"
+			typ = api.BlockFinished
 		}
 		be := api.BlockEvent{Type: typ, Node: node, Session: id, Seq: ev.Seq, Time: ev.Time, Block: toBlock(*ev.Block)}
 		publishJSON(bus, e.n.subj.Block(node, id), be)
 		e.recMu.Lock()
 		t := time.Since(e.started)
-		if typ == "started" {
+		if typ == api.BlockStarted {
 			_ = e.cast.Marker(t, "block "+strconv.Itoa(ev.Block.N)+": "+truncate(ev.Block.Command, 200))
 		} else {
 			b := ev.Block

@@ -175,8 +175,8 @@ func (n *Node) create(ctx context.Context, req request) (any, error) {
 	if err := decode(req, &r); err != nil {
 		return nil, err
 	}
-	if len(r.Title) > MaxTitleBytes || len(r.Description) > MaxDescBytes {
-		return nil, api.Errorf(api.CodeTooLarge, "title over %d bytes or description over %d bytes", MaxTitleBytes, MaxDescBytes)
+	if len(r.Title) > api.MaxTitleBytes || len(r.Description) > api.MaxDescBytes {
+		return nil, api.Errorf(api.CodeTooLarge, "title over %d bytes or description over %d bytes", api.MaxTitleBytes, api.MaxDescBytes)
 	}
 	if err := validLabels(r.Labels); err != nil {
 		return nil, api.Errorf(api.CodeBadRequest, "%v", err)
@@ -262,8 +262,8 @@ func (n *Node) update(ctx context.Context, req request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.Title != nil && len(*r.Title) > MaxTitleBytes || r.Description != nil && len(*r.Description) > MaxDescBytes {
-		return nil, api.Errorf(api.CodeTooLarge, "title over %d bytes or description over %d bytes", MaxTitleBytes, MaxDescBytes)
+	if r.Title != nil && len(*r.Title) > api.MaxTitleBytes || r.Description != nil && len(*r.Description) > api.MaxDescBytes {
+		return nil, api.Errorf(api.CodeTooLarge, "title over %d bytes or description over %d bytes", api.MaxTitleBytes, api.MaxDescBytes)
 	}
 	if err := validLabels(r.Labels); err != nil {
 		return nil, api.Errorf(api.CodeBadRequest, "%v", err)
@@ -289,9 +289,9 @@ func (n *Node) closeSession(ctx context.Context, req request) (any, error) {
 	info := e.info()
 	e.close()
 	publishJSON(n.cfg.Bus, n.subj.Event(n.cfg.Name, e.id), api.SessionEvent{
-		Type: "closed", Node: n.cfg.Name, Session: e.id, Time: time.Now().UTC(), State: string(session.StateExited),
+		Type: api.EventClosed, Node: n.cfg.Name, Session: e.id, Time: time.Now().UTC(), State: api.StateExited,
 	})
-	info.State = string(session.StateExited)
+	info.State = api.StateExited
 	return info, nil
 }
 
@@ -397,8 +397,8 @@ func (n *Node) input(ctx context.Context, req request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(r.Data) > MaxInputBytes {
-		return nil, api.Errorf(api.CodeTooLarge, "input of %d bytes (limit %d)", len(r.Data), MaxInputBytes)
+	if len(r.Data) > api.MaxInputBytes {
+		return nil, api.Errorf(api.CodeTooLarge, "input of %d bytes (limit %d)", len(r.Data), api.MaxInputBytes)
 	}
 	if err := e.s.Input([]byte(r.Data)); err != nil {
 		return nil, sessionErr(e.id, err)
@@ -483,8 +483,8 @@ func (n *Node) read(ctx context.Context, req request) (any, error) {
 	if r.From < 0 || r.Max < 0 {
 		return nil, api.Errorf(api.CodeBadRequest, "from and max must not be negative")
 	}
-	if r.Max == 0 || r.Max > MaxReadBytes {
-		r.Max = MaxReadBytes
+	if r.Max == 0 || r.Max > api.MaxReadBytes {
+		r.Max = api.MaxReadBytes
 	}
 	oldest, end := e.s.Offsets()
 	data, err := e.s.Read(r.From, r.Max)
@@ -536,7 +536,7 @@ func (n *Node) wait(ctx context.Context, req request) (any, error) {
 // waitTimeout turns a request's timeout_ms into a bounded duration.
 func waitTimeout(ms int) time.Duration {
 	if ms <= 0 {
-		return DefaultWait
+		return api.DefaultWait
 	}
-	return min(time.Duration(ms)*time.Millisecond, MaxWait)
+	return min(time.Duration(ms)*time.Millisecond, api.MaxWait)
 }

@@ -29,18 +29,6 @@ import (
 // Version is the node agent's version, gossiped and served.
 const Version = "0.1.0"
 
-// Limits of the node API (documented in the README).
-const (
-	DefaultMaxSessions = 64
-	MaxInputBytes      = 256 << 10 // one input request
-	MaxReadBytes       = 512 << 10 // one read reply (base64 stays under NATS's 1 MB)
-	MaxTitleBytes      = 256
-	MaxDescBytes       = 4096
-	MaxLabels          = 32
-	MaxWait            = 10 * time.Minute
-	DefaultWait        = 30 * time.Second
-)
-
 // Config configures a node. Name, DataDir and Bus are required.
 type Config struct {
 	// Name is the node name (api.ValidName), one subject token.
@@ -55,7 +43,7 @@ type Config struct {
 	Bus Bus
 	// Gossip, when set, is told the node's metadata whenever it changes.
 	Gossip Gossip
-	// MaxSessions bounds the sessions alive at once (default DefaultMaxSessions).
+	// MaxSessions bounds the sessions alive at once (default api.DefaultMaxSessions).
 	MaxSessions int
 	// DefaultShell is used when a create request names neither shell nor argv
 	// (default "bash").
@@ -106,7 +94,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: prefix: %w", err)
 	}
 	if cfg.MaxSessions <= 0 {
-		cfg.MaxSessions = DefaultMaxSessions
+		cfg.MaxSessions = api.DefaultMaxSessions
 	}
 	if cfg.DefaultShell == "" {
 		cfg.DefaultShell = "bash"
@@ -315,8 +303,8 @@ func (n *Node) gossipLocked() {
 }
 
 func validLabels(l map[string]string) error {
-	if len(l) > MaxLabels {
-		return fmt.Errorf("%d labels (limit %d)", len(l), MaxLabels)
+	if len(l) > api.MaxLabels {
+		return fmt.Errorf("%d labels (limit %d)", len(l), api.MaxLabels)
 	}
 	for k, v := range l {
 		if err := api.ValidName(k); err != nil {

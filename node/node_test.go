@@ -241,7 +241,7 @@ func TestBadInput(t *testing.T) {
 		{"run", api.RunRequest{Session: "s1", Command: "  "}, api.CodeBadRequest},
 		{"run", api.RunRequest{Session: "s1", Command: strings.Repeat("x", 300<<10)}, api.CodeTooLarge},
 		{"run", api.RunRequest{Session: "s1", Command: "true", TimeoutMS: -1}, api.CodeBadRequest},
-		{"input", api.InputRequest{Session: "s1", Data: strings.Repeat("x", node.MaxInputBytes+1)}, api.CodeTooLarge},
+		{"input", api.InputRequest{Session: "s1", Data: strings.Repeat("x", api.MaxInputBytes+1)}, api.CodeTooLarge},
 		{"keys", api.KeysRequest{Session: "s1", Keys: []string{"C-c", "Hyper-x"}}, api.CodeBadRequest},
 		{"keys", api.KeysRequest{Session: "s1"}, api.CodeBadRequest},
 		{"resize", api.ResizeRequest{Session: "s1", Cols: 0, Rows: 5}, api.CodeBadRequest},
@@ -393,7 +393,7 @@ func (f *fixture) assemble(c *collector, id string, end int64) ([]byte, int) {
 		gaps++
 		for pos < next {
 			var rd api.ReadReply
-			f.mustCall("read", api.ReadRequest{Session: id, From: pos, Max: int(min(next-pos, node.MaxReadBytes))}, &rd)
+			f.mustCall("read", api.ReadRequest{Session: id, From: pos, Max: int(min(next-pos, api.MaxReadBytes))}, &rd)
 			if len(rd.Data) == 0 || rd.Offset != pos {
 				f.t.Fatalf("read at %d returned %d bytes at %d (end %d)", pos, len(rd.Data), rd.Offset, rd.End)
 			}

@@ -3,25 +3,27 @@ package session
 import (
 	"strings"
 	"time"
+
+	"github.com/fleetmux/fleetmux/api"
 )
 
-// State is a session's state, as DESIGN.md defines it.
+// State is a session's state, as DESIGN.md defines it; its values are api's words.
 type State string
 
 const (
-	StateStarting     State = "starting"      // the shell has not shown its first prompt
-	StateIdle         State = "idle"          // at the shell prompt
-	StateRunning      State = "running"       // a command runs
-	StateWaitingInput State = "waiting_input" // the foreground program is blocked reading the terminal
-	StateExited       State = "exited"        // the process has exited
+	StateStarting     State = api.StateStarting     // the shell has not shown its first prompt
+	StateIdle         State = api.StateIdle         // at the shell prompt
+	StateRunning      State = api.StateRunning      // a command runs
+	StateWaitingInput State = api.StateWaitingInput // the foreground program is blocked reading the terminal
+	StateExited       State = api.StateExited       // the process has exited
 )
 
-// BlockState is the state of one block.
+// BlockState is the state of one block; its values are api's words.
 type BlockState string
 
 const (
-	BlockRunning BlockState = "running"
-	BlockDone    BlockState = "done"
+	BlockRunning BlockState = api.BlockRunning
+	BlockDone    BlockState = api.BlockDone
 )
 
 // Block is one command and its output range [Start, End) in the output stream.
@@ -45,18 +47,20 @@ type Block struct {
 	prompt   bool // the trailing line is the program's prompt (fallback)
 }
 
-// EventKind names a session event.
+// EventKind names a session event. The kinds that are also session events on the
+// wire have api's words; a block's start and finish are block events there
+// (api.BlockStarted, api.BlockFinished).
 type EventKind string
 
 const (
-	EventCreated       EventKind = "created"
-	EventState         EventKind = "state"
+	EventCreated       EventKind = api.EventCreated
+	EventState         EventKind = api.EventState
 	EventBlockStarted  EventKind = "block_started"
 	EventBlockFinished EventKind = "block_finished"
-	EventCwd           EventKind = "cwd"
-	EventResized       EventKind = "resized"
-	EventInfo          EventKind = "info"
-	EventExited        EventKind = "exited"
+	EventCwd           EventKind = api.EventCwd
+	EventResized       EventKind = api.EventResized
+	EventInfo          EventKind = api.EventInfo
+	EventExited        EventKind = api.EventExited
 )
 
 // Event is one thing that happened to a session, numbered from 1.

@@ -181,7 +181,7 @@ func procWaitingForInput(pid int, tty string) bool {
 		}
 		f := strings.Fields(string(b))
 		if len(f) < 3 {
-			continue // "running" or not in a syscall
+			continue // the kernel says running, or the task is not in a syscall
 		}
 		nr, err := strconv.Atoi(f[0])
 		if err != nil {

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/fleetmux/fleetmux/api"
 )
 
 // Info is a snapshot of a session.
@@ -80,7 +82,7 @@ type RunOptions struct {
 	// running block is returned (not an error) so the caller can wait again. Zero:
 	// wait until ctx is done.
 	Timeout time.Duration
-	// MaxOutputBytes is the text budget (head + tail); 0 means DefaultMaxOutputBytes,
+	// MaxOutputBytes is the text budget (head + tail); 0 means api.DefaultMaxOutputBytes,
 	// negative means unlimited.
 	MaxOutputBytes int
 }
@@ -113,8 +115,8 @@ func (s *Session) Run(ctx context.Context, command string, opts RunOptions) (Res
 	if strings.TrimSpace(command) == "" {
 		return Result{}, ErrEmptyCommand
 	}
-	if len(command) > MaxCommandBytes {
-		return Result{}, fmt.Errorf("%w: command of %d bytes (limit %d)", ErrTooLarge, len(command), MaxCommandBytes)
+	if len(command) > api.MaxCommandBytes {
+		return Result{}, fmt.Errorf("%w: command of %d bytes (limit %d)", ErrTooLarge, len(command), api.MaxCommandBytes)
 	}
 	// Waiting for the shell's prompt is bounded apart from the block's timeout, so a
 	// short timeout on a session that is still starting does not fail the command.
@@ -346,7 +348,7 @@ func (s *Session) awaitPrompt(ctx context.Context, d time.Duration) {
 
 // TextOptions select what BlockText returns.
 type TextOptions struct {
-	// MaxBytes is the text budget; 0 means DefaultMaxOutputBytes, negative unlimited.
+	// MaxBytes is the text budget; 0 means api.DefaultMaxOutputBytes, negative unlimited.
 	MaxBytes int
 	// Offset skips that many lines (after Grep); Limit keeps at most that many (0: all).
 	Offset, Limit int
@@ -372,7 +374,7 @@ func (s *Session) BlockText(n int, opts TextOptions) (Result, error) {
 	}
 	max := opts.MaxBytes
 	if max == 0 {
-		max = DefaultMaxOutputBytes
+		max = api.DefaultMaxOutputBytes
 	}
 	s.mu.Lock()
 	if n < 1 || n > len(s.blocks) {

@@ -24,6 +24,8 @@ import (
 
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
+
+	"github.com/fleetmux/fleetmux/api"
 )
 
 // Defaults for zero Config fields.
@@ -32,12 +34,6 @@ const (
 	DefaultRows            = 40
 	DefaultScrollbackBytes = 8 << 20
 	DefaultSettle          = 150 * time.Millisecond
-	DefaultMaxOutputBytes  = 16 << 10
-
-	// MaxCommandBytes bounds a command given to Run.
-	MaxCommandBytes = 256 << 10
-	// MaxInputBytes bounds one Input call.
-	MaxInputBytes = 1 << 20
 
 	inputTimeout = 10 * time.Second
 	closeGrace   = 2 * time.Second
@@ -658,8 +654,8 @@ func (s *Session) usableLocked() error {
 
 // Input writes raw bytes to the terminal, as if typed.
 func (s *Session) Input(p []byte) error {
-	if len(p) > MaxInputBytes {
-		return fmt.Errorf("%w: input of %d bytes (limit %d)", ErrTooLarge, len(p), MaxInputBytes)
+	if len(p) > api.MaxInputBytes {
+		return fmt.Errorf("%w: input of %d bytes (limit %d)", ErrTooLarge, len(p), api.MaxInputBytes)
 	}
 	s.mu.Lock()
 	err := s.usableLocked()

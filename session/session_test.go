@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/testutil"
 )
 
@@ -155,7 +156,7 @@ func TestRawRangeAndBigOutput(t *testing.T) {
 			}
 			t.Fatalf("raw range: %d bytes, want %d; first difference at %d: %q", len(got), len(want), i, got[max(0, i-20):min(len(got), i+40)])
 		}
-		if r.OmittedBytes <= 0 || len(r.Text) > DefaultMaxOutputBytes+200 {
+		if r.OmittedBytes <= 0 || len(r.Text) > api.DefaultMaxOutputBytes+200 {
 			t.Fatalf("budget: %d bytes of text, %d omitted", len(r.Text), r.OmittedBytes)
 		}
 		if !strings.HasPrefix(r.Text, line+"\n") || !strings.HasSuffix(r.Text, "\n"+line) || !strings.Contains(r.Text, "bytes omitted") {
@@ -512,8 +513,11 @@ func TestBadInput(t *testing.T) {
 	if _, err := s.Run(ctx, "  \n ", RunOptions{}); !errors.Is(err, ErrEmptyCommand) {
 		t.Errorf("empty command: %v", err)
 	}
-	if _, err := s.Run(ctx, strings.Repeat("x", MaxCommandBytes+1), RunOptions{}); !errors.Is(err, ErrTooLarge) {
+	if _, err := s.Run(ctx, strings.Repeat("x", api.MaxCommandBytes+1), RunOptions{}); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("huge command: %v", err)
+	}
+	if err := s.Input(make([]byte, api.MaxInputBytes+1)); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("huge input: %v", err)
 	}
 	if _, err := s.Wait(ctx, "soon", 0); !errors.Is(err, ErrBadConfig) {
 		t.Errorf("bad wait condition: %v", err)

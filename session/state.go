@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/fleetmux/fleetmux/api"
 )
 
 // Kernel state polling. The poller samples the foreground process group of the PTY and
@@ -181,14 +183,14 @@ func (s *Session) sample() bool {
 	return confirm // sample again soon
 }
 
-// Until names what Wait waits for.
+// Until names what Wait waits for; its values are api's words.
 type Until string
 
 const (
-	UntilIdle         Until = "idle"          // back at the shell prompt
-	UntilWaitingInput Until = "waiting_input" // the foreground program waits for input
-	UntilExited       Until = "exited"        // the process exited
-	UntilOutput       Until = "output"        // output beyond the given offset exists
+	UntilIdle         Until = api.UntilIdle         // back at the shell prompt
+	UntilWaitingInput Until = api.UntilWaitingInput // the foreground program waits for input
+	UntilExited       Until = api.UntilExited       // the process exited
+	UntilOutput       Until = api.UntilOutput       // output beyond the given offset exists
 )
 
 // Wait blocks until the condition holds or ctx is done, and returns the session as it

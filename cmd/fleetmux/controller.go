@@ -84,7 +84,7 @@ func controllerCmd() *cobra.Command {
 	f.StringVar(&o.gossip.listen, "gossip-listen", "127.0.0.1:7946", "gossip address host:port")
 	f.StringVar(&o.gossip.key, "gossip-key", "", "gossip encryption key, hex (default $FLEETMUX_GOSSIP_KEY); required beyond loopback")
 	f.StringSliceVar(&o.gossip.join, "join", nil, "gossip seed addresses host:port (nodes or other controllers)")
-	o.ssh.register(f, controller.RoleViewer)
+	o.ssh.register(f, api.RoleViewer)
 	f.BoolVar(&o.verbose, "verbose", false, "debug logs")
 	return c
 }

@@ -51,7 +51,7 @@ func devCmd() *cobra.Command {
 	f.StringVar(&o.natsListen, "nats-listen", transport.DefaultServerListen, "embedded NATS address (loopback)")
 	f.StringVar(&o.gossipListen, "gossip-listen", "127.0.0.1:7946", "the controller's gossip address (loopback; the node takes a free port)")
 	f.StringVar(&o.prefix, "prefix", api.DefaultPrefix, "NATS subject prefix")
-	o.ssh.register(f, controller.RoleAdmin) // on one's own machine, one's own keys are admins
+	o.ssh.register(f, api.RoleAdmin) // on one's own machine, one's own keys are admins
 	f.BoolVar(&o.verbose, "verbose", false, "debug logs")
 	return c
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
-	"github.com/fleetmux/fleetmux/client"
 	"github.com/spf13/cobra"
 )
 
@@ -164,7 +163,7 @@ func (o *runOptions) runOne(c *cobra.Command, node, id string, body api.RunBody)
 // note when it is still running; 0 for a block without one (typed into a program).
 func runExit(addr string, timeout time.Duration, r api.BlockResult) error {
 	switch {
-	case r.Block.State == client.BlockRunning:
+	case r.Block.State == api.BlockRunning:
 		return &exitError{code: 124, err: fmt.Errorf("still running after %v: fleetmux wait %s (then fleetmux block %s %d)", timeout, addr, addr, r.Block.N)}
 	case r.Block.ExitCode == nil || *r.Block.ExitCode == 0:
 		return nil
@@ -272,10 +271,10 @@ func summary(r api.FanoutResult) string {
 		}
 		return fmt.Sprintf("%s\t%s\t%s", target(r), word, cell(r.Error.Error(), 100))
 	}
-	status := "done"
+	status := api.BlockDone
 	switch c := resultExit(r); {
-	case r.Block != nil && r.Block.State == client.BlockRunning:
-		status = "running"
+	case r.Block != nil && r.Block.State == api.BlockRunning:
+		status = api.BlockRunning
 	case c != nil:
 		status = fmt.Sprintf("exit=%d", *c)
 	}
@@ -344,7 +343,7 @@ func fanoutExit(fo api.Fanout) error {
 		switch c := resultExit(r); {
 		case r.Error != nil:
 			return &exitError{code: 1}
-		case r.Block != nil && r.Block.State == client.BlockRunning:
+		case r.Block != nil && r.Block.State == api.BlockRunning:
 			return &exitError{code: 124}
 		case c != nil && *c != 0:
 			return &exitError{code: *c}

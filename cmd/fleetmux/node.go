@@ -62,7 +62,7 @@ func nodeCmd() *cobra.Command {
 	f.StringVar(&o.gossipListen, "gossip-listen", "", "gossip address host:port (e.g. 127.0.0.1:7946); empty: no gossip")
 	f.StringVar(&o.gossipKey, "gossip-key", "", "gossip encryption key, hex (16, 24 or 32 bytes); required beyond loopback")
 	f.StringSliceVar(&o.join, "join", nil, "gossip seed addresses host:port")
-	f.IntVar(&o.maxSessions, "max-sessions", node.DefaultMaxSessions, "sessions alive at once")
+	f.IntVar(&o.maxSessions, "max-sessions", api.DefaultMaxSessions, "sessions alive at once")
 	f.BoolVar(&o.verbose, "verbose", false, "debug logs")
 	return c
 }

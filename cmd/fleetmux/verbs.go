@@ -165,10 +165,10 @@ func printSessions(w io.Writer, ss []api.Session) error {
 // the session) ended.
 func cmdOrExit(s api.Session) string {
 	switch {
-	case s.State == client.StateExited && s.ExitCode != nil:
+	case s.State == api.StateExited && s.ExitCode != nil:
 		return fmt.Sprintf("exited %d", *s.ExitCode)
-	case s.State == client.StateExited:
-		return "exited"
+	case s.State == api.StateExited:
+		return api.StateExited
 	case s.CurrentCommand != "":
 		return cell(s.CurrentCommand, 40)
 	case s.LastExitCode != nil:
@@ -601,7 +601,7 @@ func waitCmd() *cobra.Command {
 	}
 	o.register(c, true)
 	f := c.Flags()
-	f.StringVar(&o.until, "until", client.UntilIdle, "idle, waiting_input, exited or output")
+	f.StringVar(&o.until, "until", api.UntilIdle, "idle, waiting_input, exited or output")
 	f.DurationVar(&o.timeout, "timeout", 60*time.Second, "how long to wait")
 	f.Int64Var(&o.after, "after", 0, "with --until output: the offset to pass")
 	return c
@@ -609,7 +609,7 @@ func waitCmd() *cobra.Command {
 
 func validUntil(s string) error {
 	switch s {
-	case client.UntilIdle, client.UntilWaitingInput, client.UntilExited, client.UntilOutput:
+	case api.UntilIdle, api.UntilWaitingInput, api.UntilExited, api.UntilOutput:
 		return nil
 	}
 	return usageError("wait: --until %q: want idle, waiting_input, exited or output", s)
