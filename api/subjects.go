@@ -23,6 +23,9 @@ const (
 	// HeaderActor names who made a request (an API token name, an SSH key
 	// fingerprint); it goes into the audit record.
 	HeaderActor = "Fleetmux-Actor"
+	// HeaderAuth carries a node request's signed envelope (trust.Signer): the
+	// controller, the actor and the role that the node checks and audits.
+	HeaderAuth = "Fleetmux-Auth"
 
 	// ServiceName is the NATS micro service name of the node API.
 	ServiceName = "fleetmux-node"

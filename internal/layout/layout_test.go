@@ -44,8 +44,9 @@ var rules = []rule{
 	}},
 	{dir: "replay", only: []string{"api"}},
 	{dir: "transport", only: []string{"api", "github.com/nats-io", "github.com/hashicorp/memberlist"}},
-	{dir: "node", ours: []string{"api", "session", "replay"}, never: []string{"controller", "transport"}},
-	{dir: "controller", ours: []string{"api", "replay"}, never: []string{"node", "transport"}},
+	{dir: "trust", only: []string{"api", "golang.org/x/crypto"}},
+	{dir: "node", ours: []string{"api", "session", "replay", "trust"}, never: []string{"controller", "transport"}},
+	{dir: "controller", ours: []string{"api", "replay", "trust"}, never: []string{"node", "transport"}},
 	{dir: "client", only: []string{"api"}},
 }
 
