@@ -279,7 +279,7 @@ func BenchmarkAPIRoundTrip(b *testing.B) {
 	b.Run("tmux", func(b *testing.B) {
 		t, err := startTmux(newBenchEnv(b), b.TempDir())
 		if errors.Is(err, errNoTmux) {
-			b.Skip(err)
+			testutil.Missing(b, "%v", err)
 		}
 		if err != nil {
 			b.Fatal(err)
@@ -290,7 +290,7 @@ func BenchmarkAPIRoundTrip(b *testing.B) {
 	b.Run("ssh", func(b *testing.B) {
 		d, err := startSSH(newBenchEnv(b), b.TempDir())
 		if errors.Is(err, errNoSSHD) {
-			b.Skip(err)
+			testutil.Missing(b, "%v", err)
 		}
 		if err != nil {
 			b.Fatal(err)
@@ -301,7 +301,7 @@ func BenchmarkAPIRoundTrip(b *testing.B) {
 	b.Run("ssh-mux", func(b *testing.B) {
 		d, err := startSSH(newBenchEnv(b), b.TempDir())
 		if errors.Is(err, errNoSSHD) {
-			b.Skip(err)
+			testutil.Missing(b, "%v", err)
 		}
 		if err != nil {
 			b.Fatal(err)
@@ -366,7 +366,7 @@ func TestControllerDrivers(t *testing.T) {
 	}
 	d, err := startSSH(e, t.TempDir())
 	if errors.Is(err, errNoSSHD) {
-		t.Skip(err)
+		testutil.Missing(t, "%v", err)
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
+	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/fleetmux/fleetmux/session"
 )
 
@@ -425,11 +426,10 @@ func TestDrivers(t *testing.T) {
 		t.Fatalf("readUntil past deadline: %v, want ErrDeadlineExceeded", err)
 	}
 
-	tm, err := startTmux(e, t.TempDir())
-	if errors.Is(err, errNoTmux) {
-		t.Log("tmux not installed; skipping its driver")
+	if testutil.WantTool(t, "tmux") == "" {
 		return
 	}
+	tm, err := startTmux(e, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

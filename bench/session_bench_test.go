@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fleetmux/fleetmux/internal/testutil"
 )
 
 // BenchmarkRoundTrip measures submitting a trivial command and learning that it is
@@ -43,7 +45,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 	b.Run("tmux", func(b *testing.B) {
 		t, err := startTmux(newBenchEnv(b), b.TempDir())
 		if errors.Is(err, errNoTmux) {
-			b.Skip(err)
+			testutil.Missing(b, "%v", err)
 		}
 		if err != nil {
 			b.Fatal(err)

@@ -353,7 +353,7 @@ func BenchmarkSSHEcho(b *testing.B) {
 	b.Run("attach", func(b *testing.B) {
 		d, err := startDevProc(b, newBenchEnv(b))
 		if errors.Is(err, errNoSSHC) {
-			b.Skip(err)
+			testutil.Missing(b, "%v", err)
 		}
 		if err != nil {
 			b.Fatal(err)
@@ -368,7 +368,7 @@ func BenchmarkSSHEcho(b *testing.B) {
 	b.Run("sshd", func(b *testing.B) {
 		s, err := startSSH(newBenchEnv(b), b.TempDir())
 		if errors.Is(err, errNoSSHD) {
-			b.Skip(err)
+			testutil.Missing(b, "%v", err)
 		}
 		if err != nil {
 			b.Fatal(err)
@@ -395,7 +395,7 @@ func BenchmarkSSHRun(b *testing.B) {
 	front := func(b *testing.B, mux bool) {
 		d, err := startDevProc(b, newBenchEnv(b))
 		if errors.Is(err, errNoSSHC) {
-			b.Skip(err)
+			testutil.Missing(b, "%v", err)
 		}
 		if err != nil {
 			b.Fatal(err)
@@ -427,7 +427,7 @@ func BenchmarkSSHRun(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			s, err := startSSH(newBenchEnv(b), b.TempDir())
 			if errors.Is(err, errNoSSHD) {
-				b.Skip(err)
+				testutil.Missing(b, "%v", err)
 			}
 			if err != nil {
 				b.Fatal(err)
@@ -463,7 +463,7 @@ func TestSSHDrivers(t *testing.T) {
 	x.Close()
 	d, err := startDevProc(t, e)
 	if errors.Is(err, errNoSSHC) {
-		t.Skip(err)
+		testutil.Missing(t, "%v", err)
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -32,7 +32,7 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 
 func newStack(t *testing.T) (*stack, *client.Client) {
 	t.Helper()
-	testutil.NeedProgram(t, "bash")
+	testutil.NeedTool(t, "bash")
 	t.Setenv("HOME", t.TempDir())
 	srv := testutil.StartNATS(t, t.TempDir())
 	ctx := context.Background()

@@ -52,7 +52,7 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 
 func newFixture(t *testing.T, o fixtureOpts) *fixture {
 	t.Helper()
-	testutil.NeedProgram(t, "bash")
+	testutil.NeedTool(t, "bash")
 	t.Setenv("HOME", t.TempDir()) // the sessions' shells must not read the tester's rc files
 	if o.nodes == nil {
 		o.nodes = map[string]map[string]string{"n1": {"role": "web"}, "n2": {"role": "db"}}

@@ -323,7 +323,8 @@ type network struct {
 
 // setupNetwork gives every node its own network namespace with an address on a
 // bridge of the host (10.213.X.0/24, X random), when running as root with `ip`; it
-// falls back to loopback otherwise, or with FLEETMUX_TEST_NO_NETNS set. Everything
+// falls back to loopback otherwise (a failure under FLEETMUX_TEST_STRICT=1), or with
+// FLEETMUX_TEST_NO_NETNS set. Everything
 // is deleted when the test ends.
 func setupNetwork(t *testing.T, nodes []string) *network {
 	lo := loopback(nodes)
@@ -331,12 +332,8 @@ func setupNetwork(t *testing.T, nodes []string) *network {
 	case os.Getenv("FLEETMUX_TEST_NO_NETNS") != "":
 		t.Log("network namespaces skipped (FLEETMUX_TEST_NO_NETNS set): everything on loopback")
 		return lo
-	case os.Geteuid() != 0:
-		t.Log("network namespaces skipped (not root): everything on loopback")
-		return lo
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Log("network namespaces skipped (no ip command): everything on loopback")
+	case !testutil.WantRoot(t) || testutil.WantTool(t, "ip") == "":
+		t.Log("network namespaces skipped (they need root and ip): everything on loopback")
 		return lo
 	}
 	nw, cleanup, err := makeNamespaces(nodes)

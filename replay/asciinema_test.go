@@ -20,7 +20,7 @@ func runAsciinema(t *testing.T, bin string, args ...string) []byte {
 // resizes, markers and invalid bytes ("b" events), and print its output exactly (with
 // U+FFFD for each invalid byte).
 func TestAsciinema(t *testing.T) {
-	bin := testutil.NeedProgram(t, "asciinema")
+	bin := testutil.NeedTool(t, "asciinema")
 	path := filepath.Join(t.TempDir(), "accept.cast")
 	f, err := os.Create(path)
 	if err != nil {

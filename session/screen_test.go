@@ -30,7 +30,7 @@ func TestFullScreenProgramsOnScreen(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.prog, func(t *testing.T) {
-			testutil.NeedProgram(t, c.prog)
+			testutil.NeedTool(t, c.prog)
 			s := startShell(t, "bash")
 			ctx := ctxT(t)
 			r, err := s.Run(ctx, c.cmd, RunOptions{Timeout: 50 * time.Millisecond})
@@ -122,7 +122,7 @@ func TestScreenRenderedOnDemandOnMainScreen(t *testing.T) {
 		t.Fatalf("after Screen: fed %d of %d", fed, end)
 	}
 
-	testutil.NeedProgram(t, "less")
+	testutil.NeedTool(t, "less")
 	file := filepath.Join(t.TempDir(), "f.txt")
 	if err := os.WriteFile(file, []byte("alt-screen-text\n"), 0o600); err != nil {
 		t.Fatal(err)

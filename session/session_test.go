@@ -24,7 +24,7 @@ var shells = []string{"bash", "zsh"}
 // not matter) and closes it when the test ends.
 func startShell(t *testing.T, shell string, mod ...func(*Config)) *Session {
 	t.Helper()
-	testutil.NeedProgram(t, shell)
+	testutil.NeedTool(t, shell)
 	home := t.TempDir()
 	cfg := Config{
 		ID:         "t1",
@@ -330,7 +330,7 @@ func TestNestedShellFallback(t *testing.T) {
 }
 
 func TestVimAltScreen(t *testing.T) {
-	vim := testutil.NeedProgram(t, "vim")
+	vim := testutil.NeedTool(t, "vim")
 	forEachShell(t, func(t *testing.T, shell string) {
 		s := startShell(t, shell)
 		ctx := ctxT(t)

@@ -20,7 +20,7 @@ func TestMain(m *testing.M) { testutil.MainWithLeakCheck(m) }
 // so that the machine's own rc files (slow plugin managers, stale locks) stay out.
 func needBash(t *testing.T) {
 	t.Helper()
-	testutil.NeedProgram(t, "bash")
+	testutil.NeedTool(t, "bash")
 	t.Setenv("HOME", t.TempDir())
 }
 

@@ -13,7 +13,7 @@ import (
 )
 
 func TestNodeServesOverNATS(t *testing.T) {
-	testutil.NeedProgram(t, "bash")
+	testutil.NeedTool(t, "bash")
 	srv := testutil.StartNATS(t, t.TempDir())
 	ctx, cancel := context.WithCancel(context.Background())
 	var errb bytes.Buffer

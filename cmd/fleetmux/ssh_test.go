@@ -17,8 +17,8 @@ import (
 // TestOpenSSH drives the SSH front door of `fleetmux dev` with the real OpenSSH
 // client: verbs print and exit as the CLI does.
 func TestOpenSSH(t *testing.T) {
-	sshBin := testutil.NeedProgram(t, "ssh")
-	keygen := testutil.NeedProgram(t, "ssh-keygen")
+	sshBin := testutil.NeedTool(t, "ssh")
+	keygen := testutil.NeedTool(t, "ssh-keygen")
 	dir := t.TempDir()
 	key := filepath.Join(dir, "id_ed25519")
 	testutil.RunProgram(t, keygen, "-q", "-t", "ed25519", "-N", "", "-C", "tester", "-f", key)

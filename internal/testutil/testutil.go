@@ -5,7 +5,6 @@ package testutil
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"runtime"
 	"strings"
 	"testing"
@@ -23,20 +22,6 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg strin
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-}
-
-// NeedProgram returns the path of a program the test needs. Under CI (CI set) a
-// missing program fails the test — .ci/run installs it — elsewhere the test is skipped.
-func NeedProgram(t testing.TB, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s is required (installed by .ci/run): %v", name, err)
-		}
-		t.Skipf("%s not installed", name)
-	}
-	return p
 }
 
 // goroutines returns the stacks of all goroutines except the caller's.
