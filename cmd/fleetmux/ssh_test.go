@@ -156,8 +156,8 @@ func TestNoSecretInFlagDefaults(t *testing.T) {
 // environment) nor the server verbs, whose flags belong to the controller.
 func TestSSHShowsNoSecrets(t *testing.T) {
 	canaries := secretEnv(t)
-	sshBin := testutil.NeedProgram(t, "ssh")
-	keygen := testutil.NeedProgram(t, "ssh-keygen")
+	sshBin := testutil.NeedTool(t, "ssh")
+	keygen := testutil.NeedTool(t, "ssh-keygen")
 	dir := t.TempDir()
 	key := filepath.Join(dir, "id_ed25519")
 	testutil.RunProgram(t, keygen, "-q", "-t", "ed25519", "-N", "", "-C", "viewer", "-f", key)
