@@ -258,18 +258,91 @@ func (c *Client) Wait(ctx context.Context, node, id string, wq WaitQuery) (api.W
 	return out, err
 }
 
-// Output reads raw output from offset from, at most max bytes (0: the controller's
-// default and cap).
+// Output reads a session's raw output from offset from to its end as it stood when
+// the controller got the request, or at most max bytes of it (0: to the end), into
+// memory (at most 256 MiB: OutputChunks streams any amount). The chunk's End is the
+// output's end then, so Offset+len(Data) < End says more exists.
 func (c *Client) Output(ctx context.Context, node, id string, from int64, max int) (Chunk, error) {
-	q := url.Values{}
-	q.Set("from", strconv.FormatInt(from, 10))
-	setInt(q, "max", int64(max))
-	resp, err := c.open(ctx, http.MethodGet, node, id, "/output", q)
+	data := []byte{}
+	head, _, err := c.output(ctx, node, id, from, int64(max), func(ch Chunk) error {
+		if int64(len(data)+len(ch.Data)) > maxReplyBytes {
+			return fmt.Errorf("client: output of %s/%s over %d bytes: read it with OutputChunks or a smaller max", node, id, maxReplyBytes)
+		}
+		data = append(data, ch.Data...)
+		return nil
+	})
 	if err != nil {
 		return Chunk{}, err
 	}
+	head.Data = data
+	return head, nil
+}
+
+// OutputChunks reads the same range as Output and calls fn with each piece as it
+// arrives, in order (Offset: the piece's own; End and Oldest: the reply's), holding
+// one piece in memory at a time (Data is reused once fn returns). It returns the offset after the last byte read. A
+// range the controller cut short (its node went down mid-way) is an error wrapping
+// io.ErrUnexpectedEOF, after fn got what arrived; an error of fn ends the read and
+// is returned.
+func (c *Client) OutputChunks(ctx context.Context, node, id string, from, maxBytes int64, fn func(Chunk) error) (next int64, err error) {
+	_, next, err = c.output(ctx, node, id, from, maxBytes, fn)
+	return next, err
+}
+
+// output reads an output range, calling fn with each piece (its Data is reused after
+// fn returns), and returns the reply's offsets (head: a Chunk without Data).
+func (c *Client) output(ctx context.Context, node, id string, from, maxBytes int64, fn func(Chunk) error) (head Chunk, next int64, err error) {
+	resp, err := c.openOutput(ctx, node, id, from, maxBytes)
+	if err != nil {
+		return Chunk{}, from, err
+	}
 	defer resp.Body.Close()
-	ch := Chunk{Offset: from}
+	if head, err = outputHeaders(resp, from); err != nil {
+		return Chunk{}, from, err
+	}
+	want := max(head.End, head.Offset) // the range: [Offset, End), or maxBytes of it
+	if maxBytes > 0 {
+		want = min(want, head.Offset+maxBytes)
+	}
+	next = head.Offset
+	buf := make([]byte, max(1, min(want-head.Offset, api.MaxReadBytes)))
+	for {
+		n, rerr := io.ReadFull(resp.Body, buf)
+		if n > 0 {
+			ch := head
+			ch.Offset, ch.Data = next, buf[:n]
+			if err := fn(ch); err != nil {
+				return head, next, err
+			}
+			next += int64(n)
+		}
+		switch {
+		case rerr == nil:
+		case errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF):
+			if next < want {
+				return head, next, fmt.Errorf("client: output of %s/%s cut short at offset %d of %d: %w", node, id, next, want, io.ErrUnexpectedEOF)
+			}
+			return head, next, nil
+		default:
+			return head, next, fmt.Errorf("client: reading output of %s/%s: %w", node, id, rerr)
+		}
+	}
+}
+
+func (c *Client) openOutput(ctx context.Context, node, id string, from, maxBytes int64) (*http.Response, error) {
+	if from < 0 || maxBytes < 0 {
+		return nil, &Error{Code: api.CodeBadRequest, Message: fmt.Sprintf("output from %d, max %d: offsets and sizes are not negative", from, maxBytes)}
+	}
+	q := url.Values{}
+	q.Set("from", strconv.FormatInt(from, 10))
+	setInt(q, "max_bytes", maxBytes)
+	return c.open(ctx, http.MethodGet, node, id, "/output", q)
+}
+
+// outputHeaders reads a reply's offsets (a Chunk without Data).
+func outputHeaders(resp *http.Response, from int64) (Chunk, error) {
+	var ch Chunk
+	var err error
 	if ch.Offset, err = int64Header(resp, api.HeaderOffset, from); err != nil {
 		return Chunk{}, err
 	}
@@ -278,9 +351,6 @@ func (c *Client) Output(ctx context.Context, node, id string, from int64, max in
 	}
 	if ch.Oldest, err = int64Header(resp, api.HeaderOldest, 0); err != nil {
 		return Chunk{}, err
-	}
-	if ch.Data, err = readLimited(resp.Body, maxReplyBytes); err != nil {
-		return Chunk{}, fmt.Errorf("client: reading output of %s/%s: %w", node, id, err)
 	}
 	return ch, nil
 }

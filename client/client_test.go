@@ -496,3 +496,77 @@ func TestAttachCloseUnblocksRead(t *testing.T) {
 		t.Errorf("Read after the context ended: %v", err)
 	}
 }
+
+// TestOutputRange: Output and OutputChunks take the whole range in one reply of any
+// size, send max_bytes, and call a body shorter than its range (the controller cut
+// it when the node went down) an error, never a shorter output.
+func TestOutputRange(t *testing.T) {
+	data := make([]byte, 3*api.MaxReadBytes+123)
+	for i := range data {
+		data[i] = byte('a' + i%26)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		from, _ := strconv.Atoi(q.Get("from"))
+		maxBytes, _ := strconv.Atoi(q.Get("max_bytes"))
+		if q.Has("max") {
+			t.Errorf("query %s: the parameter is max_bytes", r.URL.RawQuery)
+		}
+		end := len(data)
+		if maxBytes > 0 {
+			end = min(end, from+maxBytes)
+		}
+		w.Header().Set(api.HeaderOffset, strconv.Itoa(from))
+		w.Header().Set(api.HeaderEnd, strconv.Itoa(len(data)))
+		if r.URL.Path == "/v1/sessions/n1/cut/output" {
+			// Chunked, and ends early: what a client sees of an aborted range.
+			w.Write(data[from : from+1000])
+			w.(http.Flusher).Flush()
+			panic(http.ErrAbortHandler)
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(end-from))
+		w.Write(data[from:end])
+	}))
+	defer srv.Close()
+	c := newTestClient(t, srv, "")
+	ctx := context.Background()
+
+	ch, err := c.Output(ctx, "n1", "s1", 5, 0)
+	if err != nil || ch.Offset != 5 || ch.End != int64(len(data)) || !bytes.Equal(ch.Data, data[5:]) {
+		t.Fatalf("Output(5, 0) = offset %d end %d, %d bytes, %v", ch.Offset, ch.End, len(ch.Data), err)
+	}
+	ch, err = c.Output(ctx, "n1", "s1", 7, 600000)
+	if err != nil || !bytes.Equal(ch.Data, data[7:600007]) {
+		t.Fatalf("Output(7, 600000) = %d bytes, %v", len(ch.Data), err)
+	}
+	ch, err = c.Output(ctx, "n1", "s1", int64(len(data)), 0)
+	if err != nil || len(ch.Data) != 0 || ch.Data == nil || ch.End != int64(len(data)) {
+		t.Fatalf("Output at the end = %+v, %v", ch, err)
+	}
+
+	var got []byte
+	next, err := c.OutputChunks(ctx, "n1", "s1", 0, 0, func(ch Chunk) error {
+		if ch.Offset != int64(len(got)) || ch.End != int64(len(data)) || len(ch.Data) > api.MaxReadBytes {
+			t.Errorf("chunk at %d: offset %d, end %d, %d bytes", len(got), ch.Offset, ch.End, len(ch.Data))
+		}
+		got = append(got, ch.Data...)
+		return nil
+	})
+	if err != nil || next != int64(len(data)) || !bytes.Equal(got, data) {
+		t.Fatalf("OutputChunks = next %d, %d bytes, %v", next, len(got), err)
+	}
+
+	stop := errors.New("enough")
+	if next, err := c.OutputChunks(ctx, "n1", "s1", 0, 0, func(Chunk) error { return stop }); !errors.Is(err, stop) || next != 0 {
+		t.Fatalf("OutputChunks with a failing fn = %d, %v", next, err)
+	}
+
+	got = got[:0]
+	next, err = c.OutputChunks(ctx, "n1", "cut", 0, 0, func(ch Chunk) error { got = append(got, ch.Data...); return nil })
+	if !errors.Is(err, io.ErrUnexpectedEOF) || next != 1000 || !bytes.Equal(got, data[:1000]) {
+		t.Fatalf("a range cut short: next %d, %d bytes, %v", next, len(got), err)
+	}
+	if _, err := c.Output(ctx, "n1", "cut", 0, 0); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("Output of a range cut short: %v", err)
+	}
+}

@@ -130,10 +130,11 @@ func TestSessionRoutes(t *testing.T) {
 	if code != 200 || !strings.Contains(string(raw), "got-bob") {
 		t.Fatalf("output: %d %q", code, raw)
 	}
-	code, part := f.do("GET", path+"/output?from=5&max=7", nil)
+	code, part := f.do("GET", path+"/output?from=5&max_bytes=7", nil)
 	if code != 200 || string(part) != string(raw[5:12]) {
-		t.Fatalf("output from 5 max 7: %q, want %q", part, raw[5:12])
+		t.Fatalf("output from 5 max_bytes 7: %q, want %q", part, raw[5:12])
 	}
+	f.apiErr(400, api.CodeBadRequest, "GET", path+"/output?from=5&max=7", nil) // the old name is refused, not ignored
 
 	// Close; the session is then gone.
 	f.must(200, "DELETE", path, nil, &got)

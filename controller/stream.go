@@ -146,7 +146,8 @@ func (c *Controller) follow(ctx context.Context, who, node, id string, from int6
 	}
 }
 
-// output serves GET .../output: raw bytes from ?from= (at most ?max=), or with
+// output serves GET .../output: the raw bytes from ?from= to the end of the output
+// as it stands when the request arrives (at most ?max_bytes= when given), or with
 // ?follow=1 a stream that ends when the session exits.
 func (c *Controller) output(w http.ResponseWriter, r *http.Request) {
 	node, id, err := target(r)
@@ -159,7 +160,11 @@ func (c *Controller) output(w http.ResponseWriter, r *http.Request) {
 		c.reply(w, r, nil, err)
 		return
 	}
-	max, err := queryInt(r, "max")
+	if r.URL.Query().Has("max") { // its name before max_bytes: never ignore a limit
+		c.reply(w, r, nil, api.Errorf(api.CodeBadRequest, "query max: the parameter is max_bytes"))
+		return
+	}
+	maxBytes, err := queryInt(r, "max_bytes")
 	if err != nil {
 		c.reply(w, r, nil, err)
 		return
@@ -176,20 +181,19 @@ func (c *Controller) output(w http.ResponseWriter, r *http.Request) {
 	who := actor(r)
 	// The first read answers errors (unknown session, gone range) as JSON before any
 	// byte of the stream is written.
-	var rr api.ReadReply
-	if err := c.call(r.Context(), who, node, "read", api.ReadRequest{Session: id, From: from, Max: int(min(max, 1<<30))}, &rr, c.cfg.RequestTimeout); err != nil {
+	var first api.ReadReply
+	if err := c.call(r.Context(), who, node, "read", api.ReadRequest{Session: id, From: from, Max: readPage(maxBytes)}, &first, c.cfg.RequestTimeout); err != nil {
 		c.reply(w, r, nil, err)
 		return
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/octet-stream")
 	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set(api.HeaderOffset, strconv.FormatInt(rr.Offset, 10))
-	h.Set(api.HeaderEnd, strconv.FormatInt(rr.End, 10))
-	h.Set(api.HeaderOldest, strconv.FormatInt(rr.Oldest, 10))
+	h.Set(api.HeaderOffset, strconv.FormatInt(first.Offset, 10))
+	h.Set(api.HeaderEnd, strconv.FormatInt(first.End, 10))
+	h.Set(api.HeaderOldest, strconv.FormatInt(first.Oldest, 10))
 	if !follow {
-		w.WriteHeader(http.StatusOK)
-		w.Write(rr.Data)
+		c.outputRange(w, r, who, node, id, first, maxBytes)
 		return
 	}
 	h.Set("Cache-Control", "no-store")
@@ -206,7 +210,7 @@ func (c *Controller) output(w http.ResponseWriter, r *http.Request) {
 		c.metrics.streamBytes.Add(float64(len(p)))
 		return nil
 	}
-	if err := emit(rr.Offset, rr.Data); err != nil {
+	if err := emit(first.Offset, first.Data); err != nil {
 		return
 	}
 	ctx, cancel := context.WithCancel(r.Context())
@@ -214,12 +218,60 @@ func (c *Controller) output(w http.ResponseWriter, r *http.Request) {
 	defer context.AfterFunc(c.streamCtx, cancel)()
 	c.reqWG.Add(1)
 	defer c.reqWG.Done()
-	_, err = c.follow(ctx, who, node, id, rr.Offset+int64(len(rr.Data)), emit)
+	_, err = c.follow(ctx, who, node, id, first.Offset+int64(len(first.Data)), emit)
 	if err != nil && ctx.Err() == nil {
 		// The body is a byte stream: an error can only end it. The client sees the
 		// end, asks again from the offset it reached, and gets the error as JSON.
 		// Aborting (no final chunk) tells a cut stream from a session's end.
 		c.log.Debug("output stream ended", "node", node, "session", id, "err", err)
 		panic(http.ErrAbortHandler)
+	}
+}
+
+// readPage is the Max of a read request for a range of at most maxBytes (0: no
+// limit): the node's read size is a page of the reply, not its limit.
+func readPage(maxBytes int64) int {
+	if maxBytes <= 0 || maxBytes > api.MaxReadBytes {
+		return api.MaxReadBytes
+	}
+	return int(maxBytes)
+}
+
+// outputRange writes the bytes [first.Offset, end) of a session's output, where end
+// is the output's end in the first reply (when the request arrived), or fewer when
+// maxBytes (> 0) is less. It pages through the node's read verb, one page in memory
+// at a time. The length is known up front (Content-Length), so a range cut short (the
+// node went down, the range left the scrollback and the recording) is a short body,
+// never a silently shorter file.
+func (c *Controller) outputRange(w http.ResponseWriter, r *http.Request, who, node, id string, first api.ReadReply, maxBytes int64) {
+	from, end := first.Offset, first.End
+	if maxBytes > 0 {
+		end = min(end, from+maxBytes)
+	}
+	end = max(end, from)
+	w.Header().Set("Content-Length", strconv.FormatInt(end-from, 10))
+	w.WriteHeader(http.StatusOK)
+	next := from
+	page := first
+	for {
+		if page.Offset != next || len(page.Data) == 0 && next < end {
+			c.log.Warn("output read out of step; range cut short", "node", node, "session", id, "want", next, "got", page.Offset, "bytes", len(page.Data))
+			panic(http.ErrAbortHandler)
+		}
+		data := page.Data[:min(int64(len(page.Data)), end-next)]
+		if _, err := w.Write(data); err != nil {
+			return // the client went away
+		}
+		next += int64(len(data))
+		if next >= end {
+			return
+		}
+		page = api.ReadReply{}
+		req := api.ReadRequest{Session: id, From: next, Max: readPage(end - next)}
+		if err := c.call(r.Context(), who, node, "read", req, &page, c.cfg.RequestTimeout); err != nil {
+			// The status is sent: the short body is the client's sign.
+			c.log.Debug("output range cut short", "node", node, "session", id, "offset", next, "err", err)
+			panic(http.ErrAbortHandler)
+		}
 	}
 }

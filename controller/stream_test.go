@@ -96,6 +96,89 @@ func (f *fixture) rawOutput(path string) []byte {
 	}
 }
 
+// getOutput sends GET path/output?query (not following) and returns the headers and
+// the whole body; a body shorter than its Content-Length fails the test.
+func (f *fixture) getOutput(path, query string) (http.Header, []byte) {
+	f.t.Helper()
+	req, _ := http.NewRequest("GET", f.base+path+"/output?"+query, nil)
+	resp, err := f.http.Do(req)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		f.t.Fatalf("output?%s: read after %d bytes: %v", query, len(b), err)
+	}
+	if resp.StatusCode != 200 {
+		f.t.Fatalf("output?%s: %d %s", query, resp.StatusCode, b)
+	}
+	return resp.Header, b
+}
+
+// TestOutputWholeRange: a read without follow returns every byte from `from` to the
+// end as it stood when the request arrived, however many of the node's read pages
+// that takes (api.MaxReadBytes each), or exactly max_bytes of them.
+func TestOutputWholeRange(t *testing.T) {
+	f := newFixture(t, fixtureOpts{nodes: map[string]map[string]string{"n1": nil}})
+	s := f.newSession("n1")
+	path := "/v1/sessions/n1/" + s.ID
+	br := f.run("n1", s.ID, "seq 1 300000") // 2 MB with the PTY's \r\n: four pages
+	if br.Block.ExitCode == nil || *br.Block.ExitCode != 0 {
+		t.Fatalf("run: %+v", br.Block)
+	}
+	var seq bytes.Buffer
+	for i := 1; i <= 300000; i++ {
+		fmt.Fprintf(&seq, "%d\r\n", i)
+	}
+
+	hdr, all := f.getOutput(path, "from=0")
+	end, _ := strconv.Atoi(hdr.Get(api.HeaderEnd))
+	if len(all) != end || end < 3*api.MaxReadBytes {
+		t.Fatalf("from=0 gave %d bytes, Fleetmux-End %d (want all of them, over 3 pages of %d)", len(all), end, api.MaxReadBytes)
+	}
+	if hdr.Get(api.HeaderOffset) != "0" {
+		t.Fatalf("Fleetmux-Offset %q", hdr.Get(api.HeaderOffset))
+	}
+	at := bytes.Index(all, seq.Bytes())
+	if at < 0 {
+		t.Fatal("the output lacks seq's output, byte for byte")
+	}
+	if end-(at+seq.Len()) > 4096 {
+		t.Fatalf("seq's output ends at %d of %d: more than a prompt follows", at+seq.Len(), end)
+	}
+
+	// Small ranges, each within one page, put together are the same bytes.
+	var pieces []byte
+	for len(pieces) < len(all) {
+		h, b := f.getOutput(path, fmt.Sprintf("from=%d&max_bytes=300000", len(pieces)))
+		if len(b) == 0 || len(b) > 300000 || h.Get(api.HeaderOffset) != strconv.Itoa(len(pieces)) {
+			t.Fatalf("piece at %d: %d bytes, offset %q", len(pieces), len(b), h.Get(api.HeaderOffset))
+		}
+		pieces = append(pieces, b...)
+	}
+	if !bytes.Equal(pieces, all) {
+		t.Fatalf("pieces differ from the whole at %d", firstDiff(pieces, all))
+	}
+
+	// max_bytes across pages, from the middle of one.
+	hdr, mid := f.getOutput(path, "from=1000&max_bytes=700000")
+	if !bytes.Equal(mid, all[1000:701000]) {
+		t.Fatalf("from=1000&max_bytes=700000: %d bytes, differ at %d", len(mid), firstDiff(mid, all[1000:701000]))
+	}
+	if hdr.Get(api.HeaderEnd) != strconv.Itoa(end) {
+		t.Fatalf("Fleetmux-End %q with max_bytes, want the output's end %d", hdr.Get(api.HeaderEnd), end)
+	}
+	// The tail from the middle of a page, and nothing past the end.
+	if _, tail := f.getOutput(path, fmt.Sprintf("from=%d", end-api.MaxReadBytes-17)); !bytes.Equal(tail, all[end-api.MaxReadBytes-17:]) {
+		t.Fatalf("tail: %d bytes, differ at %d", len(tail), firstDiff(tail, all[end-api.MaxReadBytes-17:]))
+	}
+	if h, past := f.getOutput(path, fmt.Sprintf("from=%d", end+10)); len(past) != 0 || h.Get(api.HeaderEnd) != strconv.Itoa(end) {
+		t.Fatalf("past the end: %d bytes, Fleetmux-End %q", len(past), h.Get(api.HeaderEnd))
+	}
+	f.apiErr(400, api.CodeBadRequest, "GET", path+"/output?max_bytes=-1", nil)
+}
+
 // TestFollowGapFree: a follower that does not read while megabytes of output go
 // by still gets every byte once, in order (the controller drops live messages it
 // cannot hold and reads that range from the node); the stream ends cleanly when

@@ -657,29 +657,23 @@ func logsCmd() *cobra.Command {
 	return c
 }
 
-// runRead prints the output from --from to the end, chunk by chunk.
+// runRead prints the output from --from to its end as it stood when asked, piece
+// by piece as it arrives (one request: the controller pages through the node).
 func (o *logsOptions) runRead(ctx context.Context, cl *client.Client, node, id string, w io.Writer) error {
 	enc := json.NewEncoder(w)
-	from := o.from
-	for {
-		ch, err := cl.Output(ctx, node, id, from, 0)
-		if err != nil {
-			return o.fail(err)
-		}
+	var werr error // stdout failed: not the controller's fault
+	_, err := cl.OutputChunks(ctx, node, id, o.from, 0, func(ch client.Chunk) error {
 		if o.json {
-			err = enc.Encode(api.ReadReply{Offset: ch.Offset, Data: ch.Data, End: ch.End, Oldest: ch.Oldest})
+			werr = enc.Encode(api.ReadReply{Offset: ch.Offset, Data: ch.Data, End: ch.End, Oldest: ch.Oldest})
 		} else {
-			_, err = w.Write(ch.Data)
+			_, werr = w.Write(ch.Data)
 		}
-		if err != nil {
-			return err
-		}
-		next := ch.Offset + int64(len(ch.Data))
-		if len(ch.Data) == 0 || next >= ch.End {
-			return nil
-		}
-		from = next
+		return werr
+	})
+	if werr != nil {
+		return werr
 	}
+	return o.fail(err)
 }
 
 // runFollow follows the output with Client.Follow until the session exits.
