@@ -176,3 +176,30 @@ const (
 	CodeUnauthorized = "unauthorized" // missing or wrong API token
 	CodeForbidden    = "forbidden"    // a cross-origin or non-loopback-host request without a token
 )
+
+// Queries of the HTTP API: what GET /v1/sessions, GET .../blocks/{n} and GET
+// .../wait take in their query strings.
+type (
+	// SessionFilter narrows GET /v1/sessions: Node (?node=; empty: every node) and
+	// Labels (?label=k=v; a session must carry all, its node's labels counting too).
+	SessionFilter struct {
+		Node   string
+		Labels map[string]string
+	}
+	// BlockQuery selects the text of one block: Offset skips that many lines (after
+	// Grep), Limit keeps at most that many (0: all), Grep keeps lines matching a
+	// regular expression (each prefixed with its line number), MaxBytes is the text
+	// budget (0: the default, negative: unlimited).
+	BlockQuery struct {
+		Offset, Limit int
+		Grep          string
+		MaxBytes      int
+	}
+	// WaitQuery says what a wait waits for: Until is one of the Until* words
+	// (UntilOutput: output past After); TimeoutMS bounds the wait (0: DefaultWait).
+	WaitQuery struct {
+		Until     string
+		TimeoutMS int
+		After     int64
+	}
+)

@@ -101,29 +101,13 @@ func parseAddr(addr string) (*url.URL, error) {
 func (c *Client) Addr() string { return c.base.String() }
 
 // SessionFilter narrows Sessions: Node (empty: every node) and Labels (all must match).
-type SessionFilter struct {
-	Node   string
-	Labels map[string]string
-}
+type SessionFilter = api.SessionFilter
 
-// BlockQuery selects the text of one block: Offset skips that many lines (after Grep),
-// Limit keeps at most that many (0: all), Grep keeps lines matching a regular
-// expression (each prefixed with its line number), MaxBytes is the text budget (0: the
-// default, negative: unlimited).
-type BlockQuery struct {
-	Offset, Limit int
-	Grep          string
-	MaxBytes      int
-}
+// BlockQuery selects the text of one block (see api.BlockQuery).
+type BlockQuery = api.BlockQuery
 
-// WaitQuery says what Wait waits for: Until is api.UntilIdle, api.UntilWaitingInput,
-// api.UntilExited or api.UntilOutput (output past After); TimeoutMS bounds the wait
-// (0: the controller's default).
-type WaitQuery struct {
-	Until     string
-	TimeoutMS int
-	After     int64
-}
+// WaitQuery says what Wait waits for (see api.WaitQuery).
+type WaitQuery = api.WaitQuery
 
 // Chunk is a piece of a session's raw output: Data starts at Offset; End is the
 // session's output end and Oldest the oldest offset still readable when it was read.

@@ -7,36 +7,10 @@ import (
 	"github.com/fleetmux/fleetmux/api"
 )
 
-// Fleet is what the front doors (HTTP API, SSH, MCP) do with the fleet. The
-// controller implements it by routing to the nodes; `fleetmux mcp` implements it
-// with the HTTP client of a remote controller (cmd wires that in). Errors are
-// *api.Error where the user should see them. Who acts comes from the context
-// (WithActor) and goes into the nodes' audit records.
-type Fleet interface {
-	ListNodes(ctx context.Context) ([]api.Node, error)
-	// ListSessions lists sessions of one node ("" for all) whose labels (over their
-	// node's) carry every label in labels.
-	ListSessions(ctx context.Context, node string, labels map[string]string) (api.SessionList, error)
-	CreateSession(ctx context.Context, req api.NewSession) (api.Session, error)
-	GetSession(ctx context.Context, node, id string) (api.Session, error)
-	UpdateSession(ctx context.Context, node, id string, p api.SessionPatch) (api.Session, error)
-	CloseSession(ctx context.Context, node, id string) (api.Session, error)
-	RunCommand(ctx context.Context, node, id string, body api.RunBody) (api.BlockResult, error)
-	Input(ctx context.Context, node, id, data string) error
-	Keys(ctx context.Context, node, id string, keys []string) error
-	Resize(ctx context.Context, node, id string, cols, rows int) (api.Session, error)
-	Screen(ctx context.Context, node, id string) (api.Screen, error)
-	Blocks(ctx context.Context, node, id string) (api.BlockList, error)
-	// Block reads one block's text; req.Session is ignored.
-	Block(ctx context.Context, node, id string, req api.BlockRequest) (api.BlockResult, error)
-	// Wait waits until the session is idle, waiting_input, exited, or has output past
-	// after (until is an api.Until* word; empty: api.UntilIdle), for at most timeoutMS
-	// (0: api.DefaultWait).
-	Wait(ctx context.Context, node, id, until string, after int64, timeoutMS int) (api.WaitResult, error)
-	Fanout(ctx context.Context, req api.FanoutRequest) (api.Fanout, error)
-}
-
-var _ Fleet = (*Controller)(nil)
+// What the front doors (HTTP API, SSH, MCP) do with the fleet: the controller's
+// methods below route to the nodes. Who acts comes from the context (WithActor)
+// and goes into the nodes' audit records. Errors are *api.Error where the user
+// should see them.
 
 type actorKey struct{}
 

@@ -15,12 +15,14 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/controller"
+	"github.com/fleetmux/fleetmux/mcpserver"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// The MCP server driven by the go-sdk's own client: over the in-memory transport
-// (ServeMCP over the controller as a Fleet) and over streamable HTTP at /mcp
-// (the controller's own, behind its token), on a real stack.
+// The MCP server (package mcpserver) driven by the go-sdk's own client: over the
+// in-memory transport (mcpserver.Serve over the controller as its Fleet) and over
+// streamable HTTP at /mcp (the controller's own, behind its token), on a real
+// stack.
 
 // mcpc is an MCP client session with helpers.
 type mcpc struct {
@@ -41,13 +43,13 @@ func newClient(updates chan string) *mcp.Client {
 }
 
 // mcpInMemory serves the MCP server over f on the in-memory transport (with
-// ServeMCP, which waits for what it started) and connects a client to it.
-func mcpInMemory(t *testing.T, f controller.Fleet, opts controller.MCPOptions) *mcpc {
+// mcpserver.Serve, which waits for what it started) and connects a client to it.
+func mcpInMemory(t *testing.T, f mcpserver.Fleet, opts mcpserver.Options) *mcpc {
 	t.Helper()
 	ct, st := mcp.NewInMemoryTransports()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- controller.ServeMCP(ctx, f, opts, st) }()
+	go func() { done <- mcpserver.Serve(ctx, f, opts, st) }()
 	c := &mcpc{t: t, updates: make(chan string, 64)}
 	cs, err := newClient(c.updates).Connect(ctx, ct, nil)
 	if err != nil {
@@ -59,10 +61,10 @@ func mcpInMemory(t *testing.T, f controller.Fleet, opts controller.MCPOptions) *
 		select {
 		case err := <-done:
 			if err != nil {
-				t.Errorf("ServeMCP: %v", err)
+				t.Errorf("mcpserver.Serve: %v", err)
 			}
 		case <-time.After(10 * time.Second):
-			t.Errorf("ServeMCP did not return after the client left")
+			t.Errorf("mcpserver.Serve did not return after the client left")
 		}
 		cancel()
 	})
@@ -460,7 +462,7 @@ func mcpScenario(t *testing.T, f *fixture, c *mcpc) {
 
 func TestMCPInMemory(t *testing.T) {
 	f := newFixture(t, fixtureOpts{})
-	c := mcpInMemory(t, f.ctl, controller.MCPOptions{})
+	c := mcpInMemory(t, controller.MCPFleet(f.ctl), mcpserver.Options{WithActor: controller.WithActor})
 	mcpScenario(t, f, c)
 }
 

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/client"
-	"github.com/fleetmux/fleetmux/controller"
+	"github.com/fleetmux/fleetmux/mcpserver"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 )
@@ -53,17 +53,19 @@ func mcpCmd() *cobra.Command {
 			hctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 			if _, err := cl.Health(hctx); err != nil && ctx.Err() == nil {
 				// Serve anyway: the tools say what is wrong, and the controller may come up later.
-				log.Warn("the controller does not answer yet; tools will fail until it does", "addr", cl.Addr(), "err", (&clientFleet{cl: cl}).wrap(err))
+				log.Warn("the controller does not answer yet; tools will fail until it does", "addr", cl.Addr(), "err", o.fail(err))
 			}
 			cancel()
 			t := &mcp.IOTransport{Reader: readCloser(c.InOrStdin()), Writer: writeCloser(c.OutOrStdout())}
-			return controller.ServeMCP(ctx, &clientFleet{cl: cl}, controller.MCPOptions{
+			return mcpserver.Serve(ctx, cl, mcpserver.Options{
 				Version: buildVersion(), MaxTextBytes: o.maxOutput, Logger: log,
+				// A controller it cannot reach is worded as for the CLI's verbs.
+				Unreachable: func(err error) string { return o.fail(err).Error() },
 			}, t)
 		},
 	}
 	o.register(c, false)
-	c.Flags().IntVar(&o.maxOutput, "max-output-bytes", controller.DefaultMCPTextBytes, "default output budget of a tool result (head + tail)")
+	c.Flags().IntVar(&o.maxOutput, "max-output-bytes", mcpserver.DefaultTextBytes, "default output budget of a tool result (head + tail)")
 	c.Flags().BoolVarP(&o.verbose, "verbose", "v", false, "log debug messages (to stderr)")
 	return c
 }

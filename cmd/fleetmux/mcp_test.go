@@ -140,7 +140,7 @@ func TestMCPStdio(t *testing.T) {
 func TestMCPStdioNoController(t *testing.T) {
 	cs, stderr := stdioMCP(t, "--addr", "http://127.0.0.1:1")
 	text, isErr := callTool(t, cs, "list_nodes", map[string]any{}, nil)
-	if !isErr || !strings.Contains(text, "no fleetmux controller at http://127.0.0.1:1") || !strings.Contains(text, "fleetmux dev") {
+	if !isErr || !strings.Contains(text, "no controller at http://127.0.0.1:1 (connection refused)") || !strings.Contains(text, "fleetmux dev") {
 		t.Fatalf("list_nodes without a controller: %v %s", isErr, text)
 	}
 	if !strings.Contains(stderr.String(), "does not answer") {

@@ -46,7 +46,9 @@ var rules = []rule{
 	{dir: "transport", only: []string{"api", "github.com/nats-io", "github.com/hashicorp/memberlist"}},
 	{dir: "trust", only: []string{"api", "golang.org/x/crypto"}},
 	{dir: "node", ours: []string{"api", "session", "replay", "trust"}, never: []string{"controller", "transport"}},
-	{dir: "controller", ours: []string{"api", "replay", "trust"}, never: []string{"node", "transport"}},
+	{dir: "controller", ours: []string{"api", "replay", "trust", "mcpserver"}, never: []string{"node", "transport"}},
+	{dir: "mcpserver", only: []string{"api", "github.com/modelcontextprotocol/go-sdk", "github.com/google/jsonschema-go"},
+		never: []string{"controller", "node", "transport"}},
 	{dir: "client", only: []string{"api"}},
 }
 

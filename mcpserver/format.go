@@ -1,9 +1,7 @@
-package controller
+package mcpserver
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -22,23 +20,12 @@ import (
 // screenTailLines is how many screen lines a waiting_input result shows.
 const screenTailLines = 5
 
-// Session states (DESIGN.md).
-const (
-	stateIdle         = "idle"
-	stateRunning      = "running"
-	stateWaitingInput = "waiting_input"
-	stateExited       = "exited"
-)
-
-// blockState is what a block result says happened, in the "state" of its
-// structured content.
-const (
-	resultDone         = "done"          // the block finished
-	resultRunning      = "running"       // still running: call wait_for
-	resultWaitingInput = "waiting_input" // the command waits for input: send_input
-	resultExited       = "exited"        // the session's process has exited
-	resultNoBlock      = "no_block"      // the session has run nothing yet
-)
+// resultNoBlock is the state of a block result (Block.State) when the session has
+// run nothing yet. The other states are api's words: api.BlockDone (the block
+// finished), api.BlockRunning (still running: call wait_for),
+// api.StateWaitingInput (the command waits for input: send_input) and
+// api.StateExited (the session's process has exited).
+const resultNoBlock = "no_block"
 
 // addr is NODE/ID.
 func addr(node, id string) string { return node + "/" + id }
@@ -163,8 +150,8 @@ func screenTail(sc api.Screen, n int) string {
 	return strings.Join(rows, "\n")
 }
 
-// MCPBlock is the structured content of run_command, wait_for and read_block.
-type MCPBlock struct {
+// Block is the structured content of run_command, wait_for and read_block.
+type Block struct {
 	Node    string `json:"node" jsonschema:"the session's node"`
 	Session string `json:"session" jsonschema:"the session id"`
 	// State is what happened: done, running, waiting_input, exited or no_block.
@@ -197,24 +184,24 @@ type blockView struct {
 func (v blockView) state() string {
 	s := v.br.Session.State
 	switch {
-	case !v.hasBlock && s == stateExited:
-		return resultExited
+	case !v.hasBlock && s == api.StateExited:
+		return api.StateExited
 	case !v.hasBlock:
 		return resultNoBlock
-	case v.br.Block.State == "done":
-		return resultDone
-	case s == stateExited:
-		return resultExited
-	case s == stateWaitingInput || v.br.Session.WaitingInput:
-		return resultWaitingInput
+	case v.br.Block.State == api.BlockDone:
+		return api.BlockDone
+	case s == api.StateExited:
+		return api.StateExited
+	case s == api.StateWaitingInput || v.br.Session.WaitingInput:
+		return api.StateWaitingInput
 	}
-	return resultRunning
+	return api.BlockRunning
 }
 
 // out is the structured content.
-func (v blockView) out() MCPBlock {
+func (v blockView) out() Block {
 	b := v.br.Block
-	o := MCPBlock{Node: v.node, Session: v.id, State: v.state(), SessionState: v.br.Session.State}
+	o := Block{Node: v.node, Session: v.id, State: v.state(), SessionState: v.br.Session.State}
 	if v.hasBlock {
 		o.N, o.Command, o.ExitCode, o.Cwd = b.N, b.Command, b.ExitCode, b.Cwd
 		o.DurationMS = blockDuration(b, v.now).Milliseconds()
@@ -237,13 +224,13 @@ func (v blockView) header() string {
 	}
 	d := fmtDuration(blockDuration(b, v.now))
 	switch st := v.state(); {
-	case st == resultDone && b.ExitCode != nil:
+	case st == api.BlockDone && b.ExitCode != nil:
 		parts = append(parts, fmt.Sprintf("exit %d", *b.ExitCode), d)
-	case st == resultDone:
+	case st == api.BlockDone:
 		parts = append(parts, "done (no exit code: typed into a program without shell integration)", d)
-	case st == resultWaitingInput:
+	case st == api.StateWaitingInput:
 		parts = append(parts, "waiting for input after "+d)
-	case st == resultExited && b.State != "done":
+	case st == api.StateExited && b.State != api.BlockDone:
 		parts = append(parts, "the session exited while it ran", d)
 	default:
 		parts = append(parts, "running for "+d)
@@ -295,9 +282,9 @@ func (v blockView) text() string {
 		fmt.Fprintf(&sb, "[%d bytes of this block's output are no longer held by the node]\n", v.br.LostBytes)
 	}
 	switch v.state() {
-	case resultRunning:
+	case api.BlockRunning:
 		fmt.Fprintf(&sb, "The command is still running. Call wait_for %s to wait for it, read_screen to look at it, or send_keys with [\"C-c\"] to interrupt it.\n", jsonArgs(args...))
-	case resultWaitingInput:
+	case api.StateWaitingInput:
 		if v.screen != nil {
 			if t := screenTail(*v.screen, screenTailLines); t != "" {
 				sb.WriteString("--- screen (last lines) ---\n")
@@ -307,7 +294,7 @@ func (v blockView) text() string {
 		}
 		fmt.Fprintf(&sb, "The command is waiting for input. Answer with send_input %s (then wait_for), or interrupt it with send_keys [\"C-c\"].\n",
 			jsonArgs(append(args, "text", "...", "enter", true)...))
-	case resultExited:
+	case api.StateExited:
 		sb.WriteString("The session's process has exited: call create_session for a new one.\n")
 	case resultNoBlock:
 		sb.WriteString("Nothing has run in this session yet: call run_command.\n")
@@ -328,7 +315,7 @@ func sessionLine(s api.Session) string {
 		fmt.Fprintf(&b, " — %s", clip(s.Description, 160))
 	}
 	switch {
-	case s.State == stateExited && s.ExitCode != nil:
+	case s.State == api.StateExited && s.ExitCode != nil:
 		fmt.Fprintf(&b, " · exited with %d", *s.ExitCode)
 	case s.CurrentCommand != "":
 		fmt.Fprintf(&b, " · running $ %s", clip(s.CurrentCommand, 80))
@@ -345,94 +332,8 @@ func sessionLine(s api.Session) string {
 	return b.String()
 }
 
-// mcpError turns a Fleet error into a tool error a model can act on: what was
-// wrong, then what to call instead.
-// mcpError is a tool error: msg is what the model reads, code the api error code
-// it stands for (the audit record's result).
-type mcpError struct{ msg, code string }
-
-func (e *mcpError) Error() string { return e.msg }
-
-// toolErrf is a tool error about the call's arguments.
-func toolErrf(format string, args ...any) error {
-	return &mcpError{msg: fmt.Sprintf(format, args...), code: api.CodeBadRequest}
-}
-
-// errCode is the api error code err stands for.
-func errCode(err error) string {
-	var me *mcpError
-	var ae *api.Error
-	switch {
-	case errors.As(err, &me):
-		return me.code
-	case errors.As(err, &ae):
-		return ae.Code
-	}
-	return api.CodeInternal
-}
-
-// explain rewrites err (an *api.Error from the Fleet, usually) for a model, about
-// the session node/id (either may be empty).
-func explain(err error, node, id string) error {
-	var me *mcpError
-	if errors.As(err, &me) {
-		return err
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return &mcpError{msg: "cancelled: the call was cancelled or the server is shutting down", code: api.CodeTimeout}
-	}
-	var ae *api.Error
-	if !errors.As(err, &ae) {
-		return &mcpError{msg: fmt.Sprintf("internal error: %v", err), code: api.CodeInternal}
-	}
-	e := explainAPI(ae, node, id).(*mcpError)
-	e.code = ae.Code
-	return e
-}
-
-// explainAPI words an api error for a model.
-func explainAPI(ae *api.Error, node, id string) error {
-	where := addr(node, id)
-	msg := ae.Message
-	switch ae.Code {
-	case api.CodeNotFound:
-		switch {
-		case strings.HasPrefix(msg, "unknown node"):
-			return toolErrf("unknown node %q: call list_nodes to see the nodes", node)
-		case strings.HasPrefix(msg, "no session") && id != "":
-			return toolErrf("no session %s: call list_sessions to see the sessions, or create_session", where)
-		case strings.Contains(msg, "block"):
-			return toolErrf("%s: call read_block without n for the last block, or list_sessions to see how many blocks %s has", msg, where)
-		}
-		return toolErrf("not found: %s (call list_nodes or list_sessions)", msg)
-	case api.CodeBusy:
-		what := ""
-		if i := strings.Index(msg, "(block "); i >= 0 {
-			what = " " + msg[i:]
-		}
-		return toolErrf("a command is running in %s and is not waiting for input%s: call wait_for to wait for it, send_keys with [\"C-c\"] to interrupt it, or use another session (create_session)", where, what)
-	case api.CodeExited:
-		return toolErrf("the session %s has exited (%s): call create_session for a new one", where, msg)
-	case api.CodeUnavailable:
-		return toolErrf("unavailable: %s: call list_nodes to see which nodes are alive, and use another one", msg)
-	case api.CodeTimeout:
-		return toolErrf("timeout: %s: try again, or call list_nodes to check the node", msg)
-	case api.CodeLimit:
-		return toolErrf("limit reached: %s: close sessions you no longer need (close_session)", msg)
-	case api.CodeTooLarge:
-		return toolErrf("too large: %s", msg)
-	case api.CodeGone:
-		return toolErrf("gone: %s", msg)
-	case api.CodeBadRequest:
-		return toolErrf("bad arguments: %s", msg)
-	case api.CodeUnauthorized, api.CodeForbidden:
-		return toolErrf("refused by the controller: %s", msg)
-	}
-	return toolErrf("%s: %s", ae.Code, msg)
-}
-
-// MCPScreen is the structured content of read_screen.
-type MCPScreen struct {
+// Screen is the structured content of read_screen.
+type Screen struct {
 	Node         string `json:"node" jsonschema:"the session's node"`
 	Session      string `json:"session" jsonschema:"the session id"`
 	Cols         int    `json:"cols" jsonschema:"screen width"`
@@ -452,9 +353,9 @@ type screenView struct {
 	budget   int
 }
 
-func (v screenView) out() MCPScreen {
+func (v screenView) out() Screen {
 	sc := v.sc
-	return MCPScreen{Node: v.node, Session: v.id, Cols: sc.Cols, Rows: sc.Rows, CursorRow: sc.Cursor.Row, CursorCol: sc.Cursor.Col,
+	return Screen{Node: v.node, Session: v.id, Cols: sc.Cols, Rows: sc.Rows, CursorRow: sc.Cursor.Row, CursorCol: sc.Cursor.Col,
 		AltScreen: sc.AltScreen, WaitingInput: sc.WaitingInput, Echo: sc.Echo}
 }
 
@@ -493,8 +394,8 @@ func (v screenView) text() string {
 	return "[" + addr(v.node, v.id) + "] " + strings.Join(parts, " · ") + "\n" + body
 }
 
-// MCPSession is a session in structured content.
-type MCPSession struct {
+// Session is a session in structured content.
+type Session struct {
 	Node           string            `json:"node" jsonschema:"the node the session runs on"`
 	ID             string            `json:"id" jsonschema:"the session id (pass it as session)"`
 	Title          string            `json:"title" jsonschema:"what the session is for, in a few words"`
@@ -509,8 +410,8 @@ type MCPSession struct {
 	Blocks         int               `json:"blocks,omitempty" jsonschema:"how many commands (blocks) it has run"`
 }
 
-func sessionOut(s api.Session) MCPSession {
-	return MCPSession{Node: s.Node, ID: s.ID, Title: s.Title, Description: s.Description, State: s.State,
+func sessionOut(s api.Session) Session {
+	return Session{Node: s.Node, ID: s.ID, Title: s.Title, Description: s.Description, State: s.State,
 		CurrentCommand: s.CurrentCommand, Cwd: s.Cwd, LastExitCode: s.LastExitCode, ExitCode: s.ExitCode,
 		Labels: s.Labels, Shell: s.Shell, Blocks: s.Blocks}
 }

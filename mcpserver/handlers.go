@@ -1,4 +1,4 @@
-package controller
+package mcpserver
 
 import (
 	"context"
@@ -12,21 +12,21 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// The MCP tools' handlers (the tools, their input types and schemas are in
-// mcp_tools.go; how results read, in mcp_format.go).
+// The tools' handlers (the tools, their input types and schemas are in tools.go;
+// how results read, in format.go).
 
-func (m *mcpServer) listNodes(ctx context.Context, _ listNodesIn) (*mcp.CallToolResult, MCPNodes, error) {
-	nodes, err := m.f.ListNodes(ctx)
+func (m *Server) listNodes(ctx context.Context, _ listNodesIn) (*mcp.CallToolResult, Nodes, error) {
+	list, err := m.f.Nodes(ctx)
 	if err != nil {
-		return nil, MCPNodes{}, explain(err, "", "")
+		return nil, Nodes{}, m.explain(err, "", "")
 	}
-	nodes = slices.Clone(nodes)
+	nodes := slices.Clone(list.Nodes)
 	slices.SortFunc(nodes, func(a, b api.Node) int { return strings.Compare(a.Name, b.Name) })
-	out := MCPNodes{Nodes: []MCPNode{}}
+	out := Nodes{Nodes: []Node{}}
 	counts := map[string]int{}
 	var lines []string
 	for _, n := range nodes {
-		out.Nodes = append(out.Nodes, MCPNode{Name: n.Name, Status: n.Status, Sessions: n.Sessions, Labels: n.Labels, Version: n.Version})
+		out.Nodes = append(out.Nodes, Node{Name: n.Name, Status: n.Status, Sessions: n.Sessions, Labels: n.Labels, Version: n.Version})
 		counts[n.Status]++
 		l := fmt.Sprintf("%s · %s · %s", n.Name, n.Status, count(n.Sessions, "session"))
 		if len(n.Labels) > 0 {
@@ -50,15 +50,15 @@ func (m *mcpServer) listNodes(ctx context.Context, _ listNodesIn) (*mcp.CallTool
 	return textResult(text), out, nil
 }
 
-func (m *mcpServer) listSessions(ctx context.Context, in listSessionsIn) (*mcp.CallToolResult, MCPSessions, error) {
+func (m *Server) listSessions(ctx context.Context, in listSessionsIn) (*mcp.CallToolResult, Sessions, error) {
 	if in.Node != "" && api.ValidName(in.Node) != nil {
-		return nil, MCPSessions{}, toolErrf("bad node %q: names are 1-63 of A-Z a-z 0-9 _ - (call list_nodes)", in.Node)
+		return nil, Sessions{}, toolErrf("bad node %q: names are 1-63 of A-Z a-z 0-9 _ - (call list_nodes)", in.Node)
 	}
-	list, err := m.f.ListSessions(ctx, in.Node, in.Labels)
+	list, err := m.f.Sessions(ctx, api.SessionFilter{Node: in.Node, Labels: in.Labels})
 	if err != nil {
-		return nil, MCPSessions{}, explain(err, in.Node, "")
+		return nil, Sessions{}, m.explain(err, in.Node, "")
 	}
-	out := MCPSessions{Sessions: []MCPSession{}, Unavailable: list.Unavailable}
+	out := Sessions{Sessions: []Session{}, Unavailable: list.Unavailable}
 	var b strings.Builder
 	nodes := map[string]bool{}
 	for _, s := range list.Sessions {
@@ -82,19 +82,19 @@ func (m *mcpServer) listSessions(ctx context.Context, in listSessionsIn) (*mcp.C
 	return textResult(b.String()), out, nil
 }
 
-func (m *mcpServer) createSession(ctx context.Context, in createSessionIn) (*mcp.CallToolResult, MCPSession, error) {
+func (m *Server) createSession(ctx context.Context, in createSessionIn) (*mcp.CallToolResult, Session, error) {
 	if in.Node != "" && api.ValidName(in.Node) != nil {
-		return nil, MCPSession{}, toolErrf("bad node %q: names are 1-63 of A-Z a-z 0-9 _ - (call list_nodes)", in.Node)
+		return nil, Session{}, toolErrf("bad node %q: names are 1-63 of A-Z a-z 0-9 _ - (call list_nodes)", in.Node)
 	}
-	s, err := m.f.CreateSession(ctx, api.NewSession{Node: in.Node, CreateRequest: api.CreateRequest{
+	s, err := m.f.NewSession(ctx, api.NewSession{Node: in.Node, CreateRequest: api.CreateRequest{
 		Title: in.Title, Description: in.Description, Labels: in.Labels, Shell: in.Shell, Cwd: in.Cwd,
 	}})
 	if err != nil {
-		return nil, MCPSession{}, explain(err, in.Node, "")
+		return nil, Session{}, m.explain(err, in.Node, "")
 	}
 	// Wait for the prompt, so the first run_command does not wait for it.
-	if s.State != stateIdle {
-		if wr, err := m.f.Wait(ctx, s.Node, s.ID, stateIdle, 0, mcpCreateWaitMS); err == nil {
+	if s.State != api.StateIdle {
+		if wr, err := m.f.Wait(ctx, s.Node, s.ID, api.WaitQuery{Until: api.UntilIdle, TimeoutMS: createWaitMS}); err == nil {
 			s = wr.Session
 		}
 	}
@@ -116,7 +116,7 @@ const inputSettle = 250 * time.Millisecond
 // When the session waits for input first (and keeps waiting for inputSettle), op is
 // cancelled (the command goes on) and the wait's result returned; otherwise op's
 // error is.
-func (m *mcpServer) untilInput(ctx context.Context, node, id string, timeoutMS int, op func(context.Context) error) (*api.WaitResult, error) {
+func (m *Server) untilInput(ctx context.Context, node, id string, timeoutMS int, op func(context.Context) error) (*api.WaitResult, error) {
 	opCtx, cancelOp := context.WithCancel(ctx)
 	defer cancelOp()
 	wCtx, cancelWait := context.WithCancel(ctx)
@@ -147,7 +147,7 @@ func (m *mcpServer) untilInput(ctx context.Context, node, id string, timeoutMS i
 
 // settledInput waits until the session waits for input and then prints nothing for
 // inputSettle; nil when the deadline or ctx comes first, or on errors.
-func (m *mcpServer) settledInput(ctx context.Context, node, id string, deadline time.Time) *api.WaitResult {
+func (m *Server) settledInput(ctx context.Context, node, id string, deadline time.Time) *api.WaitResult {
 	ms := func(d time.Duration) int { return max(int(d/time.Millisecond), 1) }
 	for first := true; ; first = false {
 		left := time.Until(deadline)
@@ -165,17 +165,17 @@ func (m *mcpServer) settledInput(ctx context.Context, node, id string, deadline 
 				return nil
 			}
 		}
-		wr, err := m.f.Wait(ctx, node, id, stateWaitingInput, 0, ms(left))
-		if err != nil || !wr.OK || wr.Session.State != stateWaitingInput {
+		wr, err := m.f.Wait(ctx, node, id, api.WaitQuery{Until: api.UntilWaitingInput, TimeoutMS: ms(left)})
+		if err != nil || !wr.OK || wr.Session.State != api.StateWaitingInput {
 			return nil
 		}
 		// A program blocked reading the terminal prints nothing more; a command
 		// that was only being typed prints its start mark.
-		ow, err := m.f.Wait(ctx, node, id, "output", wr.Session.OutputOffset, ms(min(inputSettle, time.Until(deadline))))
+		ow, err := m.f.Wait(ctx, node, id, api.WaitQuery{Until: api.UntilOutput, After: wr.Session.OutputOffset, TimeoutMS: ms(min(inputSettle, time.Until(deadline)))})
 		if err != nil {
 			return nil
 		}
-		if !ow.OK && ow.Session.State == stateWaitingInput {
+		if !ow.OK && ow.Session.State == api.StateWaitingInput {
 			wr.Session = ow.Session
 			return &wr
 		}
@@ -184,11 +184,11 @@ func (m *mcpServer) settledInput(ctx context.Context, node, id string, deadline 
 
 // fill sets v's block from a wait's result, read again within v's budget when its
 // text is over it, and the screen when the session waits for input.
-func (m *mcpServer) fill(ctx context.Context, v *blockView, wr api.WaitResult) error {
+func (m *Server) fill(ctx context.Context, v *blockView, wr api.WaitResult) error {
 	v.br = wr.BlockResult
 	v.hasBlock = wr.Session.Blocks > 0
-	if v.hasBlock && (len(wr.Text) > v.budget || v.state() == resultWaitingInput || wr.Block.N != wr.Session.Blocks) {
-		br, err := m.f.Block(ctx, v.node, v.id, api.BlockRequest{N: wr.Session.Blocks, MaxBytes: v.budget})
+	if v.hasBlock && (len(wr.Text) > v.budget || v.state() == api.StateWaitingInput || wr.Block.N != wr.Session.Blocks) {
+		br, err := m.f.Block(ctx, v.node, v.id, wr.Session.Blocks, api.BlockQuery{MaxBytes: v.budget})
 		if err != nil {
 			return err
 		}
@@ -199,8 +199,8 @@ func (m *mcpServer) fill(ctx context.Context, v *blockView, wr api.WaitResult) e
 }
 
 // fillScreen reads the screen of a session that waits for input (its prompt).
-func (m *mcpServer) fillScreen(ctx context.Context, v *blockView) {
-	if v.state() != resultWaitingInput {
+func (m *Server) fillScreen(ctx context.Context, v *blockView) {
+	if v.state() != api.StateWaitingInput {
 		return
 	}
 	if sc, err := m.f.Screen(ctx, v.node, v.id); err == nil {
@@ -208,35 +208,35 @@ func (m *mcpServer) fillScreen(ctx context.Context, v *blockView) {
 	}
 }
 
-func (m *mcpServer) runCommand(ctx context.Context, in runCommandIn) (*mcp.CallToolResult, MCPBlock, error) {
+func (m *Server) runCommand(ctx context.Context, in runCommandIn) (*mcp.CallToolResult, Block, error) {
 	if err := checkSession(in.Node, in.Session); err != nil {
-		return nil, MCPBlock{}, err
+		return nil, Block{}, err
 	}
 	if strings.TrimSpace(in.Command) == "" {
-		return nil, MCPBlock{}, toolErrf("command is empty: give the command line to run (to press Enter or answer a prompt, use send_input)")
+		return nil, Block{}, toolErrf("command is empty: give the command line to run (to press Enter or answer a prompt, use send_input)")
 	}
 	timeout, err := checkTimeout(in.TimeoutMS)
 	if err != nil {
-		return nil, MCPBlock{}, err
+		return nil, Block{}, err
 	}
 	if in.MaxOutputBytes < 0 {
-		return nil, MCPBlock{}, toolErrf("max_output_bytes must not be negative")
+		return nil, Block{}, toolErrf("max_output_bytes must not be negative")
 	}
 	v := blockView{node: in.Node, id: in.Session, budget: m.budget(in.MaxOutputBytes)}
-	s, err := m.f.GetSession(ctx, in.Node, in.Session)
+	s, err := m.f.Session(ctx, in.Node, in.Session)
 	if err != nil {
-		return nil, MCPBlock{}, explain(err, in.Node, in.Session)
+		return nil, Block{}, m.explain(err, in.Node, in.Session)
 	}
-	if s.State == stateExited {
-		return nil, MCPBlock{}, explain(api.Errorf(api.CodeExited, "it exited"), in.Node, in.Session)
+	if s.State == api.StateExited {
+		return nil, Block{}, m.explain(api.Errorf(api.CodeExited, "it exited"), in.Node, in.Session)
 	}
 	var br api.BlockResult
 	run := func(ctx context.Context) (err error) {
-		br, err = m.f.RunCommand(ctx, in.Node, in.Session, api.RunBody{Command: in.Command, TimeoutMS: timeout, MaxOutputBytes: v.budget})
+		br, err = m.f.Run(ctx, in.Node, in.Session, api.RunBody{Command: in.Command, TimeoutMS: timeout, MaxOutputBytes: v.budget})
 		return err
 	}
 	var input *api.WaitResult
-	if s.State == stateIdle {
+	if s.State == api.StateIdle {
 		// A command that stops to read the terminal (read, a prompt, a pager) is
 		// reported at once rather than at the timeout.
 		input, err = m.untilInput(ctx, in.Node, in.Session, timeout, run)
@@ -244,11 +244,11 @@ func (m *mcpServer) runCommand(ctx context.Context, in runCommandIn) (*mcp.CallT
 		err = run(ctx) // a program waiting for input (typed into), or busy
 	}
 	if err != nil {
-		return nil, MCPBlock{}, explain(err, in.Node, in.Session)
+		return nil, Block{}, m.explain(err, in.Node, in.Session)
 	}
 	if input != nil {
 		if err := m.fill(ctx, &v, *input); err != nil {
-			return nil, MCPBlock{}, explain(err, in.Node, in.Session)
+			return nil, Block{}, m.explain(err, in.Node, in.Session)
 		}
 	} else {
 		v.br, v.hasBlock = br, true
@@ -258,37 +258,37 @@ func (m *mcpServer) runCommand(ctx context.Context, in runCommandIn) (*mcp.CallT
 	return textResult(v.text()), v.out(), nil
 }
 
-func (m *mcpServer) waitFor(ctx context.Context, in waitForIn) (*mcp.CallToolResult, MCPBlock, error) {
+func (m *Server) waitFor(ctx context.Context, in waitForIn) (*mcp.CallToolResult, Block, error) {
 	if err := checkSession(in.Node, in.Session); err != nil {
-		return nil, MCPBlock{}, err
+		return nil, Block{}, err
 	}
 	until := in.Until
 	if until == "" {
-		until = stateIdle
+		until = api.UntilIdle
 	}
 	timeout, err := checkTimeout(in.TimeoutMS)
 	if err != nil {
-		return nil, MCPBlock{}, err
+		return nil, Block{}, err
 	}
 	if in.MaxOutputBytes < 0 || in.After < 0 {
-		return nil, MCPBlock{}, toolErrf("max_output_bytes and after must not be negative")
+		return nil, Block{}, toolErrf("max_output_bytes and after must not be negative")
 	}
 	v := blockView{node: in.Node, id: in.Session, budget: m.budget(in.MaxOutputBytes)}
-	s, err := m.f.GetSession(ctx, in.Node, in.Session)
+	s, err := m.f.Session(ctx, in.Node, in.Session)
 	if err != nil {
-		return nil, MCPBlock{}, explain(err, in.Node, in.Session)
+		return nil, Block{}, m.explain(err, in.Node, in.Session)
 	}
 	after := in.After
-	if until == "output" && after == 0 {
+	if until == api.UntilOutput && after == 0 {
 		after = s.OutputOffset
 	}
 	var wr api.WaitResult
 	wait := func(ctx context.Context) (err error) {
-		wr, err = m.f.Wait(ctx, in.Node, in.Session, until, after, timeout)
+		wr, err = m.f.Wait(ctx, in.Node, in.Session, api.WaitQuery{Until: until, After: after, TimeoutMS: timeout})
 		return err
 	}
 	var input *api.WaitResult
-	if until == stateIdle && (s.State == stateRunning || s.State == stateWaitingInput) {
+	if until == api.UntilIdle && (s.State == api.StateRunning || s.State == api.StateWaitingInput) {
 		// Also when it waits for input now: after send_input the program may ask
 		// again (a second prompt), or the state may not have caught up yet (the
 		// typed text's echo shows that, and settledInput waits it out).
@@ -297,14 +297,14 @@ func (m *mcpServer) waitFor(ctx context.Context, in waitForIn) (*mcp.CallToolRes
 		err = wait(ctx)
 	}
 	if err != nil {
-		return nil, MCPBlock{}, explain(err, in.Node, in.Session)
+		return nil, Block{}, m.explain(err, in.Node, in.Session)
 	}
 	ok := wr.OK
 	if input != nil {
 		wr, ok = *input, false
 	}
 	if err := m.fill(ctx, &v, wr); err != nil {
-		return nil, MCPBlock{}, explain(err, in.Node, in.Session)
+		return nil, Block{}, m.explain(err, in.Node, in.Session)
 	}
 	v.now = time.Now()
 	out := v.out()
@@ -320,91 +320,91 @@ func (m *mcpServer) waitFor(ctx context.Context, in waitForIn) (*mcp.CallToolRes
 	return textResult(text), out, nil
 }
 
-func (m *mcpServer) sendInput(ctx context.Context, in sendInputIn) (*mcp.CallToolResult, MCPSent, error) {
+func (m *Server) sendInput(ctx context.Context, in sendInputIn) (*mcp.CallToolResult, Sent, error) {
 	if err := checkSession(in.Node, in.Session); err != nil {
-		return nil, MCPSent{}, err
+		return nil, Sent{}, err
 	}
 	if in.Text == "" && !in.Enter {
-		return nil, MCPSent{}, toolErrf("nothing to send: give text, or enter: true to press Enter")
+		return nil, Sent{}, toolErrf("nothing to send: give text, or enter: true to press Enter")
 	}
 	data := in.Text
 	if in.Enter {
 		data += "\r"
 	}
 	if err := m.f.Input(ctx, in.Node, in.Session, data); err != nil {
-		return nil, MCPSent{}, explain(err, in.Node, in.Session)
+		return nil, Sent{}, m.explain(err, in.Node, in.Session)
 	}
 	what := fmt.Sprintf("typed %d bytes into %s", len(in.Text), addr(in.Node, in.Session))
 	if in.Enter {
 		what += " and pressed Enter"
 	}
 	text := what + ". Call wait_for " + jsonArgs("node", in.Node, "session", in.Session) + " to see what it does, or read_screen."
-	return textResult(text), MCPSent{Node: in.Node, Session: in.Session, Bytes: len(data)}, nil
+	return textResult(text), Sent{Node: in.Node, Session: in.Session, Bytes: len(data)}, nil
 }
 
-func (m *mcpServer) sendKeys(ctx context.Context, in sendKeysIn) (*mcp.CallToolResult, MCPSent, error) {
+func (m *Server) sendKeys(ctx context.Context, in sendKeysIn) (*mcp.CallToolResult, Sent, error) {
 	if err := checkSession(in.Node, in.Session); err != nil {
-		return nil, MCPSent{}, err
+		return nil, Sent{}, err
 	}
 	if len(in.Keys) == 0 {
-		return nil, MCPSent{}, toolErrf("keys is empty: give key names, e.g. [\"C-c\"] or [\"q\"]")
+		return nil, Sent{}, toolErrf("keys is empty: give key names, e.g. [\"C-c\"] or [\"q\"]")
 	}
-	if err := m.f.Keys(ctx, in.Node, in.Session, in.Keys); err != nil {
+	if err := m.f.Keys(ctx, in.Node, in.Session, in.Keys...); err != nil {
 		var ae *api.Error
 		if errors.As(err, &ae) && ae.Code == api.CodeBadRequest {
-			return nil, MCPSent{}, toolErrf("bad keys: %s", ae.Message)
+			return nil, Sent{}, toolErrf("bad keys: %s", ae.Message)
 		}
-		return nil, MCPSent{}, explain(err, in.Node, in.Session)
+		return nil, Sent{}, m.explain(err, in.Node, in.Session)
 	}
 	text := fmt.Sprintf("sent %s to %s. Call wait_for %s or read_screen to see the effect.",
 		strings.Join(in.Keys, " "), addr(in.Node, in.Session), jsonArgs("node", in.Node, "session", in.Session))
-	return textResult(text), MCPSent{Node: in.Node, Session: in.Session, Keys: len(in.Keys)}, nil
+	return textResult(text), Sent{Node: in.Node, Session: in.Session, Keys: len(in.Keys)}, nil
 }
 
-func (m *mcpServer) readScreen(ctx context.Context, in readScreenIn) (*mcp.CallToolResult, MCPScreen, error) {
+func (m *Server) readScreen(ctx context.Context, in readScreenIn) (*mcp.CallToolResult, Screen, error) {
 	if err := checkSession(in.Node, in.Session); err != nil {
-		return nil, MCPScreen{}, err
+		return nil, Screen{}, err
 	}
 	if in.Lines < 0 {
-		return nil, MCPScreen{}, toolErrf("lines must not be negative")
+		return nil, Screen{}, toolErrf("lines must not be negative")
 	}
 	sc, err := m.f.Screen(ctx, in.Node, in.Session)
 	if err != nil {
-		return nil, MCPScreen{}, explain(err, in.Node, in.Session)
+		return nil, Screen{}, m.explain(err, in.Node, in.Session)
 	}
 	v := screenView{node: in.Node, id: in.Session, sc: sc, lines: in.Lines, budget: m.maxText}
 	return textResult(v.text()), v.out(), nil
 }
 
-func (m *mcpServer) readBlock(ctx context.Context, in readBlockIn) (*mcp.CallToolResult, MCPBlock, error) {
+func (m *Server) readBlock(ctx context.Context, in readBlockIn) (*mcp.CallToolResult, Block, error) {
 	if err := checkSession(in.Node, in.Session); err != nil {
-		return nil, MCPBlock{}, err
+		return nil, Block{}, err
 	}
 	if in.N < 0 || in.Offset < 0 || in.Limit < 0 || in.MaxBytes < 0 {
-		return nil, MCPBlock{}, toolErrf("n, offset, limit and max_bytes must not be negative")
+		return nil, Block{}, toolErrf("n, offset, limit and max_bytes must not be negative")
 	}
 	n := in.N
 	if n == 0 {
-		s, err := m.f.GetSession(ctx, in.Node, in.Session)
+		s, err := m.f.Session(ctx, in.Node, in.Session)
 		if err != nil {
-			return nil, MCPBlock{}, explain(err, in.Node, in.Session)
+			return nil, Block{}, m.explain(err, in.Node, in.Session)
 		}
 		if s.Blocks == 0 {
-			return nil, MCPBlock{}, toolErrf("%s has run no command yet: call run_command first", addr(in.Node, in.Session))
+			return nil, Block{}, toolErrf("%s has run no command yet: call run_command first", addr(in.Node, in.Session))
 		}
 		n = s.Blocks
 	}
 	v := blockView{node: in.Node, id: in.Session, budget: m.budget(in.MaxBytes), hasBlock: true}
-	br, err := m.f.Block(ctx, in.Node, in.Session, api.BlockRequest{N: n, Offset: in.Offset, Limit: in.Limit, Grep: in.Grep, MaxBytes: v.budget})
+	br, err := m.f.Block(ctx, in.Node, in.Session, n, api.BlockQuery{Offset: in.Offset, Limit: in.Limit, Grep: in.Grep, MaxBytes: v.budget})
 	if err != nil {
 		var ae *api.Error
 		if errors.As(err, &ae) && ae.Code == api.CodeNotFound && !strings.HasPrefix(ae.Message, "unknown node") && !strings.HasPrefix(ae.Message, "no session") {
-			return nil, MCPBlock{}, toolErrf("%s has no block %d: call read_block without n for the last one, or list_sessions to see how many blocks it has", addr(in.Node, in.Session), n)
+			return nil, Block{}, toolErrf("%s has no block %d: call read_block without n for the last one, or list_sessions to see how many blocks it has", addr(in.Node, in.Session), n)
 		}
 		if errors.As(err, &ae) && ae.Code == api.CodeBadRequest && in.Grep != "" {
-			return nil, MCPBlock{}, toolErrf("bad grep %q: %s (grep is an RE2 regular expression)", in.Grep, ae.Message)
+			return nil, Block{}, toolErrf("bad grep %q: %s (grep is an RE2 regular expression)", in.Grep, ae.Message)
 		}
-		return nil, MCPBlock{}, explain(err, in.Node, in.Session)
+		return nil, Block{}, m.explain(err, in.Node, in.Session)
 	}
 	v.br = br
 	var q []string
@@ -428,27 +428,27 @@ func (m *mcpServer) readBlock(ctx context.Context, in readBlockIn) (*mcp.CallToo
 	return textResult(v.text()), v.out(), nil
 }
 
-func (m *mcpServer) setSessionInfo(ctx context.Context, in setSessionInfoIn) (*mcp.CallToolResult, MCPSession, error) {
+func (m *Server) setSessionInfo(ctx context.Context, in setSessionInfoIn) (*mcp.CallToolResult, Session, error) {
 	if err := checkSession(in.Node, in.Session); err != nil {
-		return nil, MCPSession{}, err
+		return nil, Session{}, err
 	}
 	if in.Title == nil && in.Description == nil && len(in.Labels) == 0 {
-		return nil, MCPSession{}, toolErrf("nothing to change: give title, description or labels")
+		return nil, Session{}, toolErrf("nothing to change: give title, description or labels")
 	}
 	s, err := m.f.UpdateSession(ctx, in.Node, in.Session, api.SessionPatch{Title: in.Title, Description: in.Description, Labels: in.Labels})
 	if err != nil {
-		return nil, MCPSession{}, explain(err, in.Node, in.Session)
+		return nil, Session{}, m.explain(err, in.Node, in.Session)
 	}
 	return textResult("updated " + sessionLine(s)), sessionOut(s), nil
 }
 
-func (m *mcpServer) closeSession(ctx context.Context, in closeSessionIn) (*mcp.CallToolResult, MCPSession, error) {
+func (m *Server) closeSession(ctx context.Context, in closeSessionIn) (*mcp.CallToolResult, Session, error) {
 	if err := checkSession(in.Node, in.Session); err != nil {
-		return nil, MCPSession{}, err
+		return nil, Session{}, err
 	}
 	s, err := m.f.CloseSession(ctx, in.Node, in.Session)
 	if err != nil {
-		return nil, MCPSession{}, explain(err, in.Node, in.Session)
+		return nil, Session{}, m.explain(err, in.Node, in.Session)
 	}
 	text := fmt.Sprintf("closed %s (%s run", addr(in.Node, in.Session), count(s.Blocks, "command"))
 	if s.LastExitCode != nil {
@@ -457,32 +457,32 @@ func (m *mcpServer) closeSession(ctx context.Context, in closeSessionIn) (*mcp.C
 	return textResult(text + ")"), sessionOut(s), nil
 }
 
-func (m *mcpServer) fanoutRun(ctx context.Context, in fanoutRunIn) (*mcp.CallToolResult, MCPFanout, error) {
+func (m *Server) fanoutRun(ctx context.Context, in fanoutRunIn) (*mcp.CallToolResult, Fanout, error) {
 	if strings.TrimSpace(in.Command) == "" {
-		return nil, MCPFanout{}, toolErrf("command is empty: give the command line to run on every target")
+		return nil, Fanout{}, toolErrf("command is empty: give the command line to run on every target")
 	}
 	if !in.All && len(in.Nodes) == 0 && len(in.Labels) == 0 && len(in.Sessions) == 0 {
-		return nil, MCPFanout{}, toolErrf("no targets: set all: true, nodes, labels or sessions (call list_nodes to see the nodes)")
+		return nil, Fanout{}, toolErrf("no targets: set all: true, nodes, labels or sessions (call list_nodes to see the nodes)")
 	}
 	if len(in.Sessions) > 0 && (in.All || len(in.Nodes) > 0 || len(in.Labels) > 0) {
-		return nil, MCPFanout{}, toolErrf("sessions excludes all, nodes and labels: give one kind of target")
+		return nil, Fanout{}, toolErrf("sessions excludes all, nodes and labels: give one kind of target")
 	}
 	for _, n := range in.Nodes {
 		if api.ValidName(n) != nil {
-			return nil, MCPFanout{}, toolErrf("bad node %q in nodes: names are 1-63 of A-Z a-z 0-9 _ - (call list_nodes)", n)
+			return nil, Fanout{}, toolErrf("bad node %q in nodes: names are 1-63 of A-Z a-z 0-9 _ - (call list_nodes)", n)
 		}
 	}
 	for _, a := range in.Sessions {
 		if _, _, err := api.ParseAddress(a); err != nil {
-			return nil, MCPFanout{}, toolErrf("bad session address %q in sessions: want NODE/SESSION, e.g. web-1/s3 (call list_sessions)", a)
+			return nil, Fanout{}, toolErrf("bad session address %q in sessions: want NODE/SESSION, e.g. web-1/s3 (call list_sessions)", a)
 		}
 	}
 	timeout, err := checkTimeout(in.TimeoutMS)
 	if err != nil {
-		return nil, MCPFanout{}, err
+		return nil, Fanout{}, err
 	}
 	if in.Batch < 0 || in.MaxOutputBytes < 0 {
-		return nil, MCPFanout{}, toolErrf("batch and max_output_bytes must not be negative")
+		return nil, Fanout{}, toolErrf("batch and max_output_bytes must not be negative")
 	}
 	// Without details only the first line is shown: ask for little. With details
 	// the budget is shared by the targets (max_output_bytes is per target).
@@ -492,7 +492,7 @@ func (m *mcpServer) fanoutRun(ctx context.Context, in fanoutRunIn) (*mcp.CallToo
 		if budget == 0 {
 			budget = max(m.maxText/m.fanoutTargets(ctx, in), 256)
 		}
-		budget = min(budget, maxMCPTextBytes/max(len(in.Nodes), len(in.Sessions), 1))
+		budget = min(budget, maxTextBytes/max(len(in.Nodes), len(in.Sessions), 1))
 	}
 	fo, err := m.f.Fanout(ctx, api.FanoutRequest{
 		Selector: api.Selector{All: in.All, Nodes: in.Nodes, Labels: in.Labels, Sessions: in.Sessions},
@@ -502,15 +502,15 @@ func (m *mcpServer) fanoutRun(ctx context.Context, in fanoutRunIn) (*mcp.CallToo
 	if err != nil {
 		var ae *api.Error
 		if errors.As(err, &ae) && ae.Code == api.CodeNotFound {
-			return nil, MCPFanout{}, toolErrf("no target: %s: call list_nodes to see the nodes and their labels", ae.Message)
+			return nil, Fanout{}, toolErrf("no target: %s: call list_nodes to see the nodes and their labels", ae.Message)
 		}
-		return nil, MCPFanout{}, explain(err, "", "")
+		return nil, Fanout{}, m.explain(err, "", "")
 	}
-	out := MCPFanout{Command: in.Command, OK: fo.OK, Failed: fo.Failed, Results: []MCPFanoutTarget{}}
+	out := Fanout{Command: in.Command, OK: fo.OK, Failed: fo.Failed, Results: []FanoutTarget{}}
 	var b strings.Builder
 	fmt.Fprintf(&b, "fanout_run on %s: ok=%d failed=%d · $ %s", count(len(fo.Results), "target"), fo.OK, fo.Failed, clip(in.Command, 120))
 	for _, r := range fo.Results {
-		t := MCPFanoutTarget{Node: r.Node, Session: r.Session, ExitCode: r.ExitCode, DurationMS: r.DurationMS, OmittedBytes: r.OmittedBytes, Result: "ok"}
+		t := FanoutTarget{Node: r.Node, Session: r.Session, ExitCode: r.ExitCode, DurationMS: r.DurationMS, OmittedBytes: r.OmittedBytes, Result: "ok"}
 		if r.Error != nil {
 			t.Result, t.Error = r.Error.Code, r.Error.Message
 		}
@@ -524,7 +524,7 @@ func (m *mcpServer) fanoutRun(ctx context.Context, in fanoutRunIn) (*mcp.CallToo
 		case r.Error == nil && r.ExitCode != nil:
 			what = fmt.Sprintf("exit %d", *r.ExitCode)
 		case r.Error == nil:
-			what = "done"
+			what = api.BlockDone
 		case r.Error.Code == api.CodeExitStatus && r.ExitCode != nil:
 			what = fmt.Sprintf("exit %d", *r.ExitCode)
 		case r.Error.Code == api.CodeSkipped:
@@ -571,21 +571,31 @@ func (m *mcpServer) fanoutRun(ctx context.Context, in fanoutRunIn) (*mcp.CallToo
 
 // fanoutTargets estimates how many targets a fan-out has: the nodes or sessions
 // named, or the alive nodes that all or labels select (at least 1).
-func (m *mcpServer) fanoutTargets(ctx context.Context, in fanoutRunIn) int {
+func (m *Server) fanoutTargets(ctx context.Context, in fanoutRunIn) int {
 	if n := max(len(in.Nodes), len(in.Sessions)); n > 0 {
 		return n
 	}
-	nodes, err := m.f.ListNodes(ctx)
+	list, err := m.f.Nodes(ctx)
 	if err != nil {
 		return 1
 	}
 	n := 0
-	for _, nd := range nodes {
-		if nd.Status == api.NodeAlive && (in.All || matches(nd.Labels, in.Labels)) {
+	for _, nd := range list.Nodes {
+		if nd.Status == api.NodeAlive && (in.All || hasLabels(nd.Labels, in.Labels)) {
 			n++
 		}
 	}
 	return max(n, 1)
+}
+
+// hasLabels says whether have carries every label of want.
+func hasLabels(have, want map[string]string) bool {
+	for k, v := range want {
+		if hv, ok := have[k]; !ok || hv != v {
+			return false
+		}
+	}
+	return true
 }
 
 // firstLine is the first non-blank line of text, clipped.

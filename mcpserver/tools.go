@@ -1,4 +1,4 @@
-package controller
+package mcpserver
 
 import (
 	"context"
@@ -14,15 +14,15 @@ import (
 
 // The MCP tools. Each takes typed arguments (their JSON schema comes from the Go
 // struct; unknown arguments are refused), returns a text result shaped for a model
-// (mcp_format.go) and structured content, and reports bad arguments and failures
+// (format.go) and structured content, and reports bad arguments and failures
 // as tool errors that say what to call instead.
 
 // Defaults and bounds of the tools' waits.
 const (
-	mcpDefaultTimeoutMS = 30000
-	mcpMaxTimeoutMS     = int(api.MaxWait / time.Millisecond)
-	// mcpCreateWaitMS bounds how long create_session waits for the new shell's prompt.
-	mcpCreateWaitMS = 15000
+	defaultTimeoutMS = int(api.DefaultWait / time.Millisecond)
+	maxTimeoutMS     = int(api.MaxWait / time.Millisecond)
+	// createWaitMS bounds how long create_session waits for the new shell's prompt.
+	createWaitMS = 15000
 )
 
 // Tool inputs.
@@ -106,34 +106,34 @@ type (
 	}
 )
 
-// Tool outputs besides MCPBlock, MCPScreen and MCPSession.
+// Tool outputs besides Block, Screen and Session.
 type (
-	// MCPNode is a node in list_nodes' structured content.
-	MCPNode struct {
+	// Node is a node in list_nodes' structured content.
+	Node struct {
 		Name     string            `json:"name" jsonschema:"the node name (pass it as node)"`
 		Status   string            `json:"status" jsonschema:"alive, suspect, dead or left"`
 		Sessions int               `json:"sessions" jsonschema:"how many sessions it has"`
 		Labels   map[string]string `json:"labels,omitempty" jsonschema:"the node's labels"`
 		Version  string            `json:"version,omitempty" jsonschema:"the node agent's version"`
 	}
-	// MCPNodes is list_nodes' structured content.
-	MCPNodes struct {
-		Nodes []MCPNode `json:"nodes" jsonschema:"the nodes, by name"`
+	// Nodes is list_nodes' structured content.
+	Nodes struct {
+		Nodes []Node `json:"nodes" jsonschema:"the nodes, by name"`
 	}
-	// MCPSessions is list_sessions' structured content.
-	MCPSessions struct {
-		Sessions    []MCPSession `json:"sessions" jsonschema:"the sessions, by node and id"`
-		Unavailable []string     `json:"unavailable,omitempty" jsonschema:"nodes that did not answer: their sessions are missing"`
+	// Sessions is list_sessions' structured content.
+	Sessions struct {
+		Sessions    []Session `json:"sessions" jsonschema:"the sessions, by node and id"`
+		Unavailable []string  `json:"unavailable,omitempty" jsonschema:"nodes that did not answer: their sessions are missing"`
 	}
-	// MCPSent is the structured content of send_input and send_keys.
-	MCPSent struct {
+	// Sent is the structured content of send_input and send_keys.
+	Sent struct {
 		Node    string `json:"node" jsonschema:"the session's node"`
 		Session string `json:"session" jsonschema:"the session id"`
 		Bytes   int    `json:"bytes,omitempty" jsonschema:"send_input: the bytes typed"`
 		Keys    int    `json:"keys,omitempty" jsonschema:"send_keys: the keys sent"`
 	}
-	// MCPFanoutTarget is one target of fanout_run.
-	MCPFanoutTarget struct {
+	// FanoutTarget is one target of fanout_run.
+	FanoutTarget struct {
 		Node         string `json:"node" jsonschema:"the target's node"`
 		Session      string `json:"session,omitempty" jsonschema:"the session it ran in"`
 		Result       string `json:"result" jsonschema:"ok, exit_status (non-zero exit code), timeout (still running), skipped, or an error code"`
@@ -142,12 +142,12 @@ type (
 		Error        string `json:"error,omitempty" jsonschema:"what went wrong"`
 		OmittedBytes int64  `json:"omitted_bytes,omitempty" jsonschema:"output bytes left out of the text"`
 	}
-	// MCPFanout is fanout_run's structured content.
-	MCPFanout struct {
-		Command string            `json:"command" jsonschema:"the command"`
-		OK      int               `json:"ok" jsonschema:"targets whose command finished with exit code 0"`
-		Failed  int               `json:"failed" jsonschema:"targets that failed, timed out or were skipped"`
-		Results []MCPFanoutTarget `json:"results" jsonschema:"one per target, in order"`
+	// Fanout is fanout_run's structured content.
+	Fanout struct {
+		Command string         `json:"command" jsonschema:"the command"`
+		OK      int            `json:"ok" jsonschema:"targets whose command finished with exit code 0"`
+		Failed  int            `json:"failed" jsonschema:"targets that failed, timed out or were skipped"`
+		Results []FanoutTarget `json:"results" jsonschema:"one per target, in order"`
 	}
 )
 
@@ -189,15 +189,15 @@ type auditFn[In any] func(in In) (target, detail string)
 // addTool adds a tool whose handler runs with the call's context (actor,
 // cancellation), whose errors become tool errors a model can act on, and whose
 // calls are audited when audit is set.
-func addTool[In, Out any](m *mcpServer, t *mcp.Tool, audit auditFn[In], h func(context.Context, In) (*mcp.CallToolResult, Out, error)) {
+func addTool[In, Out any](m *Server, t *mcp.Tool, audit auditFn[In], h func(context.Context, In) (*mcp.CallToolResult, Out, error)) {
 	mcp.AddTool(m.srv, t, func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
 		ctx, done := m.callCtx(ctx, req)
 		defer done()
 		res, out, err := h(ctx, in)
-		var me *mcpError
-		if err != nil && !errors.As(err, &me) {
+		var te *toolError
+		if err != nil && !errors.As(err, &te) {
 			m.log.Warn("mcp tool failed", "tool", t.Name, "err", err)
-			err = explain(err, "", "")
+			err = m.explain(err, "", "")
 		}
 		if audit != nil && m.opts.Audit != nil {
 			target, detail := audit(in)
@@ -246,9 +246,9 @@ func checkTimeout(ms int) (int, error) {
 	case ms < 0:
 		return 0, toolErrf("timeout_ms must not be negative")
 	case ms == 0:
-		return mcpDefaultTimeoutMS, nil
-	case ms > mcpMaxTimeoutMS:
-		return 0, toolErrf("timeout_ms %d is over the limit of %d (10 minutes): wait again with wait_for instead", ms, mcpMaxTimeoutMS)
+		return defaultTimeoutMS, nil
+	case ms > maxTimeoutMS:
+		return 0, toolErrf("timeout_ms %d is over the limit of %d (%g minutes): wait again with wait_for instead", ms, maxTimeoutMS, api.MaxWait.Minutes())
 	}
 	return ms, nil
 }
@@ -260,7 +260,7 @@ func sessionAudit[In any](f func(In) (string, string, string)) auditFn[In] {
 	}
 }
 
-func (m *mcpServer) addTools() {
+func (m *Server) addTools() {
 	// Empty names and commands are left to the handlers: their errors say what to
 	// call instead, which a schema's minLength would not.
 
@@ -306,7 +306,7 @@ func (m *mcpServer) addTools() {
 			"Use it after run_command said running, or after send_input.",
 		Annotations: annRead("Wait for a session"),
 		InputSchema: inputSchema[waitForIn](func(p map[string]*jsonschema.Schema) {
-			p["until"].Enum = []any{stateIdle, stateWaitingInput, stateExited, "output"}
+			p["until"].Enum = []any{api.UntilIdle, api.UntilWaitingInput, api.UntilExited, api.UntilOutput}
 			minimum(p, 0, "timeout_ms", "after", "max_output_bytes")
 		}),
 	}, nil, m.waitFor)
