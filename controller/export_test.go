@@ -1,6 +1,10 @@
 package controller
 
-import "github.com/fleetmux/fleetmux/mcpserver"
+import (
+	"time"
+
+	"github.com/fleetmux/fleetmux/mcpserver"
+)
 
 // MCPFleet is c as the Fleet of its MCP server (what /mcp serves).
 func MCPFleet(c *Controller) mcpserver.Fleet { return mcpFleet{c} }
@@ -11,4 +15,12 @@ func SetFollowBuffer(n int) (restore func()) {
 	old := followBuffer
 	followBuffer = n
 	return func() { followBuffer = old }
+}
+
+// SetDownGrace sets how long c believes a node is still alive after gossip said it
+// went down (fake-bus tests shorten the second it is).
+func SetDownGrace(c *Controller, d time.Duration) {
+	c.nodes.mu.Lock()
+	defer c.nodes.mu.Unlock()
+	c.nodes.grace = d
 }
