@@ -1,0 +1,133 @@
+package mcpserver
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/fleetmux/fleetmux/api"
+)
+
+func TestParseResource(t *testing.T) {
+	tests := []struct {
+		uri  string
+		want resourceRef
+		ok   bool
+	}{
+		{"fleetmux://web-1/s3/screen", resourceRef{node: "web-1", id: "s3"}, true},
+		{"fleetmux://web-1/s3/blocks/12", resourceRef{node: "web-1", id: "s3", n: 12}, true},
+		{"fleetmux://web-1/s3/blocks/0", resourceRef{}, false},
+		{"fleetmux://web-1/s3/blocks/012", resourceRef{}, false},
+		{"fleetmux://web-1/s3/blocks/-1", resourceRef{}, false},
+		{"fleetmux://web-1/s3/blocks/", resourceRef{}, false},
+		{"fleetmux://web.1/s3/screen", resourceRef{}, false},
+		{"fleetmux://web-1/s3/screen/", resourceRef{}, false},
+		{"fleetmux://web-1/screen", resourceRef{}, false},
+		{"http://web-1/s3/screen", resourceRef{}, false},
+		{"fleetmux:///s3/screen", resourceRef{}, false},
+	}
+	for _, tt := range tests {
+		got, err := parseResource(tt.uri)
+		if (err == nil) != tt.ok || tt.ok && got != tt.want {
+			t.Errorf("parseResource(%q) = %+v, %v; want %+v, ok %v", tt.uri, got, err, tt.want, tt.ok)
+		}
+		if tt.ok && got.uri() != tt.uri {
+			t.Errorf("parseResource(%q).uri() = %q", tt.uri, got.uri())
+		}
+	}
+}
+
+// FuzzParseResource: what parses names valid names and prints back as given.
+func FuzzParseResource(f *testing.F) {
+	for _, s := range []string{"fleetmux://web-1/s3/screen", "fleetmux://a/b/blocks/7", "fleetmux://a/b/blocks/07", "fleetmux://a/b/c/d/e"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, uri string) {
+		r, err := parseResource(uri)
+		if err != nil {
+			return
+		}
+		if api.ValidName(r.node) != nil || api.ValidName(r.id) != nil || r.n < 0 {
+			t.Fatalf("parseResource(%q) = %+v", uri, r)
+		}
+		if r.uri() != uri {
+			t.Fatalf("parseResource(%q).uri() = %q", uri, r.uri())
+		}
+	})
+}
+
+func TestHeadTail(t *testing.T) {
+	lines := strings.Repeat("0123456789\n", 100) // 1100 bytes
+	tests := []struct {
+		text     string
+		max      int
+		omitted  int
+		wantHead string
+		wantTail string
+	}{
+		{"short", 100, 0, "short", "short"},
+		{lines, 0, 0, lines, lines},
+		{lines, 200, 903, "0123456789\n", "0123456789\n"},
+		{strings.Repeat("é", 100), 20, 180, "ééééé\n[...", "...]\nééééé"},
+	}
+	for _, tt := range tests {
+		got, omitted := headTail(tt.text, tt.max)
+		if omitted != tt.omitted || !strings.HasPrefix(got, tt.wantHead) || !strings.HasSuffix(got, tt.wantTail) || !utf8.ValidString(got) {
+			t.Errorf("headTail(%d bytes, %d) = %d bytes, omitted %d; want omitted %d:\n%s", len(tt.text), tt.max, len(got), omitted, tt.omitted, got)
+		}
+		marker := "\n[... " + strconv.Itoa(omitted) + " bytes omitted ...]\n"
+		if omitted > 0 && (len(got) > tt.max+len(marker) || !strings.Contains(got, marker)) {
+			t.Errorf("headTail(%d bytes, %d): %d bytes:\n%s", len(tt.text), tt.max, len(got), got)
+		}
+	}
+}
+
+func TestFormatWords(t *testing.T) {
+	for _, tt := range []struct{ got, want string }{
+		{fmtDuration(-time.Second), "0ms"},
+		{fmtDuration(12 * time.Millisecond), "12ms"},
+		{fmtDuration(1240 * time.Millisecond), "1.24s"},
+		{fmtDuration(123 * time.Second), "2m3s"},
+		{clip("  make test  ", 20), "make test"},
+		{clip("one\ntwo", 20), "one …"},
+		{clip("abcdefghij", 5), "abcd…"},
+		{count(1, "session"), "1 session"},
+		{count(0, "node"), "0 nodes"},
+		{labelList(map[string]string{"b": "2", "a": "1"}), "a=1,b=2"},
+		{jsonArgs("node", "n1", "n", 3), `{"node":"n1","n":3}`},
+		{firstLine("\n  \nhello\nworld"), "hello"},
+	} {
+		if tt.got != tt.want {
+			t.Errorf("got %q, want %q", tt.got, tt.want)
+		}
+	}
+}
+
+// TestBlockState: what a block result says happened, in api's words.
+func TestBlockState(t *testing.T) {
+	tests := []struct {
+		hasBlock     bool
+		block        string
+		session      string
+		waitingInput bool
+		want         string
+	}{
+		{false, "", api.StateIdle, false, resultNoBlock},
+		{false, "", api.StateExited, false, api.StateExited},
+		{true, api.BlockDone, api.StateIdle, false, api.BlockDone},
+		{true, api.BlockDone, api.StateExited, false, api.BlockDone},
+		{true, api.BlockRunning, api.StateExited, false, api.StateExited},
+		{true, api.BlockRunning, api.StateWaitingInput, false, api.StateWaitingInput},
+		{true, api.BlockRunning, api.StateRunning, true, api.StateWaitingInput},
+		{true, api.BlockRunning, api.StateRunning, false, api.BlockRunning},
+	}
+	for _, tt := range tests {
+		v := blockView{hasBlock: tt.hasBlock, br: api.BlockResult{Block: api.Block{State: tt.block}, Session: api.Session{State: tt.session}}}
+		v.br.Session.WaitingInput = tt.waitingInput
+		if got := v.state(); got != tt.want {
+			t.Errorf("state(block %q, session %q, waiting %v) = %q, want %q", tt.block, tt.session, tt.waitingInput, got, tt.want)
+		}
+	}
+}
