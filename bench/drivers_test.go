@@ -126,7 +126,7 @@ func startRawPTY(e benchEnv) (*rawPTY, error) {
 		return nil, err
 	}
 	// Wait until bash runs commands.
-	if err := r.type_("echo READY$((1+1))\r"); err == nil {
+	if err = r.type_("echo READY$((1+1))\r"); err == nil {
 		_, err = r.readUntil([]byte("READY2\r\n"), time.Now().Add(opTimeout))
 	}
 	if err != nil {

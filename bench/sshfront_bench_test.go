@@ -161,12 +161,6 @@ const echoCmd = "stty -icanon -echo; cat"
 
 // ---- echo drivers: type one byte, read it back ----
 
-// echoer types one byte into an echoing program and reads it back.
-type echoer interface {
-	key() error
-	Close() error
-}
-
 // rawEcho is cat in a raw PTY (bash started it).
 type rawEcho struct {
 	r *rawPTY
@@ -179,7 +173,7 @@ func startRawEcho(e benchEnv) (*rawEcho, error) {
 		return nil, err
 	}
 	x := &rawEcho{r: r}
-	if err := r.type_(echoCmd + "\r"); err == nil {
+	if err = r.type_(echoCmd + "\r"); err == nil {
 		err = x.sync()
 	}
 	if err != nil {

@@ -333,7 +333,7 @@ func TestFollowRefusesAGap(t *testing.T) {
 
 func TestFollowStopsWithTheContextAndOnClientErrors(t *testing.T) {
 	f := newFollowServer(t, 10)
-	always503 := func(w http.ResponseWriter, _ int64) { http.Error(w, "down", 503) }
+	always503 := func(w http.ResponseWriter, _ int64) { http.Error(w, "down", http.StatusServiceUnavailable) }
 	f.steps = []func(http.ResponseWriter, int64){always503, always503, always503, always503, always503, always503, always503, always503, always503, always503}
 	srv := httptest.NewServer(f)
 	defer srv.Close()
@@ -416,7 +416,7 @@ func TestAttachAgainstXNetWebSocket(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.Header.Get("Authorization") != "Bearer tok":
-			http.Error(w, `{"error":{"code":"unauthorized","message":"token"}}`, 401)
+			http.Error(w, `{"error":{"code":"unauthorized","message":"token"}}`, http.StatusUnauthorized)
 		case r.URL.Path == "/v1/sessions/n1/s1/attach" && r.URL.Query().Get("from") == "42":
 			ws.ServeHTTP(w, r)
 		default:

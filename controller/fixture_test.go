@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -257,5 +256,3 @@ func (f *fixture) run(node, id, cmd string) api.BlockResult {
 	f.must(http.StatusOK, "POST", "/v1/sessions/"+node+"/"+id+"/run", api.RunBody{Command: cmd, TimeoutMS: 20000}, &br)
 	return br
 }
-
-func lines(s string) []string { return strings.Split(strings.TrimRight(s, "\n"), "\n") }

@@ -621,9 +621,6 @@ func startLoopbackFleet(t *testing.T) *loopbackFleet {
 	return &loopbackFleet{f: f, api: a, root: root, natsURL: "nats://" + natsAddr, gossipIn: gossip}
 }
 
-// startNode starts a node agent on a free loopback gossip port.
-func (lf *loopbackFleet) startNode(name string) *proc { return lf.startNodeVia(name, lf.natsURL) }
-
 // startNodeVia starts a node agent that connects to NATS at natsURL.
 func (lf *loopbackFleet) startNodeVia(name, natsURL string) *proc {
 	port := freePorts(lf.f.t, "127.0.0.1", 1)[0]

@@ -6,16 +6,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 )
 
 // BuildFleetmux builds ./cmd/fleetmux of this module (the module of the working
 // directory: a test's package directory) into dir and returns the binary's path.
 func BuildFleetmux(dir string) (string, error) {
+	// go test puts its own GOROOT/bin first in the test's PATH.
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		return "", fmt.Errorf("go not found in PATH: %w", err)
 	}
 	env := append(os.Environ(), "GOTOOLCHAIN=local")
 	cmd := exec.Command(goBin, "env", "GOMOD")
