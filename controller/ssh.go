@@ -10,8 +10,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -45,12 +43,14 @@ type SSHConfig struct {
 	// HostKeyFile is the host key (OpenSSH PEM); generated (ed25519) when missing.
 	// Required.
 	HostKeyFile string
-	// AuthorizedKeys is an authorized_keys file: one public key per line, each with
-	// a role given by the option role=ROLE (or, failing that, a comment word
-	// role=ROLE or fleetmux:ROLE; no role means DefaultRole). Lines with the
-	// cert-authority option name CAs: a certificate they signed is accepted when it
-	// is valid now and one of its principals is in the line's principals="a,b"
-	// option. The file is read at each login, so edits apply at once. Required.
+	// AuthorizedKeys is an authorized_keys file (OpenSSH format): one key per
+	// line, its role given by the option role=ROLE (never by the comment; no
+	// role means DefaultRole). The options from=, expiry-time=, cert-authority
+	// and principals= are enforced, and a line with an option fleetmux does not
+	// enforce is refused and logged (see sshkeys.go). A cert-authority line
+	// accepts user certificates it signed that are valid now and name one of its
+	// principals. The file is read at each login, so edits apply at once.
+	// Required.
 	AuthorizedKeys string
 	// DefaultRole is the role of keys that name none. Default api.RoleViewer.
 	DefaultRole string
@@ -66,6 +66,7 @@ type SSHServer struct {
 	cfg  SSHConfig
 	conf *ssh.ServerConfig
 	ln   net.Listener
+	keys *keyFile
 
 	mu     sync.Mutex // guards conns, rate, closed
 	conns  map[net.Conn]struct{}
@@ -105,6 +106,9 @@ func (c *Controller) StartSSH(cfg SSHConfig) (*SSHServer, error) {
 		return nil, err
 	}
 	s := &SSHServer{c: c, cfg: cfg, conns: map[net.Conn]struct{}{}, rate: map[string]*bucket{}}
+	s.keys = &keyFile{path: cfg.AuthorizedKeys, defaultRole: cfg.DefaultRole, logf: func(line int, why string) {
+		c.log.Warn("ssh authorized_keys: line refused", "file", cfg.AuthorizedKeys, "line", line, "why", why)
+	}}
 	s.conf = &ssh.ServerConfig{
 		PublicKeyCallback: s.authKey,
 		ServerVersion:     "SSH-2.0-fleetmux",
@@ -235,12 +239,12 @@ func (id identity) actor() string {
 
 // authKey checks a public key (or certificate) against the authorized keys file.
 func (s *SSHServer) authKey(meta ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permissions, error) {
-	keys, err := readAuthorized(s.cfg.AuthorizedKeys, s.cfg.DefaultRole)
+	keys, err := s.keys.load()
 	if err != nil {
 		s.c.log.Error("ssh authorized keys", "err", err)
 		return nil, errors.New("no authorized keys")
 	}
-	id, err := keys.check(meta.User(), key)
+	id, err := keys.check(key, remoteAddr(meta.RemoteAddr()), time.Now())
 	who := ssh.FingerprintSHA256(key)
 	if cert, ok := key.(*ssh.Certificate); ok {
 		who = ssh.FingerprintSHA256(cert.SignatureKey) + " cert " + cert.KeyId
@@ -252,114 +256,9 @@ func (s *SSHServer) authKey(meta ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Perm
 	return &ssh.Permissions{Extensions: map[string]string{"fp": id.fingerprint, "role": id.role, "principal": id.principal}}, nil
 }
 
-// authorized is a parsed authorized_keys file.
-type authorized struct {
-	keys map[string]string // marshalled key → role
-	cas  []caLine
-}
-
-type caLine struct {
-	key        ssh.PublicKey
-	role       string
-	principals []string
-}
-
-func readAuthorized(path, defaultRole string) (*authorized, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	a := &authorized{keys: map[string]string{}}
-	for len(data) > 0 {
-		key, comment, opts, rest, err := ssh.ParseAuthorizedKey(data)
-		if err != nil {
-			break // no more keys (ParseAuthorizedKey skips comments and blank lines)
-		}
-		data = rest
-		role := roleOf(opts, comment, defaultRole)
-		if role == "" {
-			continue // a line with a bad role gets nothing
-		}
-		if slices.Contains(opts, "cert-authority") {
-			a.cas = append(a.cas, caLine{key: key, role: role, principals: principalsOf(opts)})
-			continue
-		}
-		a.keys[string(key.Marshal())] = role
-	}
-	return a, nil
-}
-
-// roleOf finds a line's role: the role= option, else a role=/fleetmux: word in the
-// comment, else def. An unknown role yields "".
-func roleOf(opts []string, comment, def string) string {
-	for _, o := range opts {
-		if v, ok := strings.CutPrefix(o, "role="); ok {
-			v = strings.Trim(v, `"`)
-			if validRole(v) {
-				return v
-			}
-			return ""
-		}
-	}
-	for _, w := range strings.Fields(comment) {
-		for _, p := range []string{"role=", "fleetmux:"} {
-			if v, ok := strings.CutPrefix(w, p); ok && validRole(v) {
-				return v
-			}
-		}
-	}
-	return def
-}
-
-func principalsOf(opts []string) []string {
-	for _, o := range opts {
-		if v, ok := strings.CutPrefix(o, "principals="); ok {
-			return strings.Split(strings.Trim(v, `"`), ",")
-		}
-	}
-	return nil
-}
-
 func validRole(r string) bool {
 	return r == api.RoleViewer || r == api.RoleOperator || r == api.RoleAdmin
 }
-
-// check authenticates key: a listed key, or a certificate of a listed CA.
-func (a *authorized) check(user string, key ssh.PublicKey) (identity, error) {
-	cert, isCert := key.(*ssh.Certificate)
-	if !isCert {
-		role, ok := a.keys[string(key.Marshal())]
-		if !ok {
-			return identity{}, errors.New("unknown key")
-		}
-		return identity{fingerprint: ssh.FingerprintSHA256(key), role: role}, nil
-	}
-	for _, ca := range a.cas {
-		if !keysEqual(ca.key, cert.SignatureKey) {
-			continue
-		}
-		checker := &ssh.CertChecker{IsUserAuthority: func(auth ssh.PublicKey) bool { return keysEqual(auth, ca.key) }}
-		var principal string
-		for _, p := range cert.ValidPrincipals {
-			if slices.Contains(ca.principals, p) {
-				principal = p
-				break
-			}
-		}
-		if principal == "" {
-			return identity{}, errors.New("certificate has no allowed principal")
-		}
-		// CheckCert verifies the signature, validity dates and critical options
-		// against the allowed principal.
-		if err := checker.CheckCert(principal, cert); err != nil {
-			return identity{}, fmt.Errorf("certificate: %w", err)
-		}
-		return identity{fingerprint: ssh.FingerprintSHA256(cert.Key), role: ca.role, principal: principal}, nil
-	}
-	return identity{}, errors.New("certificate from an unknown authority")
-}
-
-func keysEqual(a, b ssh.PublicKey) bool { return string(a.Marshal()) == string(b.Marshal()) }
 
 // loadHostKey reads the host key, generating an ed25519 key (0600) when missing.
 func loadHostKey(path string) (ssh.Signer, error) {

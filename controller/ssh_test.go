@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,6 +28,8 @@ type sshFixture struct {
 	srv   *controller.SSHServer
 	keys  map[string]ssh.Signer // admin, operator, viewer, stranger, ca
 	audit string
+	ak    string        // the authorized_keys file
+	logs  *logBuffer    // the controller's log
 	execs chan []string // what the Exec stand-in was asked to run
 }
 
@@ -46,8 +49,12 @@ func newSSHFixture(t *testing.T) *sshFixture {
 	t.Helper()
 	dir := t.TempDir()
 	audit := filepath.Join(dir, "audit.jsonl")
-	f := newFixture(t, fixtureOpts{nodes: map[string]map[string]string{"n1": nil}, config: func(c *controller.Config) { c.AuditFile = audit }})
-	sf := &sshFixture{fixture: f, keys: map[string]ssh.Signer{}, audit: audit, execs: make(chan []string, 16)}
+	logs := &logBuffer{}
+	f := newFixture(t, fixtureOpts{nodes: map[string]map[string]string{"n1": nil}, config: func(c *controller.Config) {
+		c.AuditFile = audit
+		c.Logger = slog.New(logs)
+	}})
+	sf := &sshFixture{fixture: f, keys: map[string]ssh.Signer{}, audit: audit, logs: logs, execs: make(chan []string, 16)}
 	for _, k := range []string{"admin", "operator", "viewer", "stranger", "ca", "default"} {
 		sf.keys[k] = newSigner(t)
 	}
@@ -57,12 +64,13 @@ func newSSHFixture(t *testing.T) *sshFixture {
 	ak := strings.Join([]string{
 		"# fleetmux keys",
 		`role=admin ` + line("admin") + ` root@laptop`,
-		line("operator") + ` bob role=operator`,
-		line("viewer") + ` alice fleetmux:viewer`,
+		`role=operator ` + line("operator") + ` bob`,
+		`role=viewer ` + line("viewer") + ` alice`,
 		line("default") + ` nobody-said`,
 		`cert-authority,principals="carol,dave",role=operator ` + line("ca") + ` our CA`,
 	}, "\n") + "\n"
 	akFile := filepath.Join(dir, "authorized_keys")
+	sf.ak = akFile
 	if err := os.WriteFile(akFile, []byte(ak), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +137,7 @@ func execSSH(t *testing.T, c *ssh.Client, cmd string) (string, string, int) {
 
 func TestSSHAuth(t *testing.T) {
 	sf := newSSHFixture(t)
-	// Keys: role from the option, from the comment, and the default (viewer).
+	// Keys: role from the option, and the default (viewer).
 	for key, role := range map[string]string{"admin": "admin", "operator": "operator", "viewer": "viewer", "default": "viewer"} {
 		c := sf.login(t, "me", key)
 		out, _, code := execSSH(t, c, "nodes")

@@ -46,7 +46,7 @@ func (o *sshOptions) register(f *pflag.FlagSet, defaultRole string) {
 	home, _ := os.UserHomeDir()
 	f.StringVar(&o.listen, "ssh-listen", controller.DefaultSSHListen, "SSH front door address; \"off\" disables it")
 	f.StringVar(&o.authorizedKeys, "authorized-keys", filepath.Join(home, ".ssh", "authorized_keys"),
-		"authorized_keys file of the SSH front door: each key's role from a role=viewer|operator|admin option or comment")
+		"authorized_keys file of the SSH front door: each key's role from a role=viewer|operator|admin option (never the comment)")
 	o.defaultRole = defaultRole
 }
 
