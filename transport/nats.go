@@ -3,9 +3,12 @@ package transport
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,20 +22,21 @@ import (
 const DefaultNATSURL = "nats://127.0.0.1:4222"
 
 // NATSConfig configures Connect. The zero value connects to DefaultNATSURL without
-// authentication.
+// credentials (which only a test server accepts).
 type NATSConfig struct {
 	// URL is one or more server URLs separated by commas
-	// (nats://host:port, tls://host:port). Default DefaultNATSURL.
+	// (nats://host:port, tls://host:port). Default DefaultNATSURL. A server beyond
+	// loopback is reached over TLS only: that needs a CA (from Creds, CredsFile or
+	// CAFile) or a tls:// URL (verified against the system's roots).
 	URL string
-	// Token authenticates with a server token. At most one of Token, User/Password
-	// and CredsFile may be set (credentials embedded in URL are also honoured).
-	Token string
-	// User and Password authenticate with a user name and password (both required).
-	User, Password string
-	// CredsFile is a NATS credentials file (user JWT and nkey seed).
+	// Creds are the user's credentials (Authority.Issue). At most one of Creds and
+	// CredsFile may be set. Their CA, if any, verifies the server (and then TLS is
+	// required), and their inbox prefix (Identity.Inbox) becomes the connection's.
+	Creds *Creds
+	// CredsFile is a .creds file (ReadCreds), read once by Connect.
 	CredsFile string
-	// CAFile is a PEM file of root CAs that verify the server's TLS certificate;
-	// setting it (or CertFile) requires TLS.
+	// CAFile is a PEM file of root CAs that verify the server's TLS certificate
+	// (instead of the CA in the credentials); setting it requires TLS.
 	CAFile string
 	// CertFile and KeyFile are the client's TLS certificate and key (both or neither).
 	CertFile, KeyFile string
@@ -83,21 +87,8 @@ func (cfg NATSConfig) withDefaults() NATSConfig {
 }
 
 func (cfg NATSConfig) validate() error {
-	auth := 0
-	if cfg.Token != "" {
-		auth++
-	}
-	if cfg.User != "" || cfg.Password != "" {
-		auth++
-		if cfg.User == "" || cfg.Password == "" {
-			return fmt.Errorf("%w: nats user and password must be set together", ErrConfig)
-		}
-	}
-	if cfg.CredsFile != "" {
-		auth++
-	}
-	if auth > 1 {
-		return fmt.Errorf("%w: set only one of nats token, user/password and creds file", ErrConfig)
+	if cfg.Creds != nil && cfg.CredsFile != "" {
+		return fmt.Errorf("%w: set either nats creds or a creds file, not both", ErrConfig)
 	}
 	if (cfg.CertFile == "") != (cfg.KeyFile == "") {
 		return fmt.Errorf("%w: nats tls cert file and key file must be set together", ErrConfig)
@@ -105,8 +96,9 @@ func (cfg NATSConfig) validate() error {
 	return nil
 }
 
-// options translates the config into nats.go options (handlers excluded).
-func (cfg NATSConfig) options() []nats.Option {
+// options translates the config into nats.go options (handlers excluded). It reads
+// the credentials and CA files.
+func (cfg NATSConfig) options() ([]nats.Option, error) {
 	opts := []nats.Option{
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(cfg.ReconnectWait),
@@ -120,21 +112,66 @@ func (cfg NATSConfig) options() []nats.Option {
 	if cfg.Name != "" {
 		opts = append(opts, nats.Name(cfg.Name))
 	}
-	switch {
-	case cfg.Token != "":
-		opts = append(opts, nats.Token(cfg.Token))
-	case cfg.User != "":
-		opts = append(opts, nats.UserInfo(cfg.User, cfg.Password))
-	case cfg.CredsFile != "":
-		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
+	creds := cfg.Creds
+	if cfg.CredsFile != "" {
+		c, err := ReadCreds(cfg.CredsFile)
+		if err != nil {
+			return nil, err
+		}
+		creds = c
+	}
+	var ca []byte
+	if creds != nil {
+		uc, err := creds.Claims()
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, nats.UserJWTAndSeed(creds.JWT, string(creds.Seed)))
+		if inbox := InboxOf(uc.Permissions); inbox != "" {
+			opts = append(opts, nats.CustomInboxPrefix(inbox))
+		}
+		ca = creds.CA
 	}
 	if cfg.CAFile != "" {
-		opts = append(opts, nats.RootCAs(cfg.CAFile))
+		b, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("transport: nats ca: %w", err)
+		}
+		ca = b
 	}
-	if cfg.CertFile != "" {
-		opts = append(opts, nats.ClientCert(cfg.CertFile, cfg.KeyFile))
+	if len(ca) > 0 || cfg.CertFile != "" {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if len(ca) > 0 {
+			pool, err := certPool(ca)
+			if err != nil {
+				return nil, fmt.Errorf("%w: nats ca: %w", ErrConfig, err)
+			}
+			tc.RootCAs = pool
+		}
+		if cfg.CertFile != "" {
+			cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
+			if err != nil {
+				return nil, fmt.Errorf("transport: nats client certificate: %w", err)
+			}
+			tc.Certificates = []tls.Certificate{cert}
+		}
+		opts = append(opts, nats.Secure(tc))
+	} else {
+		for _, u := range strings.Split(cfg.URL, ",") {
+			u = strings.TrimSpace(u)
+			if !strings.Contains(u, "://") {
+				u = "nats://" + u
+			}
+			pu, err := url.Parse(u)
+			if err != nil || pu.Host == "" {
+				return nil, fmt.Errorf("%w: nats url %q", ErrConfig, redactURLs(u))
+			}
+			if pu.Scheme != "tls" && !isLoopbackHost(pu.Hostname()) {
+				return nil, fmt.Errorf("%w: nats server %s is beyond loopback: TLS needs a CA (the .creds file from fleetmux enroll has it) or a tls:// url", ErrInsecure, pu.Host)
+			}
+		}
 	}
-	return opts
+	return opts, nil
 }
 
 // Conn is a NATS connection that reconnects forever. It satisfies the bus interfaces
@@ -192,7 +229,10 @@ func Connect(ctx context.Context, cfg NATSConfig) (*Conn, error) {
 		connSig:      make(chan struct{}, 1),
 		stopBg:       make(chan struct{}),
 	}
-	opts := cfg.options()
+	opts, err := cfg.options()
+	if err != nil {
+		return nil, err
+	}
 	// Handlers run on nats.go's own callback goroutine, one at a time; they only log,
 	// so they never hold it up.
 	opts = append(opts,

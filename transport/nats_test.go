@@ -242,10 +242,9 @@ func TestConnCloseIdempotent(t *testing.T) {
 
 func TestConnectConfigErrors(t *testing.T) {
 	for name, cfg := range map[string]transport.NATSConfig{
-		"token and user":   {Token: "t", User: "u", Password: "p"},
-		"user no password": {User: "u"},
-		"cert without key": {CertFile: "c.pem"},
-		"creds and token":  {Token: "t", CredsFile: "x.creds"},
+		"cert without key":     {CertFile: "c.pem"},
+		"creds and creds file": {Creds: &transport.Creds{}, CredsFile: "x.creds"},
+		"bad url":              {URL: "nats://[::1"},
 	} {
 		if _, err := transport.Connect(ctxT(t, time.Second), cfg); !errors.Is(err, transport.ErrConfig) {
 			t.Errorf("%s: %v", name, err)

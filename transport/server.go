@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,29 +19,33 @@ import (
 const DefaultServerListen = "127.0.0.1:4222"
 
 // ServerConfig configures an embedded nats-server. The zero value listens on
-// DefaultServerListen, loopback only, without JetStream or authentication.
+// DefaultServerListen, loopback only, without JetStream, and without
+// authentication, which only tests use: every fleetmux command sets Auth.
 type ServerConfig struct {
 	// Listen is the client listener, host:port. Default DefaultServerListen; port 0
 	// picks a free port (see (*Server).Addr). A host other than loopback (including an
-	// empty host, meaning every interface) requires Token or User/Password.
+	// empty host, meaning every interface) requires Auth.
 	Listen string
 	// DataDir holds the JetStream store (nats-server adds a jetstream/ directory
 	// under it). Required when JetStream is on.
 	DataDir string
 	// JetStream enables JetStream with file storage under DataDir.
 	JetStream bool
-	// Token is the client authentication token. At most one of Token and
-	// User/Password may be set.
-	Token string
-	// User and Password authenticate clients (both or neither). They also
-	// authenticate cluster routes.
-	User, Password string
+	// Auth runs the server in operator mode: only users of Auth's fleet account (and
+	// system account) connect, each with the permissions of its user JWT; anonymous,
+	// token and user/password clients are refused. The server then speaks TLS only,
+	// with a certificate issued from Auth's CA at start (for TLSHosts, the listen and
+	// cluster hosts, localhost and loopback), and routes use mutual TLS with it.
+	Auth *Authority
+	// TLSHosts are more names or addresses the server's certificate carries (the
+	// names clients use to reach it, e.g. a DNS name).
+	TLSHosts []string
 	// Routes are URLs of other servers to cluster with (nats://host:port of their
-	// cluster listeners). Credentials missing from a route URL are taken from
-	// User/Password. Requires ClusterListen.
+	// cluster listeners). Requires ClusterListen.
 	Routes []string
 	// ClusterListen is the cluster (route) listener, host:port; empty means no
-	// clustering. A host other than loopback requires User/Password.
+	// clustering. A host other than loopback requires Auth (routes then authenticate
+	// with certificates of Auth's CA, both ways).
 	ClusterListen string
 	// Name is the server name. Default: nats-server's generated id. Required when
 	// JetStream is clustered (JetStream with Routes): it must be unique and stable.
@@ -147,40 +152,32 @@ func (cfg ServerConfig) serverOptions() (*server.Options, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Token != "" && (cfg.User != "" || cfg.Password != "") {
-		return nil, fmt.Errorf("%w: set either a nats token or a user/password, not both", ErrConfig)
-	}
-	if (cfg.User == "") != (cfg.Password == "") {
-		return nil, fmt.Errorf("%w: nats user and password must be set together", ErrConfig)
-	}
-	hasAuth := cfg.Token != "" || cfg.User != ""
-	if !isLoopbackHost(host) && !hasAuth {
-		return nil, fmt.Errorf("%w: nats listen %s is not loopback: set a token or a user and password", ErrInsecure, cfg.listen())
+	if !isLoopbackHost(host) && cfg.Auth == nil {
+		return nil, fmt.Errorf("%w: nats listen %s is not loopback: it needs the fleet's nats authority (fleetmux controller init)", ErrInsecure, cfg.listen())
 	}
 	if cfg.JetStream && cfg.DataDir == "" {
 		return nil, fmt.Errorf("%w: jetstream needs a data dir", ErrConfig)
 	}
 	opts := &server.Options{
-		ServerName:    cfg.Name,
-		Host:          host,
-		Port:          port,
-		NoSigs:        true,
-		JetStream:     cfg.JetStream,
-		StoreDir:      cfg.DataDir,
-		Authorization: cfg.Token,
-		Username:      cfg.User,
-		Password:      cfg.Password,
+		ServerName: cfg.Name,
+		Host:       host,
+		Port:       port,
+		NoSigs:     true,
+		JetStream:  cfg.JetStream,
+		StoreDir:   cfg.DataDir,
 	}
 	if len(cfg.Routes) > 0 && cfg.ClusterListen == "" {
 		return nil, fmt.Errorf("%w: nats routes need a cluster listen address", ErrConfig)
 	}
+	var chost string
 	if cfg.ClusterListen != "" {
-		chost, cport, err := splitListen("cluster listen", cfg.ClusterListen)
+		var cport int
+		chost, cport, err = splitListen("cluster listen", cfg.ClusterListen)
 		if err != nil {
 			return nil, err
 		}
-		if !isLoopbackHost(chost) && cfg.User == "" {
-			return nil, fmt.Errorf("%w: nats cluster listen %s is not loopback: set a user and password (they authenticate routes)", ErrInsecure, cfg.ClusterListen)
+		if !isLoopbackHost(chost) && cfg.Auth == nil {
+			return nil, fmt.Errorf("%w: nats cluster listen %s is not loopback: it needs the fleet's nats authority (routes authenticate with its certificates)", ErrInsecure, cfg.ClusterListen)
 		}
 		if cfg.JetStream && len(cfg.Routes) > 0 && cfg.Name == "" {
 			return nil, fmt.Errorf("%w: clustered jetstream needs a unique, stable server name", ErrConfig)
@@ -189,22 +186,21 @@ func (cfg ServerConfig) serverOptions() (*server.Options, error) {
 		if name == "" {
 			name = "fleetmux"
 		}
-		opts.Cluster = server.ClusterOpts{
-			Name:     name,
-			Host:     chost,
-			Port:     cport,
-			Username: cfg.User,
-			Password: cfg.Password,
-		}
+		opts.Cluster = server.ClusterOpts{Name: name, Host: chost, Port: cport}
 		for _, r := range cfg.Routes {
 			u, err := url.Parse(strings.TrimSpace(r))
 			if err != nil || u.Host == "" {
 				return nil, fmt.Errorf("%w: nats route %q: want nats://host:port", ErrConfig, r)
 			}
-			if u.User == nil && cfg.User != "" {
-				u.User = url.UserPassword(cfg.User, cfg.Password)
+			if u.User != nil {
+				return nil, fmt.Errorf("%w: nats route %q: no credentials in route urls (routes authenticate with tls certificates)", ErrConfig, u.Redacted())
 			}
 			opts.Routes = append(opts.Routes, u)
+		}
+	}
+	if cfg.Auth != nil {
+		if err := cfg.Auth.configure(opts, append(slices.Clone(cfg.TLSHosts), host, chost)); err != nil {
+			return nil, err
 		}
 	}
 	return opts, nil
@@ -233,22 +229,6 @@ func (s *Server) ClientURL() string {
 		}
 	}
 	return "nats://" + net.JoinHostPort(host, port)
-}
-
-// AuthURL is ClientURL with the configured credentials embedded
-// (nats://user:password@host:port or nats://token@host:port). Keep it secret.
-func (s *Server) AuthURL() string {
-	u, err := url.Parse(s.ClientURL())
-	if err != nil {
-		return s.ClientURL()
-	}
-	switch {
-	case s.cfg.User != "":
-		u.User = url.UserPassword(s.cfg.User, s.cfg.Password)
-	case s.cfg.Token != "":
-		u.User = url.User(s.cfg.Token)
-	}
-	return u.String()
 }
 
 // Config is the effective configuration: Listen carries the actual port, so a new

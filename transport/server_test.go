@@ -10,7 +10,6 @@ import (
 
 	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/fleetmux/fleetmux/transport"
-	"github.com/nats-io/nats.go"
 )
 
 func TestServerRefusesNonLoopbackWithoutAuth(t *testing.T) {
@@ -20,17 +19,16 @@ func TestServerRefusesNonLoopbackWithoutAuth(t *testing.T) {
 			t.Errorf("listen %s without auth: %v", listen, err)
 		}
 	}
-	_, err := transport.StartServer(transport.ServerConfig{Listen: "127.0.0.1:0", ClusterListen: "0.0.0.0:0", Token: "t", Logger: logger()})
+	_, err := transport.StartServer(transport.ServerConfig{Listen: "127.0.0.1:0", ClusterListen: "0.0.0.0:0", Logger: logger()})
 	if !errors.Is(err, transport.ErrInsecure) {
-		t.Errorf("cluster listen beyond loopback with only a token: %v", err)
+		t.Errorf("cluster listen beyond loopback without auth: %v", err)
 	}
 }
 
 func TestServerConfigErrors(t *testing.T) {
 	for name, cfg := range map[string]transport.ServerConfig{
 		"jetstream without dir":  {Listen: "127.0.0.1:0", JetStream: true},
-		"token and user":         {Listen: "127.0.0.1:0", Token: "t", User: "u", Password: "p"},
-		"user without password":  {Listen: "127.0.0.1:0", User: "u"},
+		"credentials in a route": {Listen: "127.0.0.1:0", ClusterListen: "127.0.0.1:0", Routes: []string{"nats://u:p@127.0.0.1:6222"}},
 		"bad listen":             {Listen: "localhost"},
 		"routes without cluster": {Listen: "127.0.0.1:0", Routes: []string{"nats://127.0.0.1:6222"}},
 		"clustered js no name": {Listen: "127.0.0.1:0", JetStream: true, DataDir: t.TempDir(),
@@ -41,34 +39,6 @@ func TestServerConfigErrors(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-}
-
-// TestServerWithTokenBeyondLoopback listens on every interface with a token: clients
-// without it are refused, clients with it (or AuthURL) get in.
-func TestServerWithTokenBeyondLoopback(t *testing.T) {
-	srv, err := transport.StartServer(transport.ServerConfig{Listen: "0.0.0.0:0", Token: "s3cret", Logger: logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { testutil.StopNATS(t, srv) })
-	if u := srv.ClientURL(); !strings.HasPrefix(u, "nats://127.0.0.1:") || strings.Contains(u, "s3cret") {
-		t.Fatalf("client url %s", u)
-	}
-	if nc, err := nats.Connect(srv.ClientURL(), nats.NoReconnect()); err == nil {
-		nc.Close()
-		t.Fatal("connected without the token")
-	}
-	c, err := transport.Connect(ctxT(t, 5*time.Second), transport.NATSConfig{URL: srv.ClientURL(), Token: "s3cret", Logger: logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	testutil.Eventually(t, 5*time.Second, c.Connected, "connected with the token")
-	nc, err := nats.Connect(srv.AuthURL(), nats.NoReconnect())
-	if err != nil {
-		t.Fatalf("auth url: %v", err)
-	}
-	nc.Close()
 }
 
 func TestServerPortInUseFailsFast(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,10 +26,12 @@ type controllerOptions struct {
 	apiToken     string
 	apiTokenFile string
 	natsURL      string
-	natsToken    string
 	natsCreds    string
+	natsCA       string
 	natsListen   string
+	natsCluster  string
 	natsRoutes   []string
+	natsTLSHosts []string
 	prefix       string
 	gossip       gossipOptions
 	ssh          sshOptions
@@ -61,31 +64,39 @@ func controllerCmd() *cobra.Command {
 			"its own: run several, restart them at will.\n\n" +
 			"NATS: --nats URL connects to an existing server (or cluster); --nats-listen ADDR\n" +
 			"embeds one (JetStream on) for the nodes to connect to, --nats-routes clusters the\n" +
-			"embedded servers of several controllers. Beyond loopback the embedded server\n" +
-			"needs --nats-token, gossip needs --gossip-key and the HTTP API --api-token.",
-		Example: "  fleetmux controller --nats-listen 127.0.0.1:4222 --gossip-listen 127.0.0.1:7946\n" +
-			"  fleetmux controller --nats nats://TOKEN@10.0.0.2:4222 --http-listen 0.0.0.0:7070 \\\n" +
+			"embedded servers of several controllers (mutual TLS on --nats-cluster-listen).\n" +
+			"The embedded server runs with the NATS authority in --data (made by `fleetmux\n" +
+			"controller init`, or on first start): only enrolled users connect, over TLS.\n" +
+			"With --nats, --nats-creds is this controller's .creds file (fleetmux enroll\n" +
+			"controller NAME). Beyond loopback gossip needs --gossip-key and the HTTP API\n" +
+			"--api-token.",
+		Example: "  fleetmux controller init --data /var/lib/fleetmux\n" +
+			"  fleetmux controller --data /var/lib/fleetmux --nats-listen 0.0.0.0:4222 --gossip-listen 127.0.0.1:7946\n" +
+			"  fleetmux controller --nats nats://10.0.0.2:4222 --nats-creds ctl.creds --http-listen 0.0.0.0:7070 \\\n" +
 			"      --api-token-file /etc/fleetmux/token --gossip-listen 10.0.0.1:7946 --gossip-key $KEY --join 10.0.0.5:7946",
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error { return o.run(c.Context(), c.OutOrStdout(), c.ErrOrStderr()) },
 	}
 	f := c.Flags()
 	f.StringVar(&o.name, "name", "controller-"+sanitizeName(hostname()), "controller name in the gossip cluster and its audit subject")
-	f.StringVar(&o.data, "data", ".fleetmux-controller", "data directory (embedded NATS store)")
+	f.StringVar(&o.data, "data", ".fleetmux-controller", "data directory: the NATS authority (keys/), the embedded NATS store")
 	f.StringVar(&o.httpListen, "http-listen", controller.DefaultHTTPListen, "HTTP API address")
 	f.StringVar(&o.apiToken, "api-token", "", "API token required from clients (default $FLEETMUX_TOKEN; prefer it or --api-token-file: flags show in ps); required beyond loopback")
 	f.StringVar(&o.apiTokenFile, "api-token-file", "", "file holding the API token")
 	f.StringVar(&o.natsURL, "nats", "", "NATS server URL(s) to connect to")
-	f.StringVar(&o.natsToken, "nats-token", "", "NATS token (to connect, or required of clients by the embedded server)")
-	f.StringVar(&o.natsCreds, "nats-creds", "", "NATS credentials file")
+	f.StringVar(&o.natsCreds, "nats-creds", os.Getenv("FLEETMUX_NATS_CREDS"), "NATS .creds file of this controller (fleetmux enroll controller NAME; default $FLEETMUX_NATS_CREDS)")
+	f.StringVar(&o.natsCA, "nats-ca", "", "PEM CA that verifies the NATS server (default: the CA in the .creds file)")
 	f.StringVar(&o.natsListen, "nats-listen", "", "embed a NATS server (JetStream on) on this address")
-	f.StringSliceVar(&o.natsRoutes, "nats-routes", nil, "cluster routes of the embedded NATS server")
+	f.StringVar(&o.natsCluster, "nats-cluster-listen", "", "cluster (route) listener of the embedded NATS server (default: the --nats-listen host, port 6222, when --nats-routes is set)")
+	f.StringSliceVar(&o.natsRoutes, "nats-routes", nil, "cluster routes of the embedded NATS server: nats://HOST:PORT of the others' cluster listeners")
+	f.StringSliceVar(&o.natsTLSHosts, "nats-tls-host", nil, "more names for the embedded NATS server's TLS certificate (the names nodes use to reach it)")
 	f.StringVar(&o.prefix, "prefix", api.DefaultPrefix, "NATS subject prefix")
 	f.StringVar(&o.gossip.listen, "gossip-listen", "127.0.0.1:7946", "gossip address host:port")
 	f.StringVar(&o.gossip.key, "gossip-key", "", "gossip encryption key, hex (default $FLEETMUX_GOSSIP_KEY); required beyond loopback")
 	f.StringSliceVar(&o.gossip.join, "join", nil, "gossip seed addresses host:port (nodes or other controllers)")
 	o.ssh.register(f, api.RoleViewer)
 	f.BoolVar(&o.verbose, "verbose", false, "debug logs")
+	c.AddCommand(controllerInitCmd())
 	return c
 }
 
@@ -125,20 +136,48 @@ func (o *controllerOptions) run(ctx context.Context, stdout, stderr io.Writer) e
 	var st stack
 	defer st.close()
 	url := o.natsURL
-	connToken := o.natsToken
+	natsCfg := transport.NATSConfig{CredsFile: o.natsCreds, CAFile: o.natsCA, Name: "fleetmux-controller " + o.name, Logger: log}
+	var auth *transport.Authority
 	if url == "" {
+		var err error
+		if auth, err = transport.OpenAuthority(o.data); err != nil {
+			return err
+		}
 		listen := o.natsListen
 		if listen == "" {
 			listen = transport.DefaultServerListen
 		}
-		srv, err := embedNATS(&st, listen, o.data, o.natsToken, o.natsRoutes, log)
+		cluster := o.natsCluster
+		if cluster == "" && len(o.natsRoutes) > 0 {
+			host, _, err := net.SplitHostPort(listen)
+			if err != nil {
+				return usageError("--nats-listen %q: %v", listen, err)
+			}
+			cluster = net.JoinHostPort(host, "6222")
+		}
+		srv, err := embedNATS(&st, embedOptions{listen: listen, clusterListen: cluster, routes: o.natsRoutes, name: o.name, tlsHosts: o.natsTLSHosts}, o.data, auth, log)
 		if err != nil {
 			return err
 		}
 		url = srv.ClientURL()
-		fmt.Fprintf(stderr, "embedded NATS at %s\n", url)
+		fmt.Fprintf(stderr, "embedded NATS at %s (TLS; CA %s)\n", url, filepath.Join(o.data, transport.AuthorityDir, transport.CACertFile))
+	} else if o.natsCreds == "" {
+		// A controller may run where its fleet's authority lives, without a .creds file.
+		a, err := transport.LoadAuthority(o.data)
+		if err != nil {
+			return usageError("--nats needs --nats-creds FILE (fleetmux enroll controller %s) or the fleet's authority in --data: %v", o.name, err)
+		}
+		auth = a
 	}
-	conn, err := connectNATS(ctx, &st, transport.NATSConfig{URL: url, Token: connToken, CredsFile: o.natsCreds, Name: "fleetmux-controller " + o.name, Logger: log})
+	if o.natsCreds == "" {
+		creds, err := auth.Issue(transport.Identity{Kind: transport.KindController, Name: o.name, Prefix: o.prefix})
+		if err != nil {
+			return err
+		}
+		natsCfg.Creds = creds
+	}
+	natsCfg.URL = url
+	conn, err := connectNATS(ctx, &st, natsCfg)
 	if err != nil {
 		return err
 	}

@@ -34,10 +34,13 @@ func devCmd() *cobra.Command {
 		Use:   "dev [--data DIR] [--http-listen ADDR] [--nats-listen ADDR] [--gossip-listen ADDR]",
 		Short: "Run the whole system on this machine: NATS, a controller and a node",
 		Long: "dev starts, in one process and all on loopback, an embedded NATS server with\n" +
-			"JetStream (a fresh token each run), a controller serving the HTTP API, and a\n" +
-			"node agent for this host, joined over gossip. Data lives under --data.\n\n" +
-			"It prints the HTTP API address and writes the NATS URL, with its token, to\n" +
-			"DIR/nats.url (mode 0600) for any NATS client. Ctrl-C stops everything (the\n" +
+			"JetStream, a controller serving the HTTP API, and a node agent for this host,\n" +
+			"joined over gossip. Data lives under --data. The first start sets up the NATS\n" +
+			"authority there (operator, account, TLS CA: DIR/keys/); NATS clients need\n" +
+			"credentials and TLS even on loopback.\n\n" +
+			"It prints the HTTP API address, writes the NATS URL to DIR/nats.url and the\n" +
+			"credentials (each with the CA) to DIR/creds/{node,controller,subscriber}.creds\n" +
+			"(mode 0600) for any NATS client. Ctrl-C stops everything (the\n" +
 			"sessions end with it; their recordings stay under DIR/sessions/).\n\n" +
 			"Then, in another terminal: fleetmux new; fleetmux run NODE/ID -- 'echo hi'.",
 		Example: "  fleetmux dev\n  fleetmux dev --http-listen 127.0.0.1:0 --nats-listen 127.0.0.1:0 --gossip-listen 127.0.0.1:0",
@@ -80,27 +83,39 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	var st stack
 	defer st.close()
-	token := randomToken()
-	srv, err := embedNATS(&st, o.natsListen, o.data, token, nil, log)
+	auth, err := transport.OpenAuthority(o.data)
 	if err != nil {
 		return err
 	}
-	natsFile, err := writeURLFile(o.data, "nats.url", srv.AuthURL())
+	srv, err := embedNATS(&st, embedOptions{listen: o.natsListen}, o.data, auth, log)
 	if err != nil {
 		return err
 	}
-	conn, err := connectNATS(ctx, &st, transport.NATSConfig{URL: srv.ClientURL(), Token: token, Name: "fleetmux-dev", Logger: log})
+	natsFile, err := writeURLFile(o.data, "nats.url", srv.ClientURL())
+	if err != nil {
+		return err
+	}
+	ctlName := "controller-" + o.name
+	nodeCreds, ctlCreds, err := devCreds(auth, o.data, o.prefix, o.name, ctlName)
+	if err != nil {
+		return err
+	}
+	conn, err := connectNATS(ctx, &st, transport.NATSConfig{URL: srv.ClientURL(), Creds: ctlCreds, Name: "fleetmux-dev " + ctlName, Logger: log})
+	if err != nil {
+		return err
+	}
+	nodeConn, err := connectNATS(ctx, &st, transport.NATSConfig{URL: srv.ClientURL(), Creds: nodeCreds, Name: "fleetmux-dev node " + o.name, Logger: log})
 	if err != nil {
 		return err
 	}
 	ensureStreams(ctx, conn, o.prefix, log)
-	c, g, err := startController(ctx, &st, conn, controller.Config{Name: "controller-" + o.name, Prefix: o.prefix, HTTPListen: o.httpListen, Logger: log,
+	c, g, err := startController(ctx, &st, conn, controller.Config{Name: ctlName, Prefix: o.prefix, HTTPListen: o.httpListen, Logger: log,
 		AuditFile: filepath.Join(o.data, "audit.jsonl")},
 		gossipOptions{listen: o.gossipListen})
 	if err != nil {
 		return err
 	}
-	n, err := startNode(ctx, &st, conn, node.Config{Name: o.name, DataDir: o.data, Prefix: o.prefix, Logger: log},
+	n, err := startNode(ctx, &st, nodeConn, node.Config{Name: o.name, DataDir: o.data, Prefix: o.prefix, Logger: log},
 		gossipOptions{listen: "127.0.0.1:0", join: []string{g.Addr()}})
 	if err != nil {
 		return err
@@ -123,11 +138,11 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "fleetmux dev is up\n"+
 		"  HTTP API  %s   (export FLEETMUX_ADDR=%s when not the default)\n"+
-		"  NATS      %s   (URL with its token in %s)\n"+
+		"  NATS      %s   (URL in %s; credentials, with the CA, in %s)\n"+
 		"  node      %s   (data in %s)\n"+
 		"  SSH       %s\n"+
 		"try: fleetmux new, then fleetmux run %s/s1 -- 'echo hi; exit 3'\n",
-		httpURL, httpURL, srv.ClientURL(), natsFile, o.name, o.data, sshLine, o.name)
+		httpURL, httpURL, srv.ClientURL(), natsFile, filepath.Join(o.data, "creds", "{node,controller,subscriber}.creds"), o.name, o.data, sshLine, o.name)
 	<-ctx.Done()
 	fmt.Fprintln(stderr, "fleetmux dev: stopping")
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +17,7 @@ import (
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/testutil"
+	"github.com/nats-io/nats.go"
 )
 
 // lockedBuffer is a bytes.Buffer safe for a writer and a reader.
@@ -76,14 +81,17 @@ func startDev(t *testing.T, extra ...string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The NATS URL with its token is there for NATS clients, readable by us alone.
-	st, err := os.Stat(filepath.Join(data, "nats.url"))
-	if err != nil || st.Mode().Perm() != 0o600 {
-		t.Fatalf("nats.url: %v %v", err, st)
+	// The NATS URL (no secret in it) and each identity's credentials, with the CA,
+	// are there for NATS clients, readable by us alone.
+	for _, f := range []string{"nats.url", "creds/node.creds", "creds/controller.creds", "creds/subscriber.creds", "keys/nats-account.nk", "keys/nats-ca.key"} {
+		st, err := os.Stat(filepath.Join(data, f))
+		if err != nil || st.Mode().Perm() != 0o600 {
+			t.Fatalf("%s: %v %v", f, err, st)
+		}
 	}
 	nb, _ := os.ReadFile(filepath.Join(data, "nats.url"))
-	if !strings.Contains(string(nb), "@127.0.0.1:") {
-		t.Fatalf("nats.url has no credentials: %q", nb)
+	if u := strings.TrimSpace(string(nb)); !strings.HasPrefix(u, "nats://127.0.0.1:") || strings.Contains(u, "@") {
+		t.Fatalf("nats.url: %q", nb)
 	}
 	return strings.TrimSpace(string(b))
 }
@@ -164,5 +172,81 @@ func TestDevQuickStart(t *testing.T) {
 	out, _, code = cli("kill", "here/s1")
 	if code != 0 || !strings.Contains(out, "here/s1") {
 		t.Fatalf("kill: %q %d", out, code)
+	}
+}
+
+// TestDevSubscriberReadsOutput: a plain nats.go client (not fleetmux's transport)
+// with <data>/creds/subscriber.creds reads a session's output byte for byte, and
+// may not reach the node's rpc. (The nats CLI is not installed here; it reads the
+// same file with --creds and --tlsca.)
+func TestDevSubscriberReadsOutput(t *testing.T) {
+	addr := startDev(t)
+	credsFile := filepath.Join("data", "creds", "subscriber.creds")
+	nb, err := os.ReadFile(filepath.Join("data", "nats.url"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	asyncErrs := make(chan error, 16)
+	nc, err := nats.Connect(strings.TrimSpace(string(nb)), nats.UserCredentials(credsFile), nats.RootCAs(credsFile),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { asyncErrs <- err }))
+	if err != nil {
+		t.Fatalf("connect with subscriber.creds: %v", err)
+	}
+	defer nc.Close()
+	var mu sync.Mutex
+	var got []byte
+	gaps := 0
+	sub, err := nc.Subscribe("fleetmux.out.here.s1", func(m *nats.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		if off, _ := strconv.Atoi(m.Header.Get(api.HeaderOffset)); off != len(got) {
+			gaps++
+		}
+		got = append(got, m.Data...)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := runArgs(t, "new", "--addr", addr); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := runArgs(t, "run", "--addr", addr, "here/s1", "--", `printf 'bytes:\x01\xff\xe2\x82\xac:%s\n' done`); err != nil {
+		t.Fatal(err)
+	}
+	var want []byte
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		resp, err := http.Get(addr + "/v1/sessions/here/s1/output?from=0")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		want, _ = io.ReadAll(resp.Body)
+		mu.Lock()
+		defer mu.Unlock()
+		return bytes.Contains(want, []byte("bytes:\x01\xff\xe2\x82\xac:done")) && bytes.Equal(got, want)
+	}, "the subscriber's bytes to equal the session's output")
+	mu.Lock()
+	if gaps != 0 {
+		t.Errorf("%d messages out of offset order", gaps)
+	}
+	mu.Unlock()
+	// The subscriber may not touch the node's API.
+	if _, err := nc.Request("fleetmux.rpc.here.kill", []byte(`{"session":"s1"}`), time.Second); err == nil {
+		t.Fatal("the subscriber's request was answered")
+	}
+	select {
+	case err := <-asyncErrs:
+		if !errors.Is(err, nats.ErrPermissionViolation) {
+			t.Fatalf("async error %v, want a permissions violation", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no permissions violation for the rpc request")
+	}
+	if out, _, err := runArgs(t, "ls", "--addr", addr); err != nil || !strings.Contains(out, "here/s1") {
+		t.Fatalf("the session is gone after the subscriber's kill: %q %v", out, err)
 	}
 }

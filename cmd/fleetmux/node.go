@@ -21,18 +21,18 @@ import (
 
 // nodeOptions are the flags of `fleetmux node`.
 type nodeOptions struct {
-	name         string
-	labels       []string
-	data         string
-	natsURL      string
-	natsToken    string
-	natsCreds    string
-	prefix       string
-	gossipListen string
-	gossipKey    string
-	join         []string
-	maxSessions  int
-	verbose      bool
+	name          string
+	labels        []string
+	data          string
+	natsURL       string
+	natsCreds     string
+	natsCA        string
+	prefix        string
+	gossipListen  string
+	gossipKeyFile string
+	join          []string
+	maxSessions   int
+	verbose       bool
 }
 
 func nodeCmd() *cobra.Command {
@@ -44,9 +44,13 @@ func nodeCmd() *cobra.Command {
 			"fleetmux-node on <prefix>.rpc.<name>.<verb>; it publishes output on\n" +
 			"<prefix>.out.<name>.<session> (with Fleetmux-Offset headers), block, session and\n" +
 			"audit events, and records every session under DIR/sessions/<id>/.\n\n" +
-			"Without --nats it embeds a NATS server (JetStream on) on 127.0.0.1:4222 and\n" +
-			"writes its URL to DIR/nats.url. With --gossip-listen it joins the memberlist\n" +
-			"cluster (--join) so controllers discover it.",
+			"With --nats it connects with --nats-creds (this node's .creds file from\n" +
+			"`fleetmux enroll node NAME`, which also holds the CA that verifies the server).\n" +
+			"Without --nats it embeds a NATS server (JetStream on, TLS, its own NATS authority\n" +
+			"under DIR/keys/) on 127.0.0.1:4222 and writes its URL to DIR/nats.url and\n" +
+			"credentials to DIR/creds/. With --gossip-listen it joins the memberlist cluster\n" +
+			"(--join) so controllers discover it. Secrets come from files or the environment,\n" +
+			"never from flags: $FLEETMUX_NATS_CREDS, $FLEETMUX_GOSSIP_KEY or --gossip-key-file.",
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error { return o.run(c.Context(), c.ErrOrStderr()) },
 	}
@@ -56,11 +60,11 @@ func nodeCmd() *cobra.Command {
 	f.StringSliceVar(&o.labels, "label", nil, "label k=v (repeatable)")
 	f.StringVar(&o.data, "data", ".fleetmux", "data directory: recordings, session ids, embedded NATS store")
 	f.StringVar(&o.natsURL, "nats", "", "NATS server URL(s); empty: embed one on 127.0.0.1:4222")
-	f.StringVar(&o.natsToken, "nats-token", "", "NATS token")
-	f.StringVar(&o.natsCreds, "nats-creds", "", "NATS credentials file")
+	f.StringVar(&o.natsCreds, "nats-creds", os.Getenv("FLEETMUX_NATS_CREDS"), "NATS .creds file of this node (fleetmux enroll node NAME; default $FLEETMUX_NATS_CREDS)")
+	f.StringVar(&o.natsCA, "nats-ca", "", "PEM CA that verifies the NATS server (default: the CA in the .creds file)")
 	f.StringVar(&o.prefix, "prefix", api.DefaultPrefix, "NATS subject prefix")
 	f.StringVar(&o.gossipListen, "gossip-listen", "", "gossip address host:port (e.g. 127.0.0.1:7946); empty: no gossip")
-	f.StringVar(&o.gossipKey, "gossip-key", "", "gossip encryption key, hex (16, 24 or 32 bytes); required beyond loopback")
+	f.StringVar(&o.gossipKeyFile, "gossip-key-file", "", "file holding the gossip encryption key, hex (16, 24 or 32 bytes; default $FLEETMUX_GOSSIP_KEY); required beyond loopback")
 	f.StringSliceVar(&o.join, "join", nil, "gossip seed addresses host:port")
 	f.IntVar(&o.maxSessions, "max-sessions", api.DefaultMaxSessions, "sessions alive at once")
 	f.BoolVar(&o.verbose, "verbose", false, "debug logs")
@@ -97,27 +101,52 @@ func (o *nodeOptions) run(ctx context.Context, stderr io.Writer) error {
 	}
 	var st stack
 	defer st.close()
-	url := o.natsURL
-	if url == "" {
-		srv, err := embedNATS(&st, "127.0.0.1:4222", o.data, "", nil, log)
+	gossipKey := os.Getenv("FLEETMUX_GOSSIP_KEY")
+	if o.gossipKeyFile != "" {
+		b, err := os.ReadFile(o.gossipKeyFile)
+		if err != nil {
+			return fmt.Errorf("--gossip-key-file: %w", err)
+		}
+		gossipKey = strings.TrimSpace(string(b))
+	}
+	natsCfg := transport.NATSConfig{URL: o.natsURL, CredsFile: o.natsCreds, CAFile: o.natsCA, Name: "fleetmux-node " + o.name, Logger: log}
+	if o.natsURL == "" {
+		if o.natsCreds != "" {
+			return usageError("--nats-creds needs --nats (without it the node embeds its own server)")
+		}
+		auth, err := transport.OpenAuthority(o.data)
 		if err != nil {
 			return err
 		}
-		url = srv.ClientURL()
-		if err := writeSecretFile(filepath.Join(o.data, "nats.url"), url+"\n"); err != nil {
+		srv, err := embedNATS(&st, embedOptions{listen: transport.DefaultServerListen}, o.data, auth, log)
+		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stderr, "embedded NATS at %s (written to %s)\n", url, filepath.Join(o.data, "nats.url"))
+		nodeCreds, ctlCreds, err := devCreds(auth, o.data, o.prefix, o.name, "controller-"+o.name)
+		if err != nil {
+			return err
+		}
+		natsCfg.URL, natsCfg.Creds = srv.ClientURL(), nodeCreds
+		if _, err := writeURLFile(o.data, "nats.url", natsCfg.URL); err != nil {
+			return err
+		}
+		// The streams are set up by a controller's identity: a node may not.
+		setup, err := transport.Connect(ctx, transport.NATSConfig{URL: natsCfg.URL, Creds: ctlCreds, Name: "fleetmux-node setup", Logger: log})
+		if err != nil {
+			return fmt.Errorf("nats: %w", err)
+		}
+		ensureStreams(ctx, setup, o.prefix, log)
+		setup.Close()
+		fmt.Fprintf(stderr, "embedded NATS at %s (written to %s; credentials in %s)\n", natsCfg.URL, filepath.Join(o.data, "nats.url"), filepath.Join(o.data, "creds"))
+	} else if o.natsCreds == "" {
+		return usageError("--nats needs --nats-creds FILE or $FLEETMUX_NATS_CREDS (fleetmux enroll node %s)", o.name)
 	}
-	conn, err := connectNATS(ctx, &st, transport.NATSConfig{URL: url, Token: o.natsToken, CredsFile: o.natsCreds, Name: "fleetmux-node " + o.name, Logger: log})
+	conn, err := connectNATS(ctx, &st, natsCfg)
 	if err != nil {
 		return err
 	}
-	if o.natsURL == "" {
-		ensureStreams(ctx, conn, o.prefix, log)
-	}
 	n, err := startNode(ctx, &st, conn, node.Config{Name: o.name, Labels: labels, DataDir: o.data, Prefix: o.prefix, MaxSessions: o.maxSessions, Logger: log},
-		gossipOptions{listen: o.gossipListen, key: o.gossipKey, join: o.join})
+		gossipOptions{listen: o.gossipListen, key: gossipKey, join: o.join})
 	if err != nil {
 		return err
 	}

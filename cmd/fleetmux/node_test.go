@@ -4,6 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,12 +18,33 @@ import (
 
 func TestNodeServesOverNATS(t *testing.T) {
 	testutil.NeedTool(t, "bash")
-	srv := testutil.StartNATS(t, t.TempDir())
+	// A fleet as the README sets it up: controller init, an embedded server with
+	// its authority, and the node enrolled.
+	dir := t.TempDir()
+	if _, _, err := runArgs(t, "controller", "init", "--data", dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := runArgs(t, "controller", "init", "--data", dir); err == nil || !strings.Contains(err.Error(), "already initialized") {
+		t.Fatalf("a second init: %v", err)
+	}
+	credsFile := filepath.Join(dir, "cmdnode.creds")
+	if _, _, err := runArgs(t, "enroll", "node", "cmdnode", "--data", dir, "--out", credsFile); err != nil {
+		t.Fatal(err)
+	}
+	auth, err := transport.LoadAuthority(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := transport.StartServer(transport.ServerConfig{Listen: "127.0.0.1:0", DataDir: filepath.Join(dir, "nats"), JetStream: true, Auth: auth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer testutil.StopNATS(t, srv)
 	ctx, cancel := context.WithCancel(context.Background())
 	var errb bytes.Buffer
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"node", "--name", "cmdnode", "--nats", srv.ClientURL(), "--data", t.TempDir(), "--label", "role=test"}, &bytes.Buffer{}, &errb)
+		done <- run(ctx, []string{"node", "--name", "cmdnode", "--nats", srv.ClientURL(), "--nats-creds", credsFile, "--data", t.TempDir(), "--label", "role=test"}, &bytes.Buffer{}, &errb)
 	}()
 	defer func() {
 		cancel()
@@ -27,7 +52,11 @@ func TestNodeServesOverNATS(t *testing.T) {
 			t.Errorf("node exited with %v\n%s", err, errb.String())
 		}
 	}()
-	c, err := transport.Connect(context.Background(), transport.NATSConfig{URL: srv.ClientURL()})
+	ctl, err := auth.Issue(transport.Identity{Kind: transport.KindController, Name: "ctl"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := transport.Connect(context.Background(), transport.NATSConfig{URL: srv.ClientURL(), Creds: ctl})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +80,40 @@ func TestNodeServesOverNATS(t *testing.T) {
 	if err != nil || json.Unmarshal(reply, &r) != nil || r.Text != "via-nats" || r.Block.ExitCode == nil || *r.Block.ExitCode != 6 {
 		t.Fatalf("run reply %s (%v)", reply, err)
 	}
+	// Another node's and a subscriber's credentials cannot make the node run
+	// anything: the server refuses the publish, and no block and no file appear.
+	marker := filepath.Join(t.TempDir(), "pwned")
+	for _, id := range []transport.Identity{{Kind: transport.KindNode, Name: "other"}, {Kind: transport.KindSubscriber, Name: "dash"}} {
+		cr, err := auth.Issue(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lb lockedBuffer
+		bad, err := transport.Connect(context.Background(), transport.NATSConfig{URL: srv.ClientURL(), Creds: cr, Logger: slog.New(slog.NewTextHandler(&lb, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 5*time.Second, bad.Connected, "%s connected", id.UserName())
+		if err := bad.Publish(subj.RPC("cmdnode", "run"), nil, []byte(`{"session":"s1","command":"touch `+marker+`"}`)); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 5*time.Second, func() bool { return strings.Contains(lb.String(), "Permissions Violation") }, "%s: a permissions violation", id.UserName())
+		bad.Close()
+	}
+	rctx2, rcancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer rcancel2()
+	reply, err = c.Request(rctx2, subj.RPC("cmdnode", "get"), nil, []byte(`{"session":"s1"}`))
+	if err != nil || json.Unmarshal(reply, &s) != nil || s.Blocks != 1 {
+		t.Fatalf("after the refused requests: %s (%v), want 1 block", reply, err)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the refused command ran")
+	}
 	if err := run(context.Background(), []string{"node", "--name", "bad.name"}, &bytes.Buffer{}, &bytes.Buffer{}); exitCode(err) != 2 {
 		t.Fatalf("bad name: %v (exit %d)", err, exitCode(err))
+	}
+	// Without credentials a node does not even try.
+	if err := run(context.Background(), []string{"node", "--name", "x", "--nats", srv.ClientURL(), "--data", t.TempDir()}, &bytes.Buffer{}, &bytes.Buffer{}); exitCode(err) != 2 {
+		t.Fatalf("--nats without creds: %v (exit %d)", err, exitCode(err))
 	}
 }

@@ -51,7 +51,7 @@ func cliRoot() *cobra.Command {
 	}
 	root.AddCommand(versionCmd(), tryCmd())
 	root.AddCommand(replayCmd())
-	root.AddCommand(nodeCmd(), controllerCmd(), devCmd())
+	root.AddCommand(nodeCmd(), controllerCmd(), devCmd(), enrollCmd())
 	root.AddCommand(clientCmds()...)
 	root.AddCommand(mcpCmd())
 	return root

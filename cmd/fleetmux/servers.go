@@ -50,11 +50,21 @@ func newLogger(w io.Writer, verbose bool) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
 }
 
-// embedNATS starts an embedded NATS server with JetStream under dataDir/nats and
-// registers its shutdown on st.
-func embedNATS(st *stack, listen, dataDir, token string, routes []string, log *slog.Logger) (*transport.Server, error) {
+// embedOptions say where an embedded NATS server listens and whom it clusters with.
+type embedOptions struct {
+	listen        string
+	clusterListen string
+	routes        []string
+	name          string   // server name (required with routes)
+	tlsHosts      []string // more names for its TLS certificate
+}
+
+// embedNATS starts an embedded NATS server with JetStream under dataDir/nats, in
+// operator mode with TLS from the authority a, and registers its shutdown on st.
+func embedNATS(st *stack, o embedOptions, dataDir string, a *transport.Authority, log *slog.Logger) (*transport.Server, error) {
 	srv, err := transport.StartServer(transport.ServerConfig{
-		Listen: listen, DataDir: filepath.Join(dataDir, "nats"), JetStream: true, Token: token, Routes: routes, Logger: log,
+		Listen: o.listen, DataDir: filepath.Join(dataDir, "nats"), JetStream: true, Auth: a, TLSHosts: o.tlsHosts,
+		ClusterListen: o.clusterListen, Routes: o.routes, Name: o.name, Logger: log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/transport"
+	"github.com/spf13/cobra"
+)
+
+// `fleetmux controller init` and `fleetmux enroll`: the fleet's NATS authority and
+// the credentials of each process (transport.Authority does the work).
+
+func controllerInitCmd() *cobra.Command {
+	var data string
+	var force bool
+	c := &cobra.Command{
+		Use:   "init [--data DIR] [--force]",
+		Short: "Create the fleet's NATS authority: operator and account keys, and a CA for TLS",
+		Long: "init creates, under DIR/keys/ (keys 0600), the NATS operator, the fleet account and\n" +
+			"the system account, and a CA (ECDSA P-256) that signs the embedded NATS servers'\n" +
+			"TLS certificates. Then `fleetmux enroll` issues each process its credentials, and\n" +
+			"`fleetmux controller --data DIR` runs the embedded NATS server with them.\n" +
+			"It refuses to replace an existing authority unless --force (which invalidates\n" +
+			"every credential issued before).",
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if err := os.MkdirAll(data, 0o700); err != nil {
+				return fmt.Errorf("data dir: %w", err)
+			}
+			a, err := transport.InitAuthority(data, force)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(c.OutOrStdout(), "NATS authority created in %s\n  account %s\n  CA      %s\nnext: fleetmux enroll node|controller|subscriber NAME --data %s\n",
+				filepath.Join(data, transport.AuthorityDir), a.Account(), filepath.Join(data, transport.AuthorityDir, transport.CACertFile), data)
+			return nil
+		},
+	}
+	c.Flags().StringVar(&data, "data", ".fleetmux-controller", "data directory of the controller")
+	c.Flags().BoolVar(&force, "force", false, "replace an existing authority (every credential issued before stops working)")
+	return c
+}
+
+// enrollOptions are the flags of `fleetmux enroll`.
+type enrollOptions struct {
+	data     string
+	out      string
+	nodes    []string
+	prefix   string
+	printJWT bool
+}
+
+func enrollCmd() *cobra.Command {
+	var o enrollOptions
+	c := &cobra.Command{
+		Use:   "enroll node|controller|subscriber NAME [--nodes a,b] [--data DIR] [--out FILE] [--print-jwt]",
+		Short: "Issue a process its NATS credentials (a .creds file with the CA)",
+		Long: "enroll issues NAME its own NATS user, signed by the fleet account made by\n" +
+			"`fleetmux controller init` (--data), and writes a .creds file (mode 0600): the user\n" +
+			"JWT, its nkey seed, and the fleet's CA certificate. Its permissions:\n" +
+			"  node NAME        serve <prefix>.rpc.NAME.>, publish its own out/block/event/\n" +
+			"                   audit/approval subjects, read the policy bucket\n" +
+			"  controller NAME  request <prefix>.rpc.>, read every node's subjects, the KV\n" +
+			"                   buckets and streams\n" +
+			"  subscriber NAME  read out/block/event (of --nodes only, when given), consume the\n" +
+			"                   streams; never rpc\n" +
+			"--print-jwt also prints the nats-server configuration that trusts the fleet's\n" +
+			"accounts and the user's permissions, for a NATS server of one's own.",
+		Example: "  fleetmux enroll node web-1 --data /etc/fleetmux --out web-1.creds\n" +
+			"  fleetmux enroll subscriber dash --nodes web-1,web-2",
+		Args: cobra.ExactArgs(2),
+		RunE: func(c *cobra.Command, args []string) error { return o.run(args[0], args[1], c.OutOrStdout()) },
+	}
+	f := c.Flags()
+	f.StringVar(&o.data, "data", ".fleetmux-controller", "data directory where `fleetmux controller init` ran")
+	f.StringVar(&o.out, "out", "", "the .creds file to write (default KIND-NAME.creds)")
+	f.StringSliceVar(&o.nodes, "nodes", nil, "subscriber: only these nodes' subjects")
+	f.StringVar(&o.prefix, "prefix", api.DefaultPrefix, "NATS subject prefix")
+	f.BoolVar(&o.printJWT, "print-jwt", false, "also print the account and user JWTs and the permissions (for a NATS server of your own)")
+	return c
+}
+
+func (o *enrollOptions) run(kind, name string, stdout io.Writer) error {
+	id := transport.Identity{Kind: kind, Name: name, Nodes: o.nodes, Prefix: o.prefix}
+	if err := id.Validate(); err != nil {
+		return usageError("%v", err)
+	}
+	a, err := transport.LoadAuthority(o.data)
+	if err != nil {
+		return err
+	}
+	creds, err := a.Issue(id)
+	if err != nil {
+		return err
+	}
+	out := o.out
+	if out == "" {
+		out = kind + "-" + name + ".creds"
+	}
+	if err := transport.WriteCreds(out, creds); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s (%s %s; keep it secret: it is this identity)\n", out, kind, name)
+	if !o.printJWT {
+		return nil
+	}
+	conf, err := a.ServerConf()
+	if err != nil {
+		return err
+	}
+	perms, err := id.Permissions()
+	if err != nil {
+		return err
+	}
+	pj, _ := json.MarshalIndent(perms, "", "  ")
+	fmt.Fprintf(stdout, "\n%s\n# user JWT of %s %s (also in %s)\n%s\n\n# its permissions\n%s\n\n# its inbox prefix (nats CLI --inbox-prefix, nats.js inboxPrefix)\n%s\n",
+		strings.TrimSpace(conf), kind, name, out, creds.JWT, pj, id.Inbox())
+	return nil
+}
+
+// devCreds issues the identities of a one-machine setup (fleetmux dev, a node with
+// its own embedded server) and writes them to data/creds/{node,controller,
+// subscriber}.creds (0600), for other NATS clients.
+func devCreds(a *transport.Authority, data, prefix, nodeName, controllerName string) (node, ctl *transport.Creds, err error) {
+	dir := filepath.Join(data, "creds")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("creds dir: %w", err)
+	}
+	ids := map[string]transport.Identity{
+		"node":       {Kind: transport.KindNode, Name: nodeName, Prefix: prefix},
+		"controller": {Kind: transport.KindController, Name: controllerName, Prefix: prefix},
+		"subscriber": {Kind: transport.KindSubscriber, Name: "subscriber", Prefix: prefix},
+	}
+	issued := map[string]*transport.Creds{}
+	for file, id := range ids {
+		c, err := a.Issue(id)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := transport.WriteCreds(filepath.Join(dir, file+".creds"), c); err != nil {
+			return nil, nil, err
+		}
+		issued[file] = c
+	}
+	return issued["node"], issued["controller"], nil
+}

@@ -1,0 +1,250 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/nats-io/jwt/v2"
+)
+
+// NATS identities (DESIGN.md, Trust model). Every process connects with a user JWT
+// of its own, issued by the fleet's account (Authority.Issue); the NATS server
+// enforces the permissions below on every publish and subscription.
+
+// Kinds of identity.
+const (
+	KindNode       = "node"
+	KindController = "controller"
+	KindSubscriber = "subscriber"
+)
+
+// Key-value buckets (DESIGN.md) and the streams that hold them.
+const (
+	BucketTokens    = "FLEETMUX_TOKENS"
+	BucketPolicy    = "FLEETMUX_POLICY"
+	BucketApprovals = "FLEETMUX_APPROVALS"
+)
+
+// KindApproval is the approval subject kind: <prefix>.approval.<node>.
+const KindApproval = "approval"
+
+// InboxRoot starts every identity's reply inbox: a process replies to requests on
+// its own inbox prefix, _INBOX.<kind>.<name> (Identity.Inbox), so that no identity
+// reads the replies meant for another (a subscriber never sees a controller's
+// replies). Clients other than fleetmux set it themselves (nats CLI --inbox-prefix,
+// nats.js inboxPrefix).
+const InboxRoot = "_INBOX"
+
+// ErrIdentity: an identity is invalid (bad kind, name, node list or prefix).
+var ErrIdentity = errors.New("transport: invalid identity")
+
+// Identity is who a user JWT speaks for.
+type Identity struct {
+	// Kind is KindNode, KindController or KindSubscriber.
+	Kind string
+	// Name is the node's name (a node), the controller's name (its audit subject), or
+	// any name for a subscriber (api.ValidName).
+	Name string
+	// Nodes narrows a subscriber to these nodes' subjects; empty means every node.
+	// Only for subscribers.
+	Nodes []string
+	// Prefix is the subject prefix. Default api.DefaultPrefix.
+	Prefix string
+}
+
+func (id Identity) prefix() string {
+	if id.Prefix == "" {
+		return api.DefaultPrefix
+	}
+	return id.Prefix
+}
+
+// Validate checks the identity.
+func (id Identity) Validate() error {
+	switch id.Kind {
+	case KindNode, KindController, KindSubscriber:
+	default:
+		return fmt.Errorf("%w: kind %q: want %s, %s or %s", ErrIdentity, id.Kind, KindNode, KindController, KindSubscriber)
+	}
+	if err := api.ValidName(id.Name); err != nil {
+		return fmt.Errorf("%w: %s name: %w", ErrIdentity, id.Kind, err)
+	}
+	if id.Prefix != "" {
+		if err := api.ValidPrefix(id.Prefix); err != nil {
+			return fmt.Errorf("%w: %w", ErrIdentity, err)
+		}
+	}
+	if len(id.Nodes) > 0 && id.Kind != KindSubscriber {
+		return fmt.Errorf("%w: only a subscriber is narrowed to nodes", ErrIdentity)
+	}
+	for _, n := range id.Nodes {
+		if err := api.ValidName(n); err != nil {
+			return fmt.Errorf("%w: node %w", ErrIdentity, err)
+		}
+	}
+	return nil
+}
+
+// Inbox is the identity's reply inbox prefix (nats.CustomInboxPrefix).
+func (id Identity) Inbox() string { return InboxRoot + "." + id.Kind + "." + id.Name }
+
+// UserName is the name in the user JWT (shown in the server's logs and monitoring).
+func (id Identity) UserName() string { return id.Kind + ":" + id.Name }
+
+// streams a subscriber may consume and a controller manages.
+func jsStreamAPI(stream string) []string {
+	return []string{
+		"$JS.API.STREAM.INFO." + stream,
+		"$JS.API.CONSUMER.MSG.NEXT." + stream + ".*",
+		"$JS.API.CONSUMER.INFO." + stream + ".*",
+		"$JS.API.CONSUMER.DELETE." + stream + ".*",
+		"$JS.FC." + stream + ".>",
+		"$JS.ACK." + stream + ".>",
+	}
+}
+
+// Permissions are the identity's NATS permissions, exactly DESIGN.md's table:
+//
+//   - node N: subscribe <p>.rpc.N.>; publish <p>.{out,block,event,approval}.N.>,
+//     <p>.approval.N and <p>.audit.N; reply to the requests it gets (allow_responses,
+//     one reply each); read the policy bucket (subscribe $KV.FLEETMUX_POLICY.>, the
+//     JetStream API of a KV get and watch on that bucket alone, its own inbox); the
+//     NATS micro discovery subjects of the fleetmux-node service. Nothing else.
+//   - controller C: publish <p>.rpc.> and <p>.audit.C; subscribe
+//     <p>.{out,block,event,audit,approval}.>; the three KV buckets (read and write) and
+//     the JetStream API to create, update and consume the streams FLEETMUX_OUT and
+//     FLEETMUX_EVENTS and the buckets; the account's connect/disconnect advisories;
+//     its own inbox.
+//   - subscriber: subscribe <p>.{out,block,event}.> (or <p>.KIND.NODE.> for each of
+//     Nodes); consume FLEETMUX_OUT and FLEETMUX_EVENTS with consumers whose filter
+//     stays within those subjects (the filter is part of the create subject, and the
+//     server checks it matches the consumer's), its own inbox. No rpc, no other
+//     publish.
+func (id Identity) Permissions() (jwt.Permissions, error) {
+	if err := id.Validate(); err != nil {
+		return jwt.Permissions{}, err
+	}
+	p := id.prefix()
+	var pub, sub []string
+	var resp *jwt.ResponsePermission
+	switch id.Kind {
+	case KindNode:
+		n := id.Name
+		for _, k := range []string{api.KindOut, api.KindBlock, api.KindEvent, KindApproval} {
+			pub = append(pub, p+"."+k+"."+n+".>")
+		}
+		pub = append(pub, p+"."+KindApproval+"."+n, p+"."+api.KindAudit+"."+n)
+		pub = append(pub, kvReadAPI(BucketPolicy)...)
+		sub = append(sub, p+"."+api.KindRPC+"."+n+".>", "$KV."+BucketPolicy+".>", id.Inbox()+".>")
+		// nats.go/micro subscribes to its discovery subjects (PING, INFO, STATS; bare,
+		// by service name, by service id); the node answers them for its service only.
+		for _, verb := range []string{"PING", "INFO", "STATS"} {
+			sub = append(sub, "$SRV."+verb, "$SRV."+verb+"."+api.ServiceName, "$SRV."+verb+"."+api.ServiceName+".*")
+		}
+		resp = &jwt.ResponsePermission{MaxMsgs: 1}
+	case KindController:
+		pub = append(pub, p+"."+api.KindRPC+".>", p+"."+api.KindAudit+"."+id.Name)
+		for _, k := range []string{api.KindOut, api.KindBlock, api.KindEvent, api.KindAudit, KindApproval} {
+			sub = append(sub, p+"."+k+".>")
+		}
+		pub = append(pub, "$JS.API.INFO", "$JS.API.STREAM.NAMES")
+		for _, s := range []string{api.StreamOut, api.StreamEvents, "KV_" + BucketTokens, "KV_" + BucketPolicy, "KV_" + BucketApprovals} {
+			pub = append(pub, jsAdminAPI(s)...)
+		}
+		for _, b := range []string{BucketTokens, BucketPolicy, BucketApprovals} {
+			pub = append(pub, "$KV."+b+".>")
+			sub = append(sub, "$KV."+b+".>")
+		}
+		sub = append(sub, AdvisoryConnect, AdvisoryDisconnect, id.Inbox()+".>")
+	case KindSubscriber:
+		for _, k := range []string{api.KindOut, api.KindBlock, api.KindEvent} {
+			for _, f := range id.filters(k) {
+				sub = append(sub, f)
+			}
+		}
+		sub = append(sub, id.Inbox()+".>")
+		for _, s := range []string{api.StreamOut, api.StreamEvents} {
+			pub = append(pub, jsStreamAPI(s)...)
+		}
+		for _, f := range id.filters(api.KindOut) {
+			pub = append(pub, "$JS.API.CONSUMER.CREATE."+api.StreamOut+".*."+f)
+		}
+		for _, k := range []string{api.KindBlock, api.KindEvent} {
+			for _, f := range id.filters(k) {
+				pub = append(pub, "$JS.API.CONSUMER.CREATE."+api.StreamEvents+".*."+f)
+			}
+		}
+		if len(id.Nodes) == 0 {
+			// FLEETMUX_OUT holds nothing a full subscriber may not read: unfiltered
+			// consumers and reads by sequence are fine there (not on FLEETMUX_EVENTS,
+			// which also keeps the audit records).
+			pub = append(pub, "$JS.API.CONSUMER.CREATE."+api.StreamOut, "$JS.API.STREAM.MSG.GET."+api.StreamOut,
+				"$JS.API.DIRECT.GET."+api.StreamOut, "$JS.API.DIRECT.GET."+api.StreamOut+".>")
+		}
+	}
+	var perms jwt.Permissions
+	perms.Pub.Allow.Add(pub...)
+	perms.Sub.Allow.Add(sub...)
+	perms.Resp = resp
+	return perms, nil
+}
+
+// filters are the subscriber's subjects of one kind: <p>.KIND.> or one per node.
+func (id Identity) filters(kind string) []string {
+	p := id.prefix()
+	if len(id.Nodes) == 0 {
+		return []string{p + "." + kind + ".>"}
+	}
+	nodes := slices.Clone(id.Nodes)
+	slices.Sort(nodes)
+	nodes = slices.Compact(nodes)
+	out := make([]string, 0, len(nodes))
+	for _, n := range nodes {
+		out = append(out, p+"."+kind+"."+n+".>")
+	}
+	return out
+}
+
+// jsAdminAPI is the JetStream API of a controller on one stream: manage the stream
+// (create, update, info, purge, get and delete messages, delete) and its consumers.
+func jsAdminAPI(stream string) []string {
+	return []string{
+		"$JS.API.STREAM.*." + stream,
+		"$JS.API.STREAM.MSG.*." + stream,
+		"$JS.API.DIRECT.GET." + stream,
+		"$JS.API.DIRECT.GET." + stream + ".>",
+		"$JS.API.CONSUMER.*." + stream,
+		"$JS.API.CONSUMER.*." + stream + ".>",
+		"$JS.API.CONSUMER.MSG.NEXT." + stream + ".*",
+		"$JS.API.CONSUMER.DURABLE.CREATE." + stream + ".*",
+		"$JS.FC." + stream + ".>",
+		"$JS.ACK." + stream + ".>",
+	}
+}
+
+// kvReadAPI is the JetStream API of a KV get and watch on one bucket: the stream's
+// info, direct and stored message gets, and ordered consumers filtered to the
+// bucket's subjects.
+func kvReadAPI(bucket string) []string {
+	stream := "KV_" + bucket
+	return append(jsStreamAPI(stream),
+		"$JS.API.DIRECT.GET."+stream,
+		"$JS.API.DIRECT.GET."+stream+".>",
+		"$JS.API.STREAM.MSG.GET."+stream,
+		"$JS.API.CONSUMER.CREATE."+stream+".*.$KV."+bucket+".>",
+	)
+}
+
+// InboxOf returns the inbox prefix granted by a user's permissions (the subscribe
+// permission _INBOX.<kind>.<name>.>), or "" when there is none.
+func InboxOf(perms jwt.Permissions) string {
+	for _, s := range perms.Sub.Allow {
+		if rest, ok := strings.CutPrefix(s, InboxRoot+"."); ok && strings.HasSuffix(rest, ".>") && !strings.ContainsAny(strings.TrimSuffix(rest, ".>"), "*>") {
+			return strings.TrimSuffix(s, ".>")
+		}
+	}
+	return ""
+}

@@ -1,0 +1,537 @@
+package transport_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/internal/testutil"
+	"github.com/fleetmux/fleetmux/transport"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// authFleet is an embedded server in operator mode with TLS, the way every
+// fleetmux command runs it, and the authority that issues its users.
+type authFleet struct {
+	t   *testing.T
+	a   *transport.Authority
+	srv *transport.Server
+	dir string
+}
+
+func startAuthFleet(t *testing.T) *authFleet {
+	t.Helper()
+	dir := t.TempDir()
+	a, err := transport.InitAuthority(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := transport.StartServer(transport.ServerConfig{Listen: "127.0.0.1:0", DataDir: filepath.Join(dir, "nats"), JetStream: true, Auth: a, Logger: logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testutil.StopNATS(t, srv) })
+	return &authFleet{t: t, a: a, srv: srv, dir: dir}
+}
+
+// creds issues id's credentials into a .creds file and returns its path.
+func (f *authFleet) creds(id transport.Identity) string {
+	f.t.Helper()
+	c, err := f.a.Issue(id)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	p := filepath.Join(f.dir, id.Kind+"-"+id.Name+".creds")
+	if err := transport.WriteCreds(p, c); err != nil {
+		f.t.Fatal(err)
+	}
+	return p
+}
+
+// client is a plain nats.go client, as a third party would write it: the .creds
+// file gives both the user and (RootCAs) the CA. Async errors (permission
+// violations) go to errs.
+type client struct {
+	nc   *nats.Conn
+	errs chan error
+}
+
+func (f *authFleet) client(credsFile string, extra ...nats.Option) *client {
+	f.t.Helper()
+	cl := &client{errs: make(chan error, 64)}
+	opts := append([]nats.Option{nats.UserCredentials(credsFile), nats.RootCAs(credsFile), nats.NoReconnect(),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			select {
+			case cl.errs <- err:
+			default:
+			}
+		})}, extra...)
+	nc, err := nats.Connect(f.srv.ClientURL(), opts...)
+	if err != nil {
+		f.t.Fatalf("connect with %s: %v", filepath.Base(credsFile), err)
+	}
+	f.t.Cleanup(nc.Close)
+	cl.nc = nc
+	return cl
+}
+
+// violation waits for the permissions violation naming subject.
+func (cl *client) violation(t *testing.T, subject string) {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case err := <-cl.errs:
+			if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), subject) {
+				return
+			}
+			t.Logf("other async error: %v", err)
+		case <-deadline:
+			t.Fatalf("no permissions violation for %s", subject)
+		}
+	}
+}
+
+// noErrors asserts that no async error came (after a round trip to the server).
+func (cl *client) noErrors(t *testing.T) {
+	t.Helper()
+	if err := cl.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-cl.errs:
+		t.Fatalf("async error: %v", err)
+	default:
+	}
+}
+
+// logBuffer collects a transport.Conn's log, to assert it saw no async errors.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+func (l *logBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+// conn connects a transport.Conn with credentials, as the fleetmux commands do.
+func (f *authFleet) conn(id transport.Identity) (*transport.Conn, *logBuffer) {
+	f.t.Helper()
+	c, err := f.a.Issue(id)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var lb logBuffer
+	conn, err := transport.Connect(ctxT(f.t, 5*time.Second), transport.NATSConfig{URL: f.srv.ClientURL(), Creds: c,
+		Logger: slog.New(slog.NewTextHandler(&lb, nil)), DrainTimeout: 2 * time.Second})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { conn.Close() })
+	testutil.Eventually(f.t, 5*time.Second, conn.Connected, "%s connected", id.UserName())
+	return conn, &lb
+}
+
+var subj = api.Subjects{}
+
+func TestAuthRefusesAnonymousTokenAndPassword(t *testing.T) {
+	f := startAuthFleet(t)
+	ca := filepath.Join(f.dir, transport.AuthorityDir, transport.CACertFile)
+	for name, opt := range map[string]nats.Option{
+		"anonymous":     func(*nats.Options) error { return nil },
+		"token":         nats.Token("s3cret"),
+		"user/password": nats.UserInfo("admin", "admin"),
+	} {
+		nc, err := nats.Connect(f.srv.ClientURL(), opt, nats.RootCAs(ca), nats.NoReconnect())
+		if err == nil {
+			nc.Close()
+			t.Errorf("%s: connected", name)
+			continue
+		}
+		if !errors.Is(err, nats.ErrAuthorization) {
+			t.Errorf("%s: %v, want an authorization violation", name, err)
+		}
+	}
+	// Without TLS the server does not even get to the credentials.
+	credsFile := f.creds(transport.Identity{Kind: transport.KindSubscriber, Name: "dash"})
+	if nc, err := nats.Connect(f.srv.ClientURL(), nats.UserCredentials(credsFile), nats.NoReconnect()); err == nil {
+		nc.Close()
+		t.Error("connected without verifying the server against the fleet's CA")
+	}
+	// transport.Connect refuses to talk to a server beyond loopback without TLS.
+	_, err := transport.Connect(ctxT(t, time.Second), transport.NATSConfig{URL: "nats://192.0.2.1:4222", Logger: logger()})
+	if !errors.Is(err, transport.ErrInsecure) {
+		t.Errorf("plain nats beyond loopback: %v", err)
+	}
+}
+
+// nodeServer serves every node verb on <p>.rpc.<name>.run with node creds and
+// records what it ran.
+type nodeServer struct {
+	mu  sync.Mutex
+	ran []string
+}
+
+func (n *nodeServer) serve(t *testing.T, conn *transport.Conn, name string) {
+	t.Helper()
+	_, err := conn.Serve(api.ServiceName, "0.1.0", map[string]string{"run": subj.RPC(name, "run")},
+		func(_ context.Context, _ string, _ map[string]string, data []byte) []byte {
+			n.mu.Lock()
+			n.ran = append(n.ran, string(data))
+			n.mu.Unlock()
+			return []byte("ran " + string(data))
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (n *nodeServer) runs() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]string(nil), n.ran...)
+}
+
+func TestAuthSubscriberReadsButNeverRuns(t *testing.T) {
+	f := startAuthFleet(t)
+	nodeConn, nodeLog := f.conn(transport.Identity{Kind: transport.KindNode, Name: "web-1"})
+	var ns nodeServer
+	ns.serve(t, nodeConn, "web-1")
+	ctrl, _ := f.conn(transport.Identity{Kind: transport.KindController, Name: "ctl"})
+	if err := transport.EnsureStreams(ctxT(t, 10*time.Second), ctrl.NC(), "", transport.StreamLimits{}); err != nil {
+		t.Fatalf("streams with controller creds: %v", err)
+	}
+	// A client of the subscriber's own sets its inbox prefix (nats CLI --inbox-prefix).
+	sub := f.client(f.creds(transport.Identity{Kind: transport.KindSubscriber, Name: "dash"}), nats.CustomInboxPrefix("_INBOX.subscriber.dash"))
+
+	// Output: core subscription works.
+	outs, err := sub.nc.SubscribeSync(subj.All(api.KindOut, "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// rpc: neither publish nor subscribe.
+	spy, err := sub.nc.SubscribeSync(subj.All(api.KindRPC, "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub.violation(t, subj.All(api.KindRPC, "*"))
+	if err := sub.nc.Publish(subj.RPC("web-1", "run"), []byte("id")); err != nil {
+		t.Fatal(err)
+	}
+	sub.violation(t, subj.RPC("web-1", "run"))
+	if _, err := sub.nc.Request(subj.RPC("web-1", "run"), []byte("id"), time.Second); err == nil {
+		t.Fatal("a subscriber's request got an answer")
+	}
+
+	// A controller's request goes through; the subscriber's never reached the node.
+	reply, err := ctrl.Request(ctxT(t, 5*time.Second), subj.RPC("web-1", "run"), nil, []byte("echo ok"))
+	if err != nil || string(reply) != "ran echo ok" {
+		t.Fatalf("controller request: %q %v", reply, err)
+	}
+	if got := ns.runs(); len(got) != 1 || got[0] != "echo ok" {
+		t.Fatalf("the node ran %q, want only the controller's request", got)
+	}
+	if m, err := spy.NextMsg(200 * time.Millisecond); err == nil {
+		t.Fatalf("the subscriber saw an rpc request: %q", m.Data)
+	}
+
+	if err := nodeConn.Publish(subj.Out("web-1", "s1"), map[string]string{api.HeaderOffset: "0"}, []byte("hello\x00\xff")); err != nil {
+		t.Fatal(err)
+	}
+	m, err := outs.NextMsg(5 * time.Second)
+	if err != nil || string(m.Data) != "hello\x00\xff" || m.Subject != subj.Out("web-1", "s1") {
+		t.Fatalf("output: %v %v", m, err)
+	}
+
+	// JetStream: the subscriber replays output from the stream (an ordered
+	// consumer), but cannot read the audit records kept in FLEETMUX_EVENTS.
+	js, err := jetstream.New(sub.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.OrderedConsumer(ctxT(t, 5*time.Second), api.StreamOut, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj.All(api.KindOut, "web-1")}})
+	if err != nil {
+		t.Fatalf("ordered consumer on %s: %v", api.StreamOut, err)
+	}
+	jm, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+	if err != nil || string(jm.Data()) != "hello\x00\xff" {
+		t.Fatalf("replayed output: %v %v", jm, err)
+	}
+	if err := nodeConn.Publish(subj.Audit("web-1"), nil, []byte(`{"secret":"audit"}`)); err != nil {
+		t.Fatal(err)
+	}
+	for _, filter := range []string{subj.Audit("web-1"), "fleetmux.>", ""} {
+		cfg := jetstream.ConsumerConfig{FilterSubject: filter, DeliverPolicy: jetstream.DeliverAllPolicy}
+		if _, err := js.CreateConsumer(ctxT(t, time.Second), api.StreamEvents, cfg); err == nil {
+			t.Errorf("a subscriber created a consumer on %s with filter %q", api.StreamEvents, filter)
+		}
+	}
+	if _, err := js.CreateConsumer(ctxT(t, 5*time.Second), api.StreamEvents, jetstream.ConsumerConfig{FilterSubject: subj.All(api.KindBlock, "*")}); err != nil {
+		t.Errorf("block events consumer: %v", err)
+	}
+	if s := nodeLog.String(); strings.Contains(s, "async error") {
+		t.Errorf("the node's connection had async errors:\n%s", s)
+	}
+}
+
+func TestAuthNodeKeepsToItsOwnSubjects(t *testing.T) {
+	f := startAuthFleet(t)
+	ctrl, _ := f.conn(transport.Identity{Kind: transport.KindController, Name: "ctl"})
+	var nsB nodeServer
+	nodeB, _ := f.conn(transport.Identity{Kind: transport.KindNode, Name: "b"})
+	nsB.serve(t, nodeB, "b")
+	a := f.client(f.creds(transport.Identity{Kind: transport.KindNode, Name: "a"}))
+
+	outs := make(chan string, 16)
+	stop, err := ctrl.Subscribe(subj.All(api.KindOut, "*"), func(s string, _ map[string]string, _ []byte) { outs <- s })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+
+	spy, err := a.nc.SubscribeSync(subj.All(api.KindRPC, "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.violation(t, subj.All(api.KindRPC, "b"))
+	if err := a.nc.Publish(subj.RPC("b", "run"), []byte("id")); err != nil {
+		t.Fatal(err)
+	}
+	a.violation(t, subj.RPC("b", "run"))
+	if err := a.nc.Publish(subj.Out("b", "x"), []byte("forged")); err != nil {
+		t.Fatal(err)
+	}
+	a.violation(t, subj.Out("b", "x"))
+	for _, s := range []string{subj.Block("b", "x"), subj.Audit("b"), subj.All(api.KindOut, "*")} {
+		if err := a.nc.Publish(s, []byte("forged")); err != nil {
+			t.Fatal(err)
+		}
+		a.violation(t, s)
+	}
+	// Its own output goes through, after the forged one: the controller sees only it.
+	if err := a.nc.Publish(subj.Out("a", "s1"), []byte("mine")); err != nil {
+		t.Fatal(err)
+	}
+	a.noErrors(t)
+	select {
+	case s := <-outs:
+		if s != subj.Out("a", "s1") {
+			t.Fatalf("the controller got %s", s)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("node a's own output did not arrive")
+	}
+	// The controller reaches b; b ran nothing else, and a saw none of it.
+	if _, err := ctrl.Request(ctxT(t, 5*time.Second), subj.RPC("b", "run"), nil, []byte("true")); err != nil {
+		t.Fatal(err)
+	}
+	if got := nsB.runs(); len(got) != 1 || got[0] != "true" {
+		t.Fatalf("node b ran %q", got)
+	}
+	if m, err := spy.NextMsg(200 * time.Millisecond); err == nil {
+		t.Fatalf("node a saw b's request %q", m.Data)
+	}
+	select {
+	case s := <-outs:
+		t.Fatalf("the controller got %s", s)
+	default:
+	}
+}
+
+func TestAuthNodeWatchesPolicyBucket(t *testing.T) {
+	f := startAuthFleet(t)
+	ctrl, _ := f.conn(transport.Identity{Kind: transport.KindController, Name: "ctl"})
+	cjs, err := jetstream.New(ctrl.NC())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kvs = map[string]jetstream.KeyValue{}
+	for _, b := range []string{transport.BucketPolicy, transport.BucketTokens, transport.BucketApprovals} {
+		kv, err := cjs.CreateKeyValue(ctxT(t, 10*time.Second), jetstream.KeyValueConfig{Bucket: b})
+		if err != nil {
+			t.Fatalf("controller creates %s: %v", b, err)
+		}
+		kvs[b] = kv
+	}
+	if _, err := kvs[transport.BucketPolicy].Put(ctxT(t, 5*time.Second), "current", []byte("version: 1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kvs[transport.BucketTokens].Put(ctxT(t, 5*time.Second), "admin", []byte("hash")); err != nil {
+		t.Fatal(err)
+	}
+
+	node := f.client(f.creds(transport.Identity{Kind: transport.KindNode, Name: "a"}), nats.CustomInboxPrefix("_INBOX.node.a"))
+	js, err := jetstream.New(node.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctxT(t, 5*time.Second), transport.BucketPolicy)
+	if err != nil {
+		t.Fatalf("node opens the policy bucket: %v", err)
+	}
+	e, err := kv.Get(ctxT(t, 5*time.Second), "current")
+	if err != nil || string(e.Value()) != "version: 1" {
+		t.Fatalf("node gets the policy: %v %v", e, err)
+	}
+	w, err := kv.Watch(ctxT(t, 5*time.Second), "current")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if _, err := kvs[transport.BucketPolicy].Put(ctxT(t, 5*time.Second), "current", []byte("version: 2")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(5 * time.Second)
+	for seen := false; !seen; {
+		select {
+		case e := <-w.Updates():
+			seen = e != nil && string(e.Value()) == "version: 2"
+		case <-deadline:
+			t.Fatal("the node's watch saw no new policy")
+		}
+	}
+	node.noErrors(t)
+	// Writing the policy, or reading tokens, is not the node's business.
+	if _, err := kv.Put(ctxT(t, time.Second), "current", []byte("rules: []")); err == nil {
+		t.Error("a node wrote the policy")
+	}
+	if _, err := js.KeyValue(ctxT(t, time.Second), transport.BucketTokens); err == nil {
+		t.Error("a node opened the tokens bucket")
+	}
+}
+
+func TestAuthNarrowedSubscriber(t *testing.T) {
+	f := startAuthFleet(t)
+	ctrl, _ := f.conn(transport.Identity{Kind: transport.KindController, Name: "ctl"})
+	if err := transport.EnsureStreams(ctxT(t, 10*time.Second), ctrl.NC(), "", transport.StreamLimits{}); err != nil {
+		t.Fatal(err)
+	}
+	sub := f.client(f.creds(transport.Identity{Kind: transport.KindSubscriber, Name: "a-only", Nodes: []string{"a"}}), nats.CustomInboxPrefix("_INBOX.subscriber.a-only"))
+	if _, err := sub.nc.SubscribeSync(subj.All(api.KindOut, "a")); err != nil {
+		t.Fatal(err)
+	}
+	sub.noErrors(t)
+	if _, err := sub.nc.SubscribeSync(subj.All(api.KindOut, "b")); err != nil {
+		t.Fatal(err)
+	}
+	sub.violation(t, subj.All(api.KindOut, "b"))
+	js, err := jetstream.New(sub.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.OrderedConsumer(ctxT(t, 5*time.Second), api.StreamOut, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj.All(api.KindOut, "a")}}); err != nil {
+		t.Errorf("consumer of a's output: %v", err)
+	}
+	for _, filter := range []string{subj.All(api.KindOut, "b"), subj.All(api.KindOut, "*"), ""} {
+		if _, err := js.CreateConsumer(ctxT(t, time.Second), api.StreamOut, jetstream.ConsumerConfig{FilterSubject: filter}); err == nil {
+			t.Errorf("consumer with filter %q created", filter)
+		}
+	}
+}
+
+func TestAuthControllerSeesConnectAdvisories(t *testing.T) {
+	f := startAuthFleet(t)
+	ctrl := f.client(f.creds(transport.Identity{Kind: transport.KindController, Name: "ctl"}), nats.CustomInboxPrefix("_INBOX.controller.ctl"))
+	conns, err := ctrl.nc.SubscribeSync(transport.AdvisoryConnect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrl.noErrors(t)
+	f.conn(transport.Identity{Kind: transport.KindNode, Name: "web-1"})
+	m, err := conns.NextMsg(5 * time.Second)
+	if err != nil {
+		t.Fatalf("no connect advisory: %v", err)
+	}
+	if !strings.Contains(string(m.Data), `"acc":"`+f.a.Account()+`"`) || !strings.Contains(string(m.Data), "client_connect") {
+		t.Errorf("not a connect advisory of the fleet account: %s", m.Data)
+	}
+}
+
+func TestCredsFileRoundTrip(t *testing.T) {
+	a, err := transport.NewAuthority()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := a.Issue(transport.Identity{Kind: transport.KindSubscriber, Name: "dash", Nodes: []string{"b", "a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "x.creds")
+	if err := transport.WriteCreds(p, c); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(p); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("mode: %v %v", st.Mode(), err)
+	}
+	got, err := transport.ReadCreds(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.JWT != c.JWT || string(got.Seed) != string(c.Seed) || string(got.CA) != string(c.CA) || len(got.CA) == 0 {
+		t.Fatalf("round trip changed the creds")
+	}
+	uc, err := got.Claims()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uc.Name != "subscriber:dash" || uc.IssuerAccount != "" || uc.Issuer != a.Account() {
+		t.Errorf("claims: name %q issuer %q", uc.Name, uc.Issuer)
+	}
+	if transport.InboxOf(uc.Permissions) != "_INBOX.subscriber.dash" {
+		t.Errorf("inbox %q", transport.InboxOf(uc.Permissions))
+	}
+	for _, bad := range []string{"", "garbage", strings.Replace(string(mustMarshal(t, c)), "SU", "SX", 1)} {
+		if _, err := transport.ParseCreds([]byte(bad)); !errors.Is(err, transport.ErrCreds) {
+			t.Errorf("parse %.20q: %v", bad, err)
+		}
+	}
+}
+
+func mustMarshal(t *testing.T, c *transport.Creds) []byte {
+	t.Helper()
+	b, err := c.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func FuzzParseCreds(f *testing.F) {
+	a, err := transport.NewAuthority()
+	if err != nil {
+		f.Fatal(err)
+	}
+	c, err := a.Issue(transport.Identity{Kind: transport.KindNode, Name: "n"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	b, err := c.Marshal()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b)
+	f.Add([]byte("-----BEGIN NATS USER JWT-----\nx\n------END NATS USER JWT------\n"))
+	f.Add(c.CA)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := transport.ParseCreds(data)
+		if err != nil {
+			return
+		}
+		if _, err := c.Claims(); err != nil {
+			t.Fatalf("parsed creds with bad claims: %v", err)
+		}
+	})
+}
