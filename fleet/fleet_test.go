@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/nats-io/nats.go"
 )
 
 // TestFleet runs a controller with an embedded NATS server (A), a second controller
@@ -38,8 +40,22 @@ func TestFleet(t *testing.T) {
 	nw := setupNetwork(t, names)
 	f := newFleet(t, root, nw)
 
-	natsToken := randomHex(16)
 	gossipKey := randomHex(32)
+	// Secrets go in files, never in argv: the gossip key, and each process's NATS
+	// credentials, enrolled from the fleet's authority (controller A's data dir).
+	gossipKeyFile := filepath.Join(root, "gossip.key")
+	if err := os.WriteFile(gossipKeyFile, []byte(gossipKey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.run("controller", "init", "--data", filepath.Join(root, "ctl"))
+	creds := func(kind, name string, extra ...string) string {
+		file := filepath.Join(root, "creds", kind+"-"+name+".creds")
+		f.run(append([]string{"enroll", kind, name, "--data", filepath.Join(root, "ctl"), "--out", file}, extra...)...)
+		return file
+	}
+	if err := os.MkdirAll(filepath.Join(root, "creds"), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	hostPorts := freePorts(t, nw.hostIP, 3)
 	natsAddr := net.JoinHostPort(nw.hostIP, strconv.Itoa(hostPorts[0]))
 	gossipA := net.JoinHostPort(nw.hostIP, strconv.Itoa(hostPorts[1]))
@@ -63,19 +79,24 @@ func TestFleet(t *testing.T) {
 	}
 
 	ctlA := f.start("ctl", "", "controller", "--name", "ctl", "--data", filepath.Join(root, "ctl"),
-		"--nats-listen", natsAddr, "--nats-token", natsToken,
+		"--nats-listen", natsAddr,
 		"--http-listen", "127.0.0.1:0",
 		"--gossip-listen", gossipA, "--gossip-key", gossipKey)
 	a := &apiClient{f: f, base: f.waitHTTPAPI(ctlA, 30*time.Second)}
 	argsB := []string{"controller", "--name", "ctl2", "--data", filepath.Join(root, "ctl2"),
-		"--nats", natsURL, "--nats-token", natsToken,
+		"--nats", natsURL, "--nats-creds", creds("controller", "ctl2"),
 		"--http-listen", httpB,
 		"--gossip-listen", gossipB, "--gossip-key", gossipKey, "--join", gossipA}
 	ctlB := f.start("ctl2", "", argsB...)
+	nodeCreds := map[string]string{}
+	for _, n := range names {
+		nodeCreds[n] = creds("node", n)
+	}
+	subCreds := creds("subscriber", "dash")
 	nodeArgs := func(n string) []string {
-		return []string{"node", "--name", n, "--nats", natsURL, "--nats-token", natsToken,
+		return []string{"node", "--name", n, "--nats", natsURL, "--nats-creds", nodeCreds[n],
 			"--data", filepath.Join(root, n),
-			"--gossip-listen", nodeGossip[n], "--gossip-key", gossipKey, "--join", gossipA,
+			"--gossip-listen", nodeGossip[n], "--gossip-key-file", gossipKeyFile, "--join", gossipA,
 			"--label", "role=" + roles[n], "--label", "idx=" + strings.TrimPrefix(n, "n")}
 	}
 	procs := map[string]*proc{}
@@ -114,28 +135,54 @@ func TestFleet(t *testing.T) {
 
 	step("security", func(t *testing.T) {
 		// The embedded NATS server listens beyond loopback (with namespaces): it
-		// must refuse clients without the token, and with a wrong one.
-		for _, tok := range []string{"", "wrong-" + natsToken} {
-			if got := natsConnect(t, natsAddr, tok); !strings.Contains(got, "Authorization Violation") {
-				t.Errorf("NATS CONNECT with token %q: got %q, want an Authorization Violation", tok, got)
+		// speaks TLS only, and refuses clients without credentials of the fleet.
+		if info, got := natsConnect(t, natsAddr); !strings.Contains(info, `"tls_required":true`) || strings.HasPrefix(got, "PONG") {
+			t.Errorf("plain NATS CONNECT: INFO %q, then %q; want TLS required and no PONG", info, got)
+		}
+		ca := filepath.Join(root, "ctl", "keys", "nats-ca.crt")
+		for name, opt := range map[string]nats.Option{"anonymous": nats.Name("anon"), "token": nats.Token("guess"), "user": nats.UserInfo("admin", "admin")} {
+			if nc, err := nats.Connect(natsURL, opt, nats.RootCAs(ca), nats.NoReconnect()); err == nil {
+				nc.Close()
+				t.Errorf("%s: connected", name)
+			} else if !errors.Is(err, nats.ErrAuthorization) {
+				t.Errorf("%s: %v, want an authorization violation", name, err)
 			}
 		}
-		if got := natsConnect(t, natsAddr, natsToken); !strings.HasPrefix(got, "PONG") {
-			t.Errorf("NATS CONNECT with the token: got %q, want PONG", got)
+		// A subscriber reads output but cannot reach a node's rpc.
+		violations := make(chan error, 8)
+		nc, err := nats.Connect(natsURL, nats.UserCredentials(subCreds), nats.RootCAs(subCreds), nats.NoReconnect(),
+			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
+		if err != nil {
+			t.Fatalf("subscriber: %v", err)
+		}
+		defer nc.Close()
+		if err := nc.Publish("fleetmux.rpc.n1.create", []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-violations:
+			if !errors.Is(err, nats.ErrPermissionViolation) {
+				t.Errorf("subscriber publishing to rpc: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("subscriber publishing to rpc: no permissions violation")
 		}
 		if !nw.netns {
 			t.Log("listeners beyond loopback not checked: no network namespaces")
 			return
 		}
-		// Beyond loopback a controller needs a NATS token and a node a gossip key.
+		// Beyond loopback gossip needs a key, and a node its NATS credentials.
 		ports := freePorts(t, nw.hostIP, 2)
 		p := f.start("ctl-insecure", "", "controller", "--name", "ctlx", "--data", filepath.Join(root, "ctlx"),
 			"--nats-listen", net.JoinHostPort(nw.hostIP, strconv.Itoa(ports[0])), "--http-listen", "127.0.0.1:0",
-			"--gossip-listen", net.JoinHostPort(nw.hostIP, strconv.Itoa(ports[1])), "--gossip-key", gossipKey)
+			"--gossip-listen", net.JoinHostPort(nw.hostIP, strconv.Itoa(ports[1])))
 		expectRefusal(t, p, "not loopback")
-		p = f.start("n-insecure", nw.nodeNS["n1"], "node", "--name", "nx", "--nats", natsURL, "--nats-token", natsToken,
+		p = f.start("n-insecure", nw.nodeNS["n1"], "node", "--name", "nx", "--nats", natsURL, "--nats-creds", nodeCreds["n1"],
 			"--data", filepath.Join(root, "nx"), "--gossip-listen", net.JoinHostPort(nw.nodeIP["n1"], "7947"))
 		expectRefusal(t, p, "not loopback")
+		p = f.start("n-nocreds", nw.nodeNS["n1"], "node", "--name", "ny", "--nats", natsURL,
+			"--data", filepath.Join(root, "ny"), "--gossip-listen", net.JoinHostPort(nw.nodeIP["n1"], "7948"), "--gossip-key-file", gossipKeyFile)
+		expectRefusal(t, p, "--nats-creds")
 	})
 
 	step("discovery", func(t *testing.T) {
@@ -523,9 +570,10 @@ func expectRefusal(t *testing.T, p *proc, msg string) {
 	}
 }
 
-// natsConnect speaks the NATS client protocol to addr: CONNECT with token (none when
-// empty), then PING; it returns the first line after INFO ("PONG", or "-ERR ...").
-func natsConnect(t *testing.T, addr, token string) string {
+// natsConnect speaks the plain NATS client protocol to addr: CONNECT without TLS
+// or credentials, then PING; it returns the first line after INFO ("PONG", or
+// "-ERR ...", or the error that ended the connection) with the INFO line.
+func natsConnect(t *testing.T, addr string) (info, reply string) {
 	t.Helper()
 	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
@@ -534,22 +582,18 @@ func natsConnect(t *testing.T, addr, token string) string {
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(10 * time.Second))
 	rd := bufio.NewReader(conn)
-	info, err := rd.ReadString('\n')
+	info, err = rd.ReadString('\n')
 	if err != nil || !strings.HasPrefix(info, "INFO ") {
 		t.Fatalf("NATS %s: first line %q, %v", addr, info, err)
 	}
-	connect := `{"verbose":false,"pedantic":false,"name":"fleet-test"}`
-	if token != "" {
-		connect = fmt.Sprintf(`{"verbose":false,"pedantic":false,"name":"fleet-test","auth_token":%q}`, token)
-	}
-	if _, err := fmt.Fprintf(conn, "CONNECT %s\r\nPING\r\n", connect); err != nil {
+	if _, err := fmt.Fprintf(conn, "CONNECT %s\r\nPING\r\n", `{"verbose":false,"pedantic":false,"name":"fleet-test"}`); err != nil {
 		t.Fatalf("NATS %s: %v", addr, err)
 	}
 	line, err := rd.ReadString('\n')
 	if err != nil && line == "" {
-		return "error: " + err.Error()
+		return info, "error: " + err.Error()
 	}
-	return strings.TrimSpace(line)
+	return info, strings.TrimSpace(line)
 }
 
 func jsonDecode(data []byte, v any) error { return json.Unmarshal(data, v) }
@@ -624,6 +668,8 @@ func startLoopbackFleet(t *testing.T) *loopbackFleet {
 // startNodeVia starts a node agent that connects to NATS at natsURL.
 func (lf *loopbackFleet) startNodeVia(name, natsURL string) *proc {
 	port := freePorts(lf.f.t, "127.0.0.1", 1)[0]
-	return lf.f.start(name, "", "node", "--name", name, "--nats", natsURL, "--data", filepath.Join(lf.root, name),
+	creds := filepath.Join(lf.root, name+".creds")
+	lf.f.run("enroll", "node", name, "--data", filepath.Join(lf.root, "ctl"), "--out", creds)
+	return lf.f.start(name, "", "node", "--name", name, "--nats", natsURL, "--nats-creds", creds, "--data", filepath.Join(lf.root, name),
 		"--gossip-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), "--join", lf.gossipIn)
 }

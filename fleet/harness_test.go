@@ -189,6 +189,22 @@ func currentUser() string {
 	return "fleetmux"
 }
 
+// run runs `fleetmux ARGS...` to completion (a setup command: init, enroll) and
+// fails the test when it fails.
+func (f *fleet) run(args ...string) string {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, fleetmuxBin, args...)
+	cmd.Env = f.env("setup")
+	cmd.Dir = f.root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		f.t.Fatalf("fleetmux %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
 // start starts `fleetmux ARGS...` as the process called name, in network namespace
 // ns when ns is not empty.
 func (f *fleet) start(name, ns string, args ...string) *proc {
