@@ -3,6 +3,7 @@ package controller
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
 	"time"
@@ -14,20 +15,22 @@ import (
 // them on the controller's audit subject, within auditDelay (see delayQueue).
 // Safe for concurrent use.
 type auditLog struct {
-	c   *Controller
-	pub *delayQueue[[]byte]
-	mu  sync.Mutex // guards f
-	f   *os.File
+	name string // the controller's: every record's Node
+	log  *slog.Logger
+	pub  *delayQueue[[]byte]
+	mu   sync.Mutex // guards f
+	f    *os.File
 }
 
 // auditDelay is how long, at most, a record waits to be published.
 const auditDelay = 2 * time.Millisecond
 
-func openAudit(c *Controller, path string) (*auditLog, error) {
-	subject := c.subj.Audit(c.cfg.Name)
-	a := &auditLog{c: c, pub: newDelayQueue(auditDelay, func(b []byte) {
-		if err := c.cfg.Bus.Publish(subject, nil, b); err != nil {
-			c.log.Warn("audit record not published", "err", err)
+// openAudit opens the audit log of the controller name: records are published on
+// subject, and appended to the file path when it is set.
+func openAudit(bus Bus, subject, name, path string, log *slog.Logger) (*auditLog, error) {
+	a := &auditLog{name: name, log: log, pub: newDelayQueue(auditDelay, func(b []byte) {
+		if err := bus.Publish(subject, nil, b); err != nil {
+			log.Warn("audit record not published", "subject", subject, "err", err)
 		}
 	})}
 	if path == "" {
@@ -46,17 +49,17 @@ func (a *auditLog) record(r api.AuditRecord) {
 	if r.Time.IsZero() {
 		r.Time = time.Now().UTC()
 	}
-	r.Node = a.c.cfg.Name
+	r.Node = a.name
 	b, _ := json.Marshal(r)
 	a.mu.Lock()
 	if a.f != nil {
 		if _, err := a.f.Write(append(b, '\n')); err != nil {
-			a.c.log.Error("audit log write failed", "err", err)
+			a.log.Error("audit log write failed", "err", err)
 		}
 	}
 	a.mu.Unlock()
 	a.pub.Add(b)
-	a.c.log.Info("audit", "actor", r.Actor, "action", r.Action, "session", r.Session, "result", r.Result)
+	a.log.Info("audit", "actor", r.Actor, "action", r.Action, "session", r.Session, "result", r.Result)
 }
 
 func (a *auditLog) close() error {

@@ -161,11 +161,11 @@ func New(cfg Config) (*Controller, error) {
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.streamCtx, c.streamCancel = context.WithCancel(c.ctx)
-	c.metrics, err = newMetrics(cfg.Registry, c)
+	c.metrics, err = newMetrics(cfg.Registry, c.nodes)
 	if err != nil {
 		return nil, fmt.Errorf("controller: metrics: %w", err)
 	}
-	if c.audits, err = openAudit(c, cfg.AuditFile); err != nil {
+	if c.audits, err = openAudit(cfg.Bus, c.subj.Audit(cfg.Name), cfg.Name, cfg.AuditFile, c.log); err != nil {
 		return nil, err
 	}
 	c.handler = c.routes()

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"mime"
 	"net"
 	"net/http"
@@ -47,25 +48,27 @@ func (c *Controller) routes() http.Handler {
 		{"POST /v1/run", c.fanout},
 		{"GET /healthz", c.health},
 	} {
-		mux.Handle(r.pattern, c.metrics.instrument(r.pattern, r.h))
+		mux.Handle(r.pattern, r.h)
 	}
-	mux.Handle("GET /metrics", c.metrics.instrument("GET /metrics",
-		promhttp.HandlerFor(c.cfg.Registry, promhttp.HandlerOpts{ErrorLog: slogPrinter{c}})))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(c.cfg.Registry, promhttp.HandlerOpts{ErrorLog: slogPrinter{c.log}}))
 	mux.Handle("/mcp", c.mcpHandler()) // MCP over streamable HTTP, all methods (mcp.go)
-	return c.guard(mux)
+	// Every routed request is timed (metrics, innermost: the audit's record is not
+	// the request's time) and, when its route mutates, audited (middleware.go).
+	return c.guard(mux, c.audits.middleware(c.metrics.middleware(mux)))
 }
 
 // guard checks what every request must pass before routing: a known route (JSON
 // 404/405 otherwise), the API token, and the browser defences (a request from a web
 // page must not reach a loopback API: DNS rebinding and cross-site requests).
-func (c *Controller) guard(mux *http.ServeMux) http.Handler {
+// Requests that pass go to next (the mux behind its middlewares).
+func (c *Controller) guard(mux *http.ServeMux, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, pattern := mux.Handler(r); pattern == "" {
 			c.noRoute(w, r, mux)
 			return
 		}
 		if r.URL.Path == "/healthz" {
-			mux.ServeHTTP(w, r)
+			next.ServeHTTP(w, r)
 			return
 		}
 		if c.cfg.Token != "" {
@@ -87,7 +90,7 @@ func (c *Controller) guard(mux *http.ServeMux) http.Handler {
 				return
 			}
 		}
-		mux.ServeHTTP(w, r)
+		next.ServeHTTP(w, r)
 	})
 }
 
@@ -163,6 +166,7 @@ func (c *Controller) apiError(r *http.Request, err error) *api.Error {
 func writeError(w http.ResponseWriter, e *api.Error) { writeErrorStatus(w, status(e.Code), e) }
 
 func writeErrorStatus(w http.ResponseWriter, code int, e *api.Error) {
+	noteError(w, e.Code)
 	writeJSON(w, code, api.ErrorReply{Error: e})
 }
 
@@ -179,6 +183,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	}
 	if err != nil {
 		code = http.StatusInternalServerError
+		noteError(w, api.CodeInternal)
 		b, _ = json.Marshal(api.ErrorReply{Error: api.Errorf(api.CodeInternal, "reply not encodable")})
 	}
 	b = append(b, '\n')
@@ -277,9 +282,9 @@ func queryInt(r *http.Request, name string) (int64, error) {
 }
 
 // slogPrinter adapts the controller's logger to promhttp's error log.
-type slogPrinter struct{ c *Controller }
+type slogPrinter struct{ log *slog.Logger }
 
-func (p slogPrinter) Println(v ...any) { p.c.log.Warn("metrics", "err", fmt.Sprint(v...)) }
+func (p slogPrinter) Println(v ...any) { p.log.Warn("metrics", "err", fmt.Sprint(v...)) }
 
 // timeoutFor is a request timeout for a verb that waits ms on the node.
 func (c *Controller) timeoutFor(ms int) time.Duration { return c.waitBudget(ms, api.DefaultWait) }

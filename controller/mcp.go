@@ -3,8 +3,6 @@ package controller
 import (
 	"context"
 	"net/http"
-	"strconv"
-	"time"
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/mcpserver"
@@ -94,11 +92,5 @@ func (c *Controller) mcpHandler() http.Handler {
 		m.CloseSessions() // any a request in flight made meanwhile
 		m.Close()
 	})
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
-		h.ServeHTTP(rec, r)
-		c.metrics.requests.WithLabelValues("/mcp", strconv.Itoa(rec.code)).Inc()
-		c.metrics.latency.WithLabelValues("/mcp").Observe(time.Since(start).Seconds())
-	})
+	return h
 }
