@@ -28,6 +28,25 @@ const (
 	UntilOutput       = "output" // output beyond WaitRequest.After exists
 )
 
+// Shell integration of a session (Session.Integration).
+const (
+	IntegrationOK   = "ok"   // the shell reports each command's end and exit code
+	IntegrationLost = "lost" // the shell runs without fleetmux's hooks (it exec'd another shell): exit codes are unknown
+	IntegrationNone = "none" // a program without shell integration
+)
+
+// Why a finished block has no exit code (Block.ExitCodeNote). A block with an exit
+// code has no note; a done block without one always has one.
+const (
+	NoteFallback  = "typed into a program without shell integration: its exit code is not known"
+	NoteLost      = "typed into the session's shell after its shell integration was lost (e.g. exec of another shell): the exit code is not known"
+	NoteEndLost   = "the shell integration did not report the end of this command (its hooks were replaced or removed): the exit code is not known"
+	NoteNothing   = "nothing ran: the line was empty or only comments"
+	NoteExited    = "the session ended before the command finished"
+	NoteNotTyped  = "the command could not be typed into the session"
+	NoteMarkMixup = "the shell integration's marks for this command were inconsistent: the exit code is not known"
+)
+
 // Block event types (BlockEvent.Type).
 const (
 	BlockStarted  = "started"

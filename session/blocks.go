@@ -18,6 +18,16 @@ const (
 	StateExited       State = api.StateExited       // the process has exited
 )
 
+// Integration says whether the session's shell integration works (Info.Integration);
+// its values are api's words.
+type Integration string
+
+const (
+	IntegrationOK   Integration = api.IntegrationOK
+	IntegrationLost Integration = api.IntegrationLost
+	IntegrationNone Integration = api.IntegrationNone
+)
+
 // BlockState is the state of one block; its values are api's words.
 type BlockState string
 
@@ -41,10 +51,16 @@ type Block struct {
 	// nested shell, ssh, a REPL): it ended when the program waited for input again
 	// and output settled, and it has no exit code.
 	Fallback bool `json:"fallback,omitempty"`
+	// Note says why a finished block has no exit code (one of the Note constants).
+	Note string `json:"exit_code_note,omitempty"`
 	// Echo is the offset where the command's typed echo ends in fallback blocks and in
 	// blocks the shell never ran (syntax errors); 0 otherwise.
 	echoFrom int64
 	prompt   bool // the trailing line is the program's prompt (fallback)
+	// prompted: the shell's prompt (A or B) came back at promptAt while the block was
+	// open, so its output ended there even if its D comes later or never.
+	prompted bool
+	promptAt int64
 }
 
 // EventKind names a session event. The kinds that are also session events on the
@@ -107,13 +123,33 @@ func (s *Session) Events(after uint64) ([]Event, uint64) {
 	return out, s.eventSeq
 }
 
+// Why a finished block has no exit code (Block.Note): api's sentences.
+const (
+	NoteFallback  = api.NoteFallback
+	NoteLost      = api.NoteLost
+	NoteEndLost   = api.NoteEndLost
+	NoteNothing   = api.NoteNothing
+	NoteExited    = api.NoteExited
+	NoteNotTyped  = api.NoteNotTyped
+	NoteMarkMixup = api.NoteMarkMixup
+)
+
 // applyMarkLocked advances the block state machine with one mark at offset off.
+//
+// The machine tolerates lost, duplicated and out-of-order marks: a block never takes an
+// exit code that is not its own, and a lost mark costs at most the code of the block
+// it belonged to (which then ends with no code and a Note saying why), never the next
+// block. The marks of one prompt cycle are D (or N) and the cwd from the prompt hook,
+// then A and B from the prompt itself; C when the shell starts a command.
 func (s *Session) applyMarkLocked(m mark, off int64) {
 	if !s.integRemoved && m.kind != markMode {
 		// A mark means the shell has read its startup files (and deleted the nonce
 		// file); the directory goes now rather than at exit.
 		s.integRemoved = true
 		s.integ.remove()
+	}
+	if m.kind != markMode && m.kind != markInvalid {
+		s.lost = false // our hooks are alive
 	}
 	switch m.kind {
 	case markMode:
@@ -128,55 +164,160 @@ func (s *Session) applyMarkLocked(m mark, off int64) {
 		return
 	case markPrompt, markInput:
 		// A and B also come when the line editor redraws the prompt (bash redraws it
-		// after a bracketed paste), so they only say where input starts.
+		// after a bracketed paste), so they only say where input starts. A prompt
+		// while a command is open means its D is late or lost: the command's output
+		// ended here (see endOpenLocked).
 		s.seenPrompt, s.atPrompt = true, true
 		s.inputOff = off
+		if s.cur != nil && !s.cur.prompted {
+			s.cur.prompted, s.cur.promptAt = true, off
+		}
 	case markOutput:
 		s.atPrompt = false
 		s.forgetWaitingLocked() // sampled at the prompt; the command has not been seen reading yet
-		b := s.pending
-		if b != nil {
-			s.pending = nil
+		if s.cur != nil && !s.cur.prompted && off == s.cur.Start && s.pending == nil {
+			return // a duplicated C: nothing came between
+		}
+		if s.cur != nil { // a new command while the last one is open: its D was lost
+			s.endOpenLocked(off, nil, NoteEndLost)
+		}
+		var b *Block
+		switch {
+		case s.pending != nil:
+			b, s.pending = s.pending, nil
 			b.Start, b.echoFrom = off, 0
-		} else {
+		case s.fallback != nil:
+			// Typed into the session's own shell while its marks were missing, and
+			// the shell runs it with its hooks back: it is a shell block after all.
+			b, s.fallback = s.fallback.block, nil
+			b.Fallback, b.prompt, b.Start, b.echoFrom = false, false, off, 0
+		default:
 			b = s.newBlockLocked(s.typedCommandLocked(off), off)
 			s.emitLocked(Event{Kind: EventBlockStarted, Block: b})
 		}
 		s.cur = b
 	case markDone:
 		s.forgetWaitingLocked() // the shell runs its prompt hooks now
-		if s.cur != nil {
-			var code *int
-			if m.hasExit {
-				c := m.exit
-				code = &c
-			}
-			s.finishBlockLocked(s.cur, off, code)
-			s.cur = nil
+		s.atPrompt = false
+		code := m.code()
+		s.shellStatus = code
+		note := ""
+		if code == nil {
+			note = NoteMarkMixup
 		}
-		if s.fallback != nil { // e.g. input typed into `read x`
-			s.finishBlockLocked(s.fallback.block, off, nil)
+		switch {
+		case s.cur != nil:
+			s.endOpenLocked(off, code, note)
+			if s.fallback != nil { // e.g. input typed into `read x`
+				s.finishBlockLocked(s.fallback.block, off, nil, NoteFallback)
+				s.fallback = nil
+			}
+		case s.pending != nil:
+			// A command ran but its C was lost (PS0 or preexec replaced): the code
+			// is its own (D and N are never part of a prompt, so no redraw repeats
+			// them), the output starts at the submission (echo trimmed).
+			s.finishBlockLocked(s.pending, off, code, note)
+			s.pending = nil
+		case s.fallback != nil:
+			s.finishBlockLocked(s.fallback.block, off, nil, s.fallbackNoteLocked())
 			s.fallback = nil
 		}
+		// Otherwise a duplicated or stray D: it belongs to no open block.
+	case markNoRun:
+		s.forgetWaitingLocked()
+		code := m.code()
+		prev := s.shellStatus
+		s.shellStatus = code
+		switch {
+		case s.cur != nil: // C said a command started, the shell says none did
+			s.endOpenLocked(off, nil, NoteMarkMixup)
+		case s.pending != nil:
+			// The shell read the submitted line and ran nothing: a parse error,
+			// an interrupted continuation (Ctrl-C at PS2), or nothing to run.
+			// $? is what the shell made of the line.
+			if nothingToRun(s.pending.Command) {
+				s.finishBlockLocked(s.pending, off, nil, NoteNothing)
+			} else {
+				s.finishBlockLocked(s.pending, off, code, "")
+			}
+			s.pending = nil
+		case s.fallback != nil:
+			s.finishBlockLocked(s.fallback.block, off, nil, s.fallbackNoteLocked())
+			s.fallback = nil
+		case code != nil && prev != nil && *code != *prev && *code != 130 && s.atPrompt:
+			// A line a person typed that the shell rejected (it changed $? without
+			// running anything; 130 is Ctrl-C at the prompt, which discards the line).
+			if cmd := firstLine(s.typedCommandLocked(off)); cmd != "" {
+				b := s.newBlockLocked(cmd, s.inputOff)
+				b.echoFrom = b.Start
+				s.emitLocked(Event{Kind: EventBlockStarted, Block: b})
+				s.finishBlockLocked(b, off, code, "")
+			}
+		}
+		s.atPrompt = false
 	case markCwd:
-		// OSC 7 comes from our precmd hook: the shell is back at a prompt.
+		// OSC 7 comes from our prompt hook, right after D or N.
 		if m.cwd != s.cwd {
 			s.cwd = m.cwd
 			s.emitLocked(Event{Kind: EventCwd, Cwd: m.cwd})
 		}
 		if s.cur != nil { // a prompt without D: the command's end was lost
-			s.finishBlockLocked(s.cur, off, nil)
-			s.cur = nil
+			s.endOpenLocked(off, nil, NoteEndLost)
 		}
-		if s.pending != nil { // submitted, but the shell ran nothing (syntax error, comment)
-			s.finishBlockLocked(s.pending, off, nil)
+		if s.pending != nil { // submitted, and neither D nor N came
+			s.finishBlockLocked(s.pending, off, nil, NoteEndLost)
 			s.pending = nil
 		}
 		if s.fallback != nil { // the program we typed into gave the prompt back
-			s.finishBlockLocked(s.fallback.block, off, nil)
+			s.finishBlockLocked(s.fallback.block, off, nil, s.fallbackNoteLocked())
 			s.fallback = nil
 		}
 	}
+}
+
+// code is a D or N mark's exit status, nil when it had none.
+func (m mark) code() *int {
+	if !m.hasExit {
+		return nil
+	}
+	c := m.exit
+	return &c
+}
+
+// endOpenLocked finishes the open shell block (s.cur) with code: at the prompt that
+// already came back when there was one (a late D), else at off.
+func (s *Session) endOpenLocked(off int64, code *int, note string) {
+	b := s.cur
+	s.cur = nil
+	if b.prompted {
+		off = b.promptAt
+	}
+	s.finishBlockLocked(b, off, code, note)
+}
+
+// fallbackNoteLocked says why a fallback block has no exit code.
+func (s *Session) fallbackNoteLocked() string {
+	if s.lost {
+		return NoteLost
+	}
+	return NoteFallback
+}
+
+// nothingToRun reports whether a command has nothing a shell would run: only blank
+// lines and comments.
+func nothingToRun(command string) bool {
+	for l := range strings.SplitSeq(command, "\n") {
+		l = strings.TrimSpace(l)
+		if l != "" && l != "\\" && !strings.HasPrefix(l, "#") {
+			return false
+		}
+	}
+	return true
+}
+
+func firstLine(s string) string {
+	l, _, _ := strings.Cut(s, "\n")
+	return strings.TrimSpace(l)
 }
 
 // altToggle is a switch to (on) or from the alternate screen at an output offset.
@@ -213,8 +354,9 @@ func (s *Session) newBlockLocked(command string, off int64) *Block {
 	return b
 }
 
-// finishBlockLocked ends b at offset off with an exit code (nil: unknown).
-func (s *Session) finishBlockLocked(b *Block, off int64, code *int) {
+// finishBlockLocked ends b at offset off with an exit code, or with none (nil) and a
+// note that says why.
+func (s *Session) finishBlockLocked(b *Block, off int64, code *int, note string) {
 	if b.State == BlockDone {
 		return
 	}
@@ -223,6 +365,8 @@ func (s *Session) finishBlockLocked(b *Block, off int64, code *int) {
 		c := *code
 		b.ExitCode = &c
 		s.lastExit = &c
+	} else {
+		b.Note = note
 	}
 	s.emitLocked(Event{Kind: EventBlockFinished, Block: b})
 }

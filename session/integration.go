@@ -76,10 +76,23 @@ func shellQuote(s string) string {
 
 // bashRC is our --rcfile. @DIR@ is replaced by the quoted integration dir.
 //
-// PROMPT_COMMAND gets our precmd first (so it sees the command's $?) and a postcmd last
-// (to re-wrap PS1 if a theme rewrote it). PS0 sets the running flag silently through an
-// arithmetic subscript and emits C. A and B are in PS1 through variable references, so
-// the nonce is never part of PS1's text. D and the OSC 7 cwd go out in one write.
+// The hooks, and how each survives users and themes that replace them:
+//
+//   - __fm_precmd, first in PROMPT_COMMAND[0], sends D (a command ran: PS0 set
+//     __fm_running) or N (none did: an empty, rejected or interrupted line) with $?,
+//     then the cwd (OSC 7), before any other prompt hook can print into the block. It
+//     only trusts $? when it is first in PROMPT_COMMAND[0] (else another command ran
+//     before it in the same element).
+//   - __fm_guard, last in the PROMPT_COMMAND array (bash 5.1+ runs every element with
+//     the command's $? restored), does what precmd did when precmd did not run (a
+//     scalar `PROMPT_COMMAND=...` replaces element 0 only), puts precmd back, moves
+//     itself last again, and re-wraps PS1 (A and B through variable references, so
+//     the nonce is never in PS1's text) and PS0 (C, and __fm_running set silently
+//     through an arithmetic subscript).
+//   - PS1 itself puts the guard back (a `:=` expansion inside an arithmetic subscript
+//     prints nothing) when the whole array was replaced or unset.
+//
+// The nonce stays in unexported variables; nothing of it is in argv or environ.
 const bashRC = `# fleetmux shell integration for bash (generated; not a user file)
 { builtin read -r __fm_nonce < @DIR@/nonce; command rm -f -- @DIR@/nonce; } 2>/dev/null
 if [ -r ~/.bashrc ]; then . ~/.bashrc; fi
@@ -89,28 +102,49 @@ __fm_B=$'\e]133;fm='"$__fm_nonce"$';B\a'
 __fm_C=$'\e]133;fm='"$__fm_nonce"$';C\a'
 __fm_running=0
 __fm_nil=()
+__fm_arrays=0
+(( BASH_VERSINFO[0] > 5 || BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] >= 1 )) && __fm_arrays=1
+__fm_end() {
+	local __fm_k=N
+	if [[ $__fm_running == 1 ]]; then __fm_k=D; fi
+	__fm_running=0
+	builtin printf '\e]133;fm=%s;%s;%s\a\e]7;fm=%s;file://%s%s\a' "$__fm_nonce" "$__fm_k" "$1" "$__fm_nonce" "$HOSTNAME" "$PWD"
+}
 __fm_precmd() {
 	local __fm_ec=$?
-	if [[ $__fm_running == 1 ]]; then
-		__fm_running=0
-		builtin printf '\e]133;fm=%s;D;%s\a\e]7;fm=%s;file://%s%s\a' "$__fm_nonce" "$__fm_ec" "$__fm_nonce" "$HOSTNAME" "$PWD"
-	else
-		builtin printf '\e]7;fm=%s;file://%s%s\a' "$__fm_nonce" "$HOSTNAME" "$PWD"
-	fi
+	if [[ ${PROMPT_COMMAND[0]} == __fm_precmd* ]]; then __fm_end "$__fm_ec"; fi
 	return $__fm_ec
 }
-__fm_postcmd() {
+__fm_guard() {
 	local __fm_ec=$?
-	case $PS1 in *'${__fm_A}'*) ;; *) PS1='\[${__fm_A}\]'"$PS1"'\[${__fm_B}\]' ;; esac
-	case $PS0 in *'__fm_running=1'*) ;; *) PS0="$PS0"'${__fm_nil[__fm_running=1]:-}${__fm_C}' ;; esac
+	# precmd ran, first in element 0, unless that element was replaced.
+	[[ ${PROMPT_COMMAND[0]} == __fm_precmd* ]] || __fm_end "$__fm_ec"
+	__fm_arm
 	return $__fm_ec
 }
-if [[ ${PROMPT_COMMAND@a} == *a* ]]; then
-	PROMPT_COMMAND=(__fm_precmd "${PROMPT_COMMAND[@]}" __fm_postcmd)
-else
-	PROMPT_COMMAND="__fm_precmd${PROMPT_COMMAND:+$'\n'$PROMPT_COMMAND}"$'\n__fm_postcmd'
-fi
-__fm_postcmd
+__fm_arm() {
+	if [[ $__fm_arrays == 1 ]]; then
+		local __fm_i __fm_last=-1
+		if [[ ${PROMPT_COMMAND[0]-} != __fm_precmd* ]]; then
+			__fm_i=${PROMPT_COMMAND[0]-}
+			__fm_i=${__fm_i//__fm_precmd/:}
+			PROMPT_COMMAND[0]=__fm_precmd${__fm_i:+$'\n'$__fm_i}
+		fi
+		for __fm_i in "${!PROMPT_COMMAND[@]}"; do __fm_last=$__fm_i; done
+		if [[ ${PROMPT_COMMAND[__fm_last]} != __fm_guard ]]; then
+			for __fm_i in "${!PROMPT_COMMAND[@]}"; do
+				[[ ${PROMPT_COMMAND[__fm_i]} == __fm_guard ]] && unset "PROMPT_COMMAND[$__fm_i]"
+			done
+			PROMPT_COMMAND+=(__fm_guard)
+		fi
+	else
+		case $PROMPT_COMMAND in __fm_precmd*) ;; *) PROMPT_COMMAND="__fm_precmd${PROMPT_COMMAND:+$'\n'$PROMPT_COMMAND}" ;; esac
+		case $PROMPT_COMMAND in *__fm_guard) ;; *) PROMPT_COMMAND+=$'\n__fm_guard' ;; esac
+	fi
+	case $PS1 in *'${__fm_A}'*) ;; *) PS1='\[${__fm_nil[${PROMPT_COMMAND[2147483647]:=__fm_guard}]}${__fm_A}\]'"$PS1"'\[${__fm_B}\]' ;; esac
+	case $PS0 in *'__fm_running=1'*) ;; *) PS0="$PS0"'${__fm_nil[__fm_running=1]:-}${__fm_C}' ;; esac
+}
+__fm_arm
 if [[ -n $__fm_allexport ]]; then unset __fm_allexport; set -a; fi
 `
 
@@ -148,9 +182,15 @@ const zshRestore = `if (( __fm_uzd_set )); then export ZDOTDIR=$__fm_uzd; else u
 unset __fm_zd __fm_uzd __fm_uzd_set
 `
 
-// zshHooks installs precmd/preexec hooks. Our precmd runs first so it sees $?; the
-// prompt is (re)wrapped with A/B in precmd and again last, in case a theme rewrote it.
-// PS1 is kept unexported since it holds the marks.
+// zshHooks installs the hooks. __fm_precmd sends D (a command ran: preexec set
+// __fm_running) or N (none did: an empty, rejected or interrupted line) with $?, then
+// the cwd, once per prompt. It is both in the precmd function (which zsh calls before
+// the precmd_functions, so $? is the command's) and first in precmd_functions (where it
+// acts only when the function is not ours), so clearing either leaves the other; each prompt it puts itself, __fm_wrap (last, to
+// re-wrap a prompt a theme rewrote) and the preexec hook back. preexec is both the
+// function and in preexec_functions too. A user's own precmd/preexec functions
+// defined before us keep running, called from ours. PS1 is kept unexported since it
+// holds the marks.
 const zshHooks = `if [[ -o allexport ]]; then setopt no_allexport; __fm_allexport=1; fi
 typeset -g __fm_running=0 __fm_sp=0 __fm_cr=0
 # PROMPT_SP pads a line that lacks a newline before zsh runs precmd, so its padding
@@ -158,6 +198,8 @@ typeset -g __fm_running=0 __fm_sp=0 __fm_cr=0
 [[ -o prompt_cr ]] && __fm_cr=1
 [[ -o prompt_sp ]] && __fm_sp=1
 setopt no_prompt_sp no_prompt_cr
+(( ${+functions[precmd]} )) && functions[__fm_user_precmd]=$functions[precmd]
+(( ${+functions[preexec]} )) && functions[__fm_user_preexec]=$functions[preexec]
 __fm_wrap() {
 	if [[ $PS1 != *$'\e]133;fm='$__fm_nonce* ]]; then
 		PS1=$'%{\e]133;fm='$__fm_nonce$';A\a%}'$PS1$'%{\e]133;fm='$__fm_nonce$';B\a%}'
@@ -166,10 +208,12 @@ __fm_wrap() {
 }
 __fm_precmd() {
 	local __fm_ec=$?
-	if (( __fm_running )); then
-		__fm_running=0
-		builtin print -rn -- $'\e]133;fm='$__fm_nonce';D;'$__fm_ec$'\a'
-	fi
+	# From precmd_functions (no argument): only when the precmd function is not ours.
+	[[ -z $1 && $functions[precmd] == *'__fm_precmd 1'* ]] && return $__fm_ec
+	local __fm_k=N
+	(( __fm_running )) && __fm_k=D
+	__fm_running=0
+	builtin print -rn -- $'\e]133;fm='$__fm_nonce';'$__fm_k';'$__fm_ec$'\a'
 	if (( __fm_cr && __fm_sp )); then
 		local __fm_m=${PROMPT_EOL_MARK-'%B%S%#%s%b'} __fm_w=1 __fm_n
 		(( ${+PROMPT_EOL_MARK} )) && __fm_w=${#${(%)__fm_m}}
@@ -180,12 +224,30 @@ __fm_precmd() {
 		builtin print -rn -- $'\r'
 	fi
 	builtin print -rn -- $'\e]7;fm='$__fm_nonce';file://'$HOST$PWD$'\a'
+	typeset -ga precmd_functions preexec_functions
+	if [[ ${precmd_functions[1]-} != __fm_precmd || ${precmd_functions[-1]-} != __fm_wrap ]]; then
+		precmd_functions=(__fm_precmd ${precmd_functions:#__fm_*} __fm_wrap)
+	fi
+	if [[ ${preexec_functions[-1]-} != __fm_preexec ]]; then
+		preexec_functions=(${preexec_functions:#__fm_*} __fm_preexec)
+	fi
+	(( ${+functions[precmd]} )) || functions[precmd]='__fm_precmd 1'
+	(( ${+functions[preexec]} )) || functions[preexec]=__fm_preexec
 	__fm_wrap
 	return $__fm_ec
 }
 __fm_preexec() {
+	(( __fm_running )) && return
 	__fm_running=1
 	builtin print -rn -- $'\e]133;fm='$__fm_nonce$';C\a'
+}
+precmd() {
+	__fm_precmd 1
+	(( ${+functions[__fm_user_precmd]} )) && __fm_user_precmd "$@"
+}
+preexec() {
+	__fm_preexec
+	(( ${+functions[__fm_user_preexec]} )) && __fm_user_preexec "$@"
 }
 typeset -ga precmd_functions preexec_functions
 precmd_functions=(__fm_precmd ${precmd_functions:#__fm_*} __fm_wrap)

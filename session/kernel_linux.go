@@ -350,3 +350,34 @@ func killSession(sid int, sig syscall.Signal) {
 	}
 	_ = syscall.Kill(sid, sig)
 }
+
+// procImage identifies the program image a process runs: an exec (`exec bash` in the
+// session's shell) changes it while the pid stays. The addresses of the argument and
+// environment strings move with every exec (address space randomisation); the command
+// line tells images apart where randomisation is off.
+type procImage struct {
+	addrs   string
+	cmdline string
+}
+
+// readImage returns pid's image, ok false when /proc does not say.
+func readImage(pid int) (procImage, bool) {
+	base := "/proc/" + strconv.Itoa(pid)
+	b, err := os.ReadFile(base + "/stat")
+	if err != nil {
+		return procImage{}, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return procImage{}, false
+	}
+	f := strings.Fields(string(b[i+2:]))
+	if len(f) < 48 { // arg_start .. env_end are fields 48..51 (f[45..48])
+		return procImage{}, false
+	}
+	cl, err := os.ReadFile(base + "/cmdline")
+	if err != nil {
+		return procImage{}, false
+	}
+	return procImage{addrs: strings.Join(f[45:min(len(f), 49)], " "), cmdline: string(cl)}, true
+}

@@ -10,7 +10,8 @@ import (
 // Shell integration marks.
 //
 // The shell integration writes OSC 133 (A prompt start, B prompt end, C command output
-// start, D;<exit> command done) and OSC 7 (working directory) sequences, each carrying the
+// start, D;<exit> command done, N;<status> back at the prompt without having run a
+// command: the line was rejected, interrupted or empty) and OSC 7 (working directory) sequences, each carrying the
 // session's nonce right after the OSC number:
 //
 //	ESC ] 133 ; fm=<nonce> ; A BEL
@@ -30,6 +31,7 @@ const (
 	markInput   markKind = 'B' // prompt ends, command input starts
 	markOutput  markKind = 'C' // command accepted, its output starts
 	markDone    markKind = 'D' // command finished, with its exit code
+	markNoRun   markKind = 'N' // back at the prompt and no command ran since the last one, with $?
 	markCwd     markKind = 'P' // working directory (OSC 7)
 	markMode    markKind = 'M' // a terminal mode the program set (kept in the output)
 	markInvalid markKind = 0
@@ -231,12 +233,16 @@ func parse133(s string) mark {
 		return mark{kind: markInput}
 	case "C":
 		return mark{kind: markOutput}
-	case "D":
+	case "D", "N":
+		k := markDone
+		if kind == "N" {
+			k = markNoRun
+		}
 		code, _, _ := strings.Cut(arg, ";")
 		if v, err := strconv.Atoi(code); err == nil && v >= 0 && v <= 1<<16 {
-			return mark{kind: markDone, exit: v, hasExit: true}
+			return mark{kind: k, exit: v, hasExit: true}
 		}
-		return mark{kind: markDone}
+		return mark{kind: k}
 	}
 	return mark{}
 }

@@ -30,9 +30,11 @@ type Info struct {
 	OutputOffset   int64             `json:"output_offset"`
 	Pid            int               `json:"pid"`
 	Integrated     bool              `json:"integrated"`
-	WaitingInput   bool              `json:"waiting_input"`
-	Echo           bool              `json:"echo"`
-	Blocks         int               `json:"blocks"`
+	// Integration is IntegrationOK, IntegrationLost or IntegrationNone.
+	Integration  Integration `json:"integration"`
+	WaitingInput bool        `json:"waiting_input"`
+	Echo         bool        `json:"echo"`
+	Blocks       int         `json:"blocks"`
 }
 
 // Info returns a snapshot of the session.
@@ -48,6 +50,13 @@ func (s *Session) infoLocked() Info {
 		Shell: s.shell, Argv: append([]string(nil), s.argv...), Cwd: s.cwd, Cols: s.cols, Rows: s.rows,
 		State: s.state, CreatedAt: s.createdAt, OutputOffset: s.ring.end, Pid: s.pid,
 		Integrated: s.integrated, WaitingInput: s.waiting && !s.exited, Echo: s.echo, Blocks: len(s.blocks),
+		Integration: IntegrationNone,
+	}
+	if s.integrated {
+		in.Integration = IntegrationOK
+		if s.lost {
+			in.Integration = IntegrationLost
+		}
 	}
 	if b := s.runningBlockLocked(); b != nil {
 		in.CurrentCommand = b.Command
@@ -257,7 +266,7 @@ func (s *Session) abandonLocked(b *Block) {
 	if s.fallback != nil && s.fallback.block == b {
 		s.fallback = nil
 	}
-	s.finishBlockLocked(b, s.ring.end, nil)
+	s.finishBlockLocked(b, s.ring.end, nil, NoteNotTyped)
 	s.updateStateLocked()
 	s.broadcastLocked()
 }

@@ -94,6 +94,7 @@ type Session struct {
 	screen     *screen
 	createdAt  time.Time
 	integrated bool
+	image      procImage // the shell's process image at start (an exec changes it); set before the goroutines start
 
 	writeMu sync.Mutex // serializes writes to the master
 	runMu   sync.Mutex // serializes Run submissions
@@ -124,6 +125,8 @@ type Session struct {
 	pending      *Block // block submitted by Run at the prompt, C not yet seen
 	fallback     *fallbackRun
 	lastExit     *int
+	shellStatus  *int // the shell's $? at its last D or N mark
+	lost         bool // the session's shell runs without our hooks (see sample)
 	lastOutput   time.Time
 	waiting      bool   // foreground process is blocked reading the terminal (last sample)
 	waitGen      uint64 // bumped by forgetWaitingLocked: samples taken before are stale
@@ -255,6 +258,9 @@ func Start(cfg Config) (*Session, error) {
 	}
 	tty.Close()
 	s.cmd, s.pid = cmd, cmd.Process.Pid
+	if s.integrated {
+		s.image, _ = readImage(s.pid) // Start returns once the exec is done
+	}
 	// pty.Open leaves the master in blocking mode; a non-blocking dup lets the runtime
 	// poller interrupt reads on Close and handle EAGAIN on large writes.
 	s.master, err = nonblockingFile(ptmx)
@@ -528,15 +534,15 @@ drain:
 	off := s.ring.end
 	if s.cur != nil {
 		// The shell exited inside a command (`exit 3`): its status is the command's.
-		s.finishBlockLocked(s.cur, off, s.exitCode)
+		s.finishBlockLocked(s.cur, off, s.exitCode, NoteExited)
 		s.cur = nil
 	}
 	if s.pending != nil {
-		s.finishBlockLocked(s.pending, off, nil)
+		s.finishBlockLocked(s.pending, off, nil, NoteExited)
 		s.pending = nil
 	}
 	if s.fallback != nil {
-		s.finishBlockLocked(s.fallback.block, off, nil)
+		s.finishBlockLocked(s.fallback.block, off, nil, NoteExited)
 		s.fallback = nil
 	}
 	s.updateStateLocked()

@@ -525,8 +525,8 @@ func TestBadInput(t *testing.T) {
 	if _, err := s.BlockText(99, TextOptions{}); !errors.Is(err, ErrNoBlock) {
 		t.Errorf("unknown block: %v", err)
 	}
-	if r := run(t, s, "echo ("); r.Block.ExitCode != nil || !strings.Contains(r.Text, "syntax error") {
-		t.Errorf("syntax error: exit %v text %q; want no exit code and the message", r.Block.ExitCode, r.Text)
+	if r := run(t, s, "echo ("); exitCode(r) != 2 || !strings.Contains(r.Text, "syntax error") {
+		t.Errorf("syntax error: exit %d text %q; want bash's 2 and the message", exitCode(r), r.Text)
 	}
 	if r := run(t, s, "echo still-works"); r.Text != "still-works" {
 		t.Errorf("after syntax error: %q", r.Text)

@@ -81,7 +81,9 @@ func (s *Session) needsPoll() (need, fallback bool, notBefore time.Time) {
 	if s.integrated && s.fallback == nil {
 		switch {
 		case s.pending != nil:
-			notBefore = time.Now().Add(blockGrace) // submitted: the C mark comes first
+			// Submitted: the C mark comes first (or the shell waits for the rest of
+			// an incomplete line: `if true; then`).
+			notBefore = s.pending.StartedAt.Add(blockGrace)
 		case s.cur != nil:
 			notBefore = s.cur.StartedAt.Add(blockGrace)
 		case s.seenPrompt && !s.atPrompt && len(s.blocks) > 0:
@@ -112,6 +114,11 @@ func (s *Session) sample() bool {
 	waiting, byShell := false, false
 	if pg, err := foregroundPgrp(s.master); err == nil && pg > 0 {
 		waiting, byShell = fgWaitingForInput(s.pid, pg, s.tty)
+	}
+	execd := false // the shell itself reads the terminal, as another program image
+	if waiting && byShell && s.integrated {
+		img, ok := readImage(s.pid)
+		execd = ok && img != s.image
 	}
 	echo, _ := terminalEcho(s.master)
 	// Output the shell wrote before it blocked reading (a command's D mark and the
@@ -162,6 +169,26 @@ func (s *Session) sample() bool {
 	}
 	changed := !s.polled || waiting != s.waiting || echo != s.echo
 	s.polled, s.waiting, s.echo = true, waiting, echo
+	if execd && !s.lost {
+		// `exec bash`: the shell that reads now has none of our hooks. Commands
+		// typed into it are fallback blocks, and the session says why.
+		s.lost, changed = true, true
+		s.log.Debug("shell integration lost: the shell exec'd another program")
+	}
+	if waiting && byShell && !ahead && s.integrated && !s.lost && s.cur != nil && s.cur.prompted &&
+		s.pending == nil && s.fallback == nil {
+		// The prompt came back (A) and the shell reads at it, and no D came: the
+		// hook that sends it was removed. The command is over, its code unknown.
+		s.endOpenLocked(s.ring.end, nil, NoteEndLost)
+		changed = true
+	}
+	if waiting && byShell && !ahead && s.integrated && !s.lost && s.seenPrompt && !s.atPrompt &&
+		s.cur == nil && s.pending == nil && s.fallback == nil {
+		// The shell reads its terminal after its prompt hook (D or N, and the cwd)
+		// with no A mark on the way: its prompt lacks our wrapper (a theme rewrote
+		// it after our hook ran). It is at its prompt all the same.
+		s.atPrompt, s.inputOff, changed = true, s.ring.end, true
+	}
 	if fb := s.fallback; fb != nil && waiting && queued == 0 {
 		quietSince := s.lastOutput
 		if fb.submitted.After(quietSince) {
@@ -169,7 +196,7 @@ func (s *Session) sample() bool {
 		}
 		if time.Since(quietSince) >= s.cfg.Settle {
 			b := fb.block
-			s.finishBlockLocked(b, s.ring.end, nil)
+			s.finishBlockLocked(b, s.ring.end, nil, s.fallbackNoteLocked())
 			s.fallback = nil
 			changed = true
 		}
