@@ -28,6 +28,8 @@ type Session struct {
 	WaitingInput   bool              `json:"waiting_input"`
 	Echo           bool              `json:"echo"`
 	Blocks         int               `json:"blocks"`
+	// Integration is IntegrationOK, IntegrationLost or IntegrationNone.
+	Integration string `json:"integration,omitempty"`
 }
 
 // Block is one command and its output range [Start, End).
@@ -43,6 +45,9 @@ type Block struct {
 	End        int64      `json:"end"`
 	// Fallback: typed into a program without shell integration; no exit code.
 	Fallback bool `json:"fallback,omitempty"`
+	// ExitCodeNote says in words why a done block has no exit code (one of the Note
+	// words); empty when it has one.
+	ExitCodeNote string `json:"exit_code_note,omitempty"`
 }
 
 // BlockResult is the reply of run, block and wait: a block with its rendered text.

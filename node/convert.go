@@ -16,14 +16,14 @@ func toSession(node, id string, in session.Info) api.Session {
 		Shell: in.Shell, Argv: in.Argv, State: string(in.State), CurrentCommand: in.CurrentCommand,
 		Cwd: in.Cwd, LastExitCode: in.LastExitCode, ExitCode: in.ExitCode, Cols: in.Cols, Rows: in.Rows,
 		Pid: in.Pid, OutputOffset: in.OutputOffset, CreatedAt: in.CreatedAt,
-		WaitingInput: in.WaitingInput, Echo: in.Echo, Blocks: in.Blocks,
+		WaitingInput: in.WaitingInput, Echo: in.Echo, Blocks: in.Blocks, Integration: string(in.Integration),
 	}
 }
 
 func toBlock(b session.Block) api.Block {
 	out := api.Block{
 		N: b.N, Command: b.Command, Cwd: b.Cwd, State: string(b.State), ExitCode: b.ExitCode,
-		StartedAt: b.StartedAt, Start: b.Start, End: b.End, Fallback: b.Fallback,
+		StartedAt: b.StartedAt, Start: b.Start, End: b.End, Fallback: b.Fallback, ExitCodeNote: b.Note,
 	}
 	if !b.FinishedAt.IsZero() {
 		t := b.FinishedAt
