@@ -161,9 +161,7 @@ func (id Identity) Permissions() (jwt.Permissions, error) {
 		sub = append(sub, AdvisoryConnect, AdvisoryDisconnect, id.Inbox()+".>")
 	case KindSubscriber:
 		for _, k := range []string{api.KindOut, api.KindBlock, api.KindEvent} {
-			for _, f := range id.filters(k) {
-				sub = append(sub, f)
-			}
+			sub = append(sub, id.filters(k)...)
 		}
 		sub = append(sub, id.Inbox()+".>")
 		for _, s := range []string{api.StreamOut, api.StreamEvents} {

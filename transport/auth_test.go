@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -534,4 +535,68 @@ func FuzzParseCreds(f *testing.F) {
 			t.Fatalf("parsed creds with bad claims: %v", err)
 		}
 	})
+}
+
+// TestPermissionsTable pins what each identity may and may not do, under a custom
+// prefix too (pure: no server).
+func TestPermissionsTable(t *testing.T) {
+	type want struct{ pub, noPub, sub, noSub []string }
+	for _, tc := range []struct {
+		id   transport.Identity
+		want want
+	}{
+		{transport.Identity{Kind: transport.KindNode, Name: "web-1"}, want{
+			pub:   []string{"fleetmux.out.web-1.>", "fleetmux.block.web-1.>", "fleetmux.event.web-1.>", "fleetmux.approval.web-1", "fleetmux.audit.web-1"},
+			noPub: []string{"fleetmux.rpc.>", "fleetmux.out.>", "fleetmux.audit.>", "$KV.FLEETMUX_POLICY.>", "$JS.API.STREAM.CREATE.KV_FLEETMUX_POLICY"},
+			sub:   []string{"fleetmux.rpc.web-1.>", "$KV.FLEETMUX_POLICY.>", "_INBOX.node.web-1.>"},
+			noSub: []string{"fleetmux.rpc.>", "_INBOX.>", "$KV.FLEETMUX_TOKENS.>", "fleetmux.out.>"},
+		}},
+		{transport.Identity{Kind: transport.KindController, Name: "ctl", Prefix: "acme.fm"}, want{
+			pub:   []string{"acme.fm.rpc.>", "acme.fm.audit.ctl", "$KV.FLEETMUX_TOKENS.>", "$JS.API.STREAM.*.FLEETMUX_OUT"},
+			noPub: []string{"acme.fm.out.>", "acme.fm.audit.>", "fleetmux.rpc.>", ">"},
+			sub:   []string{"acme.fm.out.>", "acme.fm.audit.>", "acme.fm.approval.>", transport.AdvisoryConnect, "_INBOX.controller.ctl.>"},
+			noSub: []string{"acme.fm.rpc.>", "_INBOX.>"},
+		}},
+		{transport.Identity{Kind: transport.KindSubscriber, Name: "dash"}, want{
+			pub:   []string{"$JS.API.CONSUMER.CREATE.FLEETMUX_OUT.*.fleetmux.out.>", "$JS.API.CONSUMER.CREATE.FLEETMUX_EVENTS.*.fleetmux.event.>"},
+			noPub: []string{"fleetmux.rpc.>", "$JS.API.CONSUMER.CREATE.FLEETMUX_EVENTS", "$JS.API.STREAM.MSG.GET.FLEETMUX_EVENTS"},
+			sub:   []string{"fleetmux.out.>", "fleetmux.block.>", "fleetmux.event.>", "_INBOX.subscriber.dash.>"},
+			noSub: []string{"fleetmux.rpc.>", "fleetmux.audit.>", "_INBOX.>"},
+		}},
+		{transport.Identity{Kind: transport.KindSubscriber, Name: "dash", Nodes: []string{"b", "a", "a"}}, want{
+			pub:   []string{"$JS.API.CONSUMER.CREATE.FLEETMUX_OUT.*.fleetmux.out.a.>"},
+			noPub: []string{"$JS.API.CONSUMER.CREATE.FLEETMUX_OUT", "$JS.API.CONSUMER.CREATE.FLEETMUX_OUT.*.fleetmux.out.>", "$JS.API.DIRECT.GET.FLEETMUX_OUT"},
+			sub:   []string{"fleetmux.out.a.>", "fleetmux.out.b.>", "fleetmux.event.b.>"},
+			noSub: []string{"fleetmux.out.>"},
+		}},
+	} {
+		p, err := tc.id.Permissions()
+		if err != nil {
+			t.Fatalf("%+v: %v", tc.id, err)
+		}
+		check := func(what string, list []string, want []string, present bool) {
+			for _, s := range want {
+				if slices.Contains(list, s) != present {
+					t.Errorf("%s: %s %q: present %v, want %v", tc.id.UserName(), what, s, !present, present)
+				}
+			}
+		}
+		check("pub", p.Pub.Allow, tc.want.pub, true)
+		check("pub", p.Pub.Allow, tc.want.noPub, false)
+		check("sub", p.Sub.Allow, tc.want.sub, true)
+		check("sub", p.Sub.Allow, tc.want.noSub, false)
+		if len(p.Pub.Deny) != 0 || len(p.Sub.Deny) != 0 {
+			t.Errorf("%s: deny lists (allow lists only)", tc.id.UserName())
+		}
+		if (p.Resp != nil) != (tc.id.Kind == transport.KindNode) {
+			t.Errorf("%s: responses %+v: only nodes reply", tc.id.UserName(), p.Resp)
+		}
+	}
+	for _, bad := range []transport.Identity{{Kind: "admin", Name: "x"}, {Kind: transport.KindNode, Name: "a.b"},
+		{Kind: transport.KindNode, Name: "n", Nodes: []string{"a"}}, {Kind: transport.KindSubscriber, Name: "s", Nodes: []string{"*"}},
+		{Kind: transport.KindController, Name: "c", Prefix: "a..b"}} {
+		if _, err := bad.Permissions(); !errors.Is(err, transport.ErrIdentity) {
+			t.Errorf("%+v: %v", bad, err)
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/transport"
+	"github.com/fleetmux/fleetmux/trust"
 	"github.com/spf13/cobra"
 )
 
@@ -27,7 +29,7 @@ func controllerInitCmd() *cobra.Command {
 			"TLS certificates. Then `fleetmux enroll` issues each process its credentials, and\n" +
 			"`fleetmux controller --data DIR` runs the embedded NATS server with them.\n" +
 			"It refuses to replace an existing authority unless --force (which invalidates\n" +
-			"every credential issued before).",
+			"every NATS credential issued before; the fleet root key is kept).",
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if err := os.MkdirAll(data, 0o700); err != nil {
@@ -37,8 +39,14 @@ func controllerInitCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(c.OutOrStdout(), "NATS authority created in %s\n  account %s\n  CA      %s\nnext: fleetmux enroll node|controller|subscriber NAME --data %s\n",
-				filepath.Join(data, transport.AuthorityDir), a.Account(), filepath.Join(data, transport.AuthorityDir, transport.CACertFile), data)
+			// The fleet root that certifies the controllers' signing keys (kept when
+			// it exists: nodes trust it).
+			keys := filepath.Join(data, transport.AuthorityDir)
+			if _, err := trust.InitRoot(keys); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.OutOrStdout(), "fleet authority created in %s\n  NATS account %s\n  NATS CA      %s\n  fleet root   %s\nnext: fleetmux enroll node|controller|subscriber NAME --data %s\n",
+				keys, a.Account(), filepath.Join(keys, transport.CACertFile), filepath.Join(keys, trust.RootPubFile), data)
 			return nil
 		},
 	}
@@ -63,7 +71,11 @@ func enrollCmd() *cobra.Command {
 		Short: "Issue a process its NATS credentials (a .creds file with the CA)",
 		Long: "enroll issues NAME its own NATS user, signed by the fleet account made by\n" +
 			"`fleetmux controller init` (--data), and writes a .creds file (mode 0600): the user\n" +
-			"JWT, its nkey seed, and the fleet's CA certificate. Its permissions:\n" +
+			"JWT, its nkey seed, and the fleet's CA certificate. Next to it, FILE.keys/ (0700)\n" +
+			"holds what goes into that process's DIR/keys/: for a node the fleet root's public\n" +
+			"key (fleet.pub: the node trusts requests signed under it), for a controller its\n" +
+			"request-signing key (controller.key, 0600) and certificate (controller.cert).\n" +
+			"Its NATS permissions:\n" +
 			"  node NAME        serve <prefix>.rpc.NAME.>, publish its own out/block/event/\n" +
 			"                   audit/approval subjects, read the policy bucket\n" +
 			"  controller NAME  request <prefix>.rpc.>, read every node's subjects, the KV\n" +
@@ -107,6 +119,29 @@ func (o *enrollOptions) run(kind, name string, stdout io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "wrote %s (%s %s; keep it secret: it is this identity)\n", out, kind, name)
+	keys := filepath.Join(o.data, transport.AuthorityDir)
+	bundle := strings.TrimSuffix(out, ".creds") + ".keys"
+	switch kind {
+	case transport.KindNode:
+		pub, err := trust.ReadPublicKey(filepath.Join(keys, trust.RootPubFile))
+		if err != nil {
+			return fmt.Errorf("the fleet root's public key: %w (run fleetmux controller init)", err)
+		}
+		if err := os.MkdirAll(bundle, 0o700); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(bundle, trust.RootPubFile), trust.EncodePublicKey(pub), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "wrote %s (the fleet root the node trusts: install it as the node's DIR/keys/%s or give --trust-root)\n",
+			filepath.Join(bundle, trust.RootPubFile), trust.RootPubFile)
+	case transport.KindController:
+		if err := trust.EnrollController(keys, bundle, name, 0); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "wrote %s and %s (its request-signing key and certificate: install them in the controller's DIR/keys/)\n",
+			filepath.Join(bundle, trust.ControllerKeyFile), filepath.Join(bundle, trust.ControllerCertFile))
+	}
 	if !o.printJWT {
 		return nil
 	}
@@ -118,9 +153,15 @@ func (o *enrollOptions) run(kind, name string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	pj, _ := json.MarshalIndent(perms, "", "  ")
-	fmt.Fprintf(stdout, "\n%s\n# user JWT of %s %s (also in %s)\n%s\n\n# its permissions\n%s\n\n# its inbox prefix (nats CLI --inbox-prefix, nats.js inboxPrefix)\n%s\n",
-		strings.TrimSpace(conf), kind, name, out, creds.JWT, pj, id.Inbox())
+	var pj bytes.Buffer
+	enc := json.NewEncoder(&pj)
+	enc.SetEscapeHTML(false) // subjects end in >
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(perms); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\n%s\n# user JWT of %s %s (also in %s)\n%s\n\n# its permissions\n%s\n# its inbox prefix (nats CLI --inbox-prefix, nats.js inboxPrefix)\n%s\n",
+		strings.TrimSpace(conf), kind, name, out, creds.JWT, pj.String(), id.Inbox())
 	return nil
 }
 

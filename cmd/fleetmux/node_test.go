@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -35,7 +36,7 @@ func TestNodeServesOverNATS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := transport.StartServer(transport.ServerConfig{Listen: "127.0.0.1:0", DataDir: filepath.Join(dir, "nats"), JetStream: true, Auth: auth})
+	srv, err := transport.StartServer(transport.ServerConfig{Listen: "127.0.0.1:0", DataDir: filepath.Join(dir, "nats"), JetStream: true, Auth: auth, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -83,13 +82,6 @@ func writeSecretFile(path, data string) error {
 		return err
 	}
 	return os.Chmod(path, 0o600) // an older file may have had another mode
-}
-
-// randomToken returns 32 hex characters of crypto randomness.
-func randomToken() string {
-	b := make([]byte, 16)
-	rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // connectNATS connects to url and registers the close on st.
