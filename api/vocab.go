@@ -64,6 +64,10 @@ const (
 	EventClosed  = "closed"
 )
 
+// DevVersion is the version of a build that was given none: cmd sets the real one
+// with -ldflags "-X main.version=…" and passes it to the node and the controller.
+const DevVersion = "dev"
+
 // Roles of people and agents (SSH keys, API tokens, signed requests). Each role may
 // do everything the one before it may.
 const (

@@ -20,9 +20,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Version is the controller's version.
-const Version = "0.1.0"
-
 // Bus is what the controller needs of its message bus (NATS in production; cmd
 // wires transport.Conn in). Implementations are safe for concurrent use.
 type Bus interface {
@@ -79,6 +76,9 @@ type Config struct {
 	AuditFile string
 	// Logger receives the operator's log. Default slog.Default().
 	Logger *slog.Logger
+	// Version is the controller's version (cmd's build version), announced in the
+	// MCP handshake. Default api.DevVersion.
+	Version string
 }
 
 // Errors callers match on.
@@ -141,11 +141,14 @@ func New(cfg Config) (*Controller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: http listen %q: %w", ErrConfig, cfg.HTTPListen, err)
 	}
-	if !isLoopback(host) && cfg.Token == "" {
+	if !api.IsLoopbackHost(host) && cfg.Token == "" {
 		return nil, fmt.Errorf("%w: the HTTP API listens on %s, beyond loopback: set an API token", ErrInsecure, cfg.HTTPListen)
 	}
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	if cfg.Version == "" {
+		cfg.Version = api.DevVersion
 	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
@@ -284,11 +287,3 @@ func (c *Controller) Close() error {
 
 // cancelStreams ends attach and follow streams (they would hold Shutdown forever).
 func (c *Controller) cancelStreams() { c.streamCancel() }
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}

@@ -118,12 +118,12 @@ func (f *fixture) startNode(name string, labels map[string]string) *fnode {
 	}
 	g, err := transport.StartGossip(ctx, transport.GossipConfig{
 		Name: name, Logger: quiet(), Join: []string{f.cg.Addr()},
-		Meta: api.NodeMeta{Name: name, Labels: labels, Version: node.Version, Proto: api.ProtocolVersion},
+		Meta: api.NodeMeta{Name: name, Labels: labels, Version: "0.1.0", Proto: api.ProtocolVersion},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := node.New(node.Config{Name: name, Labels: labels, DataDir: t.TempDir(), Bus: conn, Gossip: g, Logger: quiet()})
+	n, err := node.New(node.Config{Name: name, Labels: labels, DataDir: t.TempDir(), Bus: conn, Gossip: g, Logger: quiet(), Version: "0.1.0"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,7 +78,7 @@ func (c *Controller) guard(mux *http.ServeMux, next http.Handler) http.Handler {
 				writeError(w, api.Errorf(api.CodeUnauthorized, "missing or wrong API token (Authorization: Bearer TOKEN)"))
 				return
 			}
-		} else if host := hostOnly(r.Host); !isLoopback(host) {
+		} else if host := hostOnly(r.Host); !api.IsLoopbackHost(host) {
 			// Without a token only loopback clients reach us; a browser that was
 			// tricked into resolving another name to 127.0.0.1 sends that name.
 			writeError(w, api.Errorf(api.CodeForbidden, "host %q is not a loopback name: without an API token only localhost may be used", r.Host))

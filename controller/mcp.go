@@ -77,7 +77,7 @@ func (f mcpFleet) Fanout(ctx context.Context, req api.FanoutRequest) (api.Fanout
 // get the grace, then end with the controller's context.
 func (c *Controller) mcpHandler() http.Handler {
 	m := mcpserver.New(mcpFleet{c}, mcpserver.Options{
-		Version:   Version,
+		Version:   c.cfg.Version,
 		Context:   c.ctx,
 		Logger:    c.log,
 		WithActor: WithActor,

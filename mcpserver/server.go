@@ -57,7 +57,7 @@ const maxTextBytes = 1 << 20
 
 // Options configures a Server. The zero value is usable.
 type Options struct {
-	// Version is the server's version in the MCP handshake. Default "dev".
+	// Version is the server's version in the MCP handshake. Default api.DevVersion.
 	Version string
 	// MaxTextBytes is the default text budget of a result (head + tail of the
 	// output). Default DefaultTextBytes; at most 1 MiB.
@@ -125,7 +125,7 @@ Resources: fleetmux://NODE/SESSION/screen and fleetmux://NODE/SESSION/blocks/N (
 // Handler many over HTTP.
 func New(f Fleet, opts Options) *Server {
 	if opts.Version == "" {
-		opts.Version = "dev"
+		opts.Version = api.DevVersion
 	}
 	if opts.MaxTextBytes <= 0 {
 		opts.MaxTextBytes = DefaultTextBytes

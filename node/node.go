@@ -26,9 +26,6 @@ import (
 	"github.com/fleetmux/fleetmux/api"
 )
 
-// Version is the node agent's version, gossiped and served.
-const Version = "0.1.0"
-
 // Config configures a node. Name, DataDir and Bus are required.
 type Config struct {
 	// Name is the node name (api.ValidName), one subject token.
@@ -52,6 +49,9 @@ type Config struct {
 	ScrollbackBytes int
 	// Logger receives operational logs (default slog.Default()).
 	Logger *slog.Logger
+	// Version is the agent's version (cmd's build version), gossiped in NodeMeta and
+	// announced by the NATS service (default api.DevVersion).
+	Version string
 }
 
 // Node is a running node agent. Its methods are safe for concurrent use.
@@ -92,6 +92,9 @@ func New(cfg Config) (*Node, error) {
 	}
 	if err := api.ValidPrefix(cfg.Prefix); err != nil {
 		return nil, fmt.Errorf("node: prefix: %w", err)
+	}
+	if cfg.Version == "" {
+		cfg.Version = api.DevVersion
 	}
 	if cfg.MaxSessions <= 0 {
 		cfg.MaxSessions = api.DefaultMaxSessions
@@ -161,7 +164,7 @@ func (n *Node) Start() error {
 	if n.stop != nil {
 		return errors.New("node: already started")
 	}
-	stop, err := n.cfg.Bus.Serve(api.ServiceName, Version, subjects, n.handle)
+	stop, err := n.cfg.Bus.Serve(api.ServiceName, n.cfg.Version, subjects, n.handle)
 	if err != nil {
 		return fmt.Errorf("node: serve: %w", err)
 	}
@@ -296,7 +299,7 @@ func (n *Node) gossipLocked() {
 	if n.cfg.Gossip == nil {
 		return
 	}
-	meta := api.NodeMeta{Name: n.cfg.Name, Labels: n.cfg.Labels, Version: Version, Sessions: len(n.sessions), Proto: api.ProtocolVersion, Published: n.published.Load()}
+	meta := api.NodeMeta{Name: n.cfg.Name, Labels: n.cfg.Labels, Version: n.cfg.Version, Sessions: len(n.sessions), Proto: api.ProtocolVersion, Published: n.published.Load()}
 	if err := n.cfg.Gossip.UpdateMeta(meta); err != nil {
 		n.log.Warn("gossip metadata not updated", "err", err)
 	}

@@ -175,7 +175,7 @@ func (cfg GossipConfig) memberlistConfig() (*memberlist.Config, error) {
 	}
 	switch len(cfg.SecretKey) {
 	case 0:
-		if !isLoopbackHost(bind) {
+		if !api.IsLoopbackHost(bind) {
 			return nil, fmt.Errorf("%w: gossip bind address %s is not loopback: set a secret key (16, 24 or 32 bytes)", ErrInsecure, bind)
 		}
 	case 16, 24, 32:
@@ -184,7 +184,7 @@ func (cfg GossipConfig) memberlistConfig() (*memberlist.Config, error) {
 	}
 
 	mlc := memberlist.DefaultLANConfig()
-	if isLoopbackHost(bind) {
+	if api.IsLoopbackHost(bind) {
 		// Every member is on this machine: probe and gossip fast, time out soon.
 		mlc.TCPTimeout = 2 * time.Second
 		mlc.IndirectChecks = 1

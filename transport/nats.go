@@ -166,7 +166,7 @@ func (cfg NATSConfig) options() ([]nats.Option, error) {
 			if err != nil || pu.Host == "" {
 				return nil, fmt.Errorf("%w: nats url %q", ErrConfig, redactURLs(u))
 			}
-			if pu.Scheme != "tls" && !isLoopbackHost(pu.Hostname()) {
+			if pu.Scheme != "tls" && !api.IsLoopbackHost(pu.Hostname()) {
 				return nil, fmt.Errorf("%w: nats server %s is beyond loopback: TLS needs a CA (the .creds file from fleetmux enroll has it) or a tls:// url", ErrInsecure, pu.Host)
 			}
 		}

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,7 +29,8 @@ const MaxInFlight = 256
 type ServeFunc = func(ctx context.Context, verb string, header map[string]string, data []byte) []byte
 
 // Serve answers requests as the NATS micro service name/version (discoverable with
-// `nats micro ls`), one endpoint per verb on the given subject (verb → subject), until
+// `nats micro ls`; a version that is not semver, such as "v0.2.0" or "dev", is
+// announced as ServiceVersion makes it), one endpoint per verb on the given subject (verb → subject), until
 // the returned stop is called or the Conn is closed.
 //
 // Each request runs handle on a goroutine of its own (a reused worker), at most
@@ -50,7 +53,7 @@ func (c *Conn) Serve(name, version string, subjects map[string]string, handle Se
 		return nil, fmt.Errorf("%w: serve %s", ErrClosed, name)
 	}
 
-	svc, err := micro.AddService(c.nc, micro.Config{Name: name, Version: version})
+	svc, err := micro.AddService(c.nc, micro.Config{Name: name, Version: ServiceVersion(version)})
 	if err != nil {
 		return nil, fmt.Errorf("transport: serve %s %s: %w", name, version, err)
 	}
@@ -268,4 +271,21 @@ func flatHeader(h micro.Headers) map[string]string {
 		}
 	}
 	return out
+}
+
+// semver is the pattern the NATS micro framework requires of a service's version
+// (https://semver.org's suggested expression).
+var semver = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$`)
+
+// ServiceVersion turns a build version into the semver a micro service must carry:
+// "v0.2.0" becomes "0.2.0", a version that is no semver ("dev", "") becomes
+// "0.0.0-" followed by it (when that is semver) or "0.0.0".
+func ServiceVersion(v string) string {
+	if t := strings.TrimPrefix(v, "v"); semver.MatchString(t) {
+		return t
+	}
+	if t := "0.0.0-" + v; v != "" && semver.MatchString(t) {
+		return t
+	}
+	return "0.0.0"
 }

@@ -268,9 +268,6 @@ func TestServeBadConfig(t *testing.T) {
 	if _, err := c.Serve(api.ServiceName, "0.1.0", nil, h); !errors.Is(err, transport.ErrConfig) {
 		t.Errorf("no endpoints: %v", err)
 	}
-	if _, err := c.Serve(api.ServiceName, "not-semver", map[string]string{"a": "x.a"}, h); err == nil {
-		t.Error("bad version accepted")
-	}
 	if _, err := c.Serve(api.ServiceName, "0.1.0", map[string]string{"a b": "x.a"}, h); err == nil {
 		t.Error("bad verb accepted")
 	}
@@ -286,4 +283,46 @@ func errorCode(t *testing.T, reply []byte) string {
 		t.Fatalf("error without message: %s", reply)
 	}
 	return e.Error.Code
+}
+
+// TestServeVersion: a build version that is no semver ("dev") is served, announced
+// as ServiceVersion makes it (micro refuses anything but semver).
+func TestServeVersion(t *testing.T) {
+	srv := testutil.StartNATS(t, t.TempDir())
+	c := connected(t, srv.ClientURL())
+	h := func(context.Context, string, map[string]string, []byte) []byte { return nil }
+	stop, err := c.Serve(api.ServiceName, "dev", map[string]string{"a": "x.a"}, h)
+	if err != nil {
+		t.Fatalf("version dev: %v", err)
+	}
+	defer stop()
+	info, err := c.Request(ctxT(t, 5*time.Second), "$SRV.INFO."+api.ServiceName, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var si micro.Info
+	if err := json.Unmarshal(info, &si); err != nil {
+		t.Fatal(err)
+	}
+	if si.Version != "0.0.0-dev" {
+		t.Fatalf("service version %q, want 0.0.0-dev", si.Version)
+	}
+}
+
+func TestServiceVersion(t *testing.T) {
+	for in, want := range map[string]string{
+		"0.1.0":             "0.1.0",
+		"v0.2.0":            "0.2.0",
+		"v1.2.3-rc.1+build": "1.2.3-rc.1+build",
+		"v0.1.0-3-gabc123":  "0.1.0-3-gabc123",
+		"dev":               "0.0.0-dev",
+		"":                  "0.0.0",
+		"(devel)":           "0.0.0",
+		"1.2":               "0.0.0-1.2",
+		"01.2.3":            "0.0.0",
+	} {
+		if got := transport.ServiceVersion(in); got != want {
+			t.Errorf("ServiceVersion(%q) = %q, want %q", in, got, want)
+		}
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fleetmux/fleetmux/api"
 	"github.com/nats-io/nats-server/v2/server"
 )
 
@@ -152,7 +153,7 @@ func (cfg ServerConfig) serverOptions() (*server.Options, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !isLoopbackHost(host) && cfg.Auth == nil {
+	if !api.IsLoopbackHost(host) && cfg.Auth == nil {
 		return nil, fmt.Errorf("%w: nats listen %s is not loopback: it needs the fleet's nats authority (fleetmux controller init)", ErrInsecure, cfg.listen())
 	}
 	if cfg.JetStream && cfg.DataDir == "" {
@@ -176,7 +177,7 @@ func (cfg ServerConfig) serverOptions() (*server.Options, error) {
 		if err != nil {
 			return nil, err
 		}
-		if !isLoopbackHost(chost) && cfg.Auth == nil {
+		if !api.IsLoopbackHost(chost) && cfg.Auth == nil {
 			return nil, fmt.Errorf("%w: nats cluster listen %s is not loopback: it needs the fleet's nats authority (routes authenticate with its certificates)", ErrInsecure, cfg.ClusterListen)
 		}
 		if cfg.JetStream && len(cfg.Routes) > 0 && cfg.Name == "" {

@@ -16,8 +16,6 @@ package transport
 import (
 	"errors"
 	"log/slog"
-	"net"
-	"strings"
 )
 
 // Sentinel errors, matched with errors.Is.
@@ -37,18 +35,6 @@ var (
 	// ErrNotReady: the embedded server did not become ready in time.
 	ErrNotReady = errors.New("transport: nats server not ready")
 )
-
-// isLoopbackHost reports whether host (a name or an IP, no port) only ever means this
-// machine. The empty host (all interfaces), unspecified addresses and names other than
-// localhost are not loopback.
-func isLoopbackHost(host string) bool {
-	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
 
 // loggerOr returns l, or slog.Default() when l is nil.
 func loggerOr(l *slog.Logger) *slog.Logger {

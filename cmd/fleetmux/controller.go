@@ -204,12 +204,12 @@ func (o *controllerOptions) run(ctx context.Context, stdout, stderr io.Writer) e
 // startController starts a controller on conn in the gossip cluster; its shutdown
 // is registered on st.
 func startController(ctx context.Context, st *stack, conn *transport.Conn, cfg controller.Config, g gossipOptions) (*controller.Controller, *transport.Gossip, error) {
-	cfg.Bus = conn
+	cfg.Bus, cfg.Version = conn, buildVersion()
 	c, err := controller.New(cfg)
 	if err != nil {
 		return nil, nil, err
 	}
-	gs, join, err := startGossip(ctx, st, cfg.Name, g, api.NodeMeta{Name: cfg.Name, Version: controller.Version, Proto: api.ProtocolVersion, Role: api.RoleController},
+	gs, join, err := startGossip(ctx, st, cfg.Name, g, api.NodeMeta{Name: cfg.Name, Version: cfg.Version, Proto: api.ProtocolVersion, Role: api.RoleController},
 		observeMembers(c), cfg.Logger)
 	if err != nil {
 		return nil, nil, err

@@ -74,7 +74,7 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 		if err != nil {
 			return usageError("%s %q: %v", flag, addr, err)
 		}
-		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		if !api.IsLoopbackHost(host) {
 			return usageError("%s %s: dev listens on loopback only (use fleetmux controller and fleetmux node beyond it)", flag, addr)
 		}
 	}

@@ -120,8 +120,8 @@ func TestDevQuickStart(t *testing.T) {
 		t.Fatalf("run --json: %q %d", out, code)
 	}
 	out, _, code = cli("nodes")
-	if code != 0 || !strings.Contains(out, "here") || !strings.Contains(out, "alive") {
-		t.Fatalf("nodes: %q", out)
+	if code != 0 || !strings.Contains(out, "here") || !strings.Contains(out, "alive") || !strings.Contains(out, buildVersion()) {
+		t.Fatalf("nodes: %q, want the node alive with version %s", out, buildVersion())
 	}
 	out, _, code = cli("ls")
 	if code != 0 || !strings.Contains(out, "here/s1") {

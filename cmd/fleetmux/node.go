@@ -181,11 +181,11 @@ func ensureStreams(ctx context.Context, conn *transport.Conn, prefix string, log
 // cluster, which it joins once it serves: alive means answering). Its Close is
 // registered on st; the caller may call it earlier.
 func startNode(ctx context.Context, st *stack, conn *transport.Conn, cfg node.Config, g gossipOptions) (*node.Node, error) {
-	cfg.Bus = conn
+	cfg.Bus, cfg.Version = conn, buildVersion()
 	join := func() {}
 	if g.listen != "" {
 		gs, j, err := startGossip(ctx, st, cfg.Name, g,
-			api.NodeMeta{Name: cfg.Name, Labels: cfg.Labels, Version: node.Version, Proto: api.ProtocolVersion}, nil, cfg.Logger)
+			api.NodeMeta{Name: cfg.Name, Labels: cfg.Labels, Version: cfg.Version, Proto: api.ProtocolVersion}, nil, cfg.Logger)
 		if err != nil {
 			return nil, err
 		}
