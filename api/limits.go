@@ -16,8 +16,9 @@ const (
 	// MaxTitleBytes and MaxDescBytes bound a session's title and description.
 	MaxTitleBytes = 256
 	MaxDescBytes  = 4096
-	// MaxLabels bounds a session's or a node's labels.
-	MaxLabels = 32
+	// MaxLabels bounds a session's or a node's labels, MaxLabelValueBytes a label's value.
+	MaxLabels          = 32
+	MaxLabelValueBytes = 256
 	// DefaultMaxSessions is how many sessions a node keeps alive at once by default.
 	DefaultMaxSessions = 64
 	// MaxWait bounds a wait or a run's timeout; DefaultWait is used when none is given.

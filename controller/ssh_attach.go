@@ -8,6 +8,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/fleetmux/fleetmux/api"
 )
@@ -165,7 +166,7 @@ func (sc *sshSession) menu(ctx context.Context) int {
 			if what == "" && s.LastExitCode != nil {
 				what = "last exit " + strconv.Itoa(*s.LastExitCode)
 			}
-			fmt.Fprintf(w, "  %2d) %-20s %-13s %-20s %s\r\n", i+1, s.Node+"/"+s.ID, s.State, trunc(s.Title, 20), trunc(what, 30))
+			fmt.Fprintf(w, "  %2d) %-20s %-13s %-20s %s\r\n", i+1, api.Printable(s.Node+"/"+s.ID), trunc(s.State, 13), trunc(s.Title, 20), trunc(what, 30))
 		}
 		if len(list.Unavailable) > 0 {
 			fmt.Fprintf(w, "  (not answering: %s)\r\n", strings.Join(list.Unavailable, ", "))
@@ -194,11 +195,14 @@ func (sc *sshSession) menu(ctx context.Context) int {
 	}
 }
 
+// trunc makes s safe to print (api.Printable) and cuts it to n runes, marking a
+// cut with "…".
 func trunc(s string, n int) string {
-	if len(s) <= n {
+	s = api.Printable(s)
+	if utf8.RuneCountInString(s) <= n {
 		return s
 	}
-	return s[:n-1] + "…"
+	return string([]rune(s)[:n-1]) + "…"
 }
 
 // readLine reads a line typed in a raw terminal, echoing it (backspace edits;

@@ -178,8 +178,8 @@ func (n *Node) create(ctx context.Context, req request) (any, error) {
 	if len(r.Title) > api.MaxTitleBytes || len(r.Description) > api.MaxDescBytes {
 		return nil, api.Errorf(api.CodeTooLarge, "title over %d bytes or description over %d bytes", api.MaxTitleBytes, api.MaxDescBytes)
 	}
-	if err := validLabels(r.Labels); err != nil {
-		return nil, api.Errorf(api.CodeBadRequest, "%v", err)
+	if err := validInfo(&r.Title, &r.Description, r.Labels); err != nil {
+		return nil, err
 	}
 	if r.Shell == "" && len(r.Argv) == 0 {
 		r.Shell = n.cfg.DefaultShell
@@ -265,11 +265,30 @@ func (n *Node) update(ctx context.Context, req request) (any, error) {
 	if r.Title != nil && len(*r.Title) > api.MaxTitleBytes || r.Description != nil && len(*r.Description) > api.MaxDescBytes {
 		return nil, api.Errorf(api.CodeTooLarge, "title over %d bytes or description over %d bytes", api.MaxTitleBytes, api.MaxDescBytes)
 	}
-	if err := validLabels(r.Labels); err != nil {
-		return nil, api.Errorf(api.CodeBadRequest, "%v", err)
+	if err := validInfo(r.Title, r.Description, r.Labels); err != nil {
+		return nil, err
 	}
 	e.s.SetInfo(r.Title, r.Description, r.Labels)
 	return e.info(), nil
+}
+
+// validInfo checks a session's title, description and labels (nil: not given) for
+// control characters: they would reach other people's terminals.
+func validInfo(title, desc *string, labels map[string]string) error {
+	if title != nil {
+		if err := api.ValidText("title", *title, false); err != nil {
+			return api.Errorf(api.CodeBadRequest, "%v", err)
+		}
+	}
+	if desc != nil {
+		if err := api.ValidText("description", *desc, true); err != nil {
+			return api.Errorf(api.CodeBadRequest, "%v", err)
+		}
+	}
+	if err := api.ValidLabels(labels); err != nil {
+		return api.Errorf(api.CodeBadRequest, "%v", err)
+	}
+	return nil
 }
 
 func (n *Node) closeSession(ctx context.Context, req request) (any, error) {

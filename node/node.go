@@ -102,7 +102,7 @@ func New(cfg Config) (*Node, error) {
 	if cfg.DefaultShell == "" {
 		cfg.DefaultShell = "bash"
 	}
-	if err := validLabels(cfg.Labels); err != nil {
+	if err := api.ValidLabels(cfg.Labels); err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	for _, d := range []string{cfg.DataDir, filepath.Join(cfg.DataDir, "sessions"), filepath.Join(cfg.DataDir, "run")} {
@@ -303,19 +303,4 @@ func (n *Node) gossipLocked() {
 	if err := n.cfg.Gossip.UpdateMeta(meta); err != nil {
 		n.log.Warn("gossip metadata not updated", "err", err)
 	}
-}
-
-func validLabels(l map[string]string) error {
-	if len(l) > api.MaxLabels {
-		return fmt.Errorf("%d labels (limit %d)", len(l), api.MaxLabels)
-	}
-	for k, v := range l {
-		if err := api.ValidName(k); err != nil {
-			return fmt.Errorf("label key: %w", err)
-		}
-		if len(v) > 256 || strings.ContainsAny(v, "\x00\n") {
-			return fmt.Errorf("label %s: value too long or with a newline", k)
-		}
-	}
-	return nil
 }

@@ -197,7 +197,7 @@ func durationMS(verb string, d time.Duration) (int, error) {
 	return int(max(d.Milliseconds(), 1)), nil
 }
 
-// labelString is k=v,k=v sorted, or "-".
+// labelString is k=v,k=v sorted (printable: see api.Printable), or "-".
 func labelString(m map[string]string) string {
 	if len(m) == 0 {
 		return "-"
@@ -207,7 +207,7 @@ func labelString(m map[string]string) string {
 		parts = append(parts, k+"="+v)
 	}
 	slices.Sort(parts)
-	return strings.Join(parts, ",")
+	return api.Printable(strings.Join(parts, ","))
 }
 
 // truncate cuts s to at most n runes, marking a cut with "…".

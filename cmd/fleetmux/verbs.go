@@ -48,7 +48,8 @@ func minArgs(verb string, n int, what string) cobra.PositionalArgs {
 // table returns a tabwriter for a table with two spaces between columns.
 func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
 
-// cell makes s safe for a table cell: one line, no tabs.
+// cell makes s safe for a table cell: one line, no tabs, no control characters
+// (api.Printable: a title must not clear or reprogram the reader's terminal).
 func cell(s string, n int) string {
 	s = strings.Map(func(r rune) rune {
 		if r == '\t' || r == '\r' {
@@ -56,7 +57,7 @@ func cell(s string, n int) string {
 		}
 		return r
 	}, s)
-	return orDash(oneLine(s, n))
+	return orDash(truncate(api.Printable(oneLine(s, n)), n))
 }
 
 func nodesCmd() *cobra.Command {
@@ -156,7 +157,7 @@ func printSessions(w io.Writer, ss []api.Session) error {
 	tw := table(w)
 	fmt.Fprintln(tw, "ADDRESS\tSTATE\tTITLE\tCMD/LAST-EXIT\tCWD")
 	for _, s := range ss {
-		fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s\t%s\n", s.Node, s.ID, orDash(s.State), cell(s.Title, 30), cmdOrExit(s), cell(s.Cwd, 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", api.Printable(s.Node+"/"+s.ID), cell(s.State, 20), cell(s.Title, 30), cmdOrExit(s), cell(s.Cwd, 60))
 	}
 	return tw.Flush()
 }
