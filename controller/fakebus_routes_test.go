@@ -337,3 +337,44 @@ func TestFakeOutputPaging(t *testing.T) {
 	// The first read's error is the reply.
 	f.apiErr(410, api.CodeGone, "GET", fmt.Sprintf("/v1/sessions/n1/s1/output?from=%d", failAt), nil)
 }
+
+// TestFakeBlockOutlivesRequestTimeout: rendering a large block (a grep through many MB)
+// is work on the node, so a block request may take longer than a request that only
+// reads state, without being cut off at RequestTimeout.
+func TestFakeBlockOutlivesRequestTimeout(t *testing.T) {
+	f, bus := newFakeFixture(t, map[string]int{"n1": 0}, func(c *controller.Config) { c.RequestTimeout = 100 * time.Millisecond })
+	started, release := make(chan struct{}), make(chan struct{})
+	bus.handle("n1", "block", func(ctx context.Context, _ map[string]string, _ []byte) ([]byte, error) {
+		close(started)
+		select {
+		case <-release:
+			return json.Marshal(api.BlockResult{Block: api.Block{N: 1, State: api.BlockDone}, Text: "4242: 4242"})
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	})
+	type result struct {
+		code int
+		body []byte
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, body := f.do("GET", "/v1/sessions/n1/s1/blocks/1?grep=4242", nil)
+		done <- result{code, body}
+	}()
+	select {
+	case <-started:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the block request never reached the bus")
+	}
+	// A state request to the same node times out at RequestTimeout meanwhile, so the
+	// block request has been waiting longer than that when it is answered.
+	h := newHang()
+	bus.handle("n1", "screen", h.respond)
+	f.apiErr(504, api.CodeTimeout, "GET", "/v1/sessions/n1/s1/screen", nil)
+	close(release)
+	r := <-done
+	if r.code != 200 || !strings.Contains(string(r.body), "4242: 4242") {
+		t.Fatalf("block after more than RequestTimeout: %d %s", r.code, r.body)
+	}
+}

@@ -155,9 +155,14 @@ func (c *Controller) Blocks(ctx context.Context, node, id string) (bl api.BlockL
 // Block reads one block with its text.
 func (c *Controller) Block(ctx context.Context, node, id string, req api.BlockRequest) (br api.BlockResult, err error) {
 	req.Session = id
-	err = c.sessionCall(ctx, node, id, "block", req, &br, 0)
+	err = c.sessionCall(ctx, node, id, "block", req, &br, blockTimeout(c.cfg.RequestTimeout))
 	return br, err
 }
+
+// blockTimeout bounds a block request. Rendering a block is work proportional to its
+// size (a grep over a block of many MB takes seconds on a busy host), so it gets more
+// than a request that only reads state.
+func blockTimeout(request time.Duration) time.Duration { return max(request, 30*time.Second) }
 
 // Wait waits on a session's state and returns it with its last block.
 func (c *Controller) Wait(ctx context.Context, node, id, until string, after int64, timeoutMS int) (api.WaitResult, error) {
