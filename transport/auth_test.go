@@ -600,3 +600,98 @@ func TestPermissionsTable(t *testing.T) {
 		}
 	}
 }
+
+// TestAuthRoutesMutualTLS clusters two embedded servers of one fleet (routes over
+// TLS with certificates of the fleet's CA, both ways): a node's output on one
+// reaches a subscriber on the other. A server of another fleet cannot join.
+func TestAuthRoutesMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	a, err := transport.InitAuthority(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clusterA := freePort(t)
+	start := func(auth *transport.Authority, name, cluster string, routes ...string) *transport.Server {
+		srv, err := transport.StartServer(transport.ServerConfig{Listen: "127.0.0.1:0", Auth: auth, Name: name,
+			ClusterListen: cluster, Routes: routes, Logger: logger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { testutil.StopNATS(t, srv) })
+		return srv
+	}
+	srvA := start(a, "a", clusterA)
+	srvB := start(a, "b", freePort(t), "nats://"+clusterA)
+	other, err := transport.NewAuthority()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvX := start(other, "x", freePort(t), "nats://"+clusterA)
+
+	connTo := func(srv *transport.Server, auth *transport.Authority, id transport.Identity) *transport.Conn {
+		c, err := auth.Issue(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := transport.Connect(ctxT(t, 5*time.Second), transport.NATSConfig{URL: srv.ClientURL(), Creds: c, Logger: logger(), DrainTimeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		testutil.Eventually(t, 5*time.Second, conn.Connected, "connected to %s", srv.Addr())
+		return conn
+	}
+	got := make(chan string, 16)
+	sub := connTo(srvA, a, transport.Identity{Kind: transport.KindSubscriber, Name: "dash"})
+	stop, err := sub.Subscribe(subj.All(api.KindOut, "*"), func(s string, _ map[string]string, _ []byte) { got <- s })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	node := connTo(srvB, a, transport.Identity{Kind: transport.KindNode, Name: "n1"})
+	intruder := connTo(srvX, other, transport.Identity{Kind: transport.KindNode, Name: "n1"})
+	// Routes come up in the background: publish until the subscriber on A gets it.
+	deadline := time.Now().Add(15 * time.Second)
+	for arrived := false; !arrived; {
+		if time.Now().After(deadline) {
+			t.Fatal("output from B never reached A over the route")
+		}
+		if err := intruder.Publish(subj.Out("n1", "forged"), nil, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		if err := node.Publish(subj.Out("n1", "s1"), nil, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case s := <-got:
+			if s != subj.Out("n1", "s1") {
+				t.Fatalf("A got %s", s)
+			}
+			arrived = true
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if err := intruder.Publish(subj.Out("n1", "forged"), nil, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := intruder.NC().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// B's route is up and X's is not: a last message from B after X's shows only B's.
+	if err := node.Publish(subj.Out("n1", "last"), nil, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		select {
+		case s := <-got:
+			if s == subj.Out("n1", "forged") {
+				t.Fatal("a server of another fleet joined the cluster")
+			}
+			if s == subj.Out("n1", "last") {
+				return
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("B's last message did not arrive")
+		}
+	}
+}
