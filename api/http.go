@@ -114,8 +114,9 @@ type FanoutResult struct {
 	Error      *Error `json:"error"`
 }
 
-// Fanout is the reply of POST /v1/run. A target is ok when its block finished with
-// exit code 0 (or, without shell integration, finished at all).
+// Fanout is the reply of POST /v1/run. A target is ok only when its block finished
+// with exit code 0: a block that finished with its code unknown (typed into a program
+// without shell integration) is not ok (CodeExitUnknown).
 type Fanout struct {
 	Results []FanoutResult `json:"results"`
 	OK      int            `json:"ok"`
@@ -128,6 +129,9 @@ const (
 	CodeSkipped = "skipped"
 	// CodeExitStatus marks targets whose command finished with a non-zero exit code.
 	CodeExitStatus = "exit_status"
+	// CodeExitUnknown marks targets whose command finished with its exit code unknown
+	// (the message says why: Block.ExitCodeNote).
+	CodeExitUnknown = "exit_unknown"
 )
 
 // Health is the reply of GET /healthz.

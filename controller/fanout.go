@@ -236,6 +236,12 @@ func (c *Controller) runTarget(ctx context.Context, who string, req api.FanoutRe
 		return res
 	case blk.ExitCode != nil && *blk.ExitCode != 0:
 		res.Error = api.Errorf(api.CodeExitStatus, "exit code %d", *blk.ExitCode)
+	case blk.ExitCode == nil:
+		note := blk.ExitCodeNote
+		if note == "" {
+			note = "no reason given"
+		}
+		res.Error = api.Errorf(api.CodeExitUnknown, "finished, exit code unknown: %s", note)
 	}
 	if fresh {
 		// The block and its text are in the result and the recording keeps the

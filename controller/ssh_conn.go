@@ -240,7 +240,7 @@ func (sc *sshSession) run(ctx context.Context, args []string) int {
 	case roleRank(sc.id.role) < roleRank(need):
 		fmt.Fprintf(sc.errOut(), "fleetmux: %s needs the %s role; your key has %s\n", verb, need, sc.id.role)
 		sc.audit(ctx, verb, strings.Join(args, " "), "refused", "role "+sc.id.role)
-		return 1
+		return refusal(verb, 1)
 	}
 	for _, a := range args[1:] {
 		if a == "--" {
@@ -248,7 +248,7 @@ func (sc *sshSession) run(ctx context.Context, args []string) int {
 		}
 		if name, _, _ := strings.Cut(a, "="); name == "--addr" || name == "--token" || name == "--actor" {
 			fmt.Fprintf(sc.errOut(), "fleetmux: %s is not allowed over SSH\n", a)
-			return 2
+			return refusal(verb, 2)
 		}
 	}
 	if verb == "attach" {
@@ -269,6 +269,15 @@ func (sc *sshSession) run(ctx context.Context, args []string) int {
 		result = fmt.Sprintf("exit %d", code)
 	}
 	sc.audit(ctx, verb, strings.Join(args, " "), result, "")
+	return code
+}
+
+// refusal is the exit status of a request the front door refuses: for run, 255, as
+// with ssh and `fleetmux run` (its other statuses are the command's own); else code.
+func refusal(verb string, code int) int {
+	if verb == "run" {
+		return 255
+	}
 	return code
 }
 

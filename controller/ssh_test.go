@@ -201,8 +201,11 @@ func TestSSHCommands(t *testing.T) {
 	}
 	viewer := sf.login(t, "me", "viewer")
 	_, errs, code := execSSH(t, viewer, "run n1/s1 -- true")
-	if code != 1 || !strings.Contains(errs, "needs the operator role") {
-		t.Fatalf("viewer run: %q exit %d", errs, code)
+	if code != 255 || !strings.Contains(errs, "needs the operator role") {
+		t.Fatalf("viewer run: %q exit %d, want 255 (denied: fleetmux's own failure, never the command's)", errs, code)
+	}
+	if _, _, code := execSSH(t, admin, "run --token x n1/s1 -- true"); code != 255 {
+		t.Fatalf("run with a refused flag: exit %d, want 255", code)
 	}
 	operator := sf.login(t, "me", "operator")
 	if _, errs, code := execSSH(t, operator, "kill n1/s1"); code != 1 || !strings.Contains(errs, "needs the admin role") {

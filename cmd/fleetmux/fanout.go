@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -39,9 +40,12 @@ func runVerbCmdWith(o *runOptions) *cobra.Command {
 		Use:   "run (NODE/ID | --all | --label k=v | --nodes a,b | --sessions n/s,...) [flags] -- CMD...",
 		Short: "Run a command in a session (or on many) and print its output",
 		Long: "run NODE/ID -- CMD runs CMD (its words joined with spaces) in the session, prints\n" +
-			"its rendered output and exits with its exit code. When --timeout passes first it\n" +
-			"prints the output so far and exits 124 (the command keeps running: see fleetmux\n" +
-			"wait). Long output is cut to a budget (head and tail); a note on stderr says how\n" +
+			"its rendered output and exits the way ssh does: with the command's exit code; 124\n" +
+			"when --timeout passes first (it prints the output so far; the command keeps\n" +
+			"running: see fleetmux wait); 254 when the command finished but its exit code is\n" +
+			"unknown (typed into a program without shell integration: stderr says why); 255\n" +
+			"when fleetmux itself failed (unreachable, refused, denied, a bad command line).\n" +
+			"It never exits 0 unless the command exited 0. Long output is cut to a budget (head and tail); a note on stderr says how\n" +
 			"to read the rest. Put CMD after -- when it has flags of its own.\n\n" +
 			"With a selector the command fans out, one run per target:\n" +
 			"  --all               every alive node\n" +
@@ -53,8 +57,9 @@ func runVerbCmdWith(o *runOptions) *cobra.Command {
 			"  web-1/s3  exit=0  12ms  first line of output\n" +
 			"  web-2     FAILED  unavailable: node web-2 is dead\n" +
 			"  ok=1 failed=1\n" +
-			"-v prints each target's whole output too. It exits 0 when every target succeeded,\n" +
-			"else 1 (with one target: its exit code).",
+			"-v prints each target's whole output too. A target succeeded when its command\n" +
+			"exited 0 (an unknown exit code is a failure). It exits 0 when every target\n" +
+			"succeeded, else 1; with one target, as run NODE/ID does (124, 254, 255).",
 		Example: "  fleetmux run web-1/s3 -- make test\n" +
 			"  fleetmux run web-1/s3 --timeout 10m -- ./deploy.sh --dry-run\n" +
 			"  fleetmux run --all -- uptime\n" +
@@ -64,17 +69,21 @@ func runVerbCmdWith(o *runOptions) *cobra.Command {
 			if o.fanout() {
 				req, err := o.fanoutRequest(c, args)
 				if err != nil {
-					return err
+					return ownFailure(err)
 				}
 				return o.runFanout(c, req)
 			}
 			node, id, body, err := o.single(c, args)
 			if err != nil {
-				return err
+				return ownFailure(err)
 			}
 			return o.runOne(c, node, id, body)
 		},
 	}
+	// A bad flag is fleetmux's own failure too: 255, like ssh.
+	c.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return ownFailure(c.Root().FlagErrorFunc()(c, err))
+	})
 	o.register(c, true)
 	f := c.Flags()
 	f.DurationVar(&o.timeout, "timeout", 60*time.Second, "how long the command may run before run returns (per target)")
@@ -144,7 +153,7 @@ func (o *runOptions) runOne(c *cobra.Command, node, id string, body api.RunBody)
 	ctx, raw := o.capture(c.Context())
 	r, err := cl.Run(ctx, node, id, body)
 	if err != nil {
-		return o.fail(err)
+		return ownFailure(o.fail(err))
 	}
 	if o.json {
 		if err := printJSON(c.OutOrStdout(), *raw); err != nil {
@@ -159,16 +168,47 @@ func (o *runOptions) runOne(c *cobra.Command, node, id string, body api.RunBody)
 	return runExit(node+"/"+id, o.timeout, r)
 }
 
-// runExit is the exit of `fleetmux run` for a block: its exit code; 124 with a
-// note when it is still running; 0 for a block without one (typed into a program).
+// Exit statuses of `fleetmux run` besides the command's own (DESIGN's CLI section).
+const (
+	exitStillRunning = 124 // the timeout passed while the command runs
+	exitCodeUnknown  = 254 // finished, exit code unknown
+	exitOwnFailure   = 255 // fleetmux itself failed: unreachable, refused, denied, bad usage
+)
+
+// runExit is the exit of `fleetmux run` for a block: its exit code; 124 with a note
+// while it still runs; 254 with the reason when it finished without one.
 func runExit(addr string, timeout time.Duration, r api.BlockResult) error {
 	switch {
 	case r.Block.State == api.BlockRunning:
-		return &exitError{code: 124, err: fmt.Errorf("still running after %v: fleetmux wait %s (then fleetmux block %s %d)", timeout, addr, addr, r.Block.N)}
-	case r.Block.ExitCode == nil || *r.Block.ExitCode == 0:
+		return &exitError{code: exitStillRunning, err: fmt.Errorf("still running after %v: fleetmux wait %s (then fleetmux block %s %d)", timeout, addr, addr, r.Block.N)}
+	case r.Block.ExitCode == nil:
+		return &exitError{code: exitCodeUnknown, err: fmt.Errorf("%s: block %d finished, exit code unknown: %s", addr, r.Block.N, noteOr(r.Block.ExitCodeNote))}
+	case *r.Block.ExitCode == 0:
 		return nil
 	}
 	return &exitError{code: *r.Block.ExitCode}
+}
+
+func noteOr(note string) string {
+	if note == "" {
+		return "no reason given"
+	}
+	return note
+}
+
+// ownFailure makes err, an error of fleetmux itself rather than of the command,
+// exit 255 (an interrupt keeps its 130).
+func ownFailure(err error) error {
+	var ee *exitError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ee) && ee.code == 130:
+		return err
+	case errors.As(err, &ee) && ee.err != nil:
+		return &exitError{code: exitOwnFailure, err: ee.err}
+	}
+	return &exitError{code: exitOwnFailure, err: err}
 }
 
 // fanoutRequest parses `run SELECTOR [--] CMD...`.
@@ -229,7 +269,7 @@ func (o *runOptions) runFanout(c *cobra.Command, req api.FanoutRequest) error {
 	ctx, raw := o.capture(c.Context())
 	fo, err := cl.Fanout(ctx, req)
 	if err != nil {
-		return o.fail(err)
+		return ownFailure(o.fail(err))
 	}
 	if o.json {
 		err = printJSON(c.OutOrStdout(), *raw)
@@ -336,25 +376,33 @@ func printFanout(w io.Writer, fo api.Fanout, verbose bool) error {
 }
 
 // fanoutExit is 0 when every target succeeded, else 1; with exactly one target,
-// its exit code (1 for an error, 124 when still running).
+// what run NODE/ID would exit (see targetExit).
 func fanoutExit(fo api.Fanout) error {
 	if len(fo.Results) == 1 {
-		r := fo.Results[0]
-		switch c := resultExit(r); {
-		case r.Error != nil:
-			return &exitError{code: 1}
-		case r.Block != nil && r.Block.State == api.BlockRunning:
-			return &exitError{code: 124}
-		case c != nil && *c != 0:
-			return &exitError{code: *c}
-		}
-		return nil
+		return targetExit(fo.Results[0])
 	}
 	if len(fo.Results) == 0 {
-		return &exitError{code: 1, err: fmt.Errorf("run: no target matched the selector (see fleetmux nodes, fleetmux ls)")}
+		return &exitError{code: exitOwnFailure, err: fmt.Errorf("run: no target matched the selector (see fleetmux nodes, fleetmux ls)")}
 	}
 	if fo.Failed > 0 {
 		return &exitError{code: 1}
 	}
 	return nil
+}
+
+// targetExit is one target's exit: its command's code; 124 still running; 254
+// finished with the code unknown; 255 not run (an error, or skipped).
+func targetExit(r api.FanoutResult) error {
+	c := resultExit(r)
+	switch {
+	case r.Block != nil && r.Block.State == api.BlockRunning:
+		return &exitError{code: exitStillRunning}
+	case c != nil && *c == 0:
+		return nil
+	case c != nil:
+		return &exitError{code: *c}
+	case r.Block != nil && r.Block.State == api.BlockDone:
+		return &exitError{code: exitCodeUnknown}
+	}
+	return &exitError{code: exitOwnFailure}
 }

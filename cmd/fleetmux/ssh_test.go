@@ -66,6 +66,14 @@ func TestOpenSSH(t *testing.T) {
 	if code != 3 || out != "hi\n" {
 		t.Fatalf("ssh run: %q %q exit %d, want hi and 3", out, errs, code)
 	}
+	// run exits as it does in a terminal: the command's code, else 255 for a failure
+	// of fleetmux itself (here: an unknown node, a refused flag).
+	if _, errs, code := ssh("run", "nowhere/s1", "--", "true"); code != 255 || !strings.Contains(errs, "not_found") {
+		t.Fatalf("ssh run on an unknown node: %q exit %d, want 255", errs, code)
+	}
+	if _, errs, code := ssh("run", "--addr=http://x", "here/s1", "--", "true"); code != 255 {
+		t.Fatalf("ssh run --addr: %q exit %d, want 255", errs, code)
+	}
 	out, _, code = ssh("ls")
 	if code != 0 || !strings.Contains(out, "here/s1") {
 		t.Fatalf("ssh ls: %q %d", out, code)

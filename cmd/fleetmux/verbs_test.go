@@ -267,12 +267,14 @@ func TestFanoutExit(t *testing.T) {
 	}{
 		{"all ok", api.Fanout{Results: make([]api.FanoutResult, 3), OK: 3}, 0},
 		{"some failed", fanoutFixture(), 1},
-		{"no target", api.Fanout{}, 1},
+		{"no target", api.Fanout{}, 255},
 		{"one, exit 5", one(api.FanoutResult{ExitCode: intp(5)}), 5},
 		{"one, exit 0", one(api.FanoutResult{ExitCode: intp(0)}), 0},
 		{"one, block exit 4", one(api.FanoutResult{Block: &api.Block{State: "done", ExitCode: intp(4)}}), 4},
-		{"one, no exit code", one(api.FanoutResult{Block: &api.Block{State: "done"}}), 0},
-		{"one, error", one(api.FanoutResult{Error: &api.Error{Code: "unavailable"}}), 1},
+		{"one, no exit code", one(api.FanoutResult{Block: &api.Block{State: "done", ExitCodeNote: api.NoteFallback}, Error: &api.Error{Code: api.CodeExitUnknown}}), 254},
+		{"one, error", one(api.FanoutResult{Error: &api.Error{Code: "unavailable"}}), 255},
+		{"one, skipped", one(api.FanoutResult{Error: &api.Error{Code: api.CodeSkipped}}), 255},
+		{"one, exit 3 with its error", one(api.FanoutResult{Block: &api.Block{State: "done", ExitCode: intp(3)}, ExitCode: intp(3), Error: &api.Error{Code: api.CodeExitStatus}}), 3},
 		{"one, running", one(api.FanoutResult{Block: &api.Block{State: "running"}}), 124},
 	}
 	for _, tt := range tests {
