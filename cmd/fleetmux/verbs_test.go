@@ -188,7 +188,9 @@ func TestRunExit(t *testing.T) {
 	}{
 		{"exit 0", api.BlockResult{Block: api.Block{N: 1, State: "done", ExitCode: intp(0)}}, 0, ""},
 		{"exit 3", api.BlockResult{Block: api.Block{N: 1, State: "done", ExitCode: intp(3)}}, 3, ""},
-		{"fallback", api.BlockResult{Block: api.Block{N: 1, State: "done", Fallback: true}}, 0, ""},
+		{"fallback", api.BlockResult{Block: api.Block{N: 1, State: "done", Fallback: true, ExitCodeNote: api.NoteFallback}}, 254,
+			"web-1/s3: block 1 finished, exit code unknown: " + api.NoteFallback},
+		{"no code, no note", api.BlockResult{Block: api.Block{N: 2, State: "done"}}, 254, "exit code unknown: no reason given"},
 		{"running", api.BlockResult{Block: api.Block{N: 7, State: "running"}}, 124, "still running after 1m0s: fleetmux wait web-1/s3 (then fleetmux block web-1/s3 7)"},
 	}
 	for _, tt := range tests {
