@@ -59,7 +59,8 @@ type Config struct {
 	Dir string
 	// Env is added to BaseEnv ("KEY=VALUE"; later entries win).
 	Env []string
-	// BaseEnv is the starting environment; nil means os.Environ().
+	// BaseEnv is the starting environment; nil means os.Environ(). Secrets in it
+	// (api.SecretEnv) are always left out.
 	BaseEnv []string
 	// Cols and Rows are the initial terminal size (default 120x40).
 	Cols, Rows int
@@ -356,8 +357,12 @@ func resolveDir(dir string) (string, error) {
 }
 
 // ourEnv are variables the integration uses; never inherited from the parent.
-var ourEnv = []string{"ZDOTDIR", "FLEETMUX_USER_ZDOTDIR", "FLEETMUX_SESSION"}
+var ourEnv = []string{"ZDOTDIR", "FLEETMUX_USER_ZDOTDIR", api.EnvSession}
 
+// buildEnv is the session's environment: BaseEnv (or ours) without our own
+// variables and without any fleetmux or NATS secret (api.SecretEnv: a session
+// never inherits the agent's token, gossip key or credentials; this is the one
+// place every session's environment is made), then Env as the caller gave it.
 func buildEnv(cfg Config) ([]string, error) {
 	base := cfg.BaseEnv
 	if base == nil {
@@ -367,7 +372,7 @@ func buildEnv(cfg Config) ([]string, error) {
 	userZ, hasUserZ := lookupEnv(base, "ZDOTDIR")
 	for _, kv := range base {
 		k, _, _ := strings.Cut(kv, "=")
-		skip := false
+		skip := api.SecretEnv(k)
 		for _, o := range ourEnv {
 			skip = skip || k == o
 		}
@@ -389,7 +394,7 @@ func buildEnv(cfg Config) ([]string, error) {
 		env = append(env, kv)
 	}
 	if cfg.ID != "" {
-		env = append(env, "FLEETMUX_SESSION="+cfg.ID)
+		env = append(env, api.EnvSession+"="+cfg.ID)
 	}
 	return env, nil
 }

@@ -21,10 +21,10 @@ import (
 
 // Environment variables of the client verbs.
 const (
-	envAddr  = "FLEETMUX_ADDR"
-	envToken = "FLEETMUX_TOKEN"
+	envAddr  = api.EnvAddr
+	envToken = api.EnvToken
 	// envGossipKey is the gossip key of the server commands.
-	envGossipKey = "FLEETMUX_GOSSIP_KEY"
+	envGossipKey = api.EnvGossipKey
 )
 
 // clientCmds are the verbs that talk to a controller over its HTTP API.

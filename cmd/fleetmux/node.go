@@ -60,7 +60,7 @@ func nodeCmd() *cobra.Command {
 	f.StringSliceVar(&o.labels, "label", nil, "label k=v (repeatable)")
 	f.StringVar(&o.data, "data", ".fleetmux", "data directory: recordings, session ids, embedded NATS store")
 	f.StringVar(&o.natsURL, "nats", "", "NATS server URL(s); empty: embed one on 127.0.0.1:4222")
-	f.StringVar(&o.natsCreds, "nats-creds", os.Getenv("FLEETMUX_NATS_CREDS"), "NATS .creds file of this node (fleetmux enroll node NAME; default $FLEETMUX_NATS_CREDS)")
+	f.StringVar(&o.natsCreds, "nats-creds", os.Getenv(api.EnvNATSCreds), "NATS .creds file of this node (fleetmux enroll node NAME; default $FLEETMUX_NATS_CREDS)")
 	f.StringVar(&o.natsCA, "nats-ca", "", "PEM CA that verifies the NATS server (default: the CA in the .creds file)")
 	f.StringVar(&o.prefix, "prefix", api.DefaultPrefix, "NATS subject prefix")
 	f.StringVar(&o.gossipListen, "gossip-listen", "", "gossip address host:port (e.g. 127.0.0.1:7946); empty: no gossip")
@@ -101,7 +101,7 @@ func (o *nodeOptions) run(ctx context.Context, stderr io.Writer) error {
 	}
 	var st stack
 	defer st.close()
-	gossipKey := os.Getenv("FLEETMUX_GOSSIP_KEY")
+	gossipKey := os.Getenv(envGossipKey)
 	if o.gossipKeyFile != "" {
 		b, err := os.ReadFile(o.gossipKeyFile)
 		if err != nil {
