@@ -159,7 +159,8 @@ type Block struct {
 	N     int    `json:"n,omitempty" jsonschema:"the block (command) number in the session, for read_block"`
 	// Command is the block's command.
 	Command      string `json:"command,omitempty" jsonschema:"the command of the block"`
-	ExitCode     *int   `json:"exit_code,omitempty" jsonschema:"the command's exit code (absent while running, or when typed into a program without shell integration)"`
+	ExitCode     *int   `json:"exit_code,omitempty" jsonschema:"the command's exit code (absent while running, or when it is not known: exit_code_note says why)"`
+	ExitCodeNote string `json:"exit_code_note,omitempty" jsonschema:"why a finished command has no exit code (e.g. typed into a program without shell integration): do not take it for success"`
 	DurationMS   int64  `json:"duration_ms,omitempty" jsonschema:"how long the command ran (so far)"`
 	Cwd          string `json:"cwd,omitempty" jsonschema:"the working directory the command ran in"`
 	SessionState string `json:"session_state,omitempty" jsonschema:"the session's state now: idle, running, waiting_input, exited, starting"`
@@ -204,6 +205,9 @@ func (v blockView) out() Block {
 	o := Block{Node: v.node, Session: v.id, State: v.state(), SessionState: v.br.Session.State}
 	if v.hasBlock {
 		o.N, o.Command, o.ExitCode, o.Cwd = b.N, b.Command, b.ExitCode, b.Cwd
+		if b.State == api.BlockDone && b.ExitCode == nil {
+			o.ExitCodeNote = noteOr(b.ExitCodeNote)
+		}
 		o.DurationMS = blockDuration(b, v.now).Milliseconds()
 		o.OmittedBytes, o.LostBytes = v.br.OmittedBytes, v.br.LostBytes
 	}
@@ -227,7 +231,7 @@ func (v blockView) header() string {
 	case st == api.BlockDone && b.ExitCode != nil:
 		parts = append(parts, fmt.Sprintf("exit %d", *b.ExitCode), d)
 	case st == api.BlockDone:
-		parts = append(parts, "done (no exit code: typed into a program without shell integration)", d)
+		parts = append(parts, "done, exit code unknown ("+noteOr(b.ExitCodeNote)+")", d)
 	case st == api.StateWaitingInput:
 		parts = append(parts, "waiting for input after "+d)
 	case st == api.StateExited && b.State != api.BlockDone:
@@ -240,6 +244,14 @@ func (v blockView) header() string {
 	}
 	parts = append(parts, "session "+orNone(v.br.Session.State))
 	return fmt.Sprintf("[%s #%d] %s · $ %s", addr(v.node, v.id), b.N, strings.Join(parts, " · "), clip(b.Command, 120))
+}
+
+// noteOr is a block's note on its missing exit code, or says there is none.
+func noteOr(note string) string {
+	if note == "" {
+		return "no reason given"
+	}
+	return note
 }
 
 func orNone(s string) string {
@@ -322,6 +334,9 @@ func sessionLine(s api.Session) string {
 	}
 	if s.LastExitCode != nil {
 		fmt.Fprintf(&b, " · last exit %d", *s.LastExitCode)
+	}
+	if s.Integration == api.IntegrationLost {
+		b.WriteString(" · shell integration lost: exit codes unknown")
 	}
 	if s.Cwd != "" {
 		fmt.Fprintf(&b, " · cwd %s", s.Cwd)
@@ -408,10 +423,11 @@ type Session struct {
 	Labels         map[string]string `json:"labels,omitempty" jsonschema:"the session's labels"`
 	Shell          string            `json:"shell,omitempty" jsonschema:"the shell (bash, zsh)"`
 	Blocks         int               `json:"blocks,omitempty" jsonschema:"how many commands (blocks) it has run"`
+	Integration    string            `json:"integration,omitempty" jsonschema:"ok: commands end with their exit codes; lost: the shell runs without fleetmux's hooks (it exec'd another shell), exit codes are unknown; none: a program without shell integration"`
 }
 
 func sessionOut(s api.Session) Session {
 	return Session{Node: s.Node, ID: s.ID, Title: s.Title, Description: s.Description, State: s.State,
 		CurrentCommand: s.CurrentCommand, Cwd: s.Cwd, LastExitCode: s.LastExitCode, ExitCode: s.ExitCode,
-		Labels: s.Labels, Shell: s.Shell, Blocks: s.Blocks}
+		Labels: s.Labels, Shell: s.Shell, Blocks: s.Blocks, Integration: s.Integration}
 }

@@ -131,3 +131,33 @@ func TestBlockState(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownExitCode: a finished block without an exit code says why, in the text and
+// in structured content, and never reads as a success.
+func TestUnknownExitCode(t *testing.T) {
+	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	end := start.Add(2 * time.Second)
+	for _, tt := range []struct{ note, want string }{
+		{api.NoteFallback, api.NoteFallback},
+		{"", "no reason given"},
+	} {
+		v := blockView{node: "n1", id: "s1", hasBlock: true, now: end, br: api.BlockResult{
+			Block:   api.Block{N: 4, Command: "whoami", State: api.BlockDone, StartedAt: start, FinishedAt: &end, Fallback: true, ExitCodeNote: tt.note},
+			Session: api.Session{State: api.StateWaitingInput, Integration: api.IntegrationOK},
+		}}
+		if h, want := v.header(), "[n1/s1 #4] done, exit code unknown ("+tt.want+") · 2.00s · session waiting_input · $ whoami"; h != want {
+			t.Errorf("header:\n%s\nwant\n%s", h, want)
+		}
+		if o := v.out(); o.ExitCode != nil || o.ExitCodeNote != tt.want {
+			t.Errorf("structured: exit %v note %q, want none and %q", o.ExitCode, o.ExitCodeNote, tt.want)
+		}
+	}
+	zero := 0
+	v := blockView{hasBlock: true, br: api.BlockResult{Block: api.Block{State: api.BlockDone, ExitCode: &zero}}}
+	if o := v.out(); o.ExitCodeNote != "" {
+		t.Errorf("a block with its code has a note: %q", o.ExitCodeNote)
+	}
+	if l := sessionLine(api.Session{Node: "n1", ID: "s1", State: api.StateWaitingInput, Integration: api.IntegrationLost}); !strings.Contains(l, "shell integration lost") {
+		t.Errorf("a session whose integration was lost does not say so: %s", l)
+	}
+}

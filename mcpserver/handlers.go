@@ -527,13 +527,15 @@ func (m *Server) fanoutRun(ctx context.Context, in fanoutRunIn) (*mcp.CallToolRe
 			what = api.BlockDone
 		case r.Error.Code == api.CodeExitStatus && r.ExitCode != nil:
 			what = fmt.Sprintf("exit %d", *r.ExitCode)
+		case r.Error.Code == api.CodeExitUnknown:
+			what = r.Error.Message
 		case r.Error.Code == api.CodeSkipped:
 			what = "skipped (" + r.Error.Message + ")"
 		default:
 			what = r.Error.Code + ": " + r.Error.Message
 		}
 		line := fmt.Sprintf("%s · %s · %s", where, what, fmtDuration(time.Duration(r.DurationMS)*time.Millisecond))
-		if first := firstLine(r.Text); first != "" && (r.Error == nil || r.Error.Code == api.CodeExitStatus || r.Error.Code == api.CodeTimeout) {
+		if first := firstLine(r.Text); first != "" && (r.Error == nil || r.Error.Code == api.CodeExitStatus || r.Error.Code == api.CodeExitUnknown || r.Error.Code == api.CodeTimeout) {
 			line += " · " + first
 		}
 		b.WriteString("\n" + line)

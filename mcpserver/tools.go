@@ -136,7 +136,7 @@ type (
 	FanoutTarget struct {
 		Node         string `json:"node" jsonschema:"the target's node"`
 		Session      string `json:"session,omitempty" jsonschema:"the session it ran in"`
-		Result       string `json:"result" jsonschema:"ok, exit_status (non-zero exit code), timeout (still running), skipped, or an error code"`
+		Result       string `json:"result" jsonschema:"ok, exit_status (non-zero exit code), exit_unknown (finished, exit code unknown: error says why), timeout (still running), skipped, or an error code"`
 		ExitCode     *int   `json:"exit_code,omitempty" jsonschema:"the command's exit code"`
 		DurationMS   int64  `json:"duration_ms" jsonschema:"how long the target took"`
 		Error        string `json:"error,omitempty" jsonschema:"what went wrong"`
@@ -145,7 +145,7 @@ type (
 	// Fanout is fanout_run's structured content.
 	Fanout struct {
 		Command string         `json:"command" jsonschema:"the command"`
-		OK      int            `json:"ok" jsonschema:"targets whose command finished with exit code 0"`
+		OK      int            `json:"ok" jsonschema:"targets whose command finished with exit code 0 (an unknown exit code is not ok)"`
 		Failed  int            `json:"failed" jsonschema:"targets that failed, timed out or were skipped"`
 		Results []FanoutTarget `json:"results" jsonschema:"one per target, in order"`
 	}
