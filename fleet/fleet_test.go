@@ -48,9 +48,14 @@ func TestFleet(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.run("controller", "init", "--data", filepath.Join(root, "ctl"))
+	// enroll also writes what goes into the process's DIR/keys/ (a node's fleet.pub,
+	// a controller's signing key and certificate): install it there.
 	creds := func(kind, name string, extra ...string) string {
 		file := filepath.Join(root, "creds", kind+"-"+name+".creds")
 		f.run(append([]string{"enroll", kind, name, "--data", filepath.Join(root, "ctl"), "--out", file}, extra...)...)
+		if kind != "subscriber" {
+			installKeys(t, strings.TrimSuffix(file, ".creds")+".keys", filepath.Join(root, name, "keys"))
+		}
 		return file
 	}
 	if err := os.MkdirAll(filepath.Join(root, "creds"), 0o700); err != nil {
@@ -670,6 +675,7 @@ func (lf *loopbackFleet) startNodeVia(name, natsURL string) *proc {
 	port := freePorts(lf.f.t, "127.0.0.1", 1)[0]
 	creds := filepath.Join(lf.root, name+".creds")
 	lf.f.run("enroll", "node", name, "--data", filepath.Join(lf.root, "ctl"), "--out", creds)
+	installKeys(lf.f.t, filepath.Join(lf.root, name+".keys"), filepath.Join(lf.root, name, "keys"))
 	return lf.f.start(name, "", "node", "--name", name, "--nats", natsURL, "--nats-creds", creds, "--data", filepath.Join(lf.root, name),
 		"--gossip-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), "--join", lf.gossipIn)
 }

@@ -205,6 +205,33 @@ func (f *fleet) run(args ...string) string {
 	return string(out)
 }
 
+// installKeys copies the files of an enrollment's keys bundle into a data dir's
+// keys directory, modes kept (fleetmux enroll writes the bundle; a process reads
+// DIR/keys/).
+func installKeys(t *testing.T, bundle, keysDir string) {
+	t.Helper()
+	if err := os.MkdirAll(keysDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(bundle, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := e.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(keysDir, e.Name()), b, info.Mode().Perm()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // start starts `fleetmux ARGS...` as the process called name, in network namespace
 // ns when ns is not empty.
 func (f *fleet) start(name, ns string, args ...string) *proc {

@@ -140,7 +140,7 @@ func (o *controllerOptions) run(ctx context.Context, stdout, stderr io.Writer) e
 	var auth *transport.Authority
 	if url == "" {
 		var err error
-		if auth, err = transport.OpenAuthority(o.data); err != nil {
+		if auth, err = openAuthority(o.data); err != nil {
 			return err
 		}
 		listen := o.natsListen

@@ -83,7 +83,7 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	var st stack
 	defer st.close()
-	auth, err := transport.OpenAuthority(o.data)
+	auth, err := openAuthority(o.data)
 	if err != nil {
 		return err
 	}

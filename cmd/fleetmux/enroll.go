@@ -191,3 +191,18 @@ func devCreds(a *transport.Authority, data, prefix, nodeName, controllerName str
 	}
 	return issued["node"], issued["controller"], nil
 }
+
+// openAuthority loads the fleet's authority under data, or makes it there (a
+// controller embedding NATS, fleetmux dev, a node with its own server) together
+// with the fleet root key, as `controller init` does, so that `enroll` works with
+// that data dir.
+func openAuthority(data string) (*transport.Authority, error) {
+	a, err := transport.OpenAuthority(data)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := trust.InitRoot(filepath.Join(data, transport.AuthorityDir)); err != nil {
+		return nil, err
+	}
+	return a, nil
+}

@@ -114,7 +114,7 @@ func (o *nodeOptions) run(ctx context.Context, stderr io.Writer) error {
 		if o.natsCreds != "" {
 			return usageError("--nats-creds needs --nats (without it the node embeds its own server)")
 		}
-		auth, err := transport.OpenAuthority(o.data)
+		auth, err := openAuthority(o.data)
 		if err != nil {
 			return err
 		}
