@@ -74,6 +74,13 @@ type Config struct {
 	// AuditFile, when set, is a JSONL file every audit record is appended to
 	// (mode 0600), besides being published on the controller's audit subject.
 	AuditFile string
+	// AuditMaxBytes is the size at which AuditFile is rotated: renamed to
+	// AuditFile.1 (the older ones to .2, .3, …) and started afresh. Default
+	// DefaultAuditMaxBytes; negative: never rotated.
+	AuditMaxBytes int64
+	// AuditKeep is how many rotated files are kept (the oldest is removed).
+	// Default DefaultAuditKeep.
+	AuditKeep int
 	// Logger receives the operator's log. Default slog.Default().
 	Logger *slog.Logger
 	// Version is the controller's version (cmd's build version), announced in the
@@ -147,6 +154,12 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
 	}
+	if cfg.AuditMaxBytes == 0 {
+		cfg.AuditMaxBytes = DefaultAuditMaxBytes
+	}
+	if cfg.AuditKeep <= 0 {
+		cfg.AuditKeep = DefaultAuditKeep
+	}
 	if cfg.Version == "" {
 		cfg.Version = api.DevVersion
 	}
@@ -168,7 +181,7 @@ func New(cfg Config) (*Controller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("controller: metrics: %w", err)
 	}
-	if c.audits, err = openAudit(cfg.Bus, c.subj.Audit(cfg.Name), cfg.Name, cfg.AuditFile, c.log); err != nil {
+	if c.audits, err = openAudit(cfg.Bus, c.subj.Audit(cfg.Name), cfg.Name, auditFile{path: cfg.AuditFile, maxBytes: cfg.AuditMaxBytes, keep: cfg.AuditKeep}, c.log); err != nil {
 		return nil, err
 	}
 	c.handler = c.routes()

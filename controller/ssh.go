@@ -20,14 +20,16 @@ import (
 // SSH defaults and limits.
 const (
 	DefaultSSHListen = "127.0.0.1:2222"
-	// DefaultSSHMaxConns bounds concurrent SSH connections.
+	// DefaultSSHMaxConns bounds concurrent logged-in SSH connections.
 	DefaultSSHMaxConns = 64
+	// DefaultSSHMaxHandshakes bounds connections that have not logged in yet.
+	DefaultSSHMaxHandshakes = 32
+	// DefaultSSHHandshakeTimeout bounds a connection's handshake and login.
+	DefaultSSHHandshakeTimeout = 5 * time.Second
 	// sshRateBurst connections per address are allowed at once, refilled at one per
 	// sshRateEvery.
 	sshRateBurst = 20
 	sshRateEvery = 200 * time.Millisecond
-	// sshHandshakeTimeout bounds a connection's handshake.
-	sshHandshakeTimeout = 10 * time.Second
 )
 
 // Exec runs one CLI verb for an SSH user: args as typed after `ssh controller`,
@@ -54,8 +56,17 @@ type SSHConfig struct {
 	AuthorizedKeys string
 	// DefaultRole is the role of keys that name none. Default api.RoleViewer.
 	DefaultRole string
-	// MaxConns bounds concurrent connections. Default DefaultSSHMaxConns.
+	// MaxConns bounds concurrent logged-in connections. Default
+	// DefaultSSHMaxConns.
 	MaxConns int
+	// MaxHandshakes bounds connections still in their handshake (not logged in),
+	// which count apart from MaxConns: one address may hold half of them; when
+	// they are all taken, a new connection ends the oldest handshake. Default
+	// DefaultSSHMaxHandshakes.
+	MaxHandshakes int
+	// HandshakeTimeout bounds a connection's handshake and login. Default
+	// DefaultSSHHandshakeTimeout.
+	HandshakeTimeout time.Duration
 	// Exec runs the CLI verbs. Required.
 	Exec Exec
 }
@@ -68,16 +79,13 @@ type SSHServer struct {
 	ln   net.Listener
 	keys *keyFile
 
-	mu     sync.Mutex // guards conns, rate, closed
-	conns  map[net.Conn]struct{}
-	rate   map[string]*bucket
-	closed bool
-	wg     sync.WaitGroup // accept loop and connection goroutines
-}
-
-type bucket struct {
-	tokens float64
-	last   time.Time
+	mu      sync.Mutex             // guards conns, pending, rate, refused, closed
+	conns   map[net.Conn]struct{}  // every connection
+	pending map[net.Conn]handshake // those not logged in yet
+	rate    map[string]*bucket
+	refused refusals
+	closed  bool
+	wg      sync.WaitGroup // accept loop and connection goroutines
 }
 
 // StartSSH starts the SSH front door of the controller; Close (or the controller's
@@ -98,6 +106,12 @@ func (c *Controller) StartSSH(cfg SSHConfig) (*SSHServer, error) {
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = DefaultSSHMaxConns
 	}
+	if cfg.MaxHandshakes <= 0 {
+		cfg.MaxHandshakes = DefaultSSHMaxHandshakes
+	}
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = DefaultSSHHandshakeTimeout
+	}
 	if _, err := os.Stat(cfg.AuthorizedKeys); err != nil {
 		return nil, fmt.Errorf("%w: authorized keys: %w", ErrConfig, err)
 	}
@@ -105,12 +119,14 @@ func (c *Controller) StartSSH(cfg SSHConfig) (*SSHServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &SSHServer{c: c, cfg: cfg, conns: map[net.Conn]struct{}{}, rate: map[string]*bucket{}}
+	s := &SSHServer{c: c, cfg: cfg, conns: map[net.Conn]struct{}{}, pending: map[net.Conn]handshake{}, rate: map[string]*bucket{},
+		refused: refusals{tokens: refusalBurst}}
 	s.keys = &keyFile{path: cfg.AuthorizedKeys, defaultRole: cfg.DefaultRole, logf: func(line int, why string) {
 		c.log.Warn("ssh authorized_keys: line refused", "file", cfg.AuthorizedKeys, "line", line, "why", why)
 	}}
 	s.conf = &ssh.ServerConfig{
 		PublicKeyCallback: s.authKey,
+		AuthLogCallback:   s.authLog,
 		ServerVersion:     "SSH-2.0-fleetmux",
 		MaxAuthTries:      6,
 		BannerCallback:    nil,
@@ -155,6 +171,7 @@ func (s *SSHServer) Close() error {
 	s.mu.Unlock()
 	err := s.ln.Close()
 	s.wg.Wait()
+	s.flushRefusals()
 	return err
 }
 
@@ -182,47 +199,6 @@ func (s *SSHServer) accept() {
 	}
 }
 
-// admit applies the connection cap and the per-address rate limit.
-func (s *SSHServer) admit(nc net.Conn) string {
-	host := hostOnly(nc.RemoteAddr().String())
-	now := time.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return "closed"
-	}
-	if len(s.conns) >= s.cfg.MaxConns {
-		return "too many connections"
-	}
-	b := s.rate[host]
-	if b == nil {
-		if len(s.rate) > 4096 { // forget idle addresses
-			for h, ob := range s.rate {
-				if now.Sub(ob.last) > time.Minute {
-					delete(s.rate, h)
-				}
-			}
-		}
-		b = &bucket{tokens: sshRateBurst, last: now}
-		s.rate[host] = b
-	}
-	b.tokens = min(sshRateBurst, b.tokens+now.Sub(b.last).Seconds()/sshRateEvery.Seconds())
-	b.last = now
-	if b.tokens < 1 {
-		return "rate limited"
-	}
-	b.tokens--
-	s.conns[nc] = struct{}{}
-	return ""
-}
-
-func (s *SSHServer) forget(nc net.Conn) {
-	s.mu.Lock()
-	delete(s.conns, nc)
-	s.mu.Unlock()
-	nc.Close()
-}
-
 // identity is an authenticated SSH user: the key's fingerprint and role.
 type identity struct {
 	fingerprint string
@@ -245,12 +221,12 @@ func (s *SSHServer) authKey(meta ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Perm
 		return nil, errors.New("no authorized keys")
 	}
 	id, err := keys.check(key, remoteAddr(meta.RemoteAddr()), time.Now())
-	who := ssh.FingerprintSHA256(key)
-	if cert, ok := key.(*ssh.Certificate); ok {
-		who = ssh.FingerprintSHA256(cert.SignatureKey) + " cert " + cert.KeyId
-	}
 	if err != nil {
-		s.c.audits.record(api.AuditRecord{Actor: "ssh:" + who, Action: "ssh login", Detail: meta.User() + " from " + meta.RemoteAddr().String(), Result: "refused", Error: err.Error()})
+		who := ssh.FingerprintSHA256(key)
+		if cert, ok := key.(*ssh.Certificate); ok { // its KeyId is anyone's text: the signature is not checked yet
+			who = ssh.FingerprintSHA256(cert.SignatureKey) + " cert " + untrusted(cert.KeyId)
+		}
+		s.refusal(api.AuditRecord{Actor: "ssh:" + who, Action: "ssh login", Detail: untrusted(meta.User()) + " from " + meta.RemoteAddr().String(), Result: "refused", Error: err.Error()})
 		return nil, err
 	}
 	return &ssh.Permissions{Extensions: map[string]string{"fp": id.fingerprint, "role": id.role, "principal": id.principal}}, nil

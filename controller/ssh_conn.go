@@ -33,7 +33,7 @@ func roleRank(r string) int {
 const detachKey = 0x1d
 
 func (s *SSHServer) serveConn(nc net.Conn) {
-	nc.SetDeadline(time.Now().Add(sshHandshakeTimeout))
+	nc.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
 	conn, chans, reqs, err := ssh.NewServerConn(nc, s.conf)
 	if err != nil {
 		s.c.log.Debug("ssh handshake failed", "remote", nc.RemoteAddr().String(), "err", err)
@@ -42,7 +42,12 @@ func (s *SSHServer) serveConn(nc net.Conn) {
 	nc.SetDeadline(time.Time{})
 	defer conn.Close()
 	id := identity{fingerprint: conn.Permissions.Extensions["fp"], role: conn.Permissions.Extensions["role"], principal: conn.Permissions.Extensions["principal"]}
-	s.c.audits.record(api.AuditRecord{Actor: id.actor(), Action: "ssh login", Detail: fmt.Sprintf("user %s role %s from %s", conn.User(), id.role, conn.RemoteAddr()), Result: "ok"})
+	if why := s.loggedIn(nc); why != "" {
+		s.c.log.Warn("ssh connection refused", "remote", nc.RemoteAddr().String(), "why", why)
+		s.c.audits.record(api.AuditRecord{Actor: id.actor(), Action: "ssh login", Detail: "from " + conn.RemoteAddr().String(), Result: "refused", Error: why})
+		return
+	}
+	s.c.audits.record(api.AuditRecord{Actor: id.actor(), Action: "ssh login", Detail: fmt.Sprintf("user %s role %s from %s", untrusted(conn.User()), id.role, conn.RemoteAddr()), Result: "ok"})
 	ctx, cancel := context.WithCancel(WithActor(s.c.ctx, id.actor()))
 	defer cancel()
 	var wg sync.WaitGroup

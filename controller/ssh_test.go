@@ -45,7 +45,13 @@ func newSigner(t *testing.T) ssh.Signer {
 	return s
 }
 
-func newSSHFixture(t *testing.T) *sshFixture {
+// sshOpt changes a fixture's controller or SSH config (either may be nil).
+type sshOpt struct {
+	ctl func(*controller.Config)
+	ssh func(*controller.SSHConfig)
+}
+
+func newSSHFixture(t *testing.T, opts ...sshOpt) *sshFixture {
 	t.Helper()
 	dir := t.TempDir()
 	audit := filepath.Join(dir, "audit.jsonl")
@@ -53,6 +59,11 @@ func newSSHFixture(t *testing.T) *sshFixture {
 	f := newFixture(t, fixtureOpts{nodes: map[string]map[string]string{"n1": nil}, config: func(c *controller.Config) {
 		c.AuditFile = audit
 		c.Logger = slog.New(logs)
+		for _, o := range opts {
+			if o.ctl != nil {
+				o.ctl(c)
+			}
+		}
 	}})
 	sf := &sshFixture{fixture: f, keys: map[string]ssh.Signer{}, audit: audit, logs: logs, execs: make(chan []string, 16)}
 	for _, k := range []string{"admin", "operator", "viewer", "stranger", "ca", "default"} {
@@ -75,7 +86,7 @@ func newSSHFixture(t *testing.T) *sshFixture {
 		t.Fatal(err)
 	}
 	var err error
-	sf.srv, err = f.ctl.StartSSH(controller.SSHConfig{
+	sc := controller.SSHConfig{
 		Listen: "127.0.0.1:0", HostKeyFile: filepath.Join(dir, "host_key"), AuthorizedKeys: akFile,
 		Exec: func(ctx context.Context, args []string, role, actor string, stdin io.Reader, stdout, stderr io.Writer) int {
 			// Stands in for the CLI (cmd wires the real one; its own tests run it
@@ -87,7 +98,13 @@ func newSSHFixture(t *testing.T) *sshFixture {
 			}
 			return 0
 		},
-	})
+	}
+	for _, o := range opts {
+		if o.ssh != nil {
+			o.ssh(&sc)
+		}
+	}
+	sf.srv, err = f.ctl.StartSSH(sc)
 	if err != nil {
 		t.Fatal(err)
 	}

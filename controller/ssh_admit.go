@@ -1,0 +1,187 @@
+package controller
+
+import (
+	"fmt"
+	"net"
+	"time"
+	"unicode/utf8"
+
+	"github.com/fleetmux/fleetmux/api"
+	"golang.org/x/crypto/ssh"
+)
+
+// Who gets in, before anyone has logged in. A connection that has not logged in
+// costs nothing to open, so those connections are counted apart
+// (SSHConfig.MaxHandshakes, half of them per address at most), get a short
+// deadline (SSHConfig.HandshakeTimeout), and, when they are all taken, a new one
+// ends the oldest: idle connections cannot keep people with keys out. What they
+// write into the audit log is bounded too: the user name they give is cut and
+// made printable, and refused logins are recorded at refusalRate at most (the
+// others are counted, and the count is recorded).
+
+// bucket is a token bucket: tokens refill over time up to a burst.
+type bucket struct {
+	tokens float64
+	last   time.Time
+}
+
+// handshake is a connection that has not logged in yet.
+type handshake struct {
+	host  string
+	start time.Time
+}
+
+// refusals limits the audit records of refused logins.
+type refusals struct {
+	tokens  float64
+	last    time.Time
+	dropped int // refusals not recorded since the last record
+}
+
+const (
+	// refusalBurst refused logins are recorded at once, then one per refusalEvery.
+	refusalBurst = 20
+	refusalEvery = 500 * time.Millisecond
+	// maxUntrustedBytes is as much of a name a client gives (user, certificate
+	// key id) as the audit records.
+	maxUntrustedBytes = 64
+)
+
+// admit applies the per-address rate limit and the handshake caps to a new
+// connection; "" admits it (it is pending until loggedIn).
+func (s *SSHServer) admit(nc net.Conn) string {
+	host := hostOnly(nc.RemoteAddr().String())
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return "closed"
+	}
+	b := s.rate[host]
+	if b == nil {
+		if len(s.rate) > 4096 { // forget idle addresses
+			for h, ob := range s.rate {
+				if now.Sub(ob.last) > time.Minute {
+					delete(s.rate, h)
+				}
+			}
+		}
+		b = &bucket{tokens: sshRateBurst, last: now}
+		s.rate[host] = b
+	}
+	b.tokens = min(sshRateBurst, b.tokens+now.Sub(b.last).Seconds()/sshRateEvery.Seconds())
+	b.last = now
+	if b.tokens < 1 {
+		return "rate limited"
+	}
+	perHost := 0
+	var oldest net.Conn
+	for pc, h := range s.pending {
+		if h.host == host {
+			perHost++
+		}
+		if oldest == nil || h.start.Before(s.pending[oldest].start) {
+			oldest = pc
+		}
+	}
+	if perHost >= max(1, s.cfg.MaxHandshakes/2) {
+		return "too many handshakes from this address"
+	}
+	b.tokens--
+	if len(s.pending) >= s.cfg.MaxHandshakes {
+		// The oldest handshake has had the longest to finish: it gives way.
+		delete(s.pending, oldest)
+		oldest.Close()
+		s.c.log.Debug("ssh handshake ended for a newer one", "remote", oldest.RemoteAddr().String())
+	}
+	s.pending[nc] = handshake{host: host, start: now}
+	s.conns[nc] = struct{}{}
+	return ""
+}
+
+// authLog sees every login attempt before the client hears the answer: a
+// connection that has logged in stops being a handshake at once, so that no newer
+// connection can end it (see admit).
+func (s *SSHServer) authLog(meta ssh.ConnMetadata, _ string, err error) {
+	if err != nil {
+		return
+	}
+	remote := meta.RemoteAddr().String()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for nc := range s.pending {
+		if nc.RemoteAddr().String() == remote {
+			delete(s.pending, nc)
+			return
+		}
+	}
+}
+
+// loggedIn checks that nc, logged in, fits under MaxConns; "" lets it stay.
+func (s *SSHServer) loggedIn(nc net.Conn) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.pending, nc)
+	if len(s.conns)-len(s.pending) > s.cfg.MaxConns {
+		return "too many connections"
+	}
+	return ""
+}
+
+func (s *SSHServer) forget(nc net.Conn) {
+	s.mu.Lock()
+	delete(s.conns, nc)
+	delete(s.pending, nc)
+	s.mu.Unlock()
+	nc.Close()
+}
+
+// refusal records a refused login, unless refusals come faster than refusalEvery
+// (then it is counted, and the count goes with the next record).
+func (s *SSHServer) refusal(r api.AuditRecord) {
+	now := time.Now()
+	s.mu.Lock()
+	rf := &s.refused
+	if !rf.last.IsZero() {
+		rf.tokens = min(refusalBurst, rf.tokens+now.Sub(rf.last).Seconds()/refusalEvery.Seconds())
+	}
+	rf.last = now
+	if rf.tokens < 1 {
+		rf.dropped++
+		s.mu.Unlock()
+		return
+	}
+	rf.tokens--
+	dropped := rf.dropped
+	rf.dropped = 0
+	s.mu.Unlock()
+	if dropped > 0 {
+		r.Detail += fmt.Sprintf(" (and %d refused logins before it, not recorded one by one)", dropped)
+	}
+	s.c.audits.record(r)
+}
+
+// flushRefusals records how many refused logins were not recorded yet.
+func (s *SSHServer) flushRefusals() {
+	s.mu.Lock()
+	dropped := s.refused.dropped
+	s.refused.dropped = 0
+	s.mu.Unlock()
+	if dropped > 0 {
+		s.c.audits.record(api.AuditRecord{Actor: "ssh", Action: "ssh login", Result: "refused",
+			Detail: fmt.Sprintf("%d refused logins not recorded one by one", dropped)})
+	}
+}
+
+// untrusted is a name an unauthenticated client gave, fit for a record: cut to
+// maxUntrustedBytes and printable (api.Printable).
+func untrusted(s string) string {
+	if len(s) > maxUntrustedBytes {
+		cut := maxUntrustedBytes
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
+	return api.Printable(s)
+}

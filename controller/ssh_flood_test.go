@@ -1,0 +1,203 @@
+package controller_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/controller"
+	"golang.org/x/crypto/ssh"
+)
+
+// dialFrom opens a TCP connection to addr from the loopback address from
+// (127.0.0.x), so that a test can be many clients.
+func dialFrom(t *testing.T, from, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
+	nc, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc
+}
+
+// loginFrom logs in over a connection from the address from.
+func (sf *sshFixture) loginFrom(t *testing.T, from, user string, key ssh.Signer) (*ssh.Client, error) {
+	t.Helper()
+	hk, err := sf.srv.HostKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc := dialFrom(t, from, sf.srv.Addr())
+	nc.SetDeadline(time.Now().Add(10 * time.Second))
+	c, chans, reqs, err := ssh.NewClientConn(nc, sf.srv.Addr(), &ssh.ClientConfig{
+		User: user, Auth: []ssh.AuthMethod{ssh.PublicKeys(key)}, HostKeyCallback: ssh.FixedHostKey(hk),
+	})
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	nc.SetDeadline(time.Time{})
+	return ssh.NewClient(c, chans, reqs), nil
+}
+
+// auditRecords reads the JSONL audit file.
+func auditRecords(t *testing.T, path string) []api.AuditRecord {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []api.AuditRecord
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 4<<20)
+	for sc.Scan() {
+		var r api.AuditRecord
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("%s: a line is not a record: %v", path, err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// TestSSHRefusalFlood is the first attack of issue 15 #8: clients that cannot log
+// in write what they like into the audit log (a 200 KB user name per attempt,
+// with terminal escapes). Now a refused login's record holds a short, printable
+// name, and refusals beyond a rate are counted instead of recorded one by one.
+func TestSSHRefusalFlood(t *testing.T) {
+	sf := newSSHFixture(t)
+	huge := "\x1b[2J" + strings.Repeat("A", 200<<10)
+	const attempts = 50
+	for i := range attempts {
+		from := fmt.Sprintf("127.0.0.%d", 10+i/10) // 10 per address: under its rate limit
+		if c, err := sf.loginFrom(t, from, huge, sf.keys["stranger"]); err == nil {
+			c.Close()
+			t.Fatal("a stranger logged in")
+		}
+		if i == 9 {
+			if st, err := os.Stat(sf.audit); err != nil || st.Size() > 16<<10 {
+				t.Fatalf("10 refused logins wrote %d bytes of audit (%v)", st.Size(), err)
+			}
+		}
+	}
+	sf.srv.Close() // records how many refusals it did not record one by one
+	recorded, dropped := 0, 0
+	for _, r := range auditRecords(t, sf.audit) {
+		if r.Result != "refused" {
+			continue
+		}
+		if len(r.Detail) > 300 || strings.ContainsAny(r.Detail+r.Actor, "\x1b") {
+			t.Errorf("a refused login's record holds the client's name as it came: %.200q", r.Detail)
+		}
+		if m := regexp.MustCompile(`(\d+) refused logins`).FindStringSubmatch(r.Detail); m != nil {
+			n, _ := strconv.Atoi(m[1])
+			dropped += n
+		}
+		if strings.HasPrefix(r.Actor, "ssh:SHA256:") {
+			recorded++
+		}
+	}
+	if recorded+dropped != attempts || recorded >= attempts {
+		t.Errorf("%d refusals recorded, %d counted, want %d in all, fewer recorded", recorded, dropped, attempts)
+	}
+	st, _ := os.Stat(sf.audit)
+	t.Logf("%d refused logins: %d records, %d counted, %d bytes of audit", attempts, recorded, dropped, st.Size())
+}
+
+// TestSSHHandshakeFlood is the second attack of issue 15 #8: idle TCP
+// connections (64, from several addresses, each under its rate limit) took every
+// connection slot, and people with keys were refused until they timed out. Now
+// connections that have not logged in have their own slots, the oldest gives way
+// to a new one, and each has a short deadline.
+func TestSSHHandshakeFlood(t *testing.T) {
+	const deadline = 2 * time.Second
+	sf := newSSHFixture(t, sshOpt{ssh: func(c *controller.SSHConfig) { c.HandshakeTimeout = deadline }})
+	before, err := sf.loginFrom(t, "127.0.0.2", "me", sf.keys["viewer"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer before.Close()
+	var idle []net.Conn
+	for i := range 64 {
+		idle = append(idle, dialFrom(t, fmt.Sprintf("127.0.0.%d", 20+i/16), sf.srv.Addr()))
+	}
+	defer func() {
+		for _, nc := range idle {
+			nc.Close()
+		}
+	}()
+	start := time.Now()
+	c, err := sf.loginFrom(t, "127.0.0.3", "me", sf.keys["operator"])
+	if err != nil {
+		t.Fatalf("a key holder was refused while 64 idle connections waited: %v", err)
+	}
+	if out, _, code := execSSH(t, c, "nodes"); code != 0 || !strings.Contains(out, "role=operator") {
+		t.Errorf("after the login: %q %d", out, code)
+	}
+	c.Close()
+	t.Logf("logged in %v after 64 idle connections", time.Since(start))
+	if out, _, code := execSSH(t, before, "nodes"); code != 0 || !strings.Contains(out, "role=viewer") {
+		t.Errorf("a connection logged in before the flood: %q %d", out, code)
+	}
+	// Every idle connection is closed by the server within its deadline.
+	for i, nc := range idle {
+		nc.SetReadDeadline(start.Add(deadline + 5*time.Second))
+		buf := make([]byte, 4096)
+		var err error
+		for err == nil {
+			_, err = nc.Read(buf)
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatalf("idle connection %d still open %v after the flood", i, time.Since(start))
+		}
+	}
+}
+
+// TestAuditRotation: the audit file rotates at AuditMaxBytes and keeps
+// AuditKeep old files, through audited HTTP requests.
+func TestAuditRotation(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "audit.jsonl")
+	f, bus := newFakeFixture(t, map[string]int{"n1": 0}, func(c *controller.Config) {
+		c.AuditFile, c.AuditMaxBytes, c.AuditKeep = path, 2000, 2
+	})
+	bus.handle("n1", "close", reply(api.Session{Node: "n1", ID: "s1", State: api.StateExited}))
+	for range 40 {
+		f.do("DELETE", "/v1/sessions/n1/s1", nil)
+	}
+	var all []api.AuditRecord
+	for _, p := range []string{path + ".2", path + ".1", path} {
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Size() > 2000 || st.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %d bytes, mode %v", p, st.Size(), st.Mode().Perm())
+		}
+		all = append(all, auditRecords(t, p)...)
+	}
+	if _, err := os.Stat(path + ".3"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a third old file is kept: %v", err)
+	}
+	for i := 1; i < len(all); i++ {
+		if all[i].Time.Before(all[i-1].Time) {
+			t.Fatalf("records out of order across the files at %d", i)
+		}
+	}
+	if len(all) < 10 {
+		t.Errorf("%d records in the kept files", len(all))
+	}
+}
