@@ -45,6 +45,7 @@ const (
 	NoteExited    = "the session ended before the command finished"
 	NoteNotTyped  = "the command could not be typed into the session"
 	NoteMarkMixup = "the shell integration's marks for this command were inconsistent: the exit code is not known"
+	NoteRejected  = "the shell went back to its prompt without running the line and set no exit status (e.g. a failed ! history expansion)"
 )
 
 // Block event types (BlockEvent.Type).

@@ -132,6 +132,7 @@ const (
 	NoteExited    = api.NoteExited
 	NoteNotTyped  = api.NoteNotTyped
 	NoteMarkMixup = api.NoteMarkMixup
+	NoteRejected  = api.NoteRejected
 )
 
 // applyMarkLocked advances the block state machine with one mark at offset off.
@@ -255,6 +256,22 @@ func (s *Session) applyMarkLocked(m mark, off int64) {
 			}
 		}
 		s.atPrompt = false
+	case markReprompt:
+		if m.exit == s.lastReprompt {
+			return // the line editor redrew the same prompt
+		}
+		s.lastReprompt = m.exit
+		s.forgetWaitingLocked()
+		switch {
+		case s.cur != nil: // the prompt is back and our hook did not run: its D is lost
+			s.endOpenLocked(off, nil, NoteEndLost)
+		case s.pending != nil: // re-prompted without running the line or setting $?
+			s.finishBlockLocked(s.pending, off, nil, NoteRejected)
+			s.pending = nil
+		case s.fallback != nil:
+			s.finishBlockLocked(s.fallback.block, off, nil, s.fallbackNoteLocked())
+			s.fallback = nil
+		}
 	case markCwd:
 		// OSC 7 comes from our prompt hook, right after D or N.
 		if m.cwd != s.cwd {

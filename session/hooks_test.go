@@ -70,6 +70,17 @@ func TestRejectedLines(t *testing.T) {
 		interrupt(t, s, "if true; then")
 		interrupt(t, s, `echo "abc`)
 		runCode(t, s, "(exit 4)", 4)
+		// A failed history expansion: bash re-prompts without setting $? (so the
+		// code is unknown, and said so), zsh sets 1 (when $? was 0).
+		runCode(t, s, "true", 0)
+		if shell == "bash" {
+			if r := run(t, s, "echo hi!nosuchevent"); r.Block.ExitCode != nil || r.Block.Note != NoteRejected {
+				t.Fatalf("failed history expansion: exit %d note %q, want none and %q", exitCode(r), r.Block.Note, NoteRejected)
+			}
+		} else {
+			runCode(t, s, "echo hi!nosuchevent", 1)
+		}
+		runCode(t, s, "(exit 5)", 5)
 		if shell == "zsh" {
 			runCode(t, s, "setopt interactive_comments", 0)
 		}

@@ -90,7 +90,11 @@ func shellQuote(s string) string {
 //     the nonce is never in PS1's text) and PS0 (C, and __fm_running set silently
 //     through an arithmetic subscript).
 //   - PS1 itself puts the guard back (a `:=` expansion inside an arithmetic subscript
-//     prints nothing) when the whole array was replaced or unset.
+//     prints nothing) when the whole array was replaced or unset, and sends R;<seq>
+//     when no hook of ours ran since the last prompt: bash re-prompts without running
+//     PROMPT_COMMAND after a failed history expansion (`echo hi!x`), and a prompt whose
+//     hooks are gone comes back the same way. The sequence number tells a new prompt
+//     from a redraw of the same one (readline repeats the expanded prompt's bytes).
 //
 // The nonce stays in unexported variables; nothing of it is in argv or environ.
 const bashRC = `# fleetmux shell integration for bash (generated; not a user file)
@@ -101,13 +105,15 @@ __fm_A=$'\e]133;fm='"$__fm_nonce"$';A\a'
 __fm_B=$'\e]133;fm='"$__fm_nonce"$';B\a'
 __fm_C=$'\e]133;fm='"$__fm_nonce"$';C\a'
 __fm_running=0
+__fm_pc=1 __fm_seq=0 __fm_bel=$'\a'
+__fm_R=($'\e]133;fm='"$__fm_nonce"$';R;' '')
 __fm_nil=()
 __fm_arrays=0
 (( BASH_VERSINFO[0] > 5 || BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] >= 1 )) && __fm_arrays=1
 __fm_end() {
 	local __fm_k=N
 	if [[ $__fm_running == 1 ]]; then __fm_k=D; fi
-	__fm_running=0
+	__fm_running=0 __fm_pc=1
 	builtin printf '\e]133;fm=%s;%s;%s\a\e]7;fm=%s;file://%s%s\a' "$__fm_nonce" "$__fm_k" "$1" "$__fm_nonce" "$HOSTNAME" "$PWD"
 }
 __fm_precmd() {
@@ -141,7 +147,7 @@ __fm_arm() {
 		case $PROMPT_COMMAND in __fm_precmd*) ;; *) PROMPT_COMMAND="__fm_precmd${PROMPT_COMMAND:+$'\n'$PROMPT_COMMAND}" ;; esac
 		case $PROMPT_COMMAND in *__fm_guard) ;; *) PROMPT_COMMAND+=$'\n__fm_guard' ;; esac
 	fi
-	case $PS1 in *'${__fm_A}'*) ;; *) PS1='\[${__fm_nil[${PROMPT_COMMAND[2147483647]:=__fm_guard}]}${__fm_A}\]'"$PS1"'\[${__fm_B}\]' ;; esac
+	case $PS1 in *'${__fm_A}'*) ;; *) PS1='\[${__fm_nil[${PROMPT_COMMAND[2147483647]:=__fm_guard}]}${__fm_nil[__fm_seq+=1]}${__fm_R[__fm_pc]}${__fm_R[__fm_pc]:+$__fm_seq$__fm_bel}${__fm_nil[__fm_pc=0]}${__fm_A}\]'"$PS1"'\[${__fm_B}\]' ;; esac
 	case $PS0 in *'__fm_running=1'*) ;; *) PS0="$PS0"'${__fm_nil[__fm_running=1]:-}${__fm_C}' ;; esac
 }
 __fm_arm

@@ -36,7 +36,7 @@ func feed(s *Session, steps string) {
 				m = mark{kind: markCwd, cwd: "/tmp"}
 			}
 			s.applyMarkLocked(m, off)
-		case st[0] == 'D', st[0] == 'N':
+		case st[0] == 'D', st[0] == 'N', st[0] == 'R':
 			m := parse133(st[:1] + ";" + st[1:])
 			s.applyMarkLocked(m, off)
 		default:
@@ -91,6 +91,9 @@ func TestBlockMachine(t *testing.T) {
 		{"no status in D", "P A B run:a C D P A B run:b C D1 P A B", "a=? | b=1", true},
 		{"prompt without marks (theme)", "P A B run:a C D0 P run:b C D1 P", "a=0 | b=1", false},
 		{"running", "P A B run:a C out:x", "a=…", false},
+		{"re-prompt without the hook (failed history expansion)", "D0 P R1 A B run:echo_hi!x out:event_not_found R2 A B", "echo hi!x=?", true},
+		{"redrawn prompt repeats R", "D0 P R3 A B run:x R3 A B C D0 P A B", "x=0", true},
+		{"re-prompt while open (hooks gone)", "P A B run:a C out:x R4 A B run:b C D1 P A B", "a=? | b=1", true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -27,14 +27,15 @@ import (
 type markKind byte
 
 const (
-	markPrompt  markKind = 'A' // prompt starts
-	markInput   markKind = 'B' // prompt ends, command input starts
-	markOutput  markKind = 'C' // command accepted, its output starts
-	markDone    markKind = 'D' // command finished, with its exit code
-	markNoRun   markKind = 'N' // back at the prompt and no command ran since the last one, with $?
-	markCwd     markKind = 'P' // working directory (OSC 7)
-	markMode    markKind = 'M' // a terminal mode the program set (kept in the output)
-	markInvalid markKind = 0
+	markPrompt   markKind = 'A' // prompt starts
+	markInput    markKind = 'B' // prompt ends, command input starts
+	markOutput   markKind = 'C' // command accepted, its output starts
+	markDone     markKind = 'D' // command finished, with its exit code
+	markNoRun    markKind = 'N' // back at the prompt and no command ran since the last one, with $?
+	markReprompt markKind = 'R' // bash: a new prompt (numbered) with no prompt hook run before it
+	markCwd      markKind = 'P' // working directory (OSC 7)
+	markMode     markKind = 'M' // a terminal mode the program set (kept in the output)
+	markInvalid  markKind = 0
 )
 
 // mark is one parsed shell integration mark.
@@ -233,6 +234,11 @@ func parse133(s string) mark {
 		return mark{kind: markInput}
 	case "C":
 		return mark{kind: markOutput}
+	case "R":
+		if v, err := strconv.ParseUint(arg, 10, 62); err == nil {
+			return mark{kind: markReprompt, exit: int(v), hasExit: true}
+		}
+		return mark{}
 	case "D", "N":
 		k := markDone
 		if kind == "N" {

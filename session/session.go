@@ -127,6 +127,7 @@ type Session struct {
 	fallback     *fallbackRun
 	lastExit     *int
 	shellStatus  *int // the shell's $? at its last D or N mark
+	lastReprompt int  // the number of the last R mark (bash's prompt count)
 	lost         bool // the session's shell runs without our hooks (see sample)
 	lastOutput   time.Time
 	waiting      bool   // foreground process is blocked reading the terminal (last sample)
