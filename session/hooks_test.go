@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fleetmux/fleetmux/internal/testutil"
 )
 
 // runCode runs cmd and checks its block finished with exit code want (-1: none, with
@@ -192,14 +194,9 @@ func TestExecShell(t *testing.T) {
 // integration: commands typed into it end when it prompts again, with the code
 // unknown and a note saying why; its exit gives the outer block its code.
 func TestSuLoginShell(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("su - user needs root to create the user")
-	}
-	su, err := exec.LookPath("su")
-	if err != nil {
-		t.Skip("no su")
-	}
-	_ = su
+	testutil.NeedRoot(t) // to create the user
+	testutil.NeedTool(t, "su")
+	testutil.NeedTool(t, "useradd")
 	const name = "fmsutest"
 	if _, err := user.Lookup(name); err != nil {
 		out, err := exec.Command("useradd", "-m", "-s", "/bin/bash", name).CombinedOutput()
