@@ -1,0 +1,133 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/internal/testutil"
+)
+
+func freeAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	var out []string
+	var ls []net.Listener
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().String())
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return out
+}
+
+// TestControllerNATSRoutes: two controllers cluster their embedded NATS servers
+// (--nats-routes, mutual TLS, the authority copied from init) and a node that
+// connects to one is reached through the HTTP API of the other.
+func TestControllerNATSRoutes(t *testing.T) {
+	needBash(t)
+	dir := t.TempDir()
+	dataA, dataB := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	if _, _, err := runArgs(t, "controller", "init", "--data", dataA); err != nil {
+		t.Fatal(err)
+	}
+	// The second controller runs with a copy of the authority.
+	keysA, keysB := filepath.Join(dataA, "keys"), filepath.Join(dataB, "keys")
+	if err := os.MkdirAll(keysB, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(keysA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, _ := os.ReadFile(filepath.Join(keysA, e.Name()))
+		info, _ := e.Info()
+		if err := os.WriteFile(filepath.Join(keysB, e.Name()), b, info.Mode().Perm()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nodeCreds := filepath.Join(dir, "n.creds")
+	if _, _, err := runArgs(t, "enroll", "node", "rn", "--data", dataA, "--out", nodeCreds); err != nil {
+		t.Fatal(err)
+	}
+	ad := freeAddrs(t, 6) // nats A, B; cluster A, B; gossip A, B
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type proc struct {
+		out, errb lockedBuffer
+		done      chan struct{} // closed when run returned, with err
+		err       error
+	}
+	start := func(args ...string) *proc {
+		p := &proc{done: make(chan struct{})}
+		go func() { p.err = run(ctx, args, &p.out, &p.errb); close(p.done) }()
+		t.Cleanup(func() {
+			cancel()
+			select {
+			case <-p.done:
+			case <-time.After(20 * time.Second):
+				t.Errorf("%v did not stop", args[:3])
+			}
+		})
+		return p
+	}
+	ctl := func(name, data, nats, cluster, route, gossip string) *proc {
+		return start("controller", "--name", name, "--data", data, "--nats-listen", nats, "--nats-cluster-listen", cluster,
+			"--nats-routes", "nats://"+route, "--http-listen", "127.0.0.1:0", "--gossip-listen", gossip, "--ssh-listen", "off")
+	}
+	a := ctl("ctl-a", dataA, ad[0], ad[2], ad[3], ad[4])
+	b := ctl("ctl-b", dataB, ad[1], ad[3], ad[2], ad[5])
+	start("node", "--name", "rn", "--data", filepath.Join(dir, "node"), "--nats", "nats://"+ad[1], "--nats-creds", nodeCreds,
+		"--gossip-listen", "127.0.0.1:0", "--join", ad[4])
+	httpRE := regexp.MustCompile(`HTTP API: (http://\S+)`)
+	var base string
+	testutil.Eventually(t, 60*time.Second, func() bool {
+		for _, p := range []*proc{a, b} {
+			select {
+			case <-p.done:
+				t.Fatalf("a controller stopped: %v\n%s", p.err, p.errb.String())
+			default:
+			}
+		}
+		m := httpRE.FindStringSubmatch(a.out.String())
+		if m == nil || !httpRE.MatchString(b.out.String()) {
+			return false
+		}
+		base = m[1]
+		return true
+	}, "both controllers up")
+	// A's request goes over A's NATS server, the route, and B's server to the node.
+	var last string
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("last reply: %s\ncontroller A:\n%s\ncontroller B:\n%s", last, a.errb.String(), b.errb.String())
+		}
+	})
+	testutil.Eventually(t, 30*time.Second, func() bool {
+		resp, err := http.Post(base+"/v1/sessions", "application/json", bytes.NewReader([]byte(`{"node":"rn"}`)))
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		last = resp.Status + " " + string(body)
+		var s api.Session
+		return resp.StatusCode/100 == 2 && json.Unmarshal(body, &s) == nil && s.Node == "rn"
+	}, "controller A creates a session on the node behind controller B's NATS server")
+}
