@@ -107,11 +107,18 @@ type AuditRecord struct {
 	Time    time.Time `json:"time"`
 	Node    string    `json:"node"`
 	Session string    `json:"session,omitempty"`
-	Actor   string    `json:"actor"`            // who (HeaderActor; "" means unknown)
-	Action  string    `json:"action"`           // the verb
-	Detail  string    `json:"detail,omitempty"` // e.g. the command, bounded
-	Result  string    `json:"result"`           // "ok" or the error code
-	Error   string    `json:"error,omitempty"`
+	Actor   string    `json:"actor"` // who, as verified (the signed envelope's actor; "" means unknown)
+	// Role and Controller come from a node request's verified envelope: the actor's
+	// role and the controller that signed it.
+	Role       string `json:"role,omitempty"`
+	Controller string `json:"controller,omitempty"`
+	// Claimed is the bare api.HeaderActor of a request refused before it was
+	// verified: a label of what it claimed, never an identity.
+	Claimed string `json:"claimed_actor,omitempty"`
+	Action  string `json:"action"`           // the verb
+	Detail  string `json:"detail,omitempty"` // e.g. the command, bounded
+	Result  string `json:"result"`           // "ok" or the error code
+	Error   string `json:"error,omitempty"`
 }
 
 // NodeMeta is what a node gossips about itself (memberlist metadata, ≤ 512 bytes).

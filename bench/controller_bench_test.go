@@ -76,7 +76,8 @@ func startCtlStack(tb testing.TB, e benchEnv, nodes int) *ctlStack {
 			tb.Fatal(err)
 		}
 	}
-	ctl, err := controller.New(controller.Config{Name: "ctl", Bus: ctlConn, HTTPListen: "127.0.0.1:0", Logger: quietLogger()})
+	keys := testutil.NewTrust(tb)
+	ctl, err := controller.New(controller.Config{Name: "ctl", Bus: ctlConn, Signer: keys.Signer, HTTPListen: "127.0.0.1:0", Logger: quietLogger()})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -86,7 +87,7 @@ func startCtlStack(tb testing.TB, e benchEnv, nodes int) *ctlStack {
 	tb.Cleanup(func() { ctl.Close() })
 	for i := 1; i <= nodes; i++ {
 		name := fmt.Sprintf("n%d", i)
-		n, err := node.New(node.Config{Name: name, DataDir: tb.TempDir(), Bus: connect(name), Logger: quietLogger()})
+		n, err := node.New(node.Config{Name: name, DataDir: tb.TempDir(), Bus: connect(name), Verifier: keys.NewVerifier(tb), Logger: quietLogger()})
 		if err != nil {
 			tb.Fatal(err)
 		}

@@ -23,6 +23,8 @@ type nodeEnv struct {
 	srv    *transport.Server
 	client *transport.Conn
 	subj   api.Subjects
+	trust  *testutil.Trust
+	b      *testing.B
 }
 
 func startNode(b *testing.B, e benchEnv) *nodeEnv {
@@ -35,7 +37,8 @@ func startNode(b *testing.B, e benchEnv) *nodeEnv {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { bus.Close() })
-	n, err := node.New(node.Config{Name: "bench", DataDir: b.TempDir(), Bus: bus, ScrollbackBytes: 64 << 20})
+	tr := testutil.NewTrust(b)
+	n, err := node.New(node.Config{Name: "bench", DataDir: b.TempDir(), Bus: bus, Verifier: tr.Verifier, ScrollbackBytes: 64 << 20})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -48,7 +51,7 @@ func startNode(b *testing.B, e benchEnv) *nodeEnv {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { client.Close() })
-	ne := &nodeEnv{srv: srv, client: client}
+	ne := &nodeEnv{srv: srv, client: client, trust: tr, b: b}
 	if _, err := ne.call("create", api.CreateRequest{Cwd: e.dir}); err != nil {
 		b.Fatal(err)
 	}
@@ -62,7 +65,8 @@ func (ne *nodeEnv) call(verb string, req any) ([]byte, error) {
 	data, _ := json.Marshal(req)
 	ctx, cancel := context.WithTimeout(context.Background(), throughputTimeout)
 	defer cancel()
-	reply, err := ne.client.Request(ctx, ne.subj.RPC("bench", verb), nil, data)
+	subject := ne.subj.RPC("bench", verb)
+	reply, err := ne.client.Request(ctx, subject, ne.trust.Header(ne.b, subject, data, "bench", api.RoleAdmin), data)
 	if err != nil {
 		return nil, err
 	}

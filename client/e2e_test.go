@@ -22,10 +22,11 @@ import (
 
 // stack is a real controller and node on an embedded NATS server.
 type stack struct {
-	t    *testing.T
-	conn *transport.Conn
-	ctl  *controller.Controller
-	addr string
+	t     *testing.T
+	conn  *transport.Conn
+	ctl   *controller.Controller
+	addr  string
+	trust *testutil.Trust
 }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -41,7 +42,8 @@ func newStack(t *testing.T) (*stack, *client.Client) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nconn.Close() })
-	n, err := node.New(node.Config{Name: "n1", DataDir: t.TempDir(), Bus: nconn, Logger: quiet()})
+	tr := testutil.NewTrust(t)
+	n, err := node.New(node.Config{Name: "n1", DataDir: t.TempDir(), Bus: nconn, Verifier: tr.Verifier, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +51,7 @@ func newStack(t *testing.T) (*stack, *client.Client) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close() })
-	s := &stack{t: t}
+	s := &stack{t: t, trust: tr}
 	s.conn, err = transport.Connect(ctx, transport.NATSConfig{URL: srv.ClientURL(), Name: "ctl", Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +69,7 @@ func newStack(t *testing.T) (*stack, *client.Client) {
 // gossip is tested elsewhere).
 func (s *stack) startController(listen string) {
 	s.t.Helper()
-	ctl, err := controller.New(controller.Config{Bus: s.conn, HTTPListen: listen, Logger: quiet()})
+	ctl, err := controller.New(controller.Config{Bus: s.conn, Signer: s.trust.Signer, HTTPListen: listen, Logger: quiet()})
 	if err != nil {
 		s.t.Fatal(err)
 	}

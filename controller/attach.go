@@ -56,7 +56,7 @@ func (c *Controller) attach(w http.ResponseWriter, r *http.Request) {
 		}
 		from = &f
 	}
-	who := actor(r)
+	who := httpPrincipal(r)
 	var s api.Session
 	if err := c.call(r.Context(), who, node, "get", api.SessionRequest{Session: id}, &s, c.cfg.RequestTimeout); err != nil {
 		c.reply(w, r, nil, err)
@@ -78,7 +78,7 @@ func (c *Controller) attach(w http.ResponseWriter, r *http.Request) {
 	srv.ServeHTTP(w, r)
 }
 
-func (c *Controller) attachConn(rctx context.Context, ws *websocket.Conn, who, node, id string, from *int64) {
+func (c *Controller) attachConn(rctx context.Context, ws *websocket.Conn, who principal, node, id string, from *int64) {
 	defer ws.Close()
 	ctx, cancel := context.WithCancel(rctx)
 	defer cancel()
@@ -146,7 +146,7 @@ func (c *Controller) attachConn(rctx context.Context, ws *websocket.Conn, who, n
 // attachStart sends what an attaching terminal sees first and returns the offset
 // live output starts at: with from, nothing (output from there); otherwise a redraw
 // of the current screen.
-func (c *Controller) attachStart(ctx context.Context, who, node, id string, from *int64, send func(frame) error) (int64, error) {
+func (c *Controller) attachStart(ctx context.Context, who principal, node, id string, from *int64, send func(frame) error) (int64, error) {
 	if from != nil {
 		return *from, nil
 	}

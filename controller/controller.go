@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/trust"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -36,6 +37,15 @@ type Bus interface {
 	// Connected reports whether the bus is connected now.
 	Connected() bool
 }
+
+// Signer signs a node request of body to subject for actor with role: the value
+// of its api.HeaderAuth header (trust.Signer in production, with this controller's
+// key and certificate). Implementations are safe for concurrent use.
+type Signer interface {
+	Sign(subject string, body []byte, actor, role string) (string, error)
+}
+
+var _ Signer = (*trust.Signer)(nil)
 
 // Defaults.
 const (
@@ -59,6 +69,9 @@ type Config struct {
 	Prefix string
 	// Bus reaches the nodes. Required.
 	Bus Bus
+	// Signer signs every node request with the acting principal's actor and role
+	// (nodes refuse unsigned requests). Required.
+	Signer Signer
 	// HTTPListen is the HTTP API's address. Default DefaultHTTPListen (loopback).
 	// A non-loopback address requires Token.
 	HTTPListen string
@@ -128,6 +141,9 @@ type Controller struct {
 func New(cfg Config) (*Controller, error) {
 	if cfg.Bus == nil {
 		return nil, fmt.Errorf("%w: no bus", ErrConfig)
+	}
+	if cfg.Signer == nil {
+		return nil, fmt.Errorf("%w: no signer: node requests must be signed (trust.LoadSigner of the controller's key and certificate)", ErrConfig)
 	}
 	if cfg.Name == "" {
 		cfg.Name = "controller"

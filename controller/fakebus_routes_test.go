@@ -16,6 +16,7 @@ import (
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/controller"
+	"github.com/fleetmux/fleetmux/internal/testutil"
 )
 
 // newFakeFixture starts a controller on a fakeBus, with the nodes given (name →
@@ -23,7 +24,8 @@ import (
 func newFakeFixture(t *testing.T, nodes map[string]int, config func(*controller.Config)) (*fixture, *fakeBus) {
 	t.Helper()
 	bus := newFakeBus()
-	cfg := controller.Config{Name: "ctl", Bus: bus, HTTPListen: "127.0.0.1:0", Logger: quiet()}
+	tr := testutil.NewTrust(t)
+	cfg := controller.Config{Name: "ctl", Bus: bus, Signer: tr.Signer, HTTPListen: "127.0.0.1:0", Logger: quiet()}
 	if config != nil {
 		config(&cfg)
 	}
@@ -44,7 +46,7 @@ func newFakeFixture(t *testing.T, nodes map[string]int, config func(*controller.
 	for name, n := range nodes {
 		ctl.Observe(controller.Member{Name: name, Addr: "127.0.0.1:1", State: api.NodeAlive, Meta: api.NodeMeta{Name: name, Sessions: n}})
 	}
-	return &fixture{t: t, ctl: ctl, base: "http://" + ctl.Addr(), http: &http.Client{Timeout: 10 * time.Second}}, bus
+	return &fixture{t: t, ctl: ctl, base: "http://" + ctl.Addr(), http: &http.Client{Timeout: 10 * time.Second}, trust: tr}, bus
 }
 
 func nodeStatus(f *fixture, name string) string {
@@ -76,8 +78,11 @@ func TestFakeRouting(t *testing.T) {
 	if err := json.Unmarshal(reqs[0].data, &sr); err != nil || sr.Session != "s4" {
 		t.Fatalf("the node got %s (%v)", reqs[0].data, err)
 	}
-	if a := reqs[0].header[api.HeaderActor]; !strings.HasPrefix(a, "agent-7@") {
-		t.Fatalf("actor header %q", a)
+	// The request is signed for the API's principal: the actor it named (a label,
+	// with its address) and the API token's role.
+	p, err := f.trust.NewVerifier(t).Verify(api.Subjects{}.RPC("n1", "get"), reqs[0].data, reqs[0].header[api.HeaderAuth])
+	if err != nil || !strings.HasPrefix(p.Actor, "agent-7@") || p.Role != api.RoleAdmin || p.Controller != "ctl" {
+		t.Fatalf("signed principal %+v (%v)", p, err)
 	}
 	if n := len(bus.sent(api.Subjects{}.RPC("n2", "get"))); n != 0 {
 		t.Fatalf("n2 got %d requests for n1's session", n)

@@ -132,7 +132,7 @@ func (c *Controller) checkTarget(t fanTarget) fanTarget {
 
 // runFanout runs the targets, at most batch at once, and collects one result each,
 // in target order.
-func (c *Controller) runFanout(ctx context.Context, who string, req api.FanoutRequest, targets []fanTarget) api.Fanout {
+func (c *Controller) runFanout(ctx context.Context, who principal, req api.FanoutRequest, targets []fanTarget) api.Fanout {
 	batch := req.Batch
 	if batch <= 0 || batch > MaxFanoutBatch {
 		batch = MaxFanoutBatch
@@ -195,7 +195,7 @@ func (c *Controller) runFanout(ctx context.Context, who string, req api.FanoutRe
 // runTarget runs the command on one target: in its session, in the session titled
 // req.Session (created when missing), or in a fresh session that is closed again
 // once the command has finished.
-func (c *Controller) runTarget(ctx context.Context, who string, req api.FanoutRequest, t fanTarget) (res api.FanoutResult) {
+func (c *Controller) runTarget(ctx context.Context, who principal, req api.FanoutRequest, t fanTarget) (res api.FanoutResult) {
 	start := time.Now()
 	res = api.FanoutResult{Node: t.node, Session: t.session}
 	defer func() { res.DurationMS = time.Since(start).Milliseconds() }()
@@ -254,7 +254,7 @@ func (c *Controller) runTarget(ctx context.Context, who string, req api.FanoutRe
 }
 
 // fanSession finds (by title) or creates the session a fan-out target runs in.
-func (c *Controller) fanSession(ctx context.Context, who, node string, req api.FanoutRequest) (id string, created bool, err error) {
+func (c *Controller) fanSession(ctx context.Context, who principal, node string, req api.FanoutRequest) (id string, created bool, err error) {
 	if req.Session != "" {
 		var list api.SessionList
 		if err := c.call(ctx, who, node, "list", struct{}{}, &list, c.cfg.RequestTimeout); err != nil {

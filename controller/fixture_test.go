@@ -33,6 +33,7 @@ type fixture struct {
 	nodes map[string]*fnode
 	token string
 	http  *http.Client
+	trust *testutil.Trust // the fleet root; the controller signs as "ctl"
 }
 
 type fnode struct {
@@ -56,7 +57,7 @@ func newFixture(t *testing.T, o fixtureOpts) *fixture {
 	if o.nodes == nil {
 		o.nodes = map[string]map[string]string{"n1": {"role": "web"}, "n2": {"role": "db"}}
 	}
-	f := &fixture{t: t, nodes: map[string]*fnode{}, token: o.token, http: &http.Client{Timeout: 60 * time.Second}}
+	f := &fixture{t: t, nodes: map[string]*fnode{}, token: o.token, http: &http.Client{Timeout: 60 * time.Second}, trust: testutil.NewTrust(t)}
 	f.srv = testutil.StartNATS(t, t.TempDir())
 	ctx := context.Background()
 	var err error
@@ -65,7 +66,7 @@ func newFixture(t *testing.T, o fixtureOpts) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.conn.Close() })
-	cfg := controller.Config{Name: "ctl", Bus: f.conn, HTTPListen: "127.0.0.1:0", Token: o.token, Logger: quiet()}
+	cfg := controller.Config{Name: "ctl", Bus: f.conn, Signer: f.trust.Signer, HTTPListen: "127.0.0.1:0", Token: o.token, Logger: quiet()}
 	if o.config != nil {
 		o.config(&cfg)
 	}
@@ -123,7 +124,7 @@ func (f *fixture) startNode(name string, labels map[string]string) *fnode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := node.New(node.Config{Name: name, Labels: labels, DataDir: t.TempDir(), Bus: conn, Gossip: g, Logger: quiet(), Version: "0.1.0"})
+	n, err := node.New(node.Config{Name: name, Labels: labels, DataDir: t.TempDir(), Bus: conn, Verifier: f.trust.NewVerifier(t), Gossip: g, Logger: quiet(), Version: "0.1.0"})
 	if err != nil {
 		t.Fatal(err)
 	}

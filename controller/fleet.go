@@ -8,8 +8,9 @@ import (
 )
 
 // What the front doors (HTTP API, SSH, MCP) do with the fleet: the controller's
-// methods below route to the nodes. Who acts comes from the context (WithActor)
-// and goes into the nodes' audit records. Errors are *api.Error where the user
+// methods below route to the nodes. Who acts comes from the context (WithActor,
+// WithRole): it is signed into every node request, goes into the nodes' audit
+// records, and the nodes check the role. Errors are *api.Error where the user
 // should see them.
 
 type actorKey struct{}
@@ -25,6 +26,25 @@ func actorOf(ctx context.Context) string {
 	return a
 }
 
+type roleKey struct{}
+
+// WithRole returns a context that carries the acting principal's role (an SSH
+// key's, an API token's): the nodes check every request's verb against it. A
+// request made with a context that carries no role is refused.
+func WithRole(ctx context.Context, role string) context.Context {
+	return context.WithValue(ctx, roleKey{}, role)
+}
+
+func ctxRole(ctx context.Context) string {
+	r, _ := ctx.Value(roleKey{}).(string)
+	return r
+}
+
+// principalOf is who acts in ctx (WithActor, WithRole).
+func principalOf(ctx context.Context) principal {
+	return principal{actor: actorOf(ctx), role: ctxRole(ctx)}
+}
+
 // ListNodes returns the node table.
 func (c *Controller) ListNodes(context.Context) ([]api.Node, error) { return c.nodes.list(), nil }
 
@@ -37,7 +57,7 @@ func (c *Controller) ListSessions(ctx context.Context, node string, labels map[s
 		}
 		names = []string{node}
 	}
-	out, err := c.sessionsOf(ctx, actorOf(ctx), names, node != "")
+	out, err := c.sessionsOf(ctx, principalOf(ctx), names, node != "")
 	if err != nil || len(labels) == 0 {
 		return out, err
 	}
@@ -64,7 +84,7 @@ func (c *Controller) ListSessions(ctx context.Context, node string, labels map[s
 
 // CreateSession creates a session on req.Node, or on the node the table picks.
 func (c *Controller) CreateSession(ctx context.Context, req api.NewSession) (api.Session, error) {
-	return c.create(ctx, actorOf(ctx), req)
+	return c.create(ctx, principalOf(ctx), req)
 }
 
 func (c *Controller) sessionCall(ctx context.Context, node, id, verb string, req, out any, timeout time.Duration) error {
@@ -80,7 +100,7 @@ func (c *Controller) sessionCall(ctx context.Context, node, id, verb string, req
 	if timeout == 0 {
 		timeout = c.cfg.RequestTimeout
 	}
-	return c.call(ctx, actorOf(ctx), node, verb, req, out, timeout)
+	return c.call(ctx, principalOf(ctx), node, verb, req, out, timeout)
 }
 
 // GetSession reads one session.
@@ -191,5 +211,5 @@ func (c *Controller) Fanout(ctx context.Context, req api.FanoutRequest) (api.Fan
 	if err != nil {
 		return api.Fanout{}, err
 	}
-	return c.runFanout(ctx, actorOf(ctx), req, targets), nil
+	return c.runFanout(ctx, principalOf(ctx), req, targets), nil
 }

@@ -256,6 +256,12 @@ func actor(r *http.Request) string {
 	return who + "@" + host
 }
 
+// httpPrincipal is who an HTTP API request acts as: its actor, with the role of the
+// API token, which is an admin's today (per-token roles come with FLEETMUX_TOKENS).
+func httpPrincipal(r *http.Request) principal {
+	return principal{actor: actor(r), role: api.RoleAdmin}
+}
+
 // target validates the {node} and {id} of a session route.
 func target(r *http.Request) (node, id string, err error) {
 	node, id = r.PathValue("node"), r.PathValue("id")

@@ -12,7 +12,7 @@ import (
 
 // mcpFleet is the controller as the Fleet of its MCP server: Fleet calls under
 // the names of the HTTP API's client. Who acts comes from the context
-// (mcpserver's WithActor option sets it with WithActor).
+// (mcpserver's WithActor option sets it with WithActor and WithRole).
 type mcpFleet struct{ c *Controller }
 
 var _ mcpserver.Fleet = mcpFleet{}
@@ -77,11 +77,15 @@ func (f mcpFleet) Fanout(ctx context.Context, req api.FanoutRequest) (api.Fanout
 // get the grace, then end with the controller's context.
 func (c *Controller) mcpHandler() http.Handler {
 	m := mcpserver.New(mcpFleet{c}, mcpserver.Options{
-		Version:   c.cfg.Version,
-		Context:   c.ctx,
-		Logger:    c.log,
-		WithActor: WithActor,
-		Audit:     func(_ context.Context, rec api.AuditRecord) { c.audits.record(rec) },
+		Version: c.cfg.Version,
+		Context: c.ctx,
+		Logger:  c.log,
+		// /mcp is served behind the API token, whose role is admin today: tool calls
+		// and the watches of resource subscriptions act so.
+		WithActor: func(ctx context.Context, actor string) context.Context {
+			return WithRole(WithActor(ctx, actor), api.RoleAdmin)
+		},
+		Audit: func(_ context.Context, rec api.AuditRecord) { c.audits.record(rec) },
 	})
 	h := m.Handler(mcpserver.HTTPOptions{Closing: func() bool { return c.streamCtx.Err() != nil }})
 	c.reqWG.Add(1)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/controller"
 	"github.com/fleetmux/fleetmux/mcpserver"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -462,7 +463,10 @@ func mcpScenario(t *testing.T, f *fixture, c *mcpc) {
 
 func TestMCPInMemory(t *testing.T) {
 	f := newFixture(t, fixtureOpts{})
-	c := mcpInMemory(t, controller.MCPFleet(f.ctl), mcpserver.Options{WithActor: controller.WithActor})
+	asAdmin := func(ctx context.Context, actor string) context.Context {
+		return controller.WithRole(controller.WithActor(ctx, actor), api.RoleAdmin)
+	}
+	c := mcpInMemory(t, controller.MCPFleet(f.ctl), mcpserver.Options{WithActor: asAdmin})
 	mcpScenario(t, f, c)
 }
 

@@ -17,18 +17,22 @@ var errNodeDown = errors.New("node went down")
 // errRequestTimeout is the cause of a request that outlived its timeout.
 var errRequestTimeout = errors.New("request timed out")
 
-// call sends one verb to a node and decodes its reply into out (nil: ignore it).
-// It fails fast for unknown, dead and unserved nodes, and is cancelled when the node
-// goes dead while it waits. Errors are *api.Error, or ctx's error when the caller
-// gave up.
-func (c *Controller) call(ctx context.Context, actor, node, verb string, req, out any, timeout time.Duration) error {
+// principal is who a node request is made for: the actor (for the audit) and the
+// role that the node checks the verb against. Both are signed into the request.
+type principal struct{ actor, role string }
+
+// call sends one verb to a node, signed for who (Config.Signer), and decodes its
+// reply into out (nil: ignore it). It fails fast for unknown, dead and unserved
+// nodes, and is cancelled when the node goes dead while it waits. Errors are
+// *api.Error, or ctx's error when the caller gave up.
+func (c *Controller) call(ctx context.Context, who principal, node, verb string, req, out any, timeout time.Duration) error {
 	start := time.Now()
-	err := c.doCall(ctx, actor, node, verb, req, out, timeout)
+	err := c.doCall(ctx, who, node, verb, req, out, timeout)
 	c.metrics.nodeRequest(verb, err, time.Since(start))
 	return err
 }
 
-func (c *Controller) doCall(ctx context.Context, actor, node, verb string, req, out any, timeout time.Duration) error {
+func (c *Controller) doCall(ctx context.Context, who principal, node, verb string, req, out any, timeout time.Duration) error {
 	if err := api.ValidName(node); err != nil {
 		return api.Errorf(api.CodeBadRequest, "%v", err)
 	}
@@ -43,16 +47,18 @@ func (c *Controller) doCall(ctx context.Context, actor, node, verb string, req, 
 	if err != nil {
 		return fmt.Errorf("controller: encode %s request: %w", verb, err)
 	}
+	subject := c.subj.RPC(node, verb)
+	auth, err := c.cfg.Signer.Sign(subject, data, who.actor, who.role)
+	if err != nil {
+		c.log.Error("node request not signed", "node", node, "verb", verb, "err", err)
+		return api.Errorf(api.CodeInternal, "the controller could not sign the %s request (details in its log)", verb)
+	}
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	tctx, tcancel := context.WithTimeoutCause(cctx, timeout, errRequestTimeout)
 	defer tcancel()
 	defer context.AfterFunc(down, func() { cancel(errNodeDown) })()
-	header := map[string]string{}
-	if actor != "" {
-		header[api.HeaderActor] = actor
-	}
-	reply, err := c.cfg.Bus.Request(tctx, c.subj.RPC(node, verb), header, data)
+	reply, err := c.cfg.Bus.Request(tctx, subject, map[string]string{api.HeaderAuth: auth}, data)
 	if err != nil {
 		switch {
 		case errors.Is(err, api.ErrNoResponders):

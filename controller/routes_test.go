@@ -244,21 +244,23 @@ func TestAuth(t *testing.T) {
 
 func TestConfig(t *testing.T) {
 	f := newFixture(t, fixtureOpts{nodes: map[string]map[string]string{}})
+	sg := f.trust.Signer
 	for _, tc := range []struct {
 		cfg  controller.Config
 		want error
 	}{
 		{controller.Config{}, controller.ErrConfig},
-		{controller.Config{Bus: f.conn, Name: "a.b"}, controller.ErrConfig},
-		{controller.Config{Bus: f.conn, Prefix: "a..b"}, controller.ErrConfig},
-		{controller.Config{Bus: f.conn, HTTPListen: "nope"}, controller.ErrConfig},
-		{controller.Config{Bus: f.conn, HTTPListen: "0.0.0.0:7070"}, controller.ErrInsecure},
+		{controller.Config{Bus: f.conn}, controller.ErrConfig}, // no signer
+		{controller.Config{Bus: f.conn, Signer: sg, Name: "a.b"}, controller.ErrConfig},
+		{controller.Config{Bus: f.conn, Signer: sg, Prefix: "a..b"}, controller.ErrConfig},
+		{controller.Config{Bus: f.conn, Signer: sg, HTTPListen: "nope"}, controller.ErrConfig},
+		{controller.Config{Bus: f.conn, Signer: sg, HTTPListen: "0.0.0.0:7070"}, controller.ErrInsecure},
 	} {
 		if _, err := controller.New(tc.cfg); !errors.Is(err, tc.want) {
 			t.Errorf("New(%+v): %v, want %v", tc.cfg, err, tc.want)
 		}
 	}
-	if _, err := controller.New(controller.Config{Bus: f.conn, HTTPListen: "0.0.0.0:0", Token: "x"}); err != nil {
+	if _, err := controller.New(controller.Config{Bus: f.conn, Signer: sg, HTTPListen: "0.0.0.0:0", Token: "x"}); err != nil {
 		t.Errorf("non-loopback with a token: %v", err)
 	}
 }

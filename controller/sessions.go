@@ -34,11 +34,14 @@ func (c *Controller) listSessions(w http.ResponseWriter, r *http.Request) {
 }
 
 // reqCtx is a request's context, naming its actor.
-func reqCtx(r *http.Request) context.Context { return WithActor(r.Context(), actor(r)) }
+func reqCtx(r *http.Request) context.Context {
+	p := httpPrincipal(r)
+	return WithRole(WithActor(r.Context(), p.actor), p.role)
+}
 
 // sessionsOf lists the sessions of nodes in parallel. With strict, the one node's
 // error is returned; otherwise nodes that fail are listed as unavailable.
-func (c *Controller) sessionsOf(ctx context.Context, who string, names []string, strict bool) (api.SessionList, error) {
+func (c *Controller) sessionsOf(ctx context.Context, who principal, names []string, strict bool) (api.SessionList, error) {
 	type res struct {
 		list api.SessionList
 		err  error
@@ -124,7 +127,7 @@ func (c *Controller) createSession(w http.ResponseWriter, r *http.Request) {
 }
 
 // create creates a session on body.Node, or on the node pick chooses.
-func (c *Controller) create(ctx context.Context, who string, body api.NewSession) (api.Session, error) {
+func (c *Controller) create(ctx context.Context, who principal, body api.NewSession) (api.Session, error) {
 	node := body.Node
 	if node == "" {
 		var ok bool

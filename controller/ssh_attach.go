@@ -20,7 +20,7 @@ import (
 // each reads output on its own, so a slow one holds up nobody.
 func (sc *sshSession) attach(ctx context.Context, node, id string) int {
 	c := sc.s.c
-	who := actorOf(ctx)
+	who := principalOf(ctx)
 	errw := sc.errOut()
 	if err := api.ValidName(node); err != nil {
 		fmt.Fprintf(errw, "fleetmux: %v\n", err)

@@ -48,7 +48,7 @@ func (s *SSHServer) serveConn(nc net.Conn) {
 		return
 	}
 	s.c.audits.record(api.AuditRecord{Actor: id.actor(), Action: "ssh login", Detail: fmt.Sprintf("user %s role %s from %s", untrusted(conn.User()), id.role, conn.RemoteAddr()), Result: "ok"})
-	ctx, cancel := context.WithCancel(WithActor(s.c.ctx, id.actor()))
+	ctx, cancel := context.WithCancel(WithRole(WithActor(s.c.ctx, id.actor()), id.role))
 	defer cancel()
 	var wg sync.WaitGroup
 	defer wg.Wait()

@@ -33,7 +33,7 @@ type streamEnd struct {
 // exits (after its last byte), the node goes down, or emit fails. emit runs on the
 // caller's goroutine; while it blocks, live messages pile up to followBuffer and are
 // then read from the node instead.
-func (c *Controller) follow(ctx context.Context, who, node, id string, from int64, emit func(off int64, p []byte) error) (streamEnd, error) {
+func (c *Controller) follow(ctx context.Context, who principal, node, id string, from int64, emit func(off int64, p []byte) error) (streamEnd, error) {
 	end := streamEnd{next: from}
 	msgs := make(chan outMsg, followBuffer)
 	kick := make(chan struct{}, 1) // live messages were dropped
@@ -178,7 +178,7 @@ func (c *Controller) output(w http.ResponseWriter, r *http.Request) {
 		c.reply(w, r, nil, api.Errorf(api.CodeBadRequest, "follow=%q: want 1 or 0", f))
 		return
 	}
-	who := actor(r)
+	who := httpPrincipal(r)
 	// The first read answers errors (unknown session, gone range) as JSON before any
 	// byte of the stream is written.
 	var first api.ReadReply
@@ -243,7 +243,7 @@ func readPage(maxBytes int64) int {
 // at a time. The length is known up front (Content-Length), so a range cut short (the
 // node went down, the range left the scrollback and the recording) is a short body,
 // never a silently shorter file.
-func (c *Controller) outputRange(w http.ResponseWriter, r *http.Request, who, node, id string, first api.ReadReply, maxBytes int64) {
+func (c *Controller) outputRange(w http.ResponseWriter, r *http.Request, who principal, node, id string, first api.ReadReply, maxBytes int64) {
 	from, end := first.Offset, first.End
 	if maxBytes > 0 {
 		end = min(end, from+maxBytes)

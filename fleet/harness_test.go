@@ -26,6 +26,7 @@ import (
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/testutil"
+	"github.com/fleetmux/fleetmux/trust"
 )
 
 // fleetmuxBin is the fleetmux binary TestMain builds.
@@ -140,6 +141,7 @@ type fleet struct {
 	root string // temp dir: data dirs, homes
 	net  *network
 	hc   *http.Client
+	keys string // the fleet root's public key and the controllers' signing key and certificate (testutil.Trust.WriteFiles)
 
 	mu    sync.Mutex
 	procs []*proc
@@ -153,7 +155,9 @@ func newFleet(t *testing.T, root string, nw *network) *fleet {
 		net:  nw,
 		hc:   &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}},
 		runs: map[string]int{},
+		keys: filepath.Join(root, "keys"),
 	}
+	testutil.NewTrust(t).WriteFiles(t, f.keys)
 	t.Cleanup(f.stopAll)
 	return f
 }
@@ -243,6 +247,14 @@ func (f *fleet) start(name, ns string, args ...string) *proc {
 	if len(args) > 0 && args[0] == "controller" && !slices.Contains(args, "--ssh-listen") {
 		// No SSH front door: its default port is fixed (and the test homes have no keys).
 		args = append(slices.Clone(args), "--ssh-listen", "off")
+	}
+	// Every process trusts the fleet's root: controllers sign with its certificate,
+	// nodes check against its public key.
+	if len(args) > 0 && args[0] == "controller" && !slices.Contains(args, "--signing-key") {
+		args = append(slices.Clone(args), "--signing-key", filepath.Join(f.keys, trust.ControllerKeyFile), "--signing-cert", filepath.Join(f.keys, trust.ControllerCertFile))
+	}
+	if len(args) > 0 && args[0] == "node" && !slices.Contains(args, "--trust-root") {
+		args = append(slices.Clone(args), "--trust-root", filepath.Join(f.keys, trust.RootPubFile))
 	}
 	argv := append([]string{fleetmuxBin}, args...)
 	if ns != "" {

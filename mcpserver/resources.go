@@ -187,6 +187,10 @@ func (m *Server) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error
 	}
 	if w == nil {
 		wctx, stop := context.WithCancel(m.ctx)
+		if m.opts.WithActor != nil {
+			// The watch lives on m's context and acts as its first subscriber.
+			wctx = m.opts.WithActor(wctx, actorOf(ctx))
+		}
 		w = &watch{subs: map[*mcp.ServerSession]bool{}, stop: stop}
 		m.watches[uri] = w
 		m.watchers.Add(1)

@@ -15,8 +15,9 @@ type Bus interface {
 	Publish(subject string, header map[string]string, data []byte) error
 	// Serve answers requests as the micro service name/version, one endpoint per verb
 	// (verb → subject), until stop is called. handle runs on its own goroutine per
-	// request; its ctx is cancelled by stop, which waits for running handlers.
-	Serve(name, version string, subjects map[string]string, handle func(ctx context.Context, verb string, header map[string]string, data []byte) []byte) (stop func() error, err error)
+	// request, with the subject the request was published to; its ctx is cancelled
+	// by stop, which waits for running handlers.
+	Serve(name, version string, subjects map[string]string, handle func(ctx context.Context, verb, subject string, header map[string]string, data []byte) []byte) (stop func() error, err error)
 	// Connected reports whether the bus is connected now.
 	Connected() bool
 }

@@ -23,10 +23,15 @@ type handler func(n *Node, ctx context.Context, req request) (any, error)
 
 // request is one decoded request.
 type request struct {
-	verb  string
-	actor string
-	data  []byte
-	at    time.Time // when it arrived: its audit record's time
+	verb string
+	data []byte
+	at   time.Time // when it arrived: its audit record's time
+	// Who made it, from its verified envelope (authorize): empty until verified.
+	actor, role, controller string
+	verified                bool
+	// label is the request's bare api.HeaderActor, audited (as a claim) only when
+	// the request is refused before it is verified: it is never an identity.
+	label string
 }
 
 // verbs is the node API. mutating verbs are audited.
@@ -50,13 +55,22 @@ var verbs = map[string]struct {
 	"wait":   {(*Node).wait, false},
 }
 
-// handle is the bus callback: it runs on its own goroutine per request.
-func (n *Node) handle(ctx context.Context, verb string, header map[string]string, data []byte) []byte {
+// handle is the bus callback: it runs on its own goroutine per request. The
+// request's envelope is verified first (authorize); a refused request is audited,
+// whatever its verb.
+func (n *Node) handle(ctx context.Context, verb, subject string, header map[string]string, data []byte) []byte {
+	req := request{verb: verb, data: data, at: time.Now().UTC()}
+	if aerr := n.authorize(subject, header, &req); aerr != nil {
+		if !req.verified {
+			req.label = header[api.HeaderActor]
+		}
+		n.audits.Add(func() []byte { return n.auditRecord(req, nil, aerr) })
+		return errorReply(aerr)
+	}
 	v, ok := verbs[verb]
 	if !ok {
 		return errorReply(api.Errorf(api.CodeBadRequest, "unknown verb %q", verb))
 	}
-	req := request{verb: verb, actor: header[api.HeaderActor], data: data, at: time.Now().UTC()}
 	out, err := v.h(n, ctx, req)
 	var aerr *api.Error
 	if err != nil && !errors.As(err, &aerr) {

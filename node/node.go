@@ -38,6 +38,10 @@ type Config struct {
 	Prefix string
 	// Bus is the message bus.
 	Bus Bus
+	// Verifier checks every request's signed envelope before anything else runs
+	// (trust.Verifier of the fleet's root keys). Required: a node without one
+	// would obey anyone who can publish to its subjects.
+	Verifier Verifier
 	// Gossip, when set, is told the node's metadata whenever it changes.
 	Gossip Gossip
 	// MaxSessions bounds the sessions alive at once (default api.DefaultMaxSessions).
@@ -83,6 +87,9 @@ func New(cfg Config) (*Node, error) {
 	}
 	if cfg.Bus == nil {
 		return nil, errors.New("node: config has no bus")
+	}
+	if cfg.Verifier == nil {
+		return nil, errors.New("node: config has no verifier: a node checks every request's signature (trust.Verifier of the fleet root key)")
 	}
 	if cfg.DataDir == "" {
 		return nil, errors.New("node: config has no data dir")

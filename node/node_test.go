@@ -34,6 +34,8 @@ type fixture struct {
 	client *transport.Conn
 	data   string
 	subj   api.Subjects
+	trust  *testutil.Trust
+	role   string // the role requests are signed with (default admin)
 }
 
 // busBuffer is the node's reconnect buffer; the outage test shrinks it so the outage
@@ -44,7 +46,7 @@ var busBuffer = 0
 func newFixture(t *testing.T, mod ...func(*node.Config)) *fixture {
 	t.Helper()
 	testutil.NeedTool(t, "bash")
-	f := &fixture{t: t, data: t.TempDir(), subj: api.Subjects{}}
+	f := &fixture{t: t, data: t.TempDir(), subj: api.Subjects{}, trust: testutil.NewTrust(t), role: api.RoleAdmin}
 	f.srv = testutil.StartNATS(t, t.TempDir())
 	ctx := context.Background()
 	bus, err := transport.Connect(ctx, transport.NATSConfig{URL: f.srv.ClientURL(), Name: "node", ReconnectBufSize: busBuffer})
@@ -54,7 +56,7 @@ func newFixture(t *testing.T, mod ...func(*node.Config)) *fixture {
 	t.Cleanup(func() { bus.Close() })
 	home := t.TempDir()
 	t.Setenv("HOME", home) // the sessions' shells must not read the tester's rc files
-	cfg := node.Config{Name: "n1", DataDir: f.data, Bus: bus, Labels: map[string]string{"role": "test"}}
+	cfg := node.Config{Name: "n1", DataDir: f.data, Bus: bus, Verifier: f.trust.Verifier, Labels: map[string]string{"role": "test"}}
 	for _, m := range mod {
 		m(&cfg)
 	}
@@ -75,10 +77,16 @@ func newFixture(t *testing.T, mod ...func(*node.Config)) *fixture {
 	testutil.Eventually(t, 10*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		_, err := f.client.Request(ctx, f.subj.RPC("n1", "list"), nil, nil)
+		_, err := f.client.Request(ctx, f.subj.RPC("n1", "list"), f.sign("list", nil), nil)
 		return err == nil
 	}, "the node service to answer")
 	return f
+}
+
+// sign is the header of a request of data to verb on n1, signed by the test
+// controller for actor "tester" with f.role.
+func (f *fixture) sign(verb string, data []byte) map[string]string {
+	return f.trust.Header(f.t, f.subj.RPC("n1", verb), data, "tester", f.role)
 }
 
 // call makes a request and decodes the reply into out; an error reply is returned as
@@ -94,7 +102,7 @@ func (f *fixture) call(verb string, req, out any) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	reply, err := f.client.Request(ctx, f.subj.RPC("n1", verb), map[string]string{api.HeaderActor: "tester"}, data)
+	reply, err := f.client.Request(ctx, f.subj.RPC("n1", verb), f.sign(verb, data), data)
 	if err != nil {
 		f.t.Fatalf("%s: request: %v", verb, err)
 	}
@@ -520,7 +528,7 @@ func TestOutputStreamSurvivesNATSOutage(t *testing.T) {
 		testutil.Eventually(t, 30*time.Second, func() bool {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
-			_, err := f.client.Request(ctx, f.subj.RPC("n1", "list"), nil, nil)
+			_, err := f.client.Request(ctx, f.subj.RPC("n1", "list"), f.sign("list", nil), nil)
 			return err == nil
 		}, "the node to answer after NATS came back")
 	})
@@ -622,7 +630,8 @@ func TestAuditAndEvents(t *testing.T) {
 	for _, w := range want {
 		select {
 		case r := <-audits:
-			if r.Action != w.action || r.Result != w.result || r.Detail != w.detail || r.Actor != "tester" || r.Node != "n1" {
+			if r.Action != w.action || r.Result != w.result || r.Detail != w.detail || r.Actor != "tester" || r.Node != "n1" ||
+				r.Role != api.RoleAdmin || r.Controller != "ctl" || r.Claimed != "" {
 				t.Fatalf("audit record %+v, want %+v", r, w)
 			}
 			if strings.Contains(r.Detail, "secret") {
@@ -682,7 +691,7 @@ func TestRecordingsSurviveRestart(t *testing.T) {
 		}
 	}
 	// A new agent on the same data dir: old recordings stay, ids are not reused.
-	n2, err := node.New(node.Config{Name: "n1", DataDir: f.data, Bus: nopBus{}})
+	n2, err := node.New(node.Config{Name: "n1", DataDir: f.data, Bus: nopBus{}, Verifier: f.trust.Verifier})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -695,7 +704,7 @@ func TestRecordingsSurviveRestart(t *testing.T) {
 type nopBus struct{}
 
 func (nopBus) Publish(string, map[string]string, []byte) error { return nil }
-func (nopBus) Serve(string, string, map[string]string, func(context.Context, string, map[string]string, []byte) []byte) (func() error, error) {
+func (nopBus) Serve(string, string, map[string]string, func(context.Context, string, string, map[string]string, []byte) []byte) (func() error, error) {
 	return func() error { return nil }, nil
 }
 func (nopBus) Connected() bool { return true }

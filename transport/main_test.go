@@ -19,7 +19,7 @@ func TestMain(m *testing.M) { testutil.MainWithLeakCheck(m) }
 // them without transport importing node.
 type bus interface {
 	Publish(subject string, header map[string]string, data []byte) error
-	Serve(name, version string, subjects map[string]string, handle func(ctx context.Context, verb string, header map[string]string, data []byte) []byte) (stop func() error, err error)
+	Serve(name, version string, subjects map[string]string, handle func(ctx context.Context, verb, subject string, header map[string]string, data []byte) []byte) (stop func() error, err error)
 	Connected() bool
 }
 

@@ -23,10 +23,11 @@ import (
 // answered at once with an api.Error of code api.CodeBusy.
 const MaxInFlight = 256
 
-// ServeFunc answers one request of Serve: verb is the endpoint, header holds the first
-// value of each request header, and the returned bytes are the reply body. ctx is
+// ServeFunc answers one request of Serve: verb is the endpoint, subject the subject the
+// request was published to (signed requests name it), header holds the first value
+// of each request header, and the returned bytes are the reply body. ctx is
 // cancelled when the service stops.
-type ServeFunc = func(ctx context.Context, verb string, header map[string]string, data []byte) []byte
+type ServeFunc = func(ctx context.Context, verb, subject string, header map[string]string, data []byte) []byte
 
 // Serve answers requests as the NATS micro service name/version (discoverable with
 // `nats micro ls`; a version that is not semver, such as "v0.2.0" or "dev", is
@@ -210,7 +211,7 @@ func (s *served) run(verb string, req micro.Request) {
 				reply = errorReply(api.CodeInternal, fmt.Sprintf("internal error handling %s", verb))
 			}
 		}()
-		reply = s.handle(s.ctx, verb, flatHeader(req.Headers()), req.Data())
+		reply = s.handle(s.ctx, verb, req.Subject(), flatHeader(req.Headers()), req.Data())
 	}()
 	if err := req.Respond(reply); err != nil {
 		s.logRespondError(req, err)

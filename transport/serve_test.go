@@ -39,9 +39,12 @@ func serveTest(t *testing.T) (client *transport.Conn, stop func() error, b *bloc
 		"block": subj.RPC("n1", "block"),
 		"panic": subj.RPC("n1", "panic"),
 	}
-	stop, err := server.Serve(api.ServiceName, "0.1.0", subjects, func(ctx context.Context, verb string, header map[string]string, data []byte) []byte {
+	stop, err := server.Serve(api.ServiceName, "0.1.0", subjects, func(ctx context.Context, verb, subject string, header map[string]string, data []byte) []byte {
 		switch verb {
 		case "echo":
+			if subject != subjects[verb] {
+				return fmt.Appendf(nil, "echo on subject %q", subject)
+			}
 			return fmt.Appendf(nil, "%s:%s:%s", verb, header[api.HeaderActor], data)
 		case "block":
 			b.entered.Add(1)
@@ -204,7 +207,7 @@ func TestConnCloseStopsServices(t *testing.T) {
 	client := connected(t, srv.ClientURL())
 	entered := make(chan struct{})
 	var returned atomic.Bool
-	_, err := server.Serve(api.ServiceName, "0.1.0", map[string]string{"block": "fleetmux.rpc.n2.block"}, func(ctx context.Context, _ string, _ map[string]string, _ []byte) []byte {
+	_, err := server.Serve(api.ServiceName, "0.1.0", map[string]string{"block": "fleetmux.rpc.n2.block"}, func(ctx context.Context, _, _ string, _ map[string]string, _ []byte) []byte {
 		close(entered)
 		<-ctx.Done()
 		returned.Store(true)
@@ -234,7 +237,7 @@ func TestServeReusesWorkers(t *testing.T) {
 	client := connected(t, srv.ClientURL())
 	var mu sync.Mutex
 	seen := map[string]int{}
-	stop, err := server.Serve(api.ServiceName, "0.1.0", map[string]string{"g": "fleetmux.rpc.n4.g"}, func(context.Context, string, map[string]string, []byte) []byte {
+	stop, err := server.Serve(api.ServiceName, "0.1.0", map[string]string{"g": "fleetmux.rpc.n4.g"}, func(context.Context, string, string, map[string]string, []byte) []byte {
 		buf := make([]byte, 64)
 		id, _, _ := strings.Cut(strings.TrimPrefix(string(buf[:runtime.Stack(buf, false)]), "goroutine "), " ")
 		mu.Lock()
@@ -264,7 +267,7 @@ func TestServeReusesWorkers(t *testing.T) {
 func TestServeBadConfig(t *testing.T) {
 	srv := testutil.StartNATS(t, t.TempDir())
 	c := connected(t, srv.ClientURL())
-	h := func(context.Context, string, map[string]string, []byte) []byte { return nil }
+	h := func(context.Context, string, string, map[string]string, []byte) []byte { return nil }
 	if _, err := c.Serve(api.ServiceName, "0.1.0", nil, h); !errors.Is(err, transport.ErrConfig) {
 		t.Errorf("no endpoints: %v", err)
 	}
@@ -290,7 +293,7 @@ func errorCode(t *testing.T, reply []byte) string {
 func TestServeVersion(t *testing.T) {
 	srv := testutil.StartNATS(t, t.TempDir())
 	c := connected(t, srv.ClientURL())
-	h := func(context.Context, string, map[string]string, []byte) []byte { return nil }
+	h := func(context.Context, string, string, map[string]string, []byte) []byte { return nil }
 	stop, err := c.Serve(api.ServiceName, "dev", map[string]string{"a": "x.a"}, h)
 	if err != nil {
 		t.Fatalf("version dev: %v", err)

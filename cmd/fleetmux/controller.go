@@ -14,6 +14,7 @@ import (
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/controller"
 	"github.com/fleetmux/fleetmux/transport"
+	"github.com/fleetmux/fleetmux/trust"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -32,6 +33,8 @@ type controllerOptions struct {
 	natsCluster  string
 	natsRoutes   []string
 	natsTLSHosts []string
+	signingKey   string
+	signingCert  string
 	prefix       string
 	gossip       gossipOptions
 	ssh          sshOptions
@@ -90,6 +93,8 @@ func controllerCmd() *cobra.Command {
 	f.StringVar(&o.natsCluster, "nats-cluster-listen", "", "cluster (route) listener of the embedded NATS server (default: the --nats-listen host, port 6222, when --nats-routes is set)")
 	f.StringSliceVar(&o.natsRoutes, "nats-routes", nil, "cluster routes of the embedded NATS server: nats://HOST:PORT of the others' cluster listeners")
 	f.StringSliceVar(&o.natsTLSHosts, "nats-tls-host", nil, "more names for the embedded NATS server's TLS certificate (the names nodes use to reach it)")
+	f.StringVar(&o.signingKey, "signing-key", "", "the controller's private key (0600) that signs node requests (default DIR/keys/controller.key)")
+	f.StringVar(&o.signingCert, "signing-cert", "", "its certificate, issued by the fleet root (default DIR/keys/controller.cert)")
 	f.StringVar(&o.prefix, "prefix", api.DefaultPrefix, "NATS subject prefix")
 	f.StringVar(&o.gossip.listen, "gossip-listen", "127.0.0.1:7946", "gossip address host:port")
 	f.StringVar(&o.gossip.key, "gossip-key", "", "gossip encryption key, hex (default $FLEETMUX_GOSSIP_KEY); required beyond loopback")
@@ -184,7 +189,23 @@ func (o *controllerOptions) run(ctx context.Context, stdout, stderr io.Writer) e
 	if o.natsURL == "" {
 		ensureStreams(ctx, conn, o.prefix, log)
 	}
-	c, _, err := startController(ctx, &st, conn, controller.Config{Name: o.name, Prefix: o.prefix, HTTPListen: o.httpListen, Token: token, Logger: log,
+	if o.natsURL == "" {
+		// The embedded server's authority comes with the fleet root (as after
+		// fleetmux controller init), so that nodes can be enrolled from this data dir.
+		if _, err := trust.InitRoot(keysDir(o.data)); err != nil {
+			return err
+		}
+	}
+	if o.signingKey == "" && o.signingCert == "" {
+		if err := selfEnroll(o.data, o.name); err != nil {
+			return err
+		}
+	}
+	signer, err := loadSigner(o.signingKey, o.signingCert, o.data, o.name)
+	if err != nil {
+		return err
+	}
+	c, _, err := startController(ctx, &st, conn, controller.Config{Name: o.name, Prefix: o.prefix, HTTPListen: o.httpListen, Token: token, Signer: signer, Logger: log,
 		AuditFile: filepath.Join(o.data, "audit.jsonl")}, o.gossip)
 	if err != nil {
 		return err

@@ -81,6 +81,11 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err := os.MkdirAll(o.data, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
+	ctlName := "controller-" + o.name
+	signer, verifier, err := devTrust(o.data, ctlName)
+	if err != nil {
+		return err
+	}
 	var st stack
 	defer st.close()
 	auth, err := openAuthority(o.data)
@@ -95,7 +100,6 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ctlName := "controller-" + o.name
 	nodeCreds, ctlCreds, err := devCreds(auth, o.data, o.prefix, o.name, ctlName)
 	if err != nil {
 		return err
@@ -109,13 +113,13 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 		return err
 	}
 	ensureStreams(ctx, conn, o.prefix, log)
-	c, g, err := startController(ctx, &st, conn, controller.Config{Name: ctlName, Prefix: o.prefix, HTTPListen: o.httpListen, Logger: log,
+	c, g, err := startController(ctx, &st, conn, controller.Config{Name: ctlName, Prefix: o.prefix, HTTPListen: o.httpListen, Signer: signer, Logger: log,
 		AuditFile: filepath.Join(o.data, "audit.jsonl")},
 		gossipOptions{listen: o.gossipListen})
 	if err != nil {
 		return err
 	}
-	n, err := startNode(ctx, &st, nodeConn, node.Config{Name: o.name, DataDir: o.data, Prefix: o.prefix, Logger: log},
+	n, err := startNode(ctx, &st, nodeConn, node.Config{Name: o.name, DataDir: o.data, Prefix: o.prefix, Verifier: verifier, Logger: log},
 		gossipOptions{listen: "127.0.0.1:0", join: []string{g.Addr()}})
 	if err != nil {
 		return err

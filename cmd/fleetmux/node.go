@@ -16,6 +16,7 @@ import (
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/node"
 	"github.com/fleetmux/fleetmux/transport"
+	"github.com/fleetmux/fleetmux/trust"
 	"github.com/spf13/cobra"
 )
 
@@ -27,6 +28,7 @@ type nodeOptions struct {
 	natsURL       string
 	natsCreds     string
 	natsCA        string
+	trustRoot     string
 	prefix        string
 	gossipListen  string
 	gossipKeyFile string
@@ -62,6 +64,7 @@ func nodeCmd() *cobra.Command {
 	f.StringVar(&o.natsURL, "nats", "", "NATS server URL(s); empty: embed one on 127.0.0.1:4222")
 	f.StringVar(&o.natsCreds, "nats-creds", os.Getenv(api.EnvNATSCreds), "NATS .creds file of this node (fleetmux enroll node NAME; default $FLEETMUX_NATS_CREDS)")
 	f.StringVar(&o.natsCA, "nats-ca", "", "PEM CA that verifies the NATS server (default: the CA in the .creds file)")
+	f.StringVar(&o.trustRoot, "trust-root", "", "the fleet root's public key(s) that sign controller certificates (default DIR/keys/fleet.pub)")
 	f.StringVar(&o.prefix, "prefix", api.DefaultPrefix, "NATS subject prefix")
 	f.StringVar(&o.gossipListen, "gossip-listen", "", "gossip address host:port (e.g. 127.0.0.1:7946); empty: no gossip")
 	f.StringVar(&o.gossipKeyFile, "gossip-key-file", "", "file holding the gossip encryption key, hex (16, 24 or 32 bytes; default $FLEETMUX_GOSSIP_KEY); required beyond loopback")
@@ -118,6 +121,13 @@ func (o *nodeOptions) run(ctx context.Context, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
+		if o.trustRoot == "" {
+			// Its own fleet, as with its own NATS authority: the root that signs the
+			// certificates of controllers enrolled from this data dir.
+			if _, err := trust.InitRoot(keysDir(o.data)); err != nil {
+				return err
+			}
+		}
 		srv, err := embedNATS(&st, embedOptions{listen: transport.DefaultServerListen}, o.data, auth, log)
 		if err != nil {
 			return err
@@ -141,11 +151,15 @@ func (o *nodeOptions) run(ctx context.Context, stderr io.Writer) error {
 	} else if o.natsCreds == "" {
 		return usageError("--nats needs --nats-creds FILE or $FLEETMUX_NATS_CREDS (fleetmux enroll node %s)", o.name)
 	}
+	verifier, err := loadVerifier(o.trustRoot, o.data, o.name)
+	if err != nil {
+		return err
+	}
 	conn, err := connectNATS(ctx, &st, natsCfg)
 	if err != nil {
 		return err
 	}
-	n, err := startNode(ctx, &st, conn, node.Config{Name: o.name, Labels: labels, DataDir: o.data, Prefix: o.prefix, MaxSessions: o.maxSessions, Logger: log},
+	n, err := startNode(ctx, &st, conn, node.Config{Name: o.name, Labels: labels, DataDir: o.data, Prefix: o.prefix, MaxSessions: o.maxSessions, Verifier: verifier, Logger: log},
 		gossipOptions{listen: o.gossipListen, key: gossipKey, join: o.join})
 	if err != nil {
 		return err

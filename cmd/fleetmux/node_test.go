@@ -15,6 +15,7 @@ import (
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/fleetmux/fleetmux/transport"
+	"github.com/fleetmux/fleetmux/trust"
 )
 
 func TestNodeServesOverNATS(t *testing.T) {
@@ -43,9 +44,30 @@ func TestNodeServesOverNATS(t *testing.T) {
 	defer testutil.StopNATS(t, srv)
 	ctx, cancel := context.WithCancel(context.Background())
 	var errb bytes.Buffer
+	// Without a trust root the node refuses to start, and says how to get one.
+	err = run(ctx, []string{"node", "--name", "cmdnode", "--nats", srv.ClientURL(), "--nats-creds", credsFile, "--data", t.TempDir()}, &bytes.Buffer{}, &errb)
+	if err == nil || !strings.Contains(err.Error(), "fleetmux enroll node cmdnode") {
+		t.Fatalf("node without a trust root: %v", err)
+	}
+	// The controller's signing key and certificate, enrolled under the same root.
+	if _, _, err := runArgs(t, "enroll", "controller", "ctl", "--data", dir, "--out", filepath.Join(dir, "ctl.creds")); err != nil {
+		t.Fatal(err)
+	}
+	signer, err := trust.LoadSigner(filepath.Join(dir, "ctl.keys", trust.ControllerKeyFile), filepath.Join(dir, "ctl.keys", trust.ControllerCertFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sign := func(verb string, body []byte) map[string]string {
+		h, err := signer.Sign(api.Subjects{}.RPC("cmdnode", verb), body, "tester", api.RoleOperator)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return map[string]string{api.HeaderAuth: h}
+	}
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"node", "--name", "cmdnode", "--nats", srv.ClientURL(), "--nats-creds", credsFile, "--data", t.TempDir(), "--label", "role=test"}, &bytes.Buffer{}, &errb)
+		done <- run(ctx, []string{"node", "--name", "cmdnode", "--nats", srv.ClientURL(), "--nats-creds", credsFile, "--data", t.TempDir(), "--label", "role=test",
+			"--trust-root", filepath.Join(dir, "cmdnode.keys", trust.RootPubFile)}, &bytes.Buffer{}, &errb)
 	}()
 	defer func() {
 		cancel()
@@ -67,7 +89,8 @@ func TestNodeServesOverNATS(t *testing.T) {
 	testutil.Eventually(t, 20*time.Second, func() bool {
 		rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
 		defer rcancel()
-		reply, err = c.Request(rctx, subj.RPC("cmdnode", "create"), nil, []byte(`{"title":"t"}`))
+		body := []byte(`{"title":"t"}`)
+		reply, err = c.Request(rctx, subj.RPC("cmdnode", "create"), sign("create", body), body)
 		return err == nil
 	}, "the node to answer")
 	var s api.Session
@@ -76,7 +99,8 @@ func TestNodeServesOverNATS(t *testing.T) {
 	}
 	rctx, rcancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer rcancel()
-	reply, err = c.Request(rctx, subj.RPC("cmdnode", "run"), nil, []byte(`{"session":"s1","command":"echo via-nats; (exit 6)","timeout_ms":10000}`))
+	body := []byte(`{"session":"s1","command":"echo via-nats; (exit 6)","timeout_ms":10000}`)
+	reply, err = c.Request(rctx, subj.RPC("cmdnode", "run"), sign("run", body), body)
 	var r api.BlockResult
 	if err != nil || json.Unmarshal(reply, &r) != nil || r.Text != "via-nats" || r.Block.ExitCode == nil || *r.Block.ExitCode != 6 {
 		t.Fatalf("run reply %s (%v)", reply, err)
@@ -103,7 +127,8 @@ func TestNodeServesOverNATS(t *testing.T) {
 	}
 	rctx2, rcancel2 := context.WithTimeout(context.Background(), 10*time.Second)
 	defer rcancel2()
-	reply, err = c.Request(rctx2, subj.RPC("cmdnode", "get"), nil, []byte(`{"session":"s1"}`))
+	body = []byte(`{"session":"s1"}`)
+	reply, err = c.Request(rctx2, subj.RPC("cmdnode", "get"), sign("get", body), body)
 	if err != nil || json.Unmarshal(reply, &s) != nil || s.Blocks != 1 {
 		t.Fatalf("after the refused requests: %s (%v), want 1 block", reply, err)
 	}
