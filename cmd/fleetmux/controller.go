@@ -14,7 +14,6 @@ import (
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/controller"
 	"github.com/fleetmux/fleetmux/transport"
-	"github.com/fleetmux/fleetmux/trust"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -188,13 +187,6 @@ func (o *controllerOptions) run(ctx context.Context, stdout, stderr io.Writer) e
 	}
 	if o.natsURL == "" {
 		ensureStreams(ctx, conn, o.prefix, log)
-	}
-	if o.natsURL == "" {
-		// The embedded server's authority comes with the fleet root (as after
-		// fleetmux controller init), so that nodes can be enrolled from this data dir.
-		if _, err := trust.InitRoot(keysDir(o.data)); err != nil {
-			return err
-		}
 	}
 	if o.signingKey == "" && o.signingCert == "" {
 		if err := selfEnroll(o.data, o.name); err != nil {

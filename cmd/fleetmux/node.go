@@ -16,7 +16,6 @@ import (
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/node"
 	"github.com/fleetmux/fleetmux/transport"
-	"github.com/fleetmux/fleetmux/trust"
 	"github.com/spf13/cobra"
 )
 
@@ -120,13 +119,6 @@ func (o *nodeOptions) run(ctx context.Context, stderr io.Writer) error {
 		auth, err := openAuthority(o.data)
 		if err != nil {
 			return err
-		}
-		if o.trustRoot == "" {
-			// Its own fleet, as with its own NATS authority: the root that signs the
-			// certificates of controllers enrolled from this data dir.
-			if _, err := trust.InitRoot(keysDir(o.data)); err != nil {
-				return err
-			}
 		}
 		srv, err := embedNATS(&st, embedOptions{listen: transport.DefaultServerListen}, o.data, auth, log)
 		if err != nil {
