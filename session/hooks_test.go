@@ -98,7 +98,8 @@ func TestRejectedLines(t *testing.T) {
 func TestHooksReplaced(t *testing.T) {
 	steps := map[string][]string{
 		"bash": {"PROMPT_COMMAND='true'", "PS1='$ '", "PS0=''", "PROMPT_COMMAND='echo pc-says-hi'",
-			"PROMPT_COMMAND=(true)", "unset PROMPT_COMMAND", "PS1='$ '; PS0=''; PROMPT_COMMAND='true'"},
+			"PROMPT_COMMAND=(true)", "unset PROMPT_COMMAND", "PS1='$ '; PS0=''; PROMPT_COMMAND='true'",
+			"unset PROMPT_COMMAND; PS1='$ '", "PROMPT_COMMAND=(); PS0=''"},
 		"zsh": {"precmd_functions=()", "preexec_functions=()", "PROMPT='%% '", "precmd_functions=(); preexec_functions=(); PROMPT='%% '",
 			"unfunction precmd", "unfunction preexec", "precmd() { print -n }"},
 	}

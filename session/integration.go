@@ -89,7 +89,7 @@ func shellQuote(s string) string {
 //     itself last again, and re-wraps PS1 (A and B through variable references, so
 //     the nonce is never in PS1's text) and PS0 (C, and __fm_running set silently
 //     through an arithmetic subscript).
-//   - PS1 itself puts the guard back (a `:=` expansion inside an arithmetic subscript
+//   - PS1 and PS0 themselves put the guard back (a `:=` expansion inside an arithmetic subscript
 //     prints nothing) when the whole array was replaced or unset, and sends R;<seq>
 //     when no hook of ours ran since the last prompt: bash re-prompts without running
 //     PROMPT_COMMAND after a failed history expansion (`echo hi!x`), and a prompt whose
@@ -148,7 +148,7 @@ __fm_arm() {
 		case $PROMPT_COMMAND in *__fm_guard) ;; *) PROMPT_COMMAND+=$'\n__fm_guard' ;; esac
 	fi
 	case $PS1 in *'${__fm_A}'*) ;; *) PS1='\[${__fm_nil[${PROMPT_COMMAND[2147483647]:=__fm_guard}]}${__fm_nil[__fm_seq+=1]}${__fm_R[__fm_pc]}${__fm_R[__fm_pc]:+$__fm_seq$__fm_bel}${__fm_nil[__fm_pc=0]}${__fm_A}\]'"$PS1"'\[${__fm_B}\]' ;; esac
-	case $PS0 in *'__fm_running=1'*) ;; *) PS0="$PS0"'${__fm_nil[__fm_running=1]:-}${__fm_C}' ;; esac
+	case $PS0 in *'__fm_running=1'*) ;; *) PS0="$PS0"'${__fm_nil[${PROMPT_COMMAND[2147483647]:=__fm_guard}]}${__fm_nil[__fm_running=1]:-}${__fm_C}' ;; esac
 }
 __fm_arm
 if [[ -n $__fm_allexport ]]; then unset __fm_allexport; set -a; fi

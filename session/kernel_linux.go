@@ -150,29 +150,31 @@ func descendants(root int) []int {
 // fgWaitingForInput reports whether a task of a process in foreground group pgid (among
 // root's descendants) is blocked reading the terminal tty: in read(2) on it, or in
 // select/poll/epoll with it in the read set.
-// The reader is reported too: root itself (the shell) or another process.
-func fgWaitingForInput(root, pgid int, tty string) (waiting, byRoot bool) {
+// The reader is reported too: root itself (the shell) or another process, and whether
+// it waits in select/poll/epoll rather than read(2) (bash's line editor does; its
+// `read` builtin does not).
+func fgWaitingForInput(root, pgid int, tty string) (waiting, byRoot, multiplexed bool) {
 	for _, pid := range descendants(root) {
 		st, ok := readStat(pid)
 		if !ok || st.pgrp != pgid {
 			continue
 		}
-		if procWaitingForInput(pid, tty) {
-			return true, pid == root
+		if on, mux := procWaitingForInput(pid, tty); on {
+			return true, pid == root, mux
 		}
 	}
-	return false, false
+	return false, false, false
 }
 
-func procWaitingForInput(pid int, tty string) bool {
+func procWaitingForInput(pid int, tty string) (waiting, multiplexed bool) {
 	base := "/proc/" + strconv.Itoa(pid)
 	ttyFDs := terminalFDs(base, tty)
 	if len(ttyFDs) == 0 {
-		return false
+		return false, false
 	}
 	tasks, err := os.ReadDir(base + "/task")
 	if err != nil {
-		return false
+		return false, false
 	}
 	for _, t := range tasks {
 		b, err := os.ReadFile(base + "/task/" + t.Name() + "/syscall")
@@ -208,10 +210,10 @@ func procWaitingForInput(pid int, tty string) bool {
 		// Still asleep in it, read after the syscall: a task that input woke shows
 		// the same syscall until it runs again, which a loaded machine can delay.
 		if on && taskSleeping(base+"/task/"+t.Name()) {
-			return true
+			return true, syscallClass(nr) != sysRead
 		}
 	}
-	return false
+	return false, false
 }
 
 // taskSleeping reports whether the task at /proc/PID/task/TID is in interruptible

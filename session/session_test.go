@@ -271,7 +271,7 @@ func TestForgedMarksDoNotEndBlocks(t *testing.T) {
 		s := startShell(t, shell)
 		nonce := s.integ.nonce
 		wrong := strings.Repeat("0", len(nonce))
-		cmd := `printf '\033]133;D;0\007'; printf '\033]133;fm=` + wrong + `;D;0\007'; printf '\033]133;fm=` + wrong + `;A\007\033]7;fm=` + wrong + `;file://x/etc\007'; sleep 0.3; echo after-forge; (exit 5)`
+		cmd := `printf '\033]133;D;0\007'; printf '\033]133;fm=` + wrong + `;D;0\007'; printf '\033]133;fm=` + wrong + `;A\007\033]7;fm=` + wrong + `;file://x/etc\007'; printf '\033]133;fm=` + wrong + `;N;0\007\033]133;N;0\007\033]133;fm=` + wrong + `;R;99\007'; sleep 0.3; echo after-forge; (exit 5)`
 		r := run(t, s, cmd)
 		if exitCode(r) != 5 || r.Text != "after-forge" {
 			t.Fatalf("forged marks: exit %d text %q; want 5 and after-forge", exitCode(r), r.Text)
