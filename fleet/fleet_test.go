@@ -83,6 +83,7 @@ func TestFleet(t *testing.T) {
 		}
 	}
 
+	creds("controller", "ctl") // controller A's signing key and certificate, in its DIR/keys
 	ctlA := f.start("ctl", "", "controller", "--name", "ctl", "--data", filepath.Join(root, "ctl"),
 		"--nats-listen", natsAddr,
 		"--http-listen", "127.0.0.1:0",
@@ -664,6 +665,11 @@ func startLoopbackFleet(t *testing.T) *loopbackFleet {
 	ports := freePorts(t, "127.0.0.1", 2)
 	natsAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
 	gossip := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))
+	// The fleet's authority, and the controller's own signing key in its DIR/keys.
+	ctlData := filepath.Join(root, "ctl")
+	f.run("controller", "init", "--data", ctlData)
+	f.run("enroll", "controller", "ctl", "--data", ctlData, "--out", filepath.Join(root, "ctl.creds"))
+	installKeys(t, filepath.Join(root, "ctl.keys"), filepath.Join(ctlData, "keys"))
 	ctl := f.start("ctl", "", "controller", "--name", "ctl", "--data", filepath.Join(root, "ctl"),
 		"--nats-listen", natsAddr, "--http-listen", "127.0.0.1:0", "--gossip-listen", gossip)
 	a := &apiClient{f: f, base: f.waitHTTPAPI(ctl, 30*time.Second)}
