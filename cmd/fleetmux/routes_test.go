@@ -93,6 +93,7 @@ func TestControllerNATSRoutes(t *testing.T) {
 	a := ctl("ctl-a", dataA, ad[0], ad[2], ad[3], ad[4])
 	b := ctl("ctl-b", dataB, ad[1], ad[3], ad[2], ad[5])
 	start("node", "--name", "rn", "--data", filepath.Join(dir, "node"), "--nats", "nats://"+ad[1], "--nats-creds", nodeCreds,
+		"--trust-root", filepath.Join(dir, "n.keys", "fleet.pub"), // written by enroll next to the creds
 		"--gossip-listen", "127.0.0.1:0", "--join", ad[4])
 	httpRE := regexp.MustCompile(`HTTP API: (http://\S+)`)
 	var base string
