@@ -17,7 +17,8 @@ func machine() *Session {
 
 // feed applies steps: "A" "B" "C" "P" (marks), "D<n>" / "N<n>" (with exit status n),
 // "D" (no status), "run:<cmd>" (a Run submission at the prompt, as reserve makes it)
-// and "out:<text>" (output).
+// and "out:<text>" (output). A submission while a block is open is skipped, as Run
+// refuses it.
 func feed(s *Session, steps string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -27,6 +28,9 @@ func feed(s *Session, steps string) {
 		case strings.HasPrefix(st, "out:"):
 			s.ring.write([]byte(strings.ReplaceAll(st[4:], "_", " ") + "\r\n"))
 		case strings.HasPrefix(st, "run:"):
+			if s.pending != nil || s.cur != nil || s.fallback != nil {
+				continue // Run refuses a busy shell (ErrBusy)
+			}
 			b := s.newBlockLocked(strings.ReplaceAll(st[4:], "_", " "), off)
 			b.echoFrom = b.Start
 			s.pending = b
@@ -79,7 +83,7 @@ func TestBlockMachine(t *testing.T) {
 		{"typed Ctrl-C at the prompt", "D0 P A B out:abc N130 P A B", "", true},
 		{"empty Enter", "D0 P A B N0 P A B N0 P A B", "", true},
 		{"lost D", "P A B run:a C out:x P A B run:b C D4 P A B", "a=? | b=4", true},
-		{"lost D, next C", "P A B run:a C out:x A B run:b C D4 P A B", "a=? | b=4", true},
+		{"lost D, next command typed", "P A B run:a C out:x A B out:b C D4 P A B", "a=? | b=4", true},
 		{"duplicated D", "P A B run:a C D1 D1 P A B run:b C D0 D0 P A B", "a=1 | b=0", true},
 		{"A before D (late D)", "P A B run:a C out:x A B D7 P A B run:b C D0 P A B", "a=7 | b=0", true},
 		{"C without B", "P A run:a C D0 P A run:b C D2 P A", "a=0 | b=2", true},
@@ -124,4 +128,61 @@ func TestNothingToRun(t *testing.T) {
 			t.Errorf("nothingToRun(%q) = %v", cmd, got)
 		}
 	}
+}
+
+// FuzzBlockMachine feeds arbitrary mark sequences: whatever comes, a block never has
+// both an exit code and a note, a done block without a code says why, blocks are
+// numbered in order and at most one is open per kind.
+func FuzzBlockMachine(f *testing.F) {
+	f.Add("PABrCoDPAB")
+	f.Add("PABrCoAB7PABrN2P")
+	f.Add("PABrCCDDPArRRoNP")
+	f.Fuzz(func(t *testing.T, steps string) {
+		if len(steps) > 200 {
+			return
+		}
+		var seq []string
+		for i, c := range steps {
+			switch c {
+			case 'A', 'B', 'C', 'P':
+				seq = append(seq, string(c))
+			case 'D', 'N':
+				seq = append(seq, string(c)+strconv.Itoa(i%4))
+			case 'R':
+				seq = append(seq, "R"+strconv.Itoa(i%3+1))
+			case 'r':
+				seq = append(seq, "run:c"+strconv.Itoa(i))
+			case 'o':
+				seq = append(seq, "out:x")
+			default:
+				seq = append(seq, "D")
+			}
+		}
+		if len(seq) == 0 {
+			return
+		}
+		s := machine()
+		feed(s, strings.Join(seq, " "))
+		open := 0
+		for i, b := range s.Blocks() {
+			if b.N != i+1 {
+				t.Fatalf("block %d numbered %d", i+1, b.N)
+			}
+			if b.ExitCode != nil && b.Note != "" {
+				t.Fatalf("block %d has code %d and note %q", b.N, *b.ExitCode, b.Note)
+			}
+			if b.State == BlockDone && b.ExitCode == nil && b.Note == "" {
+				t.Fatalf("block %d done without a code or a note (steps %q)", b.N, seq)
+			}
+			if b.State == BlockRunning {
+				open++
+			}
+			if b.End < b.Start {
+				t.Fatalf("block %d ends before it starts", b.N)
+			}
+		}
+		if open > 2 { // the shell's block and a submitted one at most
+			t.Fatalf("%d blocks open after %q", open, seq)
+		}
+	})
 }
