@@ -17,6 +17,32 @@ import (
 	"github.com/fleetmux/fleetmux/internal/testutil"
 )
 
+// copyKeys copies the files of a keys directory (or an enrollment's bundle) into
+// another, modes kept.
+func copyKeys(t *testing.T, from, to string) {
+	t.Helper()
+	if err := os.MkdirAll(to, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(from, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := e.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(to, e.Name()), b, info.Mode().Perm()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func freeAddrs(t *testing.T, n int) []string {
 	t.Helper()
 	var out []string
@@ -46,24 +72,20 @@ func TestControllerNATSRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The second controller runs with a copy of the authority.
-	keysA, keysB := filepath.Join(dataA, "keys"), filepath.Join(dataB, "keys")
-	if err := os.MkdirAll(keysB, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	entries, err := os.ReadDir(keysA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		b, _ := os.ReadFile(filepath.Join(keysA, e.Name()))
-		info, _ := e.Info()
-		if err := os.WriteFile(filepath.Join(keysB, e.Name()), b, info.Mode().Perm()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	copyKeys(t, filepath.Join(dataA, "keys"), filepath.Join(dataB, "keys"))
+	// Each process gets what enroll wrote for it: the node its .creds and fleet.pub,
+	// each controller its signing key and certificate.
 	nodeCreds := filepath.Join(dir, "n.creds")
 	if _, _, err := runArgs(t, "enroll", "node", "rn", "--data", dataA, "--out", nodeCreds); err != nil {
 		t.Fatal(err)
+	}
+	copyKeys(t, filepath.Join(dir, "n.keys"), filepath.Join(dir, "node", "keys"))
+	for name, data := range map[string]string{"ctl-a": dataA, "ctl-b": dataB} {
+		out := filepath.Join(dir, name+".creds")
+		if _, _, err := runArgs(t, "enroll", "controller", name, "--data", dataA, "--out", out); err != nil {
+			t.Fatal(err)
+		}
+		copyKeys(t, filepath.Join(dir, name+".keys"), filepath.Join(data, "keys"))
 	}
 	ad := freeAddrs(t, 6) // nats A, B; cluster A, B; gossip A, B
 	ctx, cancel := context.WithCancel(context.Background())
