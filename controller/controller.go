@@ -118,6 +118,7 @@ type Controller struct {
 	metrics *metrics
 	handler http.Handler
 	audits  *auditLog
+	longs   *longs // each actor's long requests (run, wait)
 
 	// ctx is cancelled by Close and Shutdown (after their grace): long requests,
 	// streams and fan-outs end with it.
@@ -190,6 +191,7 @@ func New(cfg Config) (*Controller, error) {
 		log:   cfg.Logger,
 		subj:  api.Subjects{Prefix: cfg.Prefix},
 		nodes: newTable(),
+		longs: newLongs(),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.streamCtx, c.streamCancel = context.WithCancel(c.ctx)

@@ -26,6 +26,13 @@ type principal struct{ actor, role string }
 // nodes, and is cancelled when the node goes dead while it waits. Errors are
 // *api.Error, or ctx's error when the caller gave up.
 func (c *Controller) call(ctx context.Context, who principal, node, verb string, req, out any, timeout time.Duration) error {
+	if api.LongVerb(verb) {
+		release, err := c.longs.acquire(ctx, who.actor, node, timeout)
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
 	start := time.Now()
 	err := c.doCall(ctx, who, node, verb, req, out, timeout)
 	c.metrics.nodeRequest(verb, err, time.Since(start))

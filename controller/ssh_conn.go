@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
@@ -28,6 +29,10 @@ var sshVerbs = map[string]string{
 func roleRank(r string) int {
 	return map[string]int{api.RoleViewer: 1, api.RoleOperator: 2, api.RoleAdmin: 3}[r]
 }
+
+// maxSSHChannels bounds the session channels open at once on one connection
+// (OpenSSH's MaxSessions is 10 too).
+const maxSSHChannels = 10
 
 // detachKey ends an attach and leaves the session running (Ctrl-]).
 const detachKey = 0x1d
@@ -57,18 +62,25 @@ func (s *SSHServer) serveConn(nc net.Conn) {
 		defer wg.Done()
 		ssh.DiscardRequests(reqs)
 	}()
+	var open atomic.Int32 // session channels open on this connection
 	for nch := range chans {
 		if nch.ChannelType() != "session" {
 			nch.Reject(ssh.UnknownChannelType, "fleetmux serves session channels only (no forwarding)")
+			continue
+		}
+		if open.Load() >= maxSSHChannels {
+			nch.Reject(ssh.ResourceShortage, fmt.Sprintf("at most %d sessions at once on one connection", maxSSHChannels))
 			continue
 		}
 		ch, chReqs, err := nch.Accept()
 		if err != nil {
 			continue
 		}
+		open.Add(1)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer open.Add(-1)
 			defer ch.Close()
 			sc := &sshSession{s: s, id: id, user: conn.User(), ch: ch}
 			sc.serve(ctx, chReqs)

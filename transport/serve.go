@@ -23,6 +23,12 @@ import (
 // answered at once with an api.Error of code api.CodeBusy.
 const MaxInFlight = 256
 
+// MaxLongInFlight is how many of those may be long requests (api.LongVerb: run,
+// wait, which a caller may hold for minutes): the rest stay for short verbs, so
+// that waiting clients never keep a node from answering ls, screen or input. A long
+// request beyond it is answered with code api.CodeBusy.
+const MaxLongInFlight = MaxInFlight * 3 / 4
+
 // ServeFunc answers one request of Serve: verb is the endpoint, subject the subject the
 // request was published to (signed requests name it), header holds the first value
 // of each request header, and the returned bytes are the reply body. ctx is
@@ -35,7 +41,7 @@ type ServeFunc = func(ctx context.Context, verb, subject string, header map[stri
 // the returned stop is called or the Conn is closed.
 //
 // Each request runs handle on a goroutine of its own (a reused worker), at most
-// MaxInFlight at once; beyond that the request is answered
+// MaxInFlight at once (MaxLongInFlight of them long: api.LongVerb); beyond that the request is answered
 // {"error":{"code":"busy",...}} without running handle, so a slow handler never
 // holds up the others. stop unsubscribes, cancels the handlers' ctx and waits for
 // them to return; requests that arrive while stopping are
@@ -68,6 +74,7 @@ func (c *Conn) Serve(name, version string, subjects map[string]string, handle Se
 		ctx:    ctx,
 		cancel: cancel,
 		sem:    make(chan struct{}, MaxInFlight),
+		long:   make(chan struct{}, MaxLongInFlight),
 		work:   make(chan job),
 	}
 	verbs := make([]string, 0, len(subjects))
@@ -115,6 +122,7 @@ type served struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	sem    chan struct{} // one token per running handler
+	long   chan struct{} // one token per running long handler (api.LongVerb), besides its sem token
 
 	work chan job     // hands a request to an idle worker
 	idle atomic.Int32 // workers waiting on work
@@ -165,6 +173,16 @@ func (s *served) dispatch(verb string) micro.HandlerFunc {
 			s.reject(req, api.CodeBusy, "%s has %d requests in flight; retry later", s.name, MaxInFlight)
 			return
 		}
+		if api.LongVerb(verb) {
+			select {
+			case s.long <- struct{}{}:
+			default:
+				<-s.sem
+				s.mu.Unlock()
+				s.reject(req, api.CodeBusy, "%s has %d long requests (run, wait) in flight; retry later", s.name, MaxLongInFlight)
+				return
+			}
+		}
 		select {
 		case s.work <- job{verb, req}:
 			s.mu.Unlock()
@@ -200,9 +218,13 @@ func (s *served) worker(j job) {
 	}
 }
 
-// run handles one request (holding one of the sem tokens).
+// run handles one request (holding one of the sem tokens, and of the long ones
+// for a long verb).
 func (s *served) run(verb string, req micro.Request) {
 	defer func() { <-s.sem }()
+	if api.LongVerb(verb) {
+		defer func() { <-s.long }()
+	}
 	var reply []byte
 	func() {
 		defer func() {

@@ -38,6 +38,7 @@ func serveTest(t *testing.T) (client *transport.Conn, stop func() error, b *bloc
 		"echo":  subj.RPC("n1", "echo"),
 		"block": subj.RPC("n1", "block"),
 		"panic": subj.RPC("n1", "panic"),
+		"wait":  subj.RPC("n1", "wait"), // a long verb (api.LongVerb) that blocks like block
 	}
 	stop, err := server.Serve(api.ServiceName, "0.1.0", subjects, func(ctx context.Context, verb, subject string, header map[string]string, data []byte) []byte {
 		switch verb {
@@ -46,7 +47,7 @@ func serveTest(t *testing.T) (client *transport.Conn, stop func() error, b *bloc
 				return fmt.Appendf(nil, "echo on subject %q", subject)
 			}
 			return fmt.Appendf(nil, "%s:%s:%s", verb, header[api.HeaderActor], data)
-		case "block":
+		case "block", "wait":
 			b.entered.Add(1)
 			defer b.done.Add(1)
 			select {
@@ -96,7 +97,7 @@ func TestServeRoundTrip(t *testing.T) {
 	if err := json.Unmarshal(info, &si); err != nil {
 		t.Fatal(err)
 	}
-	if si.Name != api.ServiceName || si.Version != "0.1.0" || len(si.Endpoints) != 3 {
+	if si.Name != api.ServiceName || si.Version != "0.1.0" || len(si.Endpoints) != 4 {
 		t.Fatalf("service info %+v", si)
 	}
 }
@@ -327,5 +328,47 @@ func TestServiceVersion(t *testing.T) {
 		if got := transport.ServiceVersion(in); got != want {
 			t.Errorf("ServiceVersion(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestServeLongVerbsLeaveRoom is issue 15 #5 at the node's door: requests that
+// wait (a viewer's `wait --timeout 10m`, by the hundred) take at most
+// MaxLongInFlight workers, and short verbs are still answered.
+func TestServeLongVerbsLeaveRoom(t *testing.T) {
+	client, _, b := serveTest(t)
+	const extra = 20
+	var wg sync.WaitGroup
+	var busy atomic.Int64
+	errs := make(chan error, transport.MaxLongInFlight+extra)
+	for range transport.MaxLongInFlight + extra {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reply, err := client.Request(ctxT(t, 30*time.Second), api.Subjects{}.RPC("n1", "wait"), nil, nil)
+			switch {
+			case err != nil:
+				errs <- err
+			case string(reply) == "released":
+			case errorCode(t, reply) == api.CodeBusy:
+				busy.Add(1)
+			default:
+				errs <- fmt.Errorf("reply %q", reply)
+			}
+		}()
+	}
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		return b.entered.Load() == transport.MaxLongInFlight && busy.Load() == extra
+	}, "%d long handlers running and %d refused busy", transport.MaxLongInFlight, extra)
+	for i := range 10 {
+		got, err := client.Request(ctxT(t, 5*time.Second), api.Subjects{}.RPC("n1", "echo"), nil, []byte("x"))
+		if err != nil || string(got) != "echo::x" {
+			t.Fatalf("short request %d while the long ones wait: %q %v", i, got, err)
+		}
+	}
+	close(b.release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
