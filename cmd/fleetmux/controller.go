@@ -86,7 +86,7 @@ func controllerCmd() *cobra.Command {
 	f.StringVar(&o.apiToken, "api-token", "", "API token required from clients (default $FLEETMUX_TOKEN; prefer it or --api-token-file: flags show in ps); required beyond loopback")
 	f.StringVar(&o.apiTokenFile, "api-token-file", "", "file holding the API token")
 	f.StringVar(&o.natsURL, "nats", "", "NATS server URL(s) to connect to")
-	f.StringVar(&o.natsCreds, "nats-creds", os.Getenv(api.EnvNATSCreds), "NATS .creds file of this controller (fleetmux enroll controller NAME; default $FLEETMUX_NATS_CREDS)")
+	f.StringVar(&o.natsCreds, "nats-creds", "", "NATS .creds file of this controller (fleetmux enroll controller NAME; default $FLEETMUX_NATS_CREDS)")
 	f.StringVar(&o.natsCA, "nats-ca", "", "PEM CA that verifies the NATS server (default: the CA in the .creds file)")
 	f.StringVar(&o.natsListen, "nats-listen", "", "embed a NATS server (JetStream on) on this address")
 	f.StringVar(&o.natsCluster, "nats-cluster-listen", "", "cluster (route) listener of the embedded NATS server (default: the --nats-listen host, port 6222, when --nats-routes is set)")
@@ -126,6 +126,9 @@ func (o *controllerOptions) run(ctx context.Context, stdout, stderr io.Writer) e
 	}
 	if o.gossip.key == "" {
 		o.gossip.key = os.Getenv(envGossipKey)
+	}
+	if o.natsCreds == "" {
+		o.natsCreds = os.Getenv(api.EnvNATSCreds)
 	}
 	if o.apiTokenFile != "" {
 		b, err := os.ReadFile(o.apiTokenFile)

@@ -61,7 +61,7 @@ func nodeCmd() *cobra.Command {
 	f.StringSliceVar(&o.labels, "label", nil, "label k=v (repeatable)")
 	f.StringVar(&o.data, "data", ".fleetmux", "data directory: recordings, session ids, embedded NATS store")
 	f.StringVar(&o.natsURL, "nats", "", "NATS server URL(s); empty: embed one on 127.0.0.1:4222")
-	f.StringVar(&o.natsCreds, "nats-creds", os.Getenv(api.EnvNATSCreds), "NATS .creds file of this node (fleetmux enroll node NAME; default $FLEETMUX_NATS_CREDS)")
+	f.StringVar(&o.natsCreds, "nats-creds", "", "NATS .creds file of this node (fleetmux enroll node NAME; default $FLEETMUX_NATS_CREDS)")
 	f.StringVar(&o.natsCA, "nats-ca", "", "PEM CA that verifies the NATS server (default: the CA in the .creds file)")
 	f.StringVar(&o.trustRoot, "trust-root", "", "the fleet root's public key(s) that sign controller certificates (default DIR/keys/fleet.pub)")
 	f.StringVar(&o.prefix, "prefix", api.DefaultPrefix, "NATS subject prefix")
@@ -104,6 +104,9 @@ func (o *nodeOptions) run(ctx context.Context, stderr io.Writer) error {
 	var st stack
 	defer st.close()
 	gossipKey := os.Getenv(envGossipKey)
+	if o.natsCreds == "" { // read here, not as the flag's default (see TestNoSecretInFlagDefaults)
+		o.natsCreds = os.Getenv(api.EnvNATSCreds)
+	}
 	if o.gossipKeyFile != "" {
 		b, err := os.ReadFile(o.gossipKeyFile)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -131,7 +132,7 @@ func TestOpenSSH(t *testing.T) {
 func secretEnv(t *testing.T) []string {
 	t.Helper()
 	var canaries []string
-	for _, name := range []string{envToken, envGossipKey} {
+	for _, name := range []string{api.EnvToken, api.EnvGossipKey, api.EnvNATSCreds, "FLEETMUX_NATS_TOKEN"} {
 		v := "canary-" + strings.ToLower(name) + "-5ec2e7"
 		t.Setenv(name, v)
 		canaries = append(canaries, v)
