@@ -44,8 +44,9 @@ type ctlStack struct {
 	ctl  *controller.Controller
 	base string // http://127.0.0.1:PORT
 	http *http.Client
-	dir  string // the sessions' cwd
-	nats string // the NATS server's client URL
+	dir  string          // the sessions' cwd
+	nats string          // the NATS server's client URL
+	keys *testutil.Trust // the controller's signer; the nodes trust its root
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -99,7 +100,7 @@ func startCtlStack(tb testing.TB, e benchEnv, nodes int) *ctlStack {
 	}
 	tr := &http.Transport{MaxIdleConnsPerHost: 32, IdleConnTimeout: time.Minute}
 	tb.Cleanup(tr.CloseIdleConnections)
-	return &ctlStack{ctl: ctl, base: "http://" + ctl.Addr(), http: &http.Client{Transport: tr, Timeout: 2 * time.Minute}, dir: e.dir, nats: srv.ClientURL()}
+	return &ctlStack{ctl: ctl, base: "http://" + ctl.Addr(), http: &http.Client{Transport: tr, Timeout: 2 * time.Minute}, dir: e.dir, nats: srv.ClientURL(), keys: keys}
 }
 
 // do sends one API request and decodes the JSON reply into out. The body is read
@@ -420,7 +421,7 @@ func TestControllerBenchReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	natsRun := func() error { return nodeRPCRun(nc, natsAddr) }
+	natsRun := func() error { return nodeRPCRun(nc, st.keys, natsAddr) }
 	if err := natsRun(); err != nil {
 		t.Fatal(err)
 	}
@@ -538,8 +539,9 @@ func TestControllerBenchReport(t *testing.T) {
 	fmt.Print(out.String())
 }
 
-// nodeRPCRun sends the node's run verb for addr (NODE/ID) straight over NATS.
-func nodeRPCRun(c *transport.Conn, addr string) error {
+// nodeRPCRun sends the node's run verb for addr (NODE/ID) straight over NATS,
+// signed as the controller would.
+func nodeRPCRun(c *transport.Conn, keys *testutil.Trust, addr string) error {
 	nodeName, id, err := api.ParseAddress(addr)
 	if err != nil {
 		return err
@@ -547,7 +549,12 @@ func nodeRPCRun(c *transport.Conn, addr string) error {
 	data, _ := json.Marshal(api.RunRequest{Session: id, Command: "true", TimeoutMS: int(opTimeout / time.Millisecond)})
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	reply, err := c.Request(ctx, api.Subjects{}.RPC(nodeName, "run"), nil, data)
+	subject := api.Subjects{}.RPC(nodeName, "run")
+	h, err := keys.Signer.Sign(subject, data, "bench", api.RoleAdmin)
+	if err != nil {
+		return err
+	}
+	reply, err := c.Request(ctx, subject, map[string]string{api.HeaderAuth: h}, data)
 	if err != nil {
 		return err
 	}
