@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,9 +12,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/fleetmux/fleetmux/internal/testutil"
 )
 
 // ---- OpenSSH (`ssh host cmd`) ----
@@ -33,7 +33,7 @@ type sshDriver struct {
 	env    []string
 	sshd   *exec.Cmd
 	master *exec.Cmd // ControlMaster, when started
-	log    *lockedBuffer
+	log    *testutil.Buffer
 }
 
 // errNoSSHD says why the ssh variants are left out (a reason, not a failure).
@@ -124,7 +124,7 @@ func startSSH(e benchEnv, dir string) (*sshDriver, error) {
 	}, "\n")), 0o600); err != nil {
 		return nil, err
 	}
-	d := &sshDriver{bin: ssh, dir: dir, env: slices.Clone(e.base), log: &lockedBuffer{}}
+	d := &sshDriver{bin: ssh, dir: dir, env: slices.Clone(e.base), log: &testutil.Buffer{Tail: 4 << 10}}
 	d.sshd = exec.Command(sshd, "-D", "-e", "-f", conf, "-p", strconv.Itoa(port))
 	d.sshd.Stdout, d.sshd.Stderr = d.log, d.log
 	d.sshd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -239,28 +239,4 @@ func freePort() (int, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-// lockedBuffer collects a child's stderr for error messages, keeping the last 4 KiB.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.b.Write(p)
-	if l.b.Len() > 8<<10 {
-		keep := slices.Clone(l.b.Bytes()[l.b.Len()-4<<10:])
-		l.b.Reset()
-		l.b.Write(keep)
-	}
-	return len(p), nil
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.TrimSpace(l.b.String())
 }

@@ -38,7 +38,7 @@ const devNode = "bench"
 // an authorized_keys file holding one key (an admin: it is dev).
 type devProc struct {
 	cmd   *exec.Cmd
-	out   *lockedBuffer
+	out   *testutil.Buffer
 	api   *ctlStack  // the HTTP API (only base and http are set)
 	front *sshDriver // OpenSSH client options for the SSH front door (no sshd)
 }
@@ -78,7 +78,7 @@ func startDevProc(tb testing.TB, e benchEnv) (*devProc, error) {
 	if err := os.WriteFile(ak, pub, 0o600); err != nil {
 		return nil, err
 	}
-	d := &devProc{out: &lockedBuffer{}}
+	d := &devProc{out: &testutil.Buffer{Tail: 4 << 10}}
 	d.cmd = exec.Command(bin, "dev", "--data", filepath.Join(dir, "data"), "--name", devNode,
 		"--http-listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--gossip-listen", "127.0.0.1:0",
 		"--ssh-listen", "127.0.0.1:0", "--authorized-keys", ak)
@@ -221,12 +221,12 @@ type pipeEcho struct {
 	done chan struct{}
 	buf  []byte
 	n    int
-	log  *lockedBuffer
+	log  *testutil.Buffer
 }
 
 // startPipeEcho starts `ssh -tt ARGS...` and waits until it echoes.
 func startPipeEcho(env []string, bin string, args ...string) (*pipeEcho, error) {
-	x := &pipeEcho{out: make(chan []byte, 64), done: make(chan struct{}), log: &lockedBuffer{}}
+	x := &pipeEcho{out: make(chan []byte, 64), done: make(chan struct{}), log: &testutil.Buffer{Tail: 4 << 10}}
 	x.cmd = exec.Command(bin, append([]string{"-tt"}, args...)...)
 	x.cmd.Env = env
 	x.cmd.Stderr = x.log

@@ -10,15 +10,16 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/internal/delay"
 )
 
 // auditLog appends audit records to a JSONL file (when configured) and publishes
-// them on the controller's audit subject, within auditDelay (see delayQueue).
+// them on the controller's audit subject, within auditDelay (see package delay).
 // Safe for concurrent use.
 type auditLog struct {
 	name string // the controller's: every record's Node
 	log  *slog.Logger
-	pub  *delayQueue[[]byte]
+	pub  *delay.Queue[[]byte]
 	file auditFile
 	mu   sync.Mutex // guards f, size
 	f    *os.File
@@ -44,7 +45,7 @@ const auditDelay = 2 * time.Millisecond
 // openAudit opens the audit log of the controller name: records are published on
 // subject, and appended to the file path when it is set.
 func openAudit(bus Bus, subject, name string, file auditFile, log *slog.Logger) (*auditLog, error) {
-	a := &auditLog{name: name, log: log, file: file, pub: newDelayQueue(auditDelay, func(b []byte) {
+	a := &auditLog{name: name, log: log, file: file, pub: delay.New(auditDelay, func(b []byte) {
 		if err := bus.Publish(subject, nil, b); err != nil {
 			log.Warn("audit record not published", "subject", subject, "err", err)
 		}

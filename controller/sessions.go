@@ -24,9 +24,9 @@ func (c *Controller) listNodes(w http.ResponseWriter, r *http.Request) {
 // Nodes that do not answer in time are listed in "unavailable".
 func (c *Controller) listSessions(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	labels, err := parseLabels(q["label"])
+	labels, err := api.ParseLabels(q["label"])
 	if err != nil {
-		c.reply(w, r, nil, err)
+		c.reply(w, r, nil, api.Errorf(api.CodeBadRequest, "%v", err))
 		return
 	}
 	out, err := c.ListSessions(reqCtx(r), q.Get("node"), labels)
@@ -96,19 +96,6 @@ func matches(have, want map[string]string) bool {
 		}
 	}
 	return true
-}
-
-// parseLabels parses k=v pairs.
-func parseLabels(kvs []string) (map[string]string, error) {
-	out := map[string]string{}
-	for _, kv := range kvs {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || api.ValidName(k) != nil {
-			return nil, api.Errorf(api.CodeBadRequest, "label %q: want k=v with k of A-Z a-z 0-9 _ -", kv)
-		}
-		out[k] = v
-	}
-	return out, nil
 }
 
 func (c *Controller) createSession(w http.ResponseWriter, r *http.Request) {

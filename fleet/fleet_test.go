@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/nats-io/nats.go"
 )
 
@@ -403,7 +404,7 @@ func TestFleet(t *testing.T) {
 		if br.Block.State != "running" || br.Block.Command != loop {
 			t.Fatalf("run with timeout_ms 200: block %+v, want the running loop", br.Block)
 		}
-		followed := &lockedBuffer{}
+		followed := &testutil.Buffer{}
 		fl := b.follow("n1", s.ID, 0, followed)
 		if got := fl.resp.Header.Get(api.HeaderOffset); got != "0" {
 			t.Errorf("follow from 0: %s %q", api.HeaderOffset, got)

@@ -65,44 +65,13 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// lockedBuffer is a bytes.Buffer safe for concurrent use (a process writes, the
-// test reads).
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *lockedBuffer) Bytes() []byte {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return bytes.Clone(l.b.Bytes())
-}
-
-func (l *lockedBuffer) Len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Len()
-}
-
 // proc is one fleetmux process.
 type proc struct {
 	name   string // e.g. "n2#2": the second process of node n2
 	argv   []string
 	cmd    *exec.Cmd
-	stdout *lockedBuffer
-	stderr *lockedBuffer
+	stdout *testutil.Buffer
+	stderr *testutil.Buffer
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the process has been waited for
 	err    error         // Wait's error, after done
@@ -264,7 +233,7 @@ func (f *fleet) start(name, ns string, args ...string) *proc {
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = f.env(name)
 	cmd.Dir = f.root
-	p := &proc{name: label, argv: argv, cmd: cmd, stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, cancel: cancel, done: make(chan struct{})}
+	p := &proc{name: label, argv: argv, cmd: cmd, stdout: &testutil.Buffer{}, stderr: &testutil.Buffer{}, cancel: cancel, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
 	cmd.WaitDelay = 5 * time.Second
 	// Dies with the test binary even when it is killed before its cleanups run (a
@@ -696,7 +665,7 @@ func (c *apiClient) rawOutput(node, id string) []byte {
 
 // follower reads GET .../output?follow=1 into a buffer on a goroutine of its own.
 type follower struct {
-	buf    *lockedBuffer
+	buf    *testutil.Buffer
 	resp   *http.Response
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -704,7 +673,7 @@ type follower struct {
 }
 
 // follow starts following a session's output from offset from; the bytes go to buf.
-func (c *apiClient) follow(node, id string, from int, buf *lockedBuffer) *follower {
+func (c *apiClient) follow(node, id string, from int, buf *testutil.Buffer) *follower {
 	c.f.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/v1/sessions/%s/%s/output?from=%d&follow=1", c.base, node, id, from), nil)

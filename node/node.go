@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/internal/delay"
 )
 
 // Config configures a node. Name, DataDir and Bus are required.
@@ -68,8 +69,8 @@ type Node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	published atomic.Int64               // output bytes published, gossiped as NodeMeta.Published
-	audits    *delayQueue[func() []byte] // audit records (made when sent), published off the request path
+	published atomic.Int64                // output bytes published, gossiped as NodeMeta.Published
+	audits    *delay.Queue[func() []byte] // audit records (made when sent), published off the request path
 
 	mu       sync.Mutex // guards the fields below
 	sessions map[string]*entry
@@ -134,7 +135,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	audit := n.subj.Audit(cfg.Name)
-	n.audits = newDelayQueue(AuditDelay, func(record func() []byte) {
+	n.audits = delay.New(AuditDelay, func(record func() []byte) {
 		if b := record(); b != nil {
 			_ = cfg.Bus.Publish(audit, nil, b)
 		}
@@ -144,7 +145,7 @@ func New(cfg Config) (*Node, error) {
 
 // AuditDelay is how long, at most, an audit record waits before it is published:
 // records are not published with the reply, which the NATS server would then
-// deliver only after storing them (see delayQueue).
+// deliver only after storing them (see package delay).
 const AuditDelay = 2 * time.Millisecond
 
 // Run serves the node API until ctx is done, then closes the node (every session is

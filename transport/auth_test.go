@@ -1,7 +1,6 @@
 package transport_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -115,27 +114,14 @@ func (cl *client) noErrors(t *testing.T) {
 	}
 }
 
-// logBuffer collects a transport.Conn's log, to assert it saw no async errors.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-func (l *logBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
-
 // conn connects a transport.Conn with credentials, as the fleetmux commands do.
-func (f *authFleet) conn(id transport.Identity) (*transport.Conn, *logBuffer) {
+func (f *authFleet) conn(id transport.Identity) (*transport.Conn, *testutil.Buffer) {
 	f.t.Helper()
 	c, err := f.a.Issue(id)
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	var lb logBuffer
+	var lb testutil.Buffer
 	conn, err := transport.Connect(ctxT(f.t, 5*time.Second), transport.NATSConfig{URL: f.srv.ClientURL(), Creds: c,
 		Logger: slog.New(slog.NewTextHandler(&lb, nil)), DrainTimeout: 2 * time.Second})
 	if err != nil {

@@ -173,6 +173,15 @@ func needAddress(verb string, args []string) (node, id string, err error) {
 	return parseAddress(verb, args[0])
 }
 
+// parseLabels parses repeated --label KEY=VALUE flags (api.ParseLabels).
+func parseLabels(kvs []string) (map[string]string, error) {
+	labels, err := api.ParseLabels(kvs)
+	if err != nil {
+		return nil, usageError("--%v", err)
+	}
+	return labels, nil
+}
+
 // parsePairs parses repeated k=v flags into a map.
 func parsePairs(flag string, kvs []string) (map[string]string, error) {
 	if len(kvs) == 0 {

@@ -15,28 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/testutil"
-	"github.com/nats-io/nats.go"
 )
-
-// lockedBuffer is a bytes.Buffer safe for a writer and a reader.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // devOut is what the last startDev printed (tests run one at a time).
 var devOut string
@@ -51,7 +34,7 @@ func startDev(t *testing.T, extra ...string) string {
 	t.Chdir(t.TempDir())
 	data := "data"
 	ctx, cancel := context.WithCancel(context.Background())
-	var out, errb lockedBuffer
+	var out, errb testutil.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, append([]string{"dev", "--data", data, "--name", "here", "--ssh-listen", "off",

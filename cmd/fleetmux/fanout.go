@@ -222,7 +222,7 @@ func (o *runOptions) fanoutRequest(c *cobra.Command, args []string) (api.FanoutR
 	}
 	sel := api.Selector{All: o.all}
 	var err error
-	if sel.Labels, err = parsePairs("label", o.labels); err != nil {
+	if sel.Labels, err = parseLabels(o.labels); err != nil {
 		return req, err
 	}
 	for _, n := range o.nodes {

@@ -8,17 +8,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // stdioMCP runs `fleetmux mcp ARGS...` on pipes, as an MCP client runs it as a
 // subprocess, and connects the go-sdk's client to it. At the end of the test the
 // client leaves and the command must return without an error.
-func stdioMCP(t *testing.T, args ...string) (*mcp.ClientSession, *lockedBuffer) {
+func stdioMCP(t *testing.T, args ...string) (*mcp.ClientSession, *testutil.Buffer) {
 	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	var errb lockedBuffer
+	var errb testutil.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {

@@ -94,7 +94,7 @@ func (o *nodeOptions) run(ctx context.Context, stderr io.Writer) error {
 	if err := api.ValidName(o.name); err != nil {
 		return usageError("--name: %v", err)
 	}
-	labels, err := parseLabelFlags(o.labels)
+	labels, err := parseLabels(o.labels)
 	if err != nil {
 		return err
 	}
@@ -162,19 +162,6 @@ func (o *nodeOptions) run(ctx context.Context, stderr io.Writer) error {
 	fmt.Fprintf(stderr, "node %s serving on %s\n", o.name, api.Subjects{Prefix: o.prefix}.RPC(o.name, "*"))
 	<-ctx.Done()
 	return n.Close()
-}
-
-// parseLabelFlags parses repeated --label k=v flags.
-func parseLabelFlags(kvs []string) (map[string]string, error) {
-	labels := map[string]string{}
-	for _, kv := range kvs {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok {
-			return nil, usageError("--label %q: want k=v", kv)
-		}
-		labels[k] = v
-	}
-	return labels, nil
 }
 
 // ensureStreams sets up the JetStream streams on an embedded server.

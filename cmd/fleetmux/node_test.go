@@ -113,7 +113,7 @@ func TestNodeServesOverNATS(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var lb lockedBuffer
+		var lb testutil.Buffer
 		bad, err := transport.Connect(context.Background(), transport.NATSConfig{URL: srv.ClientURL(), Creds: cr, Logger: slog.New(slog.NewTextHandler(&lb, nil))})
 		if err != nil {
 			t.Fatal(err)

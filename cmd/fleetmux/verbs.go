@@ -124,7 +124,7 @@ func lsCmd() *cobra.Command {
 					return usageError("ls: --node: %s", nameErr(err))
 				}
 			}
-			labels, err := parsePairs("label", o.labels)
+			labels, err := parseLabels(o.labels)
 			if err != nil {
 				return err
 			}
@@ -250,7 +250,7 @@ func (o *newOptions) request(argv []string) (api.NewSession, error) {
 	if o.cols < 0 || o.rows < 0 {
 		return req, usageError("new: --cols %d --rows %d: want positive sizes", o.cols, o.rows)
 	}
-	labels, err := parsePairs("label", o.labels)
+	labels, err := parseLabels(o.labels)
 	if err != nil {
 		return req, err
 	}

@@ -47,12 +47,12 @@ func TestCheckCatchesViolations(t *testing.T) {
 			[]string{"node imports " + m + "transport: node must never import controller or transport"}},
 		{"node", pkg{ImportPath: m + "node", Imports: []string{m + "replay"}, Deps: []string{m + "replay", m + "controller/http"}},
 			[]string{"node depends on " + m + "controller/http: node must never import controller or transport"}},
-		{"node", pkg{ImportPath: m + "node", Imports: []string{m + "client"}}, []string{"of this module, node may import api, session, replay, trust only"}},
+		{"node", pkg{ImportPath: m + "node", Imports: []string{m + "client"}}, []string{"of this module, node may import api, session, replay, trust, internal/delay only"}},
 		{"controller", pkg{ImportPath: m + "controller/ssh", Imports: []string{m + "node"}, Deps: []string{m + "node"}},
 			[]string{"controller/ssh imports " + m + "node: controller must never import node or transport"}},
 		{"controller", pkg{ImportPath: m + "controller", Imports: []string{m + "replay"}, Deps: []string{m + "replay", m + "transport/nats"}},
 			[]string{"controller depends on " + m + "transport/nats: controller must never import"}},
-		{"controller", pkg{ImportPath: m + "controller", Imports: []string{m + "session"}}, []string{"controller may import api, replay, trust, mcpserver only"}},
+		{"controller", pkg{ImportPath: m + "controller", Imports: []string{m + "session"}}, []string{"controller may import api, replay, trust, mcpserver, internal/delay only"}},
 		{"controller", pkg{ImportPath: m + "controller", Imports: []string{m + "api", m + "mcpserver"}}, nil},
 		{"mcpserver", pkg{ImportPath: m + "mcpserver", Imports: []string{"net/http", m + "api", "github.com/modelcontextprotocol/go-sdk/mcp", "github.com/google/jsonschema-go/jsonschema"},
 			Deps: []string{"github.com/yosida95/uritemplate/v3", "golang.org/x/oauth2"}}, nil},
@@ -61,6 +61,8 @@ func TestCheckCatchesViolations(t *testing.T) {
 		{"mcpserver", pkg{ImportPath: m + "mcpserver", Imports: []string{m + "client"}, Deps: []string{m + "client", m + "node"}},
 			[]string{"mcpserver imports " + m + "client: mcpserver may import only the standard library and api, github.com/modelcontextprotocol/go-sdk", "mcpserver depends on " + m + "node: mcpserver must never import"}},
 		{"client", pkg{ImportPath: m + "client", Imports: []string{"net/http", m + "api"}}, nil},
+		{"internal/delay", pkg{ImportPath: m + "internal/delay", Imports: []string{"sync", m + "api"}}, nil},
+		{"internal/delay", pkg{ImportPath: m + "internal/delay", Imports: []string{"sync", m + "session"}}, []string{"internal/delay imports " + m + "session"}},
 		{"client", pkg{ImportPath: m + "client", Imports: []string{"golang.org/x/net/websocket"}}, []string{"client imports golang.org/x/net/websocket"}},
 	}
 	for _, tt := range tests {

@@ -45,11 +45,13 @@ var rules = []rule{
 	{dir: "replay", only: []string{"api"}},
 	{dir: "transport", only: []string{"api", "github.com/nats-io", "github.com/hashicorp/memberlist"}},
 	{dir: "trust", only: []string{"api", "golang.org/x/crypto"}},
-	{dir: "node", ours: []string{"api", "session", "replay", "trust"}, never: []string{"controller", "transport"}},
-	{dir: "controller", ours: []string{"api", "replay", "trust", "mcpserver"}, never: []string{"node", "transport"}},
+	{dir: "node", ours: []string{"api", "session", "replay", "trust", "internal/delay"}, never: []string{"controller", "transport"}},
+	{dir: "controller", ours: []string{"api", "replay", "trust", "mcpserver", "internal/delay"}, never: []string{"node", "transport"}},
 	{dir: "mcpserver", only: []string{"api", "github.com/modelcontextprotocol/go-sdk", "github.com/google/jsonschema-go"},
 		never: []string{"controller", "node", "transport"}},
 	{dir: "client", only: []string{"api"}},
+	// internal helpers that node and controller share (DESIGN's "internal/… (others)")
+	{dir: "internal/delay", only: []string{"api"}},
 }
 
 // pkg is what go list tells about one package.

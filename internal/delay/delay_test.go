@@ -1,4 +1,4 @@
-package node
+package delay
 
 import (
 	"slices"
@@ -27,9 +27,9 @@ func (s *sink) snapshot() []int {
 }
 
 // Nothing is sent by Add itself; the delay sends everything, in order.
-func TestDelayQueueSendsLaterInOrder(t *testing.T) {
+func TestQueueSendsLaterInOrder(t *testing.T) {
 	var s sink
-	q := newDelayQueue(20*time.Millisecond, s.send)
+	q := New(20*time.Millisecond, s.send)
 	defer q.Close()
 	t0 := time.Now()
 	for i := range 5 {
@@ -51,9 +51,9 @@ func TestDelayQueueSendsLaterInOrder(t *testing.T) {
 
 // Close sends what is held at once; later Adds send at once; concurrent Adds keep
 // each goroutine's order.
-func TestDelayQueueClose(t *testing.T) {
+func TestQueueClose(t *testing.T) {
 	var s sink
-	q := newDelayQueue(time.Hour, s.send)
+	q := New(time.Hour, s.send)
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Add(1)

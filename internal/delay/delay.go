@@ -1,21 +1,20 @@
-package node
+// Package delay holds Queue, which sends messages a short, bounded time after they
+// were added, in order, in batches. The node and the controller use it for their
+// audit records: published at once, a record reaches the NATS server together with
+// the reply, and the server stores it in its JetStream stream before it delivers the
+// reply, so on a machine with few cores the record's storage came before the
+// requester's answer. Held for at most the delay, the records of that span go out
+// together after the reply.
+package delay
 
 import (
 	"sync"
 	"time"
 )
 
-// The node publishes an audit record for every mutating request. Published at once,
-// a record reaches the NATS server together with the reply, and the server stores
-// it in its JetStream stream before it delivers the reply: on a machine with few
-// cores the record's storage came before the requester's answer. A delayQueue holds
-// such messages for at most its delay and sends those of that span together, in
-// order. (The controller has the same type: DESIGN.md's layout lets the two share
-// no package but api and replay.)
-
-// delayQueue sends messages through its send function at most Delay after they were
+// Queue sends messages through its send function at most its delay after they were
 // added, in the order they were added. Its methods are safe for concurrent use.
-type delayQueue[T any] struct {
+type Queue[T any] struct {
 	delay time.Duration
 	send  func(T)
 
@@ -27,14 +26,14 @@ type delayQueue[T any] struct {
 	closed bool
 }
 
-// newDelayQueue returns a queue that sends through send, which must not block for long; it
-// runs on a timer goroutine (or in Close).
-func newDelayQueue[T any](delay time.Duration, send func(T)) *delayQueue[T] {
-	return &delayQueue[T]{delay: delay, send: send}
+// New returns a queue that sends through send, which must not block for long; it
+// runs on a timer goroutine (or in Flush or Close). Close stops the timer.
+func New[T any](delay time.Duration, send func(T)) *Queue[T] {
+	return &Queue[T]{delay: delay, send: send}
 }
 
 // Add queues m. After Close, m is sent at once.
-func (q *delayQueue[T]) Add(m T) {
+func (q *Queue[T]) Add(m T) {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
@@ -55,7 +54,7 @@ func (q *delayQueue[T]) Add(m T) {
 }
 
 // Flush sends what is queued now.
-func (q *delayQueue[T]) Flush() {
+func (q *Queue[T]) Flush() {
 	q.sendMu.Lock()
 	defer q.sendMu.Unlock()
 	q.mu.Lock()
@@ -69,7 +68,7 @@ func (q *delayQueue[T]) Flush() {
 
 // Close sends what is queued and makes later Adds send at once. It waits for a
 // flush under way; it is idempotent.
-func (q *delayQueue[T]) Close() {
+func (q *Queue[T]) Close() {
 	q.mu.Lock()
 	q.closed = true
 	if q.timer != nil {
