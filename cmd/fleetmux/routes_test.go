@@ -91,7 +91,7 @@ func TestControllerNATSRoutes(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	type proc struct {
-		out, errb lockedBuffer
+		out, errb testutil.Buffer
 		done      chan struct{} // closed when run returned, with err
 		err       error
 	}
