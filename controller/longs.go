@@ -11,8 +11,9 @@ import (
 // maxLongPerActor bounds an actor's long requests (api.LongVerb: run, wait) held
 // by one node at once. A node serves a bounded number of requests at once; without
 // this bound one viewer (one SSH key opening many channels of `wait --timeout
-// 10m`) could take them all, and keep them after leaving.
-const maxLongPerActor = 16
+// 10m`) could take them all, and keep them after leaving. It leaves room for a
+// fan-out to many sessions of one node.
+const maxLongPerActor = 64
 
 // longs counts each actor's long requests on each node. A request whose caller left before the
 // node answered still counts until its timeout: the node holds it that long.

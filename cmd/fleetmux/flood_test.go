@@ -17,7 +17,7 @@ import (
 // TestSSHWaitFlood is the attack of issue 15 #5: a viewer opened 300 channels of
 // `wait NODE/ID --until exited --timeout 10m` on one SSH connection (and more
 // connections after it), and the node answered everyone else `busy` for ten
-// minutes. Now one connection holds at most 10 channels, one actor at most 16 long
+// minutes. Now one connection holds at most 10 channels, one actor at most 64 long
 // requests on a node, and a node keeps room for short verbs: an operator's run and
 // ls go through during the flood and after the attacker left.
 func TestSSHWaitFlood(t *testing.T) {
@@ -58,9 +58,11 @@ func TestSSHWaitFlood(t *testing.T) {
 		t.Fatalf("new: %q %v", out, err)
 	}
 
-	// The attacker: 300 channels on one connection, then 4 more connections.
+	// The attacker: 300 channels on one connection, then 8 more connections (more
+	// waits than one actor may hold on a node).
 	var attackers []*ssh.Client
 	opened, refused := 0, 0
+	ended := make(chan string, 400) // stderr of each wait that ended
 	start := func(c *ssh.Client, n int) {
 		for range n {
 			s, err := c.NewSession()
@@ -68,22 +70,41 @@ func TestSSHWaitFlood(t *testing.T) {
 				refused++
 				continue
 			}
+			errb := new(bytes.Buffer)
+			s.Stderr = errb
 			if err := s.Start("wait here/s1 --until exited --timeout 10m"); err != nil {
 				t.Fatal(err)
 			}
+			go func() { // ends with the session (the attacker's connections close below)
+				s.Wait()
+				ended <- errb.String()
+			}()
 			opened++
 		}
 	}
 	first := dial(viewer)
 	attackers = append(attackers, first)
 	start(first, 300)
-	for range 4 {
+	for range 8 {
 		c := dial(viewer)
 		attackers = append(attackers, c)
 		start(c, 10)
 	}
-	if opened > 50 || refused < 250 {
+	if opened > 90 || refused < 250 {
 		t.Errorf("the attacker opened %d channels (%d refused)", opened, refused)
+	}
+	// Waits beyond what one actor may hold on a node are refused at once.
+	busy := 0
+	deadline := time.After(30 * time.Second)
+	for busy < opened-64 {
+		select {
+		case e := <-ended:
+			if strings.Contains(e, "long requests (run, wait) of yours") {
+				busy++
+			}
+		case <-deadline:
+			t.Fatalf("%d of the attacker's %d waits refused busy, want %d", busy, opened, opened-64)
+		}
 	}
 
 	// An operator still runs commands, at once.
