@@ -96,7 +96,7 @@ func printNodes(w io.Writer, nodes []api.Node) error {
 	tw := table(w)
 	fmt.Fprintln(tw, "NAME\tSTATUS\tSESSIONS\tVERSION\tADDR\tLABELS")
 	for _, n := range nodes {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", n.Name, orDash(n.Status), n.Sessions, cell(n.Version, 20), cell(n.Addr, 40), labelString(n.Labels))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", api.Printable(n.Name), cell(n.Status, 20), n.Sessions, cell(n.Version, 20), cell(n.Addr, 40), labelString(n.Labels))
 	}
 	return tw.Flush()
 }
