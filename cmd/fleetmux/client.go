@@ -108,13 +108,34 @@ func (o *clientOptions) client() (*client.Client, error) {
 	return c, nil
 }
 
-// capture returns a context that records the raw reply when --json is set.
-func (o *clientOptions) capture(ctx context.Context) (context.Context, *[]byte) {
-	raw := new([]byte)
-	if o.json {
-		ctx = client.CaptureReply(ctx, raw)
+// apiCall is the skeleton of every client verb: it makes the client (a bad --addr
+// is a usage error), makes the verb's one API call with do, recording the raw
+// reply when --json is set, and reports a failed call as fail does. The verb then
+// prints with o.reply.
+func apiCall[T any](ctx context.Context, o *clientOptions, do func(context.Context, *client.Client) (T, error)) (v T, raw []byte, err error) {
+	cl, err := o.client()
+	if err != nil {
+		return v, nil, err
 	}
-	return ctx, raw
+	if o.json {
+		ctx = client.CaptureReply(ctx, &raw)
+	}
+	if v, err = do(ctx, cl); err != nil {
+		return v, nil, o.fail(err)
+	}
+	return v, raw, nil
+}
+
+// reply prints a verb's reply: the API's JSON, indented, with --json; else what
+// text prints (nothing when text is nil).
+func (o *clientOptions) reply(w io.Writer, raw []byte, text func(io.Writer) error) error {
+	switch {
+	case o.json:
+		return printJSON(w, raw)
+	case text == nil:
+		return nil
+	}
+	return text(w)
 }
 
 // fail turns a client error into what the CLI reports: API errors print as

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/client"
 	"github.com/spf13/cobra"
 )
 
@@ -146,25 +148,22 @@ func (o *runOptions) single(c *cobra.Command, args []string) (node, id string, b
 }
 
 func (o *runOptions) runOne(c *cobra.Command, node, id string, body api.RunBody) error {
-	cl, err := o.client()
+	r, raw, err := apiCall(c.Context(), &o.clientOptions, func(ctx context.Context, cl *client.Client) (api.BlockResult, error) {
+		return cl.Run(ctx, node, id, body)
+	})
 	if err != nil {
-		return err
+		return ownFailure(err)
 	}
-	ctx, raw := o.capture(c.Context())
-	r, err := cl.Run(ctx, node, id, body)
-	if err != nil {
-		return ownFailure(o.fail(err))
-	}
-	if o.json {
-		if err := printJSON(c.OutOrStdout(), *raw); err != nil {
+	err = o.reply(c.OutOrStdout(), raw, func(w io.Writer) error {
+		if err := writeText(w, r.Text); err != nil {
 			return err
 		}
-		return runExit(node+"/"+id, o.timeout, r)
-	}
-	if err := writeText(c.OutOrStdout(), r.Text); err != nil {
+		omittedNote(c.ErrOrStderr(), node+"/"+id, r)
+		return nil
+	})
+	if err != nil {
 		return err
 	}
-	omittedNote(c.ErrOrStderr(), node+"/"+id, r)
 	return runExit(node+"/"+id, o.timeout, r)
 }
 
@@ -262,20 +261,13 @@ func (o *runOptions) fanoutRequest(c *cobra.Command, args []string) (api.FanoutR
 }
 
 func (o *runOptions) runFanout(c *cobra.Command, req api.FanoutRequest) error {
-	cl, err := o.client()
+	fo, raw, err := apiCall(c.Context(), &o.clientOptions, func(ctx context.Context, cl *client.Client) (api.Fanout, error) {
+		return cl.Fanout(ctx, req)
+	})
 	if err != nil {
-		return err
+		return ownFailure(err)
 	}
-	ctx, raw := o.capture(c.Context())
-	fo, err := cl.Fanout(ctx, req)
-	if err != nil {
-		return ownFailure(o.fail(err))
-	}
-	if o.json {
-		err = printJSON(c.OutOrStdout(), *raw)
-	} else {
-		err = printFanout(c.OutOrStdout(), fo, o.verbose)
-	}
+	err = o.reply(c.OutOrStdout(), raw, func(w io.Writer) error { return printFanout(w, fo, o.verbose) })
 	if err != nil {
 		return err
 	}

@@ -70,19 +70,13 @@ func nodesCmd() *cobra.Command {
 		Example: "  fleetmux nodes\n  fleetmux nodes --json",
 		Args:    exactArgs("nodes", 0, ""),
 		RunE: func(c *cobra.Command, _ []string) error {
-			cl, err := o.client()
+			l, raw, err := apiCall(c.Context(), &o, func(ctx context.Context, cl *client.Client) (api.NodeList, error) {
+				return cl.Nodes(ctx)
+			})
 			if err != nil {
 				return err
 			}
-			ctx, raw := o.capture(c.Context())
-			l, err := cl.Nodes(ctx)
-			if err != nil {
-				return o.fail(err)
-			}
-			if o.json {
-				return printJSON(c.OutOrStdout(), *raw)
-			}
-			return printNodes(c.OutOrStdout(), l.Nodes)
+			return o.reply(c.OutOrStdout(), raw, func(w io.Writer) error { return printNodes(w, l.Nodes) })
 		},
 	}
 	o.register(c, true)
@@ -128,28 +122,28 @@ func lsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cl, err := o.client()
+			l, raw, err := apiCall(c.Context(), &o.clientOptions, func(ctx context.Context, cl *client.Client) (api.SessionList, error) {
+				return cl.Sessions(ctx, client.SessionFilter{Node: o.node, Labels: labels})
+			})
 			if err != nil {
 				return err
-			}
-			ctx, raw := o.capture(c.Context())
-			l, err := cl.Sessions(ctx, client.SessionFilter{Node: o.node, Labels: labels})
-			if err != nil {
-				return o.fail(err)
 			}
 			if len(l.Unavailable) > 0 {
 				fmt.Fprintf(c.ErrOrStderr(), "fleetmux: warning: no answer from %s: their sessions are not listed\n", strings.Join(l.Unavailable, ", "))
 			}
-			if o.json {
-				return printJSON(c.OutOrStdout(), *raw)
-			}
-			return printSessions(c.OutOrStdout(), l.Sessions)
+			return o.reply(c.OutOrStdout(), raw, func(w io.Writer) error { return printSessions(w, l.Sessions) })
 		},
 	}
 	o.register(c, true)
 	c.Flags().StringVar(&o.node, "node", "", "only the sessions of this node")
 	c.Flags().StringArrayVar(&o.labels, "label", nil, "only sessions with this label k=v (repeatable: all must match)")
 	return c
+}
+
+// printAddress prints a session's address NODE/ID alone on a line (new, kill).
+func printAddress(w io.Writer, s api.Session) error {
+	_, err := fmt.Fprintf(w, "%s/%s\n", s.Node, s.ID)
+	return err
 }
 
 // printSessions prints the table of `fleetmux ls`.
@@ -203,20 +197,13 @@ func newCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cl, err := o.client()
+			s, raw, err := apiCall(c.Context(), &o.clientOptions, func(ctx context.Context, cl *client.Client) (api.Session, error) {
+				return cl.NewSession(ctx, req)
+			})
 			if err != nil {
 				return err
 			}
-			ctx, raw := o.capture(c.Context())
-			s, err := cl.NewSession(ctx, req)
-			if err != nil {
-				return o.fail(err)
-			}
-			if o.json {
-				return printJSON(c.OutOrStdout(), *raw)
-			}
-			_, err = fmt.Fprintf(c.OutOrStdout(), "%s/%s\n", s.Node, s.ID)
-			return err
+			return o.reply(c.OutOrStdout(), raw, func(w io.Writer) error { return printAddress(w, s) })
 		},
 	}
 	o.register(c, true)
@@ -292,18 +279,13 @@ func sendCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cl, err := o.client()
+			_, raw, err := apiCall(c.Context(), &o.clientOptions, func(ctx context.Context, cl *client.Client) (struct{}, error) {
+				return struct{}{}, cl.Input(ctx, node, id, text)
+			})
 			if err != nil {
 				return err
 			}
-			ctx, raw := o.capture(c.Context())
-			if err := cl.Input(ctx, node, id, text); err != nil {
-				return o.fail(err)
-			}
-			if o.json {
-				return printJSON(c.OutOrStdout(), *raw)
-			}
-			return nil
+			return o.reply(c.OutOrStdout(), raw, nil)
 		},
 	}
 	o.register(c, true)
@@ -354,18 +336,13 @@ func keysCmd() *cobra.Command {
 					return usageError("keys: key %d is empty", i+1)
 				}
 			}
-			cl, err := o.client()
+			_, raw, err := apiCall(c.Context(), &o, func(ctx context.Context, cl *client.Client) (struct{}, error) {
+				return struct{}{}, cl.Keys(ctx, node, id, args[1:]...)
+			})
 			if err != nil {
 				return err
 			}
-			ctx, raw := o.capture(c.Context())
-			if err := cl.Keys(ctx, node, id, args[1:]...); err != nil {
-				return o.fail(err)
-			}
-			if o.json {
-				return printJSON(c.OutOrStdout(), *raw)
-			}
-			return nil
+			return o.reply(c.OutOrStdout(), raw, nil)
 		},
 	}
 	o.register(c, true)
@@ -385,19 +362,13 @@ func screenCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cl, err := o.client()
+			s, raw, err := apiCall(c.Context(), &o, func(ctx context.Context, cl *client.Client) (api.Screen, error) {
+				return cl.Screen(ctx, node, id)
+			})
 			if err != nil {
 				return err
 			}
-			ctx, raw := o.capture(c.Context())
-			s, err := cl.Screen(ctx, node, id)
-			if err != nil {
-				return o.fail(err)
-			}
-			if o.json {
-				return printJSON(c.OutOrStdout(), *raw)
-			}
-			return writeText(c.OutOrStdout(), s.Text)
+			return o.reply(c.OutOrStdout(), raw, func(w io.Writer) error { return writeText(w, s.Text) })
 		},
 	}
 	o.register(c, true)
@@ -417,19 +388,13 @@ func blocksCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cl, err := o.client()
+			l, raw, err := apiCall(c.Context(), &o, func(ctx context.Context, cl *client.Client) (api.BlockList, error) {
+				return cl.Blocks(ctx, node, id)
+			})
 			if err != nil {
 				return err
 			}
-			ctx, raw := o.capture(c.Context())
-			l, err := cl.Blocks(ctx, node, id)
-			if err != nil {
-				return o.fail(err)
-			}
-			if o.json {
-				return printJSON(c.OutOrStdout(), *raw)
-			}
-			return printBlocks(c.OutOrStdout(), l.Blocks)
+			return o.reply(c.OutOrStdout(), raw, func(w io.Writer) error { return printBlocks(w, l.Blocks) })
 		},
 	}
 	o.register(c, true)
@@ -481,33 +446,29 @@ func blockCmd() *cobra.Command {
 			if o.offset < 0 || o.limit < 0 {
 				return usageError("block: --offset and --limit count lines: want 0 or more")
 			}
-			cl, err := o.client()
+			r, raw, err := apiCall(c.Context(), &o.clientOptions, func(ctx context.Context, cl *client.Client) (api.BlockResult, error) {
+				if n == 0 { // last: the list's reply is not the one --json prints
+					l, err := cl.Blocks(c.Context(), node, id)
+					if err != nil {
+						return api.BlockResult{}, err
+					}
+					if len(l.Blocks) == 0 {
+						return api.BlockResult{}, &exitError{code: 1, err: fmt.Errorf("%s/%s has no blocks yet", node, id)}
+					}
+					n = l.Blocks[len(l.Blocks)-1].N
+				}
+				return cl.Block(ctx, node, id, n, client.BlockQuery{Offset: o.offset, Limit: o.limit, Grep: o.grep, MaxBytes: o.maxBytes})
+			})
 			if err != nil {
 				return err
 			}
-			if n == 0 { // last
-				l, err := cl.Blocks(c.Context(), node, id)
-				if err != nil {
-					return o.fail(err)
+			return o.reply(c.OutOrStdout(), raw, func(w io.Writer) error {
+				if err := writeText(w, r.Text); err != nil {
+					return err
 				}
-				if len(l.Blocks) == 0 {
-					return fmt.Errorf("%s/%s has no blocks yet", node, id)
-				}
-				n = l.Blocks[len(l.Blocks)-1].N
-			}
-			ctx, raw := o.capture(c.Context())
-			r, err := cl.Block(ctx, node, id, n, client.BlockQuery{Offset: o.offset, Limit: o.limit, Grep: o.grep, MaxBytes: o.maxBytes})
-			if err != nil {
-				return o.fail(err)
-			}
-			if o.json {
-				return printJSON(c.OutOrStdout(), *raw)
-			}
-			if err := writeText(c.OutOrStdout(), r.Text); err != nil {
-				return err
-			}
-			omittedNote(c.ErrOrStderr(), node+"/"+id, r)
-			return nil
+				omittedNote(c.ErrOrStderr(), node+"/"+id, r)
+				return nil
+			})
 		},
 	}
 	o.register(c, true)
@@ -577,20 +538,16 @@ func waitCmd() *cobra.Command {
 			if o.after < 0 {
 				return usageError("wait: --after %d: offsets are not negative", o.after)
 			}
-			cl, err := o.client()
+			r, raw, err := apiCall(c.Context(), &o.clientOptions, func(ctx context.Context, cl *client.Client) (api.WaitResult, error) {
+				return cl.Wait(ctx, node, id, client.WaitQuery{Until: o.until, TimeoutMS: ms, After: o.after})
+			})
 			if err != nil {
 				return err
 			}
-			ctx, raw := o.capture(c.Context())
-			r, err := cl.Wait(ctx, node, id, client.WaitQuery{Until: o.until, TimeoutMS: ms, After: o.after})
-			if err != nil {
-				return o.fail(err)
-			}
-			if o.json {
-				err = printJSON(c.OutOrStdout(), *raw)
-			} else {
-				_, err = fmt.Fprintln(c.OutOrStdout(), r.Session.State)
-			}
+			err = o.reply(c.OutOrStdout(), raw, func(w io.Writer) error {
+				_, err := fmt.Fprintln(w, r.Session.State)
+				return err
+			})
 			if err != nil {
 				return err
 			}
@@ -710,20 +667,13 @@ func killCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cl, err := o.client()
+			s, raw, err := apiCall(c.Context(), &o, func(ctx context.Context, cl *client.Client) (api.Session, error) {
+				return cl.CloseSession(ctx, node, id)
+			})
 			if err != nil {
 				return err
 			}
-			ctx, raw := o.capture(c.Context())
-			s, err := cl.CloseSession(ctx, node, id)
-			if err != nil {
-				return o.fail(err)
-			}
-			if o.json {
-				return printJSON(c.OutOrStdout(), *raw)
-			}
-			_, err = fmt.Fprintf(c.OutOrStdout(), "%s/%s\n", s.Node, s.ID)
-			return err
+			return o.reply(c.OutOrStdout(), raw, func(w io.Writer) error { return printAddress(w, s) })
 		},
 	}
 	o.register(c, true)
