@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/internal/datadir"
 	"github.com/fleetmux/fleetmux/internal/delay"
 )
 
@@ -61,7 +62,7 @@ func openAudit(bus Bus, subject, name string, file auditFile, log *slog.Logger) 
 
 // open opens the audit file for appending. a.mu is held (or a is not shared yet).
 func (a *auditLog) open() error {
-	f, err := os.OpenFile(a.file.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	f, err := datadir.OpenFile(a.file.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return err
 	}

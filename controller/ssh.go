@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/internal/datadir"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -237,8 +238,13 @@ func validRole(r string) bool {
 }
 
 // loadHostKey reads the host key, generating an ed25519 key (0600) when missing.
+// A key that is a link, is not the user's, or that others may read is refused.
 func loadHostKey(path string) (ssh.Signer, error) {
-	data, err := os.ReadFile(path)
+	err := datadir.CheckPrivate(path)
+	var data []byte
+	if err == nil {
+		data, err = datadir.ReadFile(path)
+	}
 	if errors.Is(err, os.ErrNotExist) {
 		_, priv, gerr := ed25519.GenerateKey(rand.Reader)
 		if gerr != nil {
@@ -249,7 +255,7 @@ func loadHostKey(path string) (ssh.Signer, error) {
 			return nil, merr
 		}
 		data = pem.EncodeToMemory(block)
-		f, ferr := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		f, ferr := datadir.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if ferr != nil {
 			return nil, fmt.Errorf("controller: ssh host key: %w", ferr)
 		}

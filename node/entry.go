@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/internal/datadir"
 	"github.com/fleetmux/fleetmux/replay"
 	"github.com/fleetmux/fleetmux/session"
 )
@@ -69,14 +70,14 @@ func (e *entry) info() api.Session { return toSession(e.n.cfg.Name, e.id, e.s.In
 
 // startRecording creates the recording files of a new session.
 func (e *entry) startRecording(h replay.Header) error {
-	if err := os.MkdirAll(e.dir, 0o700); err != nil {
+	if err := datadir.Mkdir(e.dir); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(e.castTo, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	f, err := datadir.OpenFile(e.castTo, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}
-	idx, err := os.OpenFile(filepath.Join(e.dir, "output.blocks.jsonl"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	idx, err := datadir.OpenFile(filepath.Join(e.dir, "output.blocks.jsonl"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		f.Close()
 		return err

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/internal/datadir"
 	"github.com/fleetmux/fleetmux/internal/delay"
 )
 
@@ -113,9 +114,12 @@ func New(cfg Config) (*Node, error) {
 	if err := api.ValidLabels(cfg.Labels); err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
-	for _, d := range []string{cfg.DataDir, filepath.Join(cfg.DataDir, "sessions"), filepath.Join(cfg.DataDir, "run")} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return nil, fmt.Errorf("node: data dir: %w", err)
+	if err := datadir.Ensure(cfg.DataDir); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	for _, d := range []string{filepath.Join(cfg.DataDir, "sessions"), filepath.Join(cfg.DataDir, "run")} {
+		if err := datadir.Mkdir(d); err != nil {
+			return nil, fmt.Errorf("node: %w", err)
 		}
 	}
 	n := &Node{
@@ -246,7 +250,7 @@ func (n *Node) counterPath() string { return filepath.Join(n.cfg.DataDir, "next-
 
 // readCounter reads the persisted next session number (1 when absent).
 func readCounter(path string) (int, error) {
-	b, err := os.ReadFile(path)
+	b, err := datadir.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return 1, nil
 	}
@@ -264,11 +268,7 @@ func readCounter(path string) (int, error) {
 // is never reused while the data dir lives, even across a crash.
 func (n *Node) allocIDLocked() (string, int, error) {
 	num := n.nextID
-	tmp := n.counterPath() + ".tmp"
-	if err := os.WriteFile(tmp, []byte(strconv.Itoa(num+1)+"\n"), 0o600); err != nil {
-		return "", 0, fmt.Errorf("node: session counter: %w", err)
-	}
-	if err := os.Rename(tmp, n.counterPath()); err != nil {
+	if err := datadir.WriteFile(n.counterPath(), []byte(strconv.Itoa(num+1)+"\n"), 0o600); err != nil {
 		return "", 0, fmt.Errorf("node: session counter: %w", err)
 	}
 	n.nextID = num + 1

@@ -6,14 +6,16 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"github.com/nats-io/nats-server/v2/server"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
+
+	"github.com/fleetmux/fleetmux/internal/datadir"
 )
 
 // Files of an authority under its directory (`fleetmux controller init --data DIR`
@@ -91,7 +93,10 @@ func InitAuthority(dir string, force bool) (*Authority, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(kd, 0o700); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("transport: %w", err)
+	}
+	if err := datadir.Mkdir(kd); err != nil {
 		return nil, fmt.Errorf("transport: %w", err)
 	}
 	keyPEM, err := marshalKey(a.caKey)
@@ -268,14 +273,7 @@ func seedOf(kp nkeys.KeyPair) []byte {
 // writeFile writes data to path with mode (also when the file existed with
 // another mode), through a temporary file so a reader never sees half of it.
 func writeFile(path string, data []byte, mode os.FileMode) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, mode); err != nil {
-		return fmt.Errorf("transport: %w", err)
-	}
-	if err := os.Chmod(tmp, mode); err != nil {
-		return fmt.Errorf("transport: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := datadir.WriteFile(path, data, mode); err != nil {
 		return fmt.Errorf("transport: %w", err)
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/controller"
+	"github.com/fleetmux/fleetmux/internal/datadir"
 	"github.com/fleetmux/fleetmux/transport"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -137,8 +138,8 @@ func (o *controllerOptions) run(ctx context.Context, stdout, stderr io.Writer) e
 		}
 		token = strings.TrimSpace(string(b))
 	}
-	if err := os.MkdirAll(o.data, 0o700); err != nil {
-		return fmt.Errorf("data dir: %w", err)
+	if err := datadir.Ensure(o.data); err != nil {
+		return err
 	}
 	var st stack
 	defer st.close()

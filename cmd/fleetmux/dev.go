@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/controller"
+	"github.com/fleetmux/fleetmux/internal/datadir"
 	"github.com/fleetmux/fleetmux/node"
 	"github.com/fleetmux/fleetmux/transport"
 	"github.com/spf13/cobra"
@@ -78,8 +78,8 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 			return usageError("%s %s: dev listens on loopback only (use fleetmux controller and fleetmux node beyond it)", flag, addr)
 		}
 	}
-	if err := os.MkdirAll(o.data, 0o700); err != nil {
-		return fmt.Errorf("data dir: %w", err)
+	if err := datadir.Ensure(o.data); err != nil {
+		return err
 	}
 	ctlName := "controller-" + o.name
 	signer, verifier, err := devTrust(o.data, ctlName)

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/internal/datadir"
 	"github.com/fleetmux/fleetmux/transport"
 	"github.com/fleetmux/fleetmux/trust"
 	"github.com/spf13/cobra"
@@ -32,8 +33,8 @@ func controllerInitCmd() *cobra.Command {
 			"every NATS credential issued before; the fleet root key is kept).",
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			if err := os.MkdirAll(data, 0o700); err != nil {
-				return fmt.Errorf("data dir: %w", err)
+			if err := datadir.Ensure(data); err != nil {
+				return err
 			}
 			a, err := transport.InitAuthority(data, force)
 			if err != nil {
@@ -130,7 +131,7 @@ func (o *enrollOptions) run(kind, name string, stdout io.Writer) error {
 		if err := os.MkdirAll(bundle, 0o700); err != nil {
 			return err
 		}
-		if err := os.WriteFile(filepath.Join(bundle, trust.RootPubFile), trust.EncodePublicKey(pub), 0o644); err != nil {
+		if err := datadir.WriteFile(filepath.Join(bundle, trust.RootPubFile), trust.EncodePublicKey(pub), 0o644); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "wrote %s (the fleet root the node trusts: install it as the node's DIR/keys/%s or give --trust-root)\n",
@@ -170,8 +171,8 @@ func (o *enrollOptions) run(kind, name string, stdout io.Writer) error {
 // subscriber}.creds (0600), for other NATS clients.
 func devCreds(a *transport.Authority, data, prefix, nodeName, controllerName string) (node, ctl *transport.Creds, err error) {
 	dir := filepath.Join(data, "creds")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, nil, fmt.Errorf("creds dir: %w", err)
+	if err := datadir.Mkdir(dir); err != nil {
+		return nil, nil, err
 	}
 	ids := map[string]transport.Identity{
 		"node":       {Kind: transport.KindNode, Name: nodeName, Prefix: prefix},

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/internal/datadir"
 	"github.com/fleetmux/fleetmux/node"
 	"github.com/fleetmux/fleetmux/transport"
 	"github.com/spf13/cobra"
@@ -98,8 +99,8 @@ func (o *nodeOptions) run(ctx context.Context, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(o.data, 0o700); err != nil {
-		return fmt.Errorf("data dir: %w", err)
+	if err := datadir.Ensure(o.data); err != nil {
+		return err
 	}
 	var st stack
 	defer st.close()

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/controller"
+	"github.com/fleetmux/fleetmux/internal/datadir"
 	"github.com/fleetmux/fleetmux/transport"
 )
 
@@ -78,10 +78,7 @@ func embedNATS(st *stack, o embedOptions, dataDir string, a *transport.Authority
 
 // writeSecretFile writes data to path with mode 0600.
 func writeSecretFile(path, data string) error {
-	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
-		return err
-	}
-	return os.Chmod(path, 0o600) // an older file may have had another mode
+	return datadir.WriteFile(path, []byte(data), 0o600) // never through a planted link
 }
 
 // connectNATS connects to url and registers the close on st.

@@ -43,15 +43,16 @@ var rules = []rule{
 		"api", "github.com/creack/pty", "golang.org/x/term", "golang.org/x/sys", "github.com/charmbracelet/x/vt",
 	}},
 	{dir: "replay", only: []string{"api"}},
-	{dir: "transport", only: []string{"api", "github.com/nats-io", "github.com/hashicorp/memberlist"}},
+	{dir: "transport", only: []string{"api", "internal/datadir", "github.com/nats-io", "github.com/hashicorp/memberlist"}},
 	{dir: "trust", only: []string{"api", "golang.org/x/crypto"}},
-	{dir: "node", ours: []string{"api", "session", "replay", "trust", "internal/delay"}, never: []string{"controller", "transport"}},
-	{dir: "controller", ours: []string{"api", "replay", "trust", "mcpserver", "internal/delay"}, never: []string{"node", "transport"}},
+	{dir: "node", ours: []string{"api", "session", "replay", "trust", "internal/datadir", "internal/delay"}, never: []string{"controller", "transport"}},
+	{dir: "controller", ours: []string{"api", "replay", "trust", "mcpserver", "internal/datadir", "internal/delay"}, never: []string{"node", "transport"}},
 	{dir: "mcpserver", only: []string{"api", "github.com/modelcontextprotocol/go-sdk", "github.com/google/jsonschema-go"},
 		never: []string{"controller", "node", "transport"}},
 	{dir: "client", only: []string{"api"}},
 	// internal helpers that node and controller share (DESIGN's "internal/… (others)")
 	{dir: "internal/delay", only: []string{"api"}},
+	{dir: "internal/datadir", only: []string{}, depsToo: true},
 }
 
 // pkg is what go list tells about one package.
