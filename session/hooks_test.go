@@ -99,12 +99,27 @@ func TestHooksReplaced(t *testing.T) {
 	steps := map[string][]string{
 		"bash": {"PROMPT_COMMAND='true'", "PS1='$ '", "PS0=''", "PROMPT_COMMAND='echo pc-says-hi'",
 			"PROMPT_COMMAND=(true)", "unset PROMPT_COMMAND", "PS1='$ '; PS0=''; PROMPT_COMMAND='true'",
-			"unset PROMPT_COMMAND; PS1='$ '", "PROMPT_COMMAND=(); PS0=''"},
+			"PROMPT_COMMAND=(); PS0=''"},
 		"zsh": {"precmd_functions=()", "preexec_functions=()", "PROMPT='%% '", "precmd_functions=(); preexec_functions=(); PROMPT='%% '",
 			"unfunction precmd", "unfunction preexec", "precmd() { print -n }"},
 	}
 	forEachShell(t, func(t *testing.T, shell string) {
 		s := startShell(t, shell)
+		if shell == "bash" {
+			// PROMPT_COMMAND and PS1 replaced at once: nothing marks this command's
+			// end (bash's line editor at a prompt looks like `read -e`), but PS0
+			// puts the hooks back for the next one, whose C ends this block with
+			// no code and a note; the next command has its code.
+			r, err := s.Run(ctxT(t), "unset PROMPT_COMMAND; PS1='$ '", RunOptions{Timeout: 300 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			runCode(t, s, "echo x$((4+5)); (exit 9)", 9)
+			if b, _ := s.Block(r.Block.N); b.State != BlockDone || b.ExitCode != nil || b.Note != NoteEndLost {
+				t.Fatalf("the block that removed the hooks: %s exit %v note %q; want done, no code, %q", b.State, b.ExitCode, b.Note, NoteEndLost)
+			}
+			runCode(t, s, "(exit 9)", 9)
+		}
 		for _, st := range steps[shell] {
 			t.Logf("step %q", st)
 			r := run(t, s, st)
@@ -230,4 +245,33 @@ func TestSuLoginShell(t *testing.T) {
 		}
 		runCode(t, s, "(exit 9)", 9)
 	})
+}
+
+// TestReadlineReadInBlock: `read -e` (bash's line editor inside a command) waits for
+// input like the prompt does; the block stays open until the command ends.
+func TestReadlineReadInBlock(t *testing.T) {
+	s := startShell(t, "bash")
+	ctx := ctxT(t)
+	r, err := s.Run(ctx, "read -e -p 'name? ' x; echo got-$x", RunOptions{Timeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Wait(ctx, UntilWaitingInput, 0); err != nil {
+		t.Fatal(err)
+	}
+	// Longer than Settle: nothing may decide in the meantime that the block is over.
+	deadline := time.Now().Add(3 * DefaultSettle)
+	for time.Now().Before(deadline) {
+		if b, _ := s.Block(r.Block.N); b.State != BlockRunning {
+			t.Fatalf("the read -e block ended while it waited for input: %+v", b)
+		}
+		waitChange(ctx, s.Noted(), 10*time.Millisecond)
+	}
+	if err := s.Input([]byte("bob\r")); err != nil {
+		t.Fatal(err)
+	}
+	r, err = s.WaitBlock(ctx, r.Block.N, RunOptions{Timeout: 10 * time.Second})
+	if err != nil || exitCode(r) != 0 || !strings.HasSuffix(r.Text, "got-bob") {
+		t.Fatalf("after input: %q exit %d, %v", r.Text, exitCode(r), err)
+	}
 }

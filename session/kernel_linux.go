@@ -150,31 +150,29 @@ func descendants(root int) []int {
 // fgWaitingForInput reports whether a task of a process in foreground group pgid (among
 // root's descendants) is blocked reading the terminal tty: in read(2) on it, or in
 // select/poll/epoll with it in the read set.
-// The reader is reported too: root itself (the shell) or another process, and whether
-// it waits in select/poll/epoll rather than read(2) (bash's line editor does; its
-// `read` builtin does not).
-func fgWaitingForInput(root, pgid int, tty string) (waiting, byRoot, multiplexed bool) {
+// The reader is reported too: root itself (the shell) or another process.
+func fgWaitingForInput(root, pgid int, tty string) (waiting, byRoot bool) {
 	for _, pid := range descendants(root) {
 		st, ok := readStat(pid)
 		if !ok || st.pgrp != pgid {
 			continue
 		}
-		if on, mux := procWaitingForInput(pid, tty); on {
-			return true, pid == root, mux
+		if procWaitingForInput(pid, tty) {
+			return true, pid == root
 		}
 	}
-	return false, false, false
+	return false, false
 }
 
-func procWaitingForInput(pid int, tty string) (waiting, multiplexed bool) {
+func procWaitingForInput(pid int, tty string) bool {
 	base := "/proc/" + strconv.Itoa(pid)
 	ttyFDs := terminalFDs(base, tty)
 	if len(ttyFDs) == 0 {
-		return false, false
+		return false
 	}
 	tasks, err := os.ReadDir(base + "/task")
 	if err != nil {
-		return false, false
+		return false
 	}
 	for _, t := range tasks {
 		b, err := os.ReadFile(base + "/task/" + t.Name() + "/syscall")
@@ -210,10 +208,10 @@ func procWaitingForInput(pid int, tty string) (waiting, multiplexed bool) {
 		// Still asleep in it, read after the syscall: a task that input woke shows
 		// the same syscall until it runs again, which a loaded machine can delay.
 		if on && taskSleeping(base+"/task/"+t.Name()) {
-			return true, syscallClass(nr) != sysRead
+			return true
 		}
 	}
-	return false, false
+	return false
 }
 
 // taskSleeping reports whether the task at /proc/PID/task/TID is in interruptible

@@ -111,14 +111,10 @@ func (s *Session) sample() bool {
 	s.mu.Lock()
 	gen := s.waitGen
 	s.mu.Unlock()
-	waiting, byShell, editor := false, false, false
+	waiting, byShell := false, false
 	if pg, err := foregroundPgrp(s.master); err == nil && pg > 0 {
-		waiting, byShell, editor = fgWaitingForInput(s.pid, pg, s.tty)
+		waiting, byShell = fgWaitingForInput(s.pid, pg, s.tty)
 	}
-	// bash's line editor waits in select, its read builtin in read(2): bash reading
-	// in its editor inside an open block is at a prompt (zsh reads with read(2)
-	// either way). `read -e` looks the same, for a moment: see below.
-	editor = editor && byShell && s.shell == "bash"
 	execd := false // the shell itself reads the terminal, as another program image
 	if waiting && byShell && s.integrated {
 		img, ok := readImage(s.pid)
@@ -183,16 +179,6 @@ func (s *Session) sample() bool {
 		s.pending == nil && s.fallback == nil {
 		// The prompt came back (A) and the shell reads at it, and no D came: the
 		// hook that sends it was removed. The command is over, its code unknown.
-		s.endOpenLocked(s.ring.end, nil, NoteEndLost)
-		changed = true
-	}
-	if waiting && editor && !ahead && s.integrated && !s.lost && s.cur != nil && !s.cur.prompted &&
-		s.pending == nil && s.fallback == nil && time.Since(s.lastOutput) >= s.cfg.Settle {
-		// bash is back in its line editor with neither D nor A (PROMPT_COMMAND and
-		// PS1 both replaced in one go; PS0 re-arms the hooks for the next command):
-		// the command is over, its code unknown, and the last line is the prompt.
-		b := s.cur
-		b.prompt = true
 		s.endOpenLocked(s.ring.end, nil, NoteEndLost)
 		changed = true
 	}
