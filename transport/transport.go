@@ -1,14 +1,17 @@
 // Package transport holds the concrete network plumbing of fleetmux: the NATS client
 // (Connect, *Conn: publishing, the node API as a NATS micro service, requests), an
-// embedded nats-server (StartServer), JetStream stream setup (EnsureStreams) and a
-// memberlist adapter for gossip (StartGossip).
+// embedded nats-server (StartServer), JetStream stream setup (EnsureStreams), the
+// fleet's NATS identities (Authority: operator, account and user JWTs with the
+// permissions of Identity, a TLS CA; Creds: .creds files) and a memberlist adapter
+// for gossip (StartGossip).
 //
 // node and controller never import this package: they define small interfaces (a bus,
 // a gossip) that *Conn and *Gossip satisfy, and cmd/fleetmux wires them together.
 //
 // Conventions: everything listens on loopback unless configured otherwise, and a
-// listener beyond loopback requires authentication (a NATS token or user/password, a
-// gossip encryption key) or its constructor fails with ErrInsecure. Callbacks from the
+// listener beyond loopback requires authentication (the fleet's NATS authority, with
+// TLS; a gossip encryption key) or its constructor fails with ErrInsecure, and so
+// does a plain-text NATS connection beyond loopback. Callbacks from the
 // NATS client and from memberlist never block: they hand work to goroutines owned by
 // the value that registered them, and Close/Shutdown waits for those goroutines.
 package transport
