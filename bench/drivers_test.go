@@ -118,6 +118,8 @@ type rawPTY struct {
 	buf    []byte // output read but not yet consumed
 	rd     []byte // read scratch
 	n      int    // round trips done
+
+	prompt, done []byte // with fleetmux's hooks (startRawHooks): the A mark and the D mark of exit 0
 }
 
 func startRawPTY(e benchEnv) (*rawPTY, error) {
@@ -236,62 +238,36 @@ func (r *rawPTY) Close() error {
 
 // ---- raw PTY with fleetmux's shell hooks (diagnostic) ----
 
-// hooksRC is a copy of the bash integration of package session (session/integration.go,
-// bashRC) with a fixed nonce. It lets rawpty+hooks measure what the shell side of the
-// integration costs (prompt hooks, OSC 133 marks, bracketed paste) with a client that
-// does nothing but look for the D mark, so that session vs rawpty+hooks is the cost of
-// fleetmux's own Go code. Keep it in step with bashRC.
-const hooksRC = `__fm_nonce=fmbench
-__fm_A=$'\e]133;fm='"$__fm_nonce"$';A\a'
-__fm_B=$'\e]133;fm='"$__fm_nonce"$';B\a'
-__fm_C=$'\e]133;fm='"$__fm_nonce"$';C\a'
-__fm_running=0
-__fm_nil=()
-__fm_precmd() {
-	local __fm_ec=$?
-	if [[ $__fm_running == 1 ]]; then
-		__fm_running=0
-		builtin printf '\e]133;fm=%s;D;%s\a' "$__fm_nonce" "$__fm_ec"
-	fi
-	builtin printf '\e]7;fm=%s;file://%s%s\a' "$__fm_nonce" "$HOSTNAME" "$PWD"
-	return $__fm_ec
-}
-__fm_postcmd() {
-	local __fm_ec=$?
-	case $PS1 in *'${__fm_A}'*) ;; *) PS1='\[${__fm_A}\]'"$PS1"'\[${__fm_B}\]' ;; esac
-	case $PS0 in *'__fm_running=1'*) ;; *) PS0="$PS0"'${__fm_nil[__fm_running=1]:-}${__fm_C}' ;; esac
-	return $__fm_ec
-}
-PROMPT_COMMAND="__fm_precmd${PROMPT_COMMAND:+$'\n'$PROMPT_COMMAND}"$'\n__fm_postcmd'
-__fm_postcmd
-`
-
-var (
-	hooksPrompt = []byte("\x1b]133;fm=fmbench;A\a")
-	hooksDone   = []byte("\x1b]133;fm=fmbench;D;0\a")
-)
-
 // startRawHooks starts bash exactly as a session does (`bash --rcfile RC -i`, so
-// /etc/bash.bashrc runs too) with hooksRC as the rc file.
+// /etc/bash.bashrc runs too) with session's own bash integration (session.BashRC). It
+// lets rawpty+hooks measure what the shell side of the integration costs (prompt
+// hooks, OSC 133 marks, bracketed paste) with a client that does nothing but look for
+// the D mark, so that session vs rawpty+hooks is the cost of fleetmux's own Go code.
 func startRawHooks(e benchEnv) (*rawPTY, error) {
-	rc := filepath.Join(e.runtime, "hooks.bashrc")
-	if err := os.WriteFile(rc, []byte(hooksRC), 0o600); err != nil {
+	rc, nonce, err := session.BashRC(e.runtime)
+	if err != nil {
 		return nil, err
 	}
-	return startPTY(e, []string{"bash", "--rcfile", rc, "-i"})
+	r, err := startPTY(e, []string{"bash", "--rcfile", rc, "-i"})
+	if err != nil {
+		return nil, err
+	}
+	r.prompt = []byte("\x1b]133;fm=" + nonce + ";A\a")
+	r.done = []byte("\x1b]133;fm=" + nonce + ";D;0\a")
+	return r, nil
 }
 
 // hooksRoundTrip does what Session.Run("true") does on the wire: wait for the prompt
 // (A mark), type the command as a bracketed paste, read until the D mark.
 func (r *rawPTY) hooksRoundTrip() error {
 	deadline := time.Now().Add(opTimeout)
-	if _, err := r.readUntil(hooksPrompt, deadline); err != nil {
+	if _, err := r.readUntil(r.prompt, deadline); err != nil {
 		return err
 	}
 	if err := r.type_("\x1b[200~true\x1b[201~\r"); err != nil {
 		return err
 	}
-	_, err := r.readUntil(hooksDone, deadline)
+	_, err := r.readUntil(r.done, deadline)
 	return err
 }
 

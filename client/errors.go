@@ -88,35 +88,7 @@ func parseError(status int, body []byte) *Error {
 	} else {
 		msg = fmt.Sprintf("HTTP %d: %s", status, msg)
 	}
-	return &Error{Status: status, Code: codeForStatus(status), Message: msg}
-}
-
-// codeForStatus is the API code that goes with an HTTP status.
-func codeForStatus(status int) string {
-	switch status {
-	case http.StatusBadRequest, http.StatusMethodNotAllowed, http.StatusUnprocessableEntity:
-		return api.CodeBadRequest
-	case http.StatusUnauthorized:
-		return api.CodeUnauthorized
-	case http.StatusForbidden:
-		return api.CodeForbidden
-	case http.StatusNotFound:
-		return api.CodeNotFound
-	case http.StatusGone:
-		return api.CodeGone
-	case http.StatusRequestEntityTooLarge:
-		return api.CodeTooLarge
-	case http.StatusTooManyRequests:
-		return api.CodeLimit
-	case http.StatusBadGateway, http.StatusServiceUnavailable:
-		return api.CodeUnavailable
-	case http.StatusGatewayTimeout:
-		return api.CodeTimeout
-	}
-	if status >= 400 && status < 500 {
-		return api.CodeBadRequest
-	}
-	return api.CodeInternal
+	return &Error{Status: status, Code: api.CodeForStatus(status), Message: msg}
 }
 
 // snippet is the first 200 bytes of body as one trimmed line of valid UTF-8.

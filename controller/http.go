@@ -120,33 +120,6 @@ func hostOnly(hostport string) string {
 	return strings.Trim(hostport, "[]")
 }
 
-// status maps an error code to its HTTP status.
-func status(code string) int {
-	switch code {
-	case api.CodeBadRequest:
-		return http.StatusBadRequest
-	case api.CodeUnauthorized:
-		return http.StatusUnauthorized
-	case api.CodeForbidden:
-		return http.StatusForbidden
-	case api.CodeNotFound:
-		return http.StatusNotFound
-	case api.CodeBusy, api.CodeExited:
-		return http.StatusConflict
-	case api.CodeGone:
-		return http.StatusGone
-	case api.CodeTooLarge:
-		return http.StatusRequestEntityTooLarge
-	case api.CodeLimit:
-		return http.StatusTooManyRequests
-	case api.CodeUnavailable:
-		return http.StatusServiceUnavailable
-	case api.CodeTimeout:
-		return http.StatusGatewayTimeout
-	}
-	return http.StatusInternalServerError
-}
-
 // apiError turns any error into the *api.Error a user sees; what is not one is
 // logged for the operator and shown as a generic internal error.
 func (c *Controller) apiError(r *http.Request, err error) *api.Error {
@@ -163,7 +136,7 @@ func (c *Controller) apiError(r *http.Request, err error) *api.Error {
 	return api.Errorf(api.CodeInternal, "internal error (details in the controller's log)")
 }
 
-func writeError(w http.ResponseWriter, e *api.Error) { writeErrorStatus(w, status(e.Code), e) }
+func writeError(w http.ResponseWriter, e *api.Error) { writeErrorStatus(w, api.HTTPStatus(e.Code), e) }
 
 func writeErrorStatus(w http.ResponseWriter, code int, e *api.Error) {
 	noteError(w, e.Code)

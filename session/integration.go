@@ -63,6 +63,19 @@ func writeIntegration(parent, shell string) (*integrationDir, error) {
 	return &integrationDir{dir: dir, nonce: nonce}, nil
 }
 
+// BashRC writes, under parent, the startup files a bash session runs with and
+// returns the rc file (run `bash --rcfile RCFILE -i`) and the nonce its marks carry
+// (OSC 133 "fm=NONCE;A" and so on). It is for benchmarks that measure fleetmux's
+// shell hooks without a Session; the rc deletes its nonce file as it starts, the
+// caller removes the rest with parent.
+func BashRC(parent string) (rcfile, nonce string, err error) {
+	d, err := writeIntegration(parent, "bash")
+	if err != nil {
+		return "", "", err
+	}
+	return filepath.Join(d.dir, "bashrc"), d.nonce, nil
+}
+
 func (d *integrationDir) remove() {
 	if d != nil {
 		os.RemoveAll(d.dir)
