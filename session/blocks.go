@@ -149,8 +149,8 @@ func (s *Session) applyMarkLocked(m mark, off int64) {
 		s.integRemoved = true
 		s.integ.remove()
 	}
-	if m.kind != markMode && m.kind != markInvalid {
-		s.lost = false // our hooks are alive
+	if m.kind == markDone || m.kind == markNoRun {
+		s.lost = false // our prompt hook reports the ends of commands again
 	}
 	switch m.kind {
 	case markMode:
@@ -306,6 +306,9 @@ func (m mark) code() *int {
 func (s *Session) endOpenLocked(off int64, code *int, note string) {
 	b := s.cur
 	s.cur = nil
+	if note == NoteEndLost {
+		s.lost = true // until the prompt hook sends D or N again
+	}
 	if b.prompted {
 		off = b.promptAt
 	}

@@ -136,6 +136,20 @@ func TestHooksReplaced(t *testing.T) {
 	})
 }
 
+// TestAllHooksRemoved: with every zsh hook of ours gone, the command that removed them
+// ends when the prompt is back, with no code and a note, and the session says its
+// integration is lost.
+func TestAllHooksRemoved(t *testing.T) {
+	s := startShell(t, "zsh")
+	r := run(t, s, "unfunction precmd preexec; precmd_functions=(); preexec_functions=()")
+	if r.Block.ExitCode != nil || r.Block.Note != NoteEndLost {
+		t.Fatalf("exit %d note %q, want none and %q", exitCode(r), r.Block.Note, NoteEndLost)
+	}
+	if in := s.Info(); in.Integration != IntegrationLost {
+		t.Fatalf("integration %q, want lost", in.Integration)
+	}
+}
+
 // TestThemeRewritesPrompt: a theme that rewrites the prompt in its own hook, which it
 // moves after ours at every prompt (so our wrapper is gone when the prompt is drawn).
 func TestThemeRewritesPrompt(t *testing.T) {
