@@ -1,10 +1,17 @@
-// Package api is what fleetmux's processes and clients agree on over the wire: the JSON
-// wire types, the NATS subject builders and parsers, the protocol version and the
-// validation of names (see DESIGN.md).
+// Package api is what fleetmux's processes and clients agree on, with one definition
+// of each thing (DESIGN.md):
 //
-// So far it holds the protocol version and the names: node names, session ids and
-// session addresses ("NODE/ID"). The wire types and subjects come with the node agent
-// and the controller.
+//   - the JSON wire types of the node API and the HTTP API (types.go, http.go) and
+//     the NATS subjects (subjects.go);
+//   - names: node names, session ids, session addresses "NODE/ID" and labels
+//     (names.go, labels.go), and the checks of free text (text.go);
+//   - the protocol's words (vocab.go): session and block states, wait conditions,
+//     event types, roles;
+//   - limits that more than one package enforces (limits.go);
+//   - error codes and their HTTP statuses (HTTPStatus, CodeForStatus);
+//   - the loopback rule behind every "loopback only unless authenticated" check
+//     (IsLoopbackHost);
+//   - the protocol version.
 //
 // api imports the standard library only, so that every part of fleetmux and every
 // client can depend on it.

@@ -1,5 +1,10 @@
-// Command fleetmux is the one fleetmux binary. Until the node agent and the controller
-// land it has `version` and `try`, which runs commands in a local session.
+// Command fleetmux is the one fleetmux binary: the servers (dev, node, controller,
+// controller init, enroll), the client verbs of the HTTP API (nodes, ls, new, run,
+// send, keys, screen, blocks, block, wait, attach, logs, kill), mcp (the MCP server
+// over stdio), replay, try (commands in a local session) and version. It holds flags,
+// config, logging, signals and wiring only; the logic lives in the packages. Its
+// version is set at build time (-ldflags "-X main.version=v0.2.0") and passed to the
+// node and the controller.
 package main
 
 import (

@@ -1,5 +1,7 @@
-// Package testutil holds helpers shared by the tests: condition waits with deadlines,
-// goroutine leak checks and lookups of the real programs the tests drive.
+// Package testutil holds helpers shared by the tests (never by non-test code):
+// condition waits with deadlines, goroutine leak checks, an embedded NATS server,
+// a Buffer safe for concurrent use, and lookups of the real programs the tests drive
+// (skips that name a missing tool, failures under FLEETMUX_TEST_STRICT=1).
 package testutil
 
 import (
