@@ -13,6 +13,7 @@ import (
 //	<prefix>.event.<node>.<session>  SessionEvent (JSON)
 //	<prefix>.audit.<node>            AuditRecord (JSON)
 //	<prefix>.rpc.<node>.<verb>       the node API (request/reply, NATS micro service)
+//	<prefix>.rpc.<node>.<verb>.cancel  ends a running long request (HeaderCancelID)
 const (
 	DefaultPrefix = "fleetmux"
 
@@ -26,6 +27,10 @@ const (
 	// HeaderAuth carries a node request's signed envelope (trust.Signer): the
 	// controller, the actor and the role that the node checks and audits.
 	HeaderAuth = "Fleetmux-Auth"
+	// HeaderCancelID names a long request (LongVerb) so that its caller can end it:
+	// a message on the request's subject + ".cancel" with this id as its body
+	// cancels the handler's context (the caller left; nobody awaits the reply).
+	HeaderCancelID = "Fleetmux-Cancel-Id"
 
 	// ServiceName is the NATS micro service name of the node API.
 	ServiceName = "fleetmux-node"

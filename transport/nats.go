@@ -3,10 +3,12 @@ package transport
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/url"
 	"os"
 	"strings"
@@ -427,7 +429,21 @@ func (c *Conn) Request(ctx context.Context, subject string, header map[string]st
 	case <-ctx.Done():
 		return nil, fmt.Errorf("transport: request %s: not connected yet: %w", subject, ctx.Err())
 	}
+	var cancelID string
+	if i := strings.LastIndexByte(subject, '.'); i >= 0 && api.LongVerb(subject[i+1:]) {
+		cancelID = rand.Text()
+		h := make(map[string]string, len(header)+1)
+		maps.Copy(h, header)
+		h[api.HeaderCancelID] = cancelID
+		header = h
+	}
 	msg, err := c.nc.RequestMsgWithContext(ctx, newMsg(subject, header, data))
+	if err != nil && cancelID != "" && ctx.Err() != nil {
+		// The caller left: the server would hold the request to its timeout.
+		if perr := c.nc.Publish(subject+cancelSuffix, []byte(cancelID)); perr != nil {
+			c.log.Debug("cancel not sent", "subject", subject, "err", perr)
+		}
+	}
 	if err != nil {
 		if errors.Is(err, nats.ErrConnectionClosed) {
 			return nil, fmt.Errorf("%w: request %s: %w", ErrClosed, subject, err)

@@ -41,7 +41,8 @@ type ServeFunc = func(ctx context.Context, verb, subject string, header map[stri
 // the returned stop is called or the Conn is closed.
 //
 // Each request runs handle on a goroutine of its own (a reused worker), at most
-// MaxInFlight at once (MaxLongInFlight of them long: api.LongVerb); beyond that the request is answered
+// MaxInFlight at once (MaxLongInFlight of them long: api.LongVerb; the ctx of a
+// long one also ends when its caller left, see api.HeaderCancelID); beyond that the request is answered
 // {"error":{"code":"busy",...}} without running handle, so a slow handler never
 // holds up the others. stop unsubscribes, cancels the handlers' ctx and waits for
 // them to return; requests that arrive while stopping are
@@ -66,16 +67,17 @@ func (c *Conn) Serve(name, version string, subjects map[string]string, handle Se
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &served{
-		conn:   c,
-		svc:    svc,
-		name:   name,
-		handle: handle,
-		log:    c.log.With("service", name),
-		ctx:    ctx,
-		cancel: cancel,
-		sem:    make(chan struct{}, MaxInFlight),
-		long:   make(chan struct{}, MaxLongInFlight),
-		work:   make(chan job),
+		conn:    c,
+		svc:     svc,
+		name:    name,
+		handle:  handle,
+		log:     c.log.With("service", name),
+		ctx:     ctx,
+		cancel:  cancel,
+		sem:     make(chan struct{}, MaxInFlight),
+		cancels: map[string]context.CancelFunc{},
+		long:    make(chan struct{}, MaxLongInFlight),
+		work:    make(chan job),
 	}
 	verbs := make([]string, 0, len(subjects))
 	for verb := range subjects {
@@ -87,7 +89,18 @@ func (c *Conn) Serve(name, version string, subjects map[string]string, handle Se
 		if err := svc.AddEndpoint(verb, s.dispatch(verb), micro.WithEndpointSubject(subject)); err != nil {
 			cancel()
 			_ = svc.Stop()
+			s.unsubscribe()
 			return nil, fmt.Errorf("transport: serve %s: endpoint %s on %s: %w", name, verb, subject, err)
+		}
+		if api.LongVerb(verb) {
+			sub, err := c.nc.Subscribe(subject+cancelSuffix, s.onCancel)
+			if err != nil {
+				cancel()
+				_ = svc.Stop()
+				s.unsubscribe()
+				return nil, fmt.Errorf("transport: serve %s: cancel subject of %s: %w", name, verb, err)
+			}
+			s.subs = append(s.subs, sub)
 		}
 	}
 
@@ -96,6 +109,7 @@ func (c *Conn) Serve(name, version string, subjects map[string]string, handle Se
 		c.mu.Unlock()
 		cancel()
 		_ = svc.Stop()
+		s.unsubscribe()
 		return nil, fmt.Errorf("%w: serve %s", ErrClosed, name)
 	}
 	c.nextSvc++
@@ -133,6 +147,23 @@ type served struct {
 
 	stopOnce sync.Once
 	stopErr  error
+
+	cmu     sync.Mutex                    // guards cancels
+	cancels map[string]context.CancelFunc // running long requests by api.HeaderCancelID
+	subs    []*nats.Subscription          // the cancel subjects of the long verbs
+}
+
+// cancelSuffix makes a long verb's subject the subject that cancels its requests.
+const cancelSuffix = ".cancel"
+
+// onCancel cancels the running long request named by the message.
+func (s *served) onCancel(m *nats.Msg) {
+	s.cmu.Lock()
+	cancel := s.cancels[string(m.Data)]
+	s.cmu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
 }
 
 // job is one request for a worker.
@@ -233,7 +264,21 @@ func (s *served) run(verb string, req micro.Request) {
 				reply = errorReply(api.CodeInternal, fmt.Sprintf("internal error handling %s", verb))
 			}
 		}()
-		reply = s.handle(s.ctx, verb, req.Subject(), flatHeader(req.Headers()), req.Data())
+		ctx := s.ctx
+		if id := req.Headers().Get(api.HeaderCancelID); id != "" && api.LongVerb(verb) {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithCancel(s.ctx)
+			s.cmu.Lock()
+			s.cancels[id] = cancel
+			s.cmu.Unlock()
+			defer func() {
+				s.cmu.Lock()
+				delete(s.cancels, id)
+				s.cmu.Unlock()
+				cancel()
+			}()
+		}
+		reply = s.handle(ctx, verb, req.Subject(), flatHeader(req.Headers()), req.Data())
 	}()
 	if err := req.Respond(reply); err != nil {
 		s.logRespondError(req, err)
@@ -261,6 +306,7 @@ func (s *served) stop() error {
 		if err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 			s.stopErr = fmt.Errorf("transport: stop service %s: %w", s.name, err)
 		}
+		s.unsubscribe()
 		s.mu.Lock()
 		s.stopped = true
 		s.mu.Unlock()
@@ -271,6 +317,16 @@ func (s *served) stop() error {
 		s.conn.mu.Unlock()
 	})
 	return s.stopErr
+}
+
+// unsubscribe ends the cancel subscriptions.
+func (s *served) unsubscribe() {
+	for _, sub := range s.subs {
+		if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			s.log.Debug("cancel subscription", "subject", sub.Subject, "err", err)
+		}
+	}
+	s.subs = nil
 }
 
 // errorReply is the JSON body of an api error reply.

@@ -372,3 +372,27 @@ func TestServeLongVerbsLeaveRoom(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestServeCancelReachesHandler is the rest of issue 15 #5: a caller that gives up
+// on a long request (its client left) ends the handler's wait on the server, so
+// the server does not hold it until its timeout.
+func TestServeCancelReachesHandler(t *testing.T) {
+	client, _, b := serveTest(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := client.Request(ctx, api.Subjects{}.RPC("n1", "wait"), nil, nil)
+		errc <- err
+	}()
+	testutil.Eventually(t, 10*time.Second, func() bool { return b.entered.Load() == 1 }, "the wait handler running")
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the caller's error: %v", err)
+	}
+	testutil.Eventually(t, 5*time.Second, func() bool { return b.done.Load() == 1 }, "the handler to end when its caller left")
+	// A short verb has no cancel subject; a request that ends normally leaves no
+	// cancel behind.
+	if got, err := client.Request(ctxT(t, 5*time.Second), api.Subjects{}.RPC("n1", "echo"), nil, []byte("z")); err != nil || string(got) != "echo::z" {
+		t.Fatalf("echo: %q %v", got, err)
+	}
+}
