@@ -18,6 +18,10 @@ var ErrBadName = errors.New("api: bad name")
 // subject: the node agent is not running (or not connected).
 var ErrNoResponders = errors.New("api: no responders")
 
+// ErrKeyExists is wrapped by a key-value store's create error when the key is
+// taken.
+var ErrKeyExists = errors.New("api: key exists")
+
 // nameRule is appended to errors so the message alone says how to fix the name.
 const nameRule = "names are NATS subject tokens: 1 to 63 of A-Z a-z 0-9 _ -"
 

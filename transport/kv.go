@@ -1,0 +1,176 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// KV is a JetStream key-value bucket (DESIGN.md: FLEETMUX_TOKENS, …) shared by every
+// controller: create, delete and watch keys. Safe for concurrent use.
+type KV struct {
+	kv  jetstream.KeyValue
+	log *slog.Logger
+}
+
+// OpenKV binds to bucket on nc's JetStream, creating it when it does not exist
+// (file storage, one revision per key). It retries while JetStream is not ready,
+// until ctx is done.
+func OpenKV(ctx context.Context, nc *nats.Conn, bucket string, log *slog.Logger) (*KV, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("transport: jetstream: %w", err)
+	}
+	const attemptTimeout = 2 * time.Second
+	backoff := 20 * time.Millisecond
+	for {
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		kv, err := js.CreateOrUpdateKeyValue(actx, jetstream.KeyValueConfig{
+			Bucket: bucket, History: 1, Storage: jetstream.FileStorage,
+		})
+		cancel()
+		if err == nil {
+			return &KV{kv: kv, log: loggerOr(log)}, nil
+		}
+		if !transientJSError(err) {
+			return nil, fmt.Errorf("transport: kv %s: %w", bucket, err)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("transport: kv %s: %w (last error: %w)", bucket, ctx.Err(), err)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}
+
+// Create stores value under key unless key holds a value; then the error wraps
+// api.ErrKeyExists.
+func (k *KV) Create(ctx context.Context, key string, value []byte) error {
+	_, err := k.kv.Create(ctx, key, value)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("transport: kv %s: %q: %w", k.kv.Bucket(), key, api.ErrKeyExists)
+	}
+	if err != nil {
+		return fmt.Errorf("transport: kv %s: create %q: %w", k.kv.Bucket(), key, err)
+	}
+	return nil
+}
+
+// Put stores value under key, whatever it held.
+func (k *KV) Put(ctx context.Context, key string, value []byte) error {
+	if _, err := k.kv.Put(ctx, key, value); err != nil {
+		return fmt.Errorf("transport: kv %s: put %q: %w", k.kv.Bucket(), key, err)
+	}
+	return nil
+}
+
+// Delete removes key and its history (watchers see it go).
+func (k *KV) Delete(ctx context.Context, key string) error {
+	if err := k.kv.Purge(ctx, key); err != nil {
+		return fmt.Errorf("transport: kv %s: delete %q: %w", k.kv.Bucket(), key, err)
+	}
+	return nil
+}
+
+// Watch calls fn with every key's value (value nil: the key was deleted), first
+// the values held now, then each change as it happens. It returns once fn has seen
+// every value held now (or ctx is done first, with ctx's error). fn runs on one
+// goroutine, owned by the watch, and must not block. A watch the server ends (a
+// lost connection) is started again, and fn sees every value again. stop ends the
+// watch and waits until fn no longer runs.
+func (k *KV) Watch(ctx context.Context, fn func(key string, value []byte)) (stop func(), err error) {
+	wctx, cancel := context.WithCancel(context.Background())
+	w, err := k.watch(ctx, wctx, fn)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // owned by the watch: ends with stop
+		defer wg.Done()
+		for {
+			k.follow(wctx, w, fn)
+			w.Stop()
+			if wctx.Err() != nil {
+				return
+			}
+			k.log.Warn("kv watch ended: watching again", "bucket", k.kv.Bucket())
+			for {
+				t := time.NewTimer(200 * time.Millisecond)
+				select {
+				case <-wctx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				}
+				if w, err = k.watch(wctx, wctx, fn); err == nil {
+					break
+				}
+			}
+		}
+	}()
+	return func() { cancel(); wg.Wait() }, nil
+}
+
+// watch starts a watcher and feeds fn the values held now (until the nil entry).
+func (k *KV) watch(ctx, wctx context.Context, fn func(string, []byte)) (jetstream.KeyWatcher, error) {
+	w, err := k.kv.WatchAll(wctx)
+	if err != nil {
+		return nil, fmt.Errorf("transport: kv %s: watch: %w", k.kv.Bucket(), err)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			w.Stop()
+			return nil, fmt.Errorf("transport: kv %s: watch: %w", k.kv.Bucket(), ctx.Err())
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("transport: kv %s: watch ended", k.kv.Bucket())
+			}
+			if e == nil {
+				return w, nil
+			}
+			deliver(e, fn)
+		}
+	}
+}
+
+// follow feeds fn the changes of w until its updates end or ctx is done.
+func (k *KV) follow(ctx context.Context, w jetstream.KeyWatcher, fn func(string, []byte)) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			if e != nil {
+				deliver(e, fn)
+			}
+		}
+	}
+}
+
+func deliver(e jetstream.KeyValueEntry, fn func(string, []byte)) {
+	if e.Operation() != jetstream.KeyValuePut {
+		fn(e.Key(), nil)
+		return
+	}
+	v := e.Value()
+	if v == nil {
+		v = []byte{}
+	}
+	fn(e.Key(), v)
+}
