@@ -16,6 +16,7 @@ var statuses = []struct {
 	{CodeNotFound, http.StatusNotFound},
 	{CodeBusy, http.StatusConflict},
 	{CodeExited, http.StatusConflict},
+	{CodeExists, http.StatusConflict},
 	{CodeGone, http.StatusGone},
 	{CodeTooLarge, http.StatusRequestEntityTooLarge},
 	{CodeLimit, http.StatusTooManyRequests},

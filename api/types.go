@@ -107,7 +107,13 @@ type AuditRecord struct {
 	Time    time.Time `json:"time"`
 	Node    string    `json:"node"`
 	Session string    `json:"session,omitempty"`
-	Actor   string    `json:"actor"` // who, as verified (the signed envelope's actor; "" means unknown)
+	// Actor is who acted: in a node's record the verified envelope's actor, in a
+	// controller's record the label the client chose (HeaderActor). "" means unknown.
+	Actor string `json:"actor"`
+	// Principal is who the controller authenticated: "token:NAME",
+	// "ssh:FINGERPRINT". A controller's actor is a label the client chose; only the
+	// principal is an identity.
+	Principal string `json:"principal,omitempty"`
 	// Role and Controller come from a node request's verified envelope: the actor's
 	// role and the controller that signed it.
 	Role       string `json:"role,omitempty"`

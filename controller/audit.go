@@ -122,7 +122,7 @@ func (a *auditLog) record(r api.AuditRecord) {
 	}
 	a.mu.Unlock()
 	a.pub.Add(b)
-	a.log.Info("audit", "actor", r.Actor, "action", r.Action, "session", r.Session, "result", r.Result)
+	a.log.Info("audit", "actor", r.Actor, "principal", r.Principal, "action", r.Action, "session", r.Session, "result", r.Result)
 }
 
 func (a *auditLog) close() error {

@@ -73,9 +73,14 @@ type Config struct {
 	// (nodes refuse unsigned requests). Required.
 	Signer Signer
 	// HTTPListen is the HTTP API's address. Default DefaultHTTPListen (loopback).
-	// A non-loopback address requires Token.
 	HTTPListen string
-	// Token, when set, is required on every request but /healthz as
+	// Tokens is the shared store of API tokens (FLEETMUX_TOKENS): the tokens in it
+	// are accepted, each with its role, and /v1/tokens manages them. Token or Tokens
+	// is required: every request but /healthz needs a token, even on loopback
+	// (other local users share it).
+	Tokens TokenStore
+	// Token, when set, is one admin token accepted besides the store's (the
+	// bootstrap token: --api-token, fleetmux dev's <data>/token), sent as
 	// "Authorization: Bearer TOKEN".
 	Token string
 	// RequestTimeout bounds a node request that does not wait for a command to run
@@ -119,6 +124,11 @@ type Controller struct {
 	handler http.Handler
 	audits  *auditLog
 	longs   *longs // each actor's long requests (run, wait)
+	tokens  *tokenCache
+	// patterns are the mux's route patterns (routes), each in api.Routes.
+	patterns []string
+	// stopTokens ends the token store's watch (set by Start, called by Shutdown).
+	stopTokens func()
 
 	// ctx is cancelled by Close and Shutdown (after their grace): long requests,
 	// streams and fan-outs end with it.
@@ -165,8 +175,12 @@ func New(cfg Config) (*Controller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: http listen %q: %w", ErrConfig, cfg.HTTPListen, err)
 	}
-	if !api.IsLoopbackHost(host) && cfg.Token == "" {
-		return nil, fmt.Errorf("%w: the HTTP API listens on %s, beyond loopback: set an API token", ErrInsecure, cfg.HTTPListen)
+	if cfg.Token == "" && cfg.Tokens == nil {
+		where := "on loopback too: other local users share it"
+		if !api.IsLoopbackHost(host) {
+			where = "beyond loopback"
+		}
+		return nil, fmt.Errorf("%w: the HTTP API on %s needs API tokens (%s): set a token store or a bootstrap token", ErrInsecure, cfg.HTTPListen, where)
 	}
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
@@ -187,11 +201,12 @@ func New(cfg Config) (*Controller, error) {
 		cfg.Logger = slog.Default()
 	}
 	c := &Controller{
-		cfg:   cfg,
-		log:   cfg.Logger,
-		subj:  api.Subjects{Prefix: cfg.Prefix},
-		nodes: newTable(),
-		longs: newLongs(),
+		cfg:    cfg,
+		log:    cfg.Logger,
+		subj:   api.Subjects{Prefix: cfg.Prefix},
+		nodes:  newTable(),
+		longs:  newLongs(),
+		tokens: newTokenCache(),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.streamCtx, c.streamCancel = context.WithCancel(c.ctx)
@@ -226,6 +241,9 @@ func (c *Controller) Start() error {
 	}
 	if c.started {
 		return errors.New("controller: already started")
+	}
+	if err := c.watchTokens(); err != nil {
+		return err
 	}
 	ln, err := net.Listen("tcp", c.cfg.HTTPListen)
 	if err != nil {
@@ -299,6 +317,9 @@ func (c *Controller) Shutdown(ctx context.Context) error {
 		}
 	}
 	c.cancel()
+	if c.stopTokens != nil {
+		c.stopTokens()
+	}
 	c.nodes.close()
 	c.serveWG.Wait()
 	c.reqWG.Wait()

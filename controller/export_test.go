@@ -24,3 +24,6 @@ func SetDownGrace(c *Controller, d time.Duration) {
 	defer c.nodes.mu.Unlock()
 	c.nodes.grace = d
 }
+
+// Patterns are the route patterns the controller's mux serves.
+func Patterns(c *Controller) []string { return c.patterns }

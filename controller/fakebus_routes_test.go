@@ -25,7 +25,7 @@ func newFakeFixture(t *testing.T, nodes map[string]int, config func(*controller.
 	t.Helper()
 	bus := newFakeBus()
 	tr := testutil.NewTrust(t)
-	cfg := controller.Config{Name: "ctl", Bus: bus, Signer: tr.Signer, HTTPListen: "127.0.0.1:0", Logger: quiet()}
+	cfg := controller.Config{Name: "ctl", Bus: bus, Signer: tr.Signer, HTTPListen: "127.0.0.1:0", Token: testToken, Logger: quiet()}
 	if config != nil {
 		config(&cfg)
 	}
@@ -46,7 +46,7 @@ func newFakeFixture(t *testing.T, nodes map[string]int, config func(*controller.
 	for name, n := range nodes {
 		ctl.Observe(controller.Member{Name: name, Addr: "127.0.0.1:1", State: api.NodeAlive, Meta: api.NodeMeta{Name: name, Sessions: n}})
 	}
-	return &fixture{t: t, ctl: ctl, base: "http://" + ctl.Addr(), http: &http.Client{Timeout: 10 * time.Second}, trust: tr}, bus
+	return &fixture{t: t, ctl: ctl, base: "http://" + ctl.Addr(), token: cfg.Token, http: &http.Client{Timeout: 10 * time.Second}, trust: tr}, bus
 }
 
 func nodeStatus(f *fixture, name string) string {
@@ -238,6 +238,7 @@ func TestFakeFailurePaths(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		req, _ := http.NewRequestWithContext(ctx, "GET", f.base+"/v1/sessions/n1/s1/wait?until=idle&timeout_ms=60000", nil)
+		req.Header.Set("Authorization", "Bearer "+f.token)
 		errc := make(chan error, 1)
 		go func() {
 			resp, err := f.http.Do(req)
@@ -298,7 +299,9 @@ func TestFakeOutputPaging(t *testing.T) {
 		return json.Marshal(api.ReadReply{Offset: r.From, Data: out[from:to], End: end})
 	})
 	get := func(query string) (*http.Response, []byte, error) {
-		resp, err := f.http.Get(f.base + "/v1/sessions/n1/s1/output?" + query)
+		req, _ := http.NewRequest("GET", f.base+"/v1/sessions/n1/s1/output?"+query, nil)
+		req.Header.Set("Authorization", "Bearer "+f.token)
+		resp, err := f.http.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -44,9 +44,13 @@ type fnode struct {
 
 type fixtureOpts struct {
 	nodes  map[string]map[string]string // name → labels
-	token  string
+	token  string                       // the bootstrap (admin) token; default testToken
+	store  bool                         // tokens in the FLEETMUX_TOKENS bucket of the fixture's NATS
 	config func(*controller.Config)
 }
+
+// testToken is the fixtures' bootstrap admin token.
+const testToken = "test-bootstrap-token"
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
@@ -56,6 +60,9 @@ func newFixture(t *testing.T, o fixtureOpts) *fixture {
 	t.Setenv("HOME", t.TempDir()) // the sessions' shells must not read the tester's rc files
 	if o.nodes == nil {
 		o.nodes = map[string]map[string]string{"n1": {"role": "web"}, "n2": {"role": "db"}}
+	}
+	if o.token == "" {
+		o.token = testToken
 	}
 	f := &fixture{t: t, nodes: map[string]*fnode{}, token: o.token, http: &http.Client{Timeout: 60 * time.Second}, trust: testutil.NewTrust(t)}
 	f.srv = testutil.StartNATS(t, t.TempDir())
@@ -67,6 +74,13 @@ func newFixture(t *testing.T, o fixtureOpts) *fixture {
 	}
 	t.Cleanup(func() { f.conn.Close() })
 	cfg := controller.Config{Name: "ctl", Bus: f.conn, Signer: f.trust.Signer, HTTPListen: "127.0.0.1:0", Token: o.token, Logger: quiet()}
+	if o.store {
+		kv, err := transport.OpenKV(ctx, f.conn.NC(), transport.BucketTokens, quiet())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Tokens = kv
+	}
 	if o.config != nil {
 		o.config(&cfg)
 	}

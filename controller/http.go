@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,6 +23,10 @@ import (
 // routes builds the HTTP API. Every reply is JSON; errors are api.ErrorReply.
 func (c *Controller) routes() http.Handler {
 	mux := http.NewServeMux()
+	handle := func(pattern string, h http.Handler) {
+		mux.Handle(pattern, h)
+		c.patterns = append(c.patterns, pattern)
+	}
 	s := "/v1/sessions/{node}/{id}"
 	for _, r := range []struct {
 		pattern string
@@ -46,42 +49,51 @@ func (c *Controller) routes() http.Handler {
 		{"GET " + s + "/wait", c.wait},
 		{"GET " + s + "/attach", c.attach},
 		{"POST /v1/run", c.fanout},
+		{"GET /v1/tokens", c.listTokens},
+		{"POST /v1/tokens", c.createToken},
+		{"DELETE /v1/tokens/{name}", c.revokeToken},
 		{"GET /healthz", c.health},
 	} {
-		mux.Handle(r.pattern, r.h)
+		handle(r.pattern, r.h)
 	}
-	mux.Handle("GET /metrics", promhttp.HandlerFor(c.cfg.Registry, promhttp.HandlerOpts{ErrorLog: slogPrinter{c.log}}))
-	mux.Handle("/mcp", c.mcpHandler()) // MCP over streamable HTTP, all methods (mcp.go)
+	handle("GET /metrics", promhttp.HandlerFor(c.cfg.Registry, promhttp.HandlerOpts{ErrorLog: slogPrinter{c.log}}))
+	handle("/mcp", c.mcpHandler()) // MCP over streamable HTTP, all methods (mcp.go)
 	// Every routed request is timed (metrics, innermost: the audit's record is not
 	// the request's time) and, when its route mutates, audited (middleware.go).
 	return c.guard(mux, c.audits.middleware(c.metrics.middleware(mux)))
 }
 
 // guard checks what every request must pass before routing: a known route (JSON
-// 404/405 otherwise), the API token, and the browser defences (a request from a web
-// page must not reach a loopback API: DNS rebinding and cross-site requests).
-// Requests that pass go to next (the mux behind its middlewares).
+// 404/405 otherwise), an API token whose role reaches the route's (api.Routes;
+// a route missing there is refused to all), and the browser defences (a request
+// from a web page must not reach a loopback API: cross-site requests). Requests
+// that pass go to next (the mux behind its middlewares), with their caller in
+// their context.
 func (c *Controller) guard(mux *http.ServeMux, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, pattern := mux.Handler(r); pattern == "" {
+		_, pattern := mux.Handler(r)
+		if pattern == "" {
 			c.noRoute(w, r, mux)
 			return
 		}
-		if r.URL.Path == "/healthz" {
+		need, listed := api.Routes[pattern]
+		if !listed {
+			c.log.Error("route missing from api.Routes: refused", "route", pattern)
+			writeError(w, api.Errorf(api.CodeForbidden, "route %s has no role in the access table", pattern))
+			return
+		}
+		if need == api.RoleNone {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if c.cfg.Token != "" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(c.cfg.Token)) != 1 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="fleetmux"`)
-				writeError(w, api.Errorf(api.CodeUnauthorized, "missing or wrong API token (Authorization: Bearer TOKEN)"))
-				return
-			}
-		} else if host := hostOnly(r.Host); !api.IsLoopbackHost(host) {
-			// Without a token only loopback clients reach us; a browser that was
-			// tricked into resolving another name to 127.0.0.1 sends that name.
-			writeError(w, api.Errorf(api.CodeForbidden, "host %q is not a loopback name: without an API token only localhost may be used", r.Host))
+		who, aerr := c.authenticate(r)
+		if aerr != nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="fleetmux"`)
+			writeError(w, aerr)
+			return
+		}
+		if !api.RoleAtLeast(who.role, need) {
+			writeError(w, api.Errorf(api.CodeForbidden, "%s needs the %s role; %s has %s", pattern, need, who.principal, who.role))
 			return
 		}
 		if o := r.Header.Get("Origin"); o != "" {
@@ -90,7 +102,7 @@ func (c *Controller) guard(mux *http.ServeMux, next http.Handler) http.Handler {
 				return
 			}
 		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r.WithContext(withCaller(r.Context(), who)))
 	})
 }
 
@@ -229,10 +241,10 @@ func actor(r *http.Request) string {
 	return who + "@" + host
 }
 
-// httpPrincipal is who an HTTP API request acts as: its actor, with the role of the
-// API token, which is an admin's today (per-token roles come with FLEETMUX_TOKENS).
+// httpPrincipal is who an HTTP API request acts as: its actor (a label), with the
+// role of its API token (guard put the caller in its context).
 func httpPrincipal(r *http.Request) principal {
-	return principal{actor: actor(r), role: api.RoleAdmin}
+	return principal{actor: actor(r), role: callerOf(r.Context()).role}
 }
 
 // target validates the {node} and {id} of a session route.

@@ -12,7 +12,8 @@ import (
 
 // mcpFleet is the controller as the Fleet of its MCP server: Fleet calls under
 // the names of the HTTP API's client. Who acts comes from the context
-// (mcpserver's WithActor option sets it with WithActor and WithRole).
+// (mcpserver's WithActor and WithCaller options set it: the actor label, the
+// principal and role of the request's API token).
 type mcpFleet struct{ c *Controller }
 
 var _ mcpserver.Fleet = mcpFleet{}
@@ -72,22 +73,27 @@ func (f mcpFleet) Fanout(ctx context.Context, req api.FanoutRequest) (api.Fanout
 
 // mcpHandler builds the controller's MCP server and returns /mcp's handler: the
 // streamable HTTP transport, behind guard like the API (token, Host and Origin
-// checks). Tool calls act as "mcp:CLIENT@ADDR" and are audited. MCP sessions end
+// checks). Tool calls act with the role of the request's API token (each tool
+// needs the role api.Tools gives it), are labelled "mcp:CLIENT@ADDR", and are
+// audited with both. MCP sessions end
 // when Shutdown starts (their event streams would hold it); tool calls in flight
 // get the grace, then end with the controller's context.
 func (c *Controller) mcpHandler() http.Handler {
 	m := mcpserver.New(mcpFleet{c}, mcpserver.Options{
-		Version: c.cfg.Version,
-		Context: c.ctx,
-		Logger:  c.log,
-		// /mcp is served behind the API token, whose role is admin today: tool calls
-		// and the watches of resource subscriptions act so.
-		WithActor: func(ctx context.Context, actor string) context.Context {
-			return WithRole(WithActor(ctx, actor), api.RoleAdmin)
+		Version:   c.cfg.Version,
+		Context:   c.ctx,
+		Logger:    c.log,
+		WithActor: WithActor,
+		WithCaller: func(ctx context.Context, principal, role string) context.Context {
+			return withCaller(ctx, caller{principal: principal, role: role})
 		},
 		Audit: func(_ context.Context, rec api.AuditRecord) { c.audits.record(rec) },
 	})
-	h := m.Handler(mcpserver.HTTPOptions{Closing: func() bool { return c.streamCtx.Err() != nil }})
+	h := m.Handler(mcpserver.HTTPOptions{
+		Closing: func() bool { return c.streamCtx.Err() != nil },
+		// guard authenticated the request: its token's role is the tool calls' role.
+		Caller: func(r *http.Request) (string, string) { who := callerOf(r.Context()); return who.principal, who.role },
+	})
 	c.reqWG.Add(1)
 	context.AfterFunc(c.streamCtx, func() {
 		defer c.reqWG.Done()

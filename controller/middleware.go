@@ -55,7 +55,7 @@ func (a *auditLog) middleware(next http.Handler) http.Handler {
 			}
 		}
 		ar := api.AuditRecord{
-			Time: time.Now().UTC(), Session: r.PathValue("id"), Actor: actor(r),
+			Time: time.Now().UTC(), Session: r.PathValue("id"), Actor: actor(r), Principal: callerOf(r.Context()).principal,
 			Action: r.Pattern, Detail: r.URL.Path, Result: result,
 		}
 		if n := r.PathValue("node"); n != "" && ar.Session != "" {

@@ -191,7 +191,9 @@ func TestBadInput(t *testing.T) {
 		{"wrong method", "PUT", "/v1/nodes", nil, 405, api.CodeBadRequest, nil},
 		{"attach without upgrade", "GET", p + "/attach", nil, 400, api.CodeBadRequest, nil},
 		{"cross-origin", "POST", p + "/run", api.RunBody{Command: "true"}, 403, api.CodeForbidden, []string{"Origin", "http://evil.example"}},
-		{"rebinding host", "POST", p + "/run", api.RunBody{Command: "true"}, 403, api.CodeForbidden, []string{"Host", "evil.example:7070"}},
+		{"no token", "POST", p + "/run", api.RunBody{Command: "true"}, 401, api.CodeUnauthorized, []string{"Authorization", ""}},
+		{"wrong token", "POST", p + "/run", api.RunBody{Command: "true"}, 401, api.CodeUnauthorized, []string{"Authorization", "Bearer nope"}},
+		{"cross origin", "POST", p + "/run", api.RunBody{Command: "true"}, 403, api.CodeForbidden, []string{"Origin", "http://evil.example"}},
 		{"fanout empty selector", "POST", "/v1/run", api.FanoutRequest{Command: "true"}, 400, api.CodeBadRequest, nil},
 		{"fanout no match", "POST", "/v1/run", api.FanoutRequest{Command: "true", Selector: api.Selector{Labels: map[string]string{"role": "none"}}}, 404, api.CodeNotFound, nil},
 		{"fanout mixed selector", "POST", "/v1/run", api.FanoutRequest{Command: "true", Selector: api.Selector{All: true, Sessions: []string{"n1/s1"}}}, 400, api.CodeBadRequest, nil},
@@ -255,6 +257,7 @@ func TestConfig(t *testing.T) {
 		{controller.Config{Bus: f.conn, Signer: sg, Prefix: "a..b"}, controller.ErrConfig},
 		{controller.Config{Bus: f.conn, Signer: sg, HTTPListen: "nope"}, controller.ErrConfig},
 		{controller.Config{Bus: f.conn, Signer: sg, HTTPListen: "0.0.0.0:7070"}, controller.ErrInsecure},
+		{controller.Config{Bus: f.conn, Signer: sg, HTTPListen: "127.0.0.1:0"}, controller.ErrInsecure}, // loopback is shared by every local user
 	} {
 		if _, err := controller.New(tc.cfg); !errors.Is(err, tc.want) {
 			t.Errorf("New(%+v): %v, want %v", tc.cfg, err, tc.want)

@@ -32,6 +32,9 @@ type follower struct {
 func (f *fixture) follow(ctx context.Context, path string, from int64, slow <-chan struct{}) *follower {
 	f.t.Helper()
 	req, err := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s%s/output?from=%d&follow=1", f.base, path, from), nil)
+	if err == nil {
+		req.Header.Set("Authorization", "Bearer "+f.token)
+	}
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -79,6 +82,7 @@ func (f *fixture) rawOutput(path string) []byte {
 	var out []byte
 	for {
 		req, _ := http.NewRequest("GET", fmt.Sprintf("%s%s/output?from=%d", f.base, path, len(out)), nil)
+		req.Header.Set("Authorization", "Bearer "+f.token)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			f.t.Fatal(err)
@@ -101,6 +105,7 @@ func (f *fixture) rawOutput(path string) []byte {
 func (f *fixture) getOutput(path, query string) (http.Header, []byte) {
 	f.t.Helper()
 	req, _ := http.NewRequest("GET", f.base+path+"/output?"+query, nil)
+	req.Header.Set("Authorization", "Bearer "+f.token)
 	resp, err := f.http.Do(req)
 	if err != nil {
 		f.t.Fatal(err)

@@ -240,7 +240,7 @@ func (v blockView) header() string {
 		parts = append(parts, "running for "+d)
 	}
 	if b.Cwd != "" {
-		parts = append(parts, "cwd "+b.Cwd)
+		parts = append(parts, "cwd "+clip(b.Cwd, 200))
 	}
 	parts = append(parts, "session "+orNone(v.br.Session.State))
 	return fmt.Sprintf("[%s #%d] %s · $ %s", addr(v.node, v.id), b.N, strings.Join(parts, " · "), clip(b.Command, 120))
@@ -274,10 +274,8 @@ func (v blockView) text() string {
 		if v.br.Text == "" {
 			sb.WriteString("(no output)\n")
 		} else {
-			sb.WriteString(v.br.Text)
-			if !strings.HasSuffix(v.br.Text, "\n") {
-				sb.WriteByte('\n')
-			}
+			sb.WriteString(fence("output", v.br.Text))
+			sb.WriteByte('\n')
 		}
 	}
 	args := []any{"node", v.node, "session", v.id}
@@ -299,9 +297,9 @@ func (v blockView) text() string {
 	case api.StateWaitingInput:
 		if v.screen != nil {
 			if t := screenTail(*v.screen, screenTailLines); t != "" {
-				sb.WriteString("--- screen (last lines) ---\n")
-				sb.WriteString(t)
-				sb.WriteString("\n---\n")
+				sb.WriteString("screen (last lines):\n")
+				sb.WriteString(fence("screen", t))
+				sb.WriteByte('\n')
 			}
 		}
 		fmt.Fprintf(&sb, "The command is waiting for input. Answer with send_input %s (then wait_for), or interrupt it with send_keys [\"C-c\"].\n",
@@ -405,6 +403,8 @@ func (v screenView) text() string {
 	}
 	if body == "" {
 		body = "(blank screen)"
+	} else {
+		body = fence("screen", body)
 	}
 	return "[" + addr(v.node, v.id) + "] " + strings.Join(parts, " · ") + "\n" + body
 }

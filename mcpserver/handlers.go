@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -536,7 +537,7 @@ func (m *Server) fanoutRun(ctx context.Context, in fanoutRunIn) (*mcp.CallToolRe
 		}
 		line := fmt.Sprintf("%s · %s · %s", where, what, fmtDuration(time.Duration(r.DurationMS)*time.Millisecond))
 		if first := firstLine(r.Text); first != "" && (r.Error == nil || r.Error.Code == api.CodeExitStatus || r.Error.Code == api.CodeExitUnknown || r.Error.Code == api.CodeTimeout) {
-			line += " · " + first
+			line += " · first line of output " + strconv.Quote(first)
 		}
 		b.WriteString("\n" + line)
 	}
@@ -559,7 +560,7 @@ func (m *Server) fanoutRun(ctx context.Context, in fanoutRunIn) (*mcp.CallToolRe
 			if r.Text == "" {
 				b.WriteString("(no output)")
 			} else {
-				b.WriteString(strings.TrimRight(r.Text, "\n"))
+				b.WriteString(fence("output", r.Text))
 			}
 			if r.OmittedBytes > 0 {
 				fmt.Fprintf(&b, "\n[%d bytes omitted from the middle]", r.OmittedBytes)

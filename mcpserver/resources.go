@@ -187,9 +187,13 @@ func (m *Server) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error
 	}
 	if w == nil {
 		wctx, stop := context.WithCancel(m.ctx)
+		// The watch lives on m's context and acts as its first subscriber.
 		if m.opts.WithActor != nil {
-			// The watch lives on m's context and acts as its first subscriber.
 			wctx = m.opts.WithActor(wctx, actorOf(ctx))
+		}
+		if m.opts.WithCaller != nil {
+			who := callOf(ctx)
+			wctx = m.opts.WithCaller(wctx, who.principal, who.role)
 		}
 		w = &watch{subs: map[*mcp.ServerSession]bool{}, stop: stop}
 		m.watches[uri] = w

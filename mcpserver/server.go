@@ -10,8 +10,10 @@
 package mcpserver
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -72,6 +74,16 @@ type Options struct {
 	// WithActor, when set, gives the context of every Fleet call the actor (the
 	// controller records it in the nodes' audit). Default: the context as is.
 	WithActor func(ctx context.Context, actor string) context.Context
+	// Role, when set, is the role every call acts with where the transport names
+	// none (stdio: `fleetmux mcp` with its token's role): a tool call needs the role
+	// api.Tools gives the tool. Empty: tools are not checked here (the Fleet checks:
+	// the controller's HTTP API refuses what the token's role may not do). Over
+	// HTTP, HTTPOptions.Caller names the role of each request instead.
+	Role string
+	// WithCaller, when set, gives the context of every Fleet call who acts: the
+	// authenticated principal (e.g. "token:NAME") and role, as the transport named
+	// them (HTTPOptions.Caller; Role). The controller signs its node requests so.
+	WithCaller func(ctx context.Context, principal, role string) context.Context
 	// Audit, when set, receives a record of every tool call that changes something
 	// (create, run, input, keys, set info, close, fan-out), with its result.
 	Audit func(ctx context.Context, rec api.AuditRecord)
@@ -192,6 +204,11 @@ type HTTPOptions struct {
 	// Closing, when set and true, refuses new client sessions (while shutting
 	// down).
 	Closing func() bool
+	// Caller, when set, names who sends a request (authenticated in front of the
+	// handler: the controller's API token): its principal and role. The tool calls
+	// of that request act so, and need the role api.Tools gives their tool; an
+	// empty role may call no tool. Unset: Options.Role.
+	Caller func(r *http.Request) (principal, role string)
 }
 
 // defaultSessionTimeout ends client sessions over HTTP that made no request for
@@ -199,9 +216,17 @@ type HTTPOptions struct {
 const defaultSessionTimeout = 30 * time.Minute
 
 // remoteHeader carries the client's address from Handler to the tool calls (the
-// SDK gives them the request's header, not the request). Whatever a client sends
-// in it is overwritten.
-const remoteHeader = "Fleetmux-Mcp-Remote"
+// SDK gives them the request's header, not the request); principalHeader and
+// roleHeader carry the caller (HTTPOptions.Caller). Whatever a client sends in
+// them is overwritten.
+const (
+	remoteHeader    = "Fleetmux-Mcp-Remote"
+	principalHeader = "Fleetmux-Mcp-Principal"
+	roleHeader      = "Fleetmux-Mcp-Role"
+)
+
+// noRole is roleHeader's value for a caller without a role: it may call no tool.
+const noRole = "-"
 
 // Handler serves MCP over streamable HTTP (at /mcp on the controller). It checks
 // no token, Host or Origin: mount it behind what does (the controller's guard).
@@ -227,6 +252,16 @@ func (m *Server) Handler(o HTTPOptions) http.Handler {
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Header.Set(remoteHeader, hostOnly(r.RemoteAddr))
+		r.Header.Del(principalHeader)
+		r.Header.Del(roleHeader)
+		if o.Caller != nil {
+			principal, role := o.Caller(r)
+			if role == "" {
+				role = noRole
+			}
+			r.Header.Set(principalHeader, principal)
+			r.Header.Set(roleHeader, role)
+		}
 		h.ServeHTTP(w, r)
 	})
 }
@@ -239,30 +274,69 @@ func hostOnly(hostport string) string {
 	return strings.Trim(hostport, "[]")
 }
 
-type actorKey struct{}
+type callKey struct{}
+
+// call is who makes a request: the actor (a label for the audit), the
+// authenticated principal and role, and whether the role is to be checked here.
+type call struct {
+	actor, principal, role string
+	checked                bool
+}
 
 // callCtx is the context of one request: cancelled with opts.Context too, and
-// naming its actor.
+// naming who calls.
 func (m *Server) callCtx(ctx context.Context, req mcp.Request) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(m.ctx, cancel)
-	var actor string
+	var who call
 	if m.opts.Actor != nil {
-		actor = m.opts.Actor(req)
+		who.actor = m.opts.Actor(req)
 	} else {
-		actor = DefaultActor(req)
+		who.actor = DefaultActor(req)
 	}
-	ctx = context.WithValue(ctx, actorKey{}, actor)
+	if ex := req.GetExtra(); ex != nil && ex.Header != nil && ex.Header.Get(roleHeader) != "" {
+		who.principal, who.role, who.checked = ex.Header.Get(principalHeader), ex.Header.Get(roleHeader), true
+		if who.role == noRole {
+			who.role = ""
+		}
+	} else if m.opts.Role != "" {
+		who.role, who.checked = m.opts.Role, true
+	}
+	ctx = context.WithValue(ctx, callKey{}, who)
 	if m.opts.WithActor != nil {
-		ctx = m.opts.WithActor(ctx, actor)
+		ctx = m.opts.WithActor(ctx, who.actor)
+	}
+	if m.opts.WithCaller != nil {
+		ctx = m.opts.WithCaller(ctx, who.principal, who.role)
 	}
 	return ctx, func() { stop(); cancel() }
 }
 
+// callOf is who callCtx named in ctx.
+func callOf(ctx context.Context) call {
+	c, _ := ctx.Value(callKey{}).(call)
+	return c
+}
+
 // actorOf is the actor callCtx named in ctx.
-func actorOf(ctx context.Context) string {
-	a, _ := ctx.Value(actorKey{}).(string)
-	return a
+func actorOf(ctx context.Context) string { return callOf(ctx).actor }
+
+// allowed returns a tool error unless the caller of ctx may call tool
+// (api.Tools; a tool missing there is allowed to nobody).
+func allowed(ctx context.Context, tool string) error {
+	who := callOf(ctx)
+	if !who.checked {
+		return nil
+	}
+	need, ok := api.Tools[tool]
+	if !ok {
+		return &toolError{msg: fmt.Sprintf("%s has no role in the access table: refused", tool), code: api.CodeForbidden}
+	}
+	if !api.RoleAtLeast(who.role, need) {
+		who.role = cmp.Or(who.role, "no role")
+		return &toolError{msg: fmt.Sprintf("%s needs the %s role; you act as %s with %s (ask an admin for a token with more rights)", tool, need, cmp.Or(who.principal, "this client"), who.role), code: api.CodeForbidden}
+	}
+	return nil
 }
 
 // DefaultActor is "mcp", with the client's name (":NAME") and, over HTTP, its

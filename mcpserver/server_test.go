@@ -254,7 +254,7 @@ func TestRunCommand(t *testing.T) {
 	}})
 	var b Block
 	text, isErr := c.call("run_command", map[string]any{"node": "n1", "session": "s1", "command": "echo hi; (exit 3)"}, &b)
-	if isErr || text != "[n1/s1 #1] exit 3 · 1.24s · cwd /tmp · session idle · $ echo hi; (exit 3)\nhi" {
+	if isErr || unfence(text) != "[n1/s1 #1] exit 3 · 1.24s · cwd /tmp · session idle · $ echo hi; (exit 3)\n<<<output>>>\nhi\n<<<end>>>" {
 		t.Fatalf("run_command: %v\n%s", isErr, text)
 	}
 	if b.State != api.BlockDone || b.ExitCode == nil || *b.ExitCode != 3 || b.DurationMS != 1240 || b.N != 1 || b.SessionState != api.StateIdle {
@@ -436,7 +436,7 @@ func TestResources(t *testing.T) {
 		t.Fatalf("resources: %v %+v", err, res)
 	}
 	rr, err := c.cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "fleetmux://n1/s1/screen"})
-	if err != nil || len(rr.Contents) != 1 || !regexp.MustCompile(`^\[n1/s1\] screen 80x24 · cursor row 0 col 0\n\$$`).MatchString(rr.Contents[0].Text) {
+	if err != nil || len(rr.Contents) != 1 || !regexp.MustCompile(`^\[n1/s1\] screen 80x24 · cursor row 0 col 0\n<<<screen>>>\n\$\n<<<end>>>$`).MatchString(unfence(rr.Contents[0].Text)) {
 		t.Fatalf("screen: %v %+v", err, rr)
 	}
 	if _, err := c.cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "fleetmux://n1/s1/blocks/0"}); err == nil {

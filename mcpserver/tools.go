@@ -193,7 +193,12 @@ func addTool[In, Out any](m *Server, t *mcp.Tool, audit auditFn[In], h func(cont
 	mcp.AddTool(m.srv, t, func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
 		ctx, done := m.callCtx(ctx, req)
 		defer done()
-		res, out, err := h(ctx, in)
+		var res *mcp.CallToolResult
+		var out Out
+		err := allowed(ctx, t.Name)
+		if err == nil {
+			res, out, err = h(ctx, in)
+		}
 		var te *toolError
 		if err != nil && !errors.As(err, &te) {
 			m.log.Warn("mcp tool failed", "tool", t.Name, "err", err)
@@ -201,7 +206,7 @@ func addTool[In, Out any](m *Server, t *mcp.Tool, audit auditFn[In], h func(cont
 		}
 		if audit != nil && m.opts.Audit != nil {
 			target, detail := audit(in)
-			rec := api.AuditRecord{Actor: actorOf(ctx), Action: "mcp " + t.Name, Session: target, Detail: detail, Result: "ok"}
+			rec := api.AuditRecord{Actor: actorOf(ctx), Principal: callOf(ctx).principal, Action: "mcp " + t.Name, Session: target, Detail: detail, Result: "ok"}
 			if err != nil {
 				rec.Result, rec.Error = errCode(err), err.Error()
 			}

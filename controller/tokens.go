@@ -1,0 +1,276 @@
+package controller
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/trust"
+)
+
+// API tokens (DESIGN.md, Trust model): every request but /healthz carries one;
+// its role must reach the route's in api.Routes. Tokens live hashed in a store
+// that every controller shares (FLEETMUX_TOKENS) and watches, so a token created
+// on one controller works on all, and a revoked one is refused by all at once.
+
+// TokenStore is the shared store of API tokens: keys are token names, values the
+// records of package trust (cmd wires transport.KV on the FLEETMUX_TOKENS
+// bucket). Implementations are safe for concurrent use.
+type TokenStore interface {
+	// Create stores value under key; the error wraps api.ErrKeyExists when the key
+	// holds a value.
+	Create(ctx context.Context, key string, value []byte) error
+	// Delete removes key.
+	Delete(ctx context.Context, key string) error
+	// Watch calls fn with every key's value (nil: deleted), the values held now
+	// before it returns, then every change until stop. fn must not block.
+	Watch(ctx context.Context, fn func(key string, value []byte)) (stop func(), err error)
+}
+
+// caller is who a request acts as, once authenticated: its principal ("token:NAME",
+// "ssh:FINGERPRINT") and role. The Fleetmux-Actor header is a label beside it,
+// never the principal.
+type caller struct{ principal, role string }
+
+type callerKey struct{}
+
+// withCaller returns a context naming the caller; its role (WithRole) is the one
+// the node requests made with it are signed with.
+func withCaller(ctx context.Context, c caller) context.Context {
+	return WithRole(context.WithValue(ctx, callerKey{}, c), c.role)
+}
+
+// callerOf is the authenticated caller of ctx (zero when there is none).
+func callerOf(ctx context.Context) caller {
+	c, _ := ctx.Value(callerKey{}).(caller)
+	return c
+}
+
+// tokenCache is this controller's copy of the token store, kept by its watch.
+type tokenCache struct {
+	mu    sync.RWMutex // guards recs, local
+	recs  map[string]trust.TokenRecord
+	local map[string]caller // by the hash of the token's text (LocalToken)
+}
+
+func newTokenCache() *tokenCache {
+	return &tokenCache{recs: map[string]trust.TokenRecord{}, local: map[string]caller{}}
+}
+
+// apply is the store watch's callback.
+func (tc *tokenCache) apply(log func(msg string, args ...any)) func(key string, value []byte) {
+	return func(key string, value []byte) {
+		tc.mu.Lock()
+		defer tc.mu.Unlock()
+		if value == nil {
+			delete(tc.recs, key)
+			return
+		}
+		rec, err := trust.DecodeRecord(key, value)
+		if err != nil {
+			delete(tc.recs, key) // a record we cannot read accepts nothing
+			log("token record ignored", "token", key, "err", err)
+			return
+		}
+		tc.recs[key] = rec
+	}
+}
+
+func (tc *tokenCache) get(name string) (trust.TokenRecord, bool) {
+	tc.mu.RLock()
+	defer tc.mu.RUnlock()
+	r, ok := tc.recs[name]
+	return r, ok
+}
+
+func (tc *tokenCache) put(rec trust.TokenRecord) {
+	tc.mu.Lock()
+	tc.recs[rec.Name] = rec
+	tc.mu.Unlock()
+}
+
+func (tc *tokenCache) drop(name string) {
+	tc.mu.Lock()
+	delete(tc.recs, name)
+	tc.mu.Unlock()
+}
+
+func (tc *tokenCache) list() []api.Token {
+	tc.mu.RLock()
+	defer tc.mu.RUnlock()
+	out := make([]api.Token, 0, len(tc.recs))
+	for _, r := range tc.recs {
+		out = append(out, r.Token)
+	}
+	slices.SortFunc(out, func(a, b api.Token) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// LocalToken returns a token that only this process knows, acting as principal
+// with role until revoke is called: for the front doors that run in the
+// controller's process and reach its HTTP API (the SSH verbs act with the SSH
+// user's key and role). It is never stored nor shown.
+func (c *Controller) LocalToken(principal, role string) (token string, revoke func()) {
+	b := make([]byte, 32)
+	rand.Read(b)
+	token = "fmxl." + base64.RawURLEncoding.EncodeToString(b)
+	h := trust.HashToken(token)
+	c.tokens.mu.Lock()
+	c.tokens.local[h] = caller{principal: principal, role: role}
+	c.tokens.mu.Unlock()
+	return token, func() {
+		c.tokens.mu.Lock()
+		delete(c.tokens.local, h)
+		c.tokens.mu.Unlock()
+	}
+}
+
+// errNoToken and errBadToken are what a client sees of a refused token; why it
+// was refused goes to the operator's log only.
+var (
+	errNoToken  = api.Errorf(api.CodeUnauthorized, "missing API token (Authorization: Bearer TOKEN; fleetmux token create makes one)")
+	errBadToken = api.Errorf(api.CodeUnauthorized, "wrong, revoked or expired API token")
+)
+
+// authenticate finds the caller of a request from its bearer token: a stored
+// token (by the name its text carries, checked against the hash in constant
+// time, refused once expired or revoked), a local token, or the bootstrap token
+// (Config.Token, an admin).
+func (c *Controller) authenticate(r *http.Request) (caller, *api.Error) {
+	text, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || text == "" {
+		return caller{}, errNoToken
+	}
+	if name, err := trust.TokenName(text); err == nil {
+		if rec, ok := c.tokens.get(name); ok {
+			if err := rec.Check(text, time.Now()); err != nil {
+				c.log.Info("API token refused", "token", name, "err", err, "remote", r.RemoteAddr)
+				return caller{}, errBadToken
+			}
+			return caller{principal: "token:" + name, role: rec.Role}, nil
+		}
+	}
+	c.tokens.mu.RLock()
+	local, ok := c.tokens.local[trust.HashToken(text)]
+	c.tokens.mu.RUnlock()
+	if ok {
+		return local, nil
+	}
+	if c.cfg.Token != "" && trust.CheckBootstrap(text, c.cfg.Token) == nil {
+		name := trust.BootstrapName
+		if n, err := trust.TokenName(text); err == nil {
+			name = n
+		}
+		return caller{principal: "token:" + name, role: api.RoleAdmin}, nil
+	}
+	c.log.Info("API token refused", "err", "unknown token", "remote", r.RemoteAddr)
+	return caller{}, errBadToken
+}
+
+// watchTokens fills the token cache from the store and keeps it current until
+// Shutdown. It returns once the cache holds the store's tokens.
+func (c *Controller) watchTokens() error {
+	if c.cfg.Tokens == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, 30*time.Second)
+	defer cancel()
+	stop, err := c.cfg.Tokens.Watch(ctx, c.tokens.apply(c.log.Warn))
+	if err != nil {
+		return fmt.Errorf("controller: token store: %w", err)
+	}
+	c.stopTokens = stop
+	return nil
+}
+
+// errNoStore answers the token routes of a controller without a token store.
+var errNoStore = api.Errorf(api.CodeUnavailable, "this controller has no token store (FLEETMUX_TOKENS): only its bootstrap token works")
+
+func (c *Controller) listTokens(w http.ResponseWriter, r *http.Request) {
+	if c.cfg.Tokens == nil {
+		c.reply(w, r, nil, errNoStore)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.TokenList{Tokens: c.tokens.list()})
+}
+
+func (c *Controller) createToken(w http.ResponseWriter, r *http.Request) {
+	var body api.TokenRequest
+	if err := decodeBody(w, r, &body); err != nil {
+		c.reply(w, r, nil, err)
+		return
+	}
+	out, err := c.CreateToken(r.Context(), body)
+	c.reply(w, r, out, err)
+}
+
+// CreateToken makes a token, stores it, and returns it with its text (shown
+// this once). It works on every controller of the store at once.
+func (c *Controller) CreateToken(ctx context.Context, req api.TokenRequest) (api.NewToken, error) {
+	if c.cfg.Tokens == nil {
+		return api.NewToken{}, errNoStore
+	}
+	var ttl time.Duration
+	if req.TTL != "" {
+		d, err := time.ParseDuration(req.TTL)
+		if err != nil || d <= 0 {
+			return api.NewToken{}, api.Errorf(api.CodeBadRequest, "ttl %q: want a positive duration such as 24h or 90m", req.TTL)
+		}
+		ttl = d
+	}
+	if err := trust.ValidTokenName(req.Name); err != nil {
+		return api.NewToken{}, api.Errorf(api.CodeBadRequest, "token name: %v", err)
+	}
+	if !trust.ValidRole(req.Role) {
+		return api.NewToken{}, api.Errorf(api.CodeBadRequest, "role %q: want %s", req.Role, strings.Join(api.Roles, ", "))
+	}
+	text, rec, err := trust.NewToken(req.Name, req.Role, ttl, callerOf(ctx).principal, time.Now())
+	if err != nil {
+		return api.NewToken{}, api.Errorf(api.CodeBadRequest, "%v", err)
+	}
+	b, err := trust.EncodeRecord(rec)
+	if err != nil {
+		return api.NewToken{}, err
+	}
+	if err := c.cfg.Tokens.Create(ctx, rec.Name, b); err != nil {
+		if errors.Is(err, api.ErrKeyExists) {
+			return api.NewToken{}, api.Errorf(api.CodeExists, "a token named %q exists (fleetmux token revoke %s first)", rec.Name, rec.Name)
+		}
+		return api.NewToken{}, err
+	}
+	c.tokens.put(rec) // usable here at once; the watch brings it to the others
+	return api.NewToken{Token: rec.Token, Secret: text}, nil
+}
+
+func (c *Controller) revokeToken(w http.ResponseWriter, r *http.Request) {
+	out, err := c.RevokeToken(r.Context(), r.PathValue("name"))
+	c.reply(w, r, out, err)
+}
+
+// RevokeToken deletes a token from the store: every controller refuses it from
+// the moment its watch sees the deletion.
+func (c *Controller) RevokeToken(ctx context.Context, name string) (api.Token, error) {
+	if c.cfg.Tokens == nil {
+		return api.Token{}, errNoStore
+	}
+	if err := api.ValidName(name); err != nil {
+		return api.Token{}, api.Errorf(api.CodeBadRequest, "token name: %v", err)
+	}
+	rec, ok := c.tokens.get(name)
+	if !ok {
+		return api.Token{}, api.Errorf(api.CodeNotFound, "no token named %q (fleetmux token ls lists them)", name)
+	}
+	if err := c.cfg.Tokens.Delete(ctx, name); err != nil {
+		return api.Token{}, err
+	}
+	c.tokens.drop(name)
+	return rec.Token, nil
+}
