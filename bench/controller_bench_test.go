@@ -47,6 +47,8 @@ type ctlStack struct {
 	dir  string          // the sessions' cwd
 	nats string          // the NATS server's client URL
 	keys *testutil.Trust // the controller's signer; the nodes trust its root
+	// token is the API token the requests carry (default benchToken).
+	token string
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -78,7 +80,7 @@ func startCtlStack(tb testing.TB, e benchEnv, nodes int) *ctlStack {
 		}
 	}
 	keys := testutil.NewTrust(tb)
-	ctl, err := controller.New(controller.Config{Name: "ctl", Bus: ctlConn, Signer: keys.Signer, HTTPListen: "127.0.0.1:0", Logger: quietLogger()})
+	ctl, err := controller.New(controller.Config{Name: "ctl", Bus: ctlConn, Signer: keys.Signer, HTTPListen: "127.0.0.1:0", Token: benchToken, Logger: quietLogger()})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -115,6 +117,13 @@ func (s *ctlStack) do(method, path string, body, out any) error {
 		rd = bytes.NewReader(data)
 	}
 	req, err := http.NewRequest(method, s.base+path, rd)
+	if err == nil {
+		tok := s.token
+		if tok == "" {
+			tok = benchToken
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
 	if err != nil {
 		return err
 	}
@@ -564,3 +573,6 @@ func nodeRPCRun(c *transport.Conn, keys *testutil.Trust, addr string) error {
 	}
 	return nil
 }
+
+// benchToken is the benchmark controller's bootstrap admin token.
+const benchToken = "bench-token"

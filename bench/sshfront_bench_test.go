@@ -103,7 +103,11 @@ func startDevProc(tb testing.TB, e benchEnv) (*devProc, error) {
 	}
 	tr := &http.Transport{MaxIdleConnsPerHost: 8, IdleConnTimeout: time.Minute}
 	tb.Cleanup(tr.CloseIdleConnections)
-	d.api = &ctlStack{base: m[1], http: &http.Client{Transport: tr, Timeout: time.Minute}, dir: e.dir}
+	tok, err := os.ReadFile(filepath.Join(dir, "data", "token"))
+	if err != nil {
+		return nil, fmt.Errorf("fleetmux dev's admin token: %w", err)
+	}
+	d.api = &ctlStack{base: m[1], http: &http.Client{Transport: tr, Timeout: time.Minute}, dir: e.dir, token: strings.TrimSpace(string(tok))}
 	d.front = &sshDriver{bin: sshBin, dir: dir, env: slices.Clone(e.base), log: d.out, args: []string{
 		"-F", "/dev/null", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
 		"-o", "IdentitiesOnly=yes", "-o", "LogLevel=ERROR", "-i", key, "-p", s[1], "127.0.0.1",

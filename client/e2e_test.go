@@ -58,18 +58,21 @@ func newStack(t *testing.T) (*stack, *client.Client) {
 	}
 	t.Cleanup(func() { s.conn.Close() })
 	s.startController("127.0.0.1:0")
-	c, err := client.New(client.Config{Addr: "http://" + s.addr, Actor: "e2e"})
+	c, err := client.New(client.Config{Addr: "http://" + s.addr, Token: e2eToken, Actor: "e2e"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s, c
 }
 
+// e2eToken is the controller's bootstrap admin token.
+const e2eToken = "e2e-token"
+
 // startController starts a controller on listen (the node table fed directly:
 // gossip is tested elsewhere).
 func (s *stack) startController(listen string) {
 	s.t.Helper()
-	ctl, err := controller.New(controller.Config{Bus: s.conn, Signer: s.trust.Signer, HTTPListen: listen, Logger: quiet()})
+	ctl, err := controller.New(controller.Config{Bus: s.conn, Signer: s.trust.Signer, HTTPListen: listen, Token: e2eToken, Logger: quiet()})
 	if err != nil {
 		s.t.Fatal(err)
 	}

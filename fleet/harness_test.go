@@ -149,8 +149,13 @@ func (f *fleet) env(name string) []string {
 		"SHELL=/bin/bash",
 		"USER=" + currentUser(),
 		"TMPDIR=" + os.TempDir(),
+		// The controllers' bootstrap admin token (every API request needs one).
+		"FLEETMUX_TOKEN=" + fleetToken,
 	}
 }
+
+// fleetToken is the controllers' bootstrap API token, which apiClient sends.
+const fleetToken = "fleet-test-bootstrap-token"
 
 func currentUser() string {
 	if u := os.Getenv("USER"); u != "" {
@@ -559,6 +564,9 @@ func (c *apiClient) send(ctx context.Context, method, path string, body any) (re
 		rd = bytes.NewReader(data)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err == nil {
+		req.Header.Set("Authorization", "Bearer "+fleetToken)
+	}
 	if err != nil {
 		return reply{}, err
 	}
@@ -677,6 +685,9 @@ func (c *apiClient) follow(node, id string, from int, buf *testutil.Buffer) *fol
 	c.f.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/v1/sessions/%s/%s/output?from=%d&follow=1", c.base, node, id, from), nil)
+	if err == nil {
+		req.Header.Set("Authorization", "Bearer "+fleetToken)
+	}
 	if err != nil {
 		cancel()
 		c.f.t.Fatal(err)

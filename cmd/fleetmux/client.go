@@ -51,7 +51,7 @@ func (o *clientOptions) register(c *cobra.Command, withJSON bool) {
 	o.cmd = c
 	f := c.Flags()
 	f.StringVar(&o.addr, "addr", "", "controller HTTP API address (default $"+envAddr+", else "+client.DefaultAddr+")")
-	f.StringVar(&o.token, "token", "", "API token (default $"+envToken+"; prefer the environment: flags show in ps)")
+	f.StringVar(&o.token, "token", "", "API token (default $"+envToken+", else fleetmux dev's; prefer the environment: flags show in ps)")
 	f.StringVar(&o.actor, "actor", "", "who acts, for the audit")
 	f.MarkHidden("actor")
 	if withJSON {
@@ -72,7 +72,9 @@ func withFrontDoor(ctx context.Context, fd frontDoor) context.Context {
 }
 
 // resolve returns the address, token and actor the verb uses: the front door's
-// when it runs one, else the flags, else the environment, else the defaults. It
+// when it runs one, else the flags, else the environment, else (when neither
+// address nor token is given) those `fleetmux dev` wrote to the user's config
+// (dev.json), else the defaults. It
 // records the address in o.addr for fail's messages.
 func (o *clientOptions) resolve() (addr, token, actor string) {
 	if o.cmd != nil {
@@ -85,11 +87,17 @@ func (o *clientOptions) resolve() (addr, token, actor string) {
 	if addr == "" {
 		addr = os.Getenv(envAddr)
 	}
-	if addr == "" {
-		addr = client.DefaultAddr
-	}
 	if token == "" {
 		token = os.Getenv(envToken)
+	}
+	if addr == "" && token == "" {
+		// Neither given: the `fleetmux dev` of this user, from any directory.
+		if dc, ok := readDevConfig(); ok {
+			addr, token = dc.Addr, dc.Token
+		}
+	}
+	if addr == "" {
+		addr = client.DefaultAddr
 	}
 	if u := os.Getenv("USER"); u != "" && actor == "" {
 		actor = "cli:" + u

@@ -84,8 +84,8 @@ func controllerCmd() *cobra.Command {
 	f.StringVar(&o.name, "name", "controller-"+sanitizeName(hostname()), "controller name in the gossip cluster and its audit subject")
 	f.StringVar(&o.data, "data", ".fleetmux-controller", "data directory: the NATS authority (keys/), the embedded NATS store")
 	f.StringVar(&o.httpListen, "http-listen", controller.DefaultHTTPListen, "HTTP API address")
-	f.StringVar(&o.apiToken, "api-token", "", "API token required from clients (default $FLEETMUX_TOKEN; prefer it or --api-token-file: flags show in ps); required beyond loopback")
-	f.StringVar(&o.apiTokenFile, "api-token-file", "", "file holding the API token")
+	f.StringVar(&o.apiToken, "api-token", "", "a bootstrap admin API token, beside the tokens of FLEETMUX_TOKENS (default $FLEETMUX_TOKEN; prefer it or --api-token-file: flags show in ps)")
+	f.StringVar(&o.apiTokenFile, "api-token-file", "", "file holding the bootstrap admin API token")
 	f.StringVar(&o.natsURL, "nats", "", "NATS server URL(s) to connect to")
 	f.StringVar(&o.natsCreds, "nats-creds", "", "NATS .creds file of this controller (fleetmux enroll controller NAME; default $FLEETMUX_NATS_CREDS)")
 	f.StringVar(&o.natsCA, "nats-ca", "", "PEM CA that verifies the NATS server (default: the CA in the .creds file)")
@@ -201,13 +201,17 @@ func (o *controllerOptions) run(ctx context.Context, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	c, _, err := startController(ctx, &st, conn, controller.Config{Name: o.name, Prefix: o.prefix, HTTPListen: o.httpListen, Token: token, Signer: signer, Logger: log,
+	tokens, err := openTokens(ctx, conn)
+	if err != nil {
+		return err
+	}
+	c, _, err := startController(ctx, &st, conn, controller.Config{Name: o.name, Prefix: o.prefix, HTTPListen: o.httpListen, Token: token, Tokens: tokens, Signer: signer, Logger: log,
 		AuditFile: filepath.Join(o.data, "audit.jsonl")}, o.gossip)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "HTTP API: http://%s\n", c.Addr())
-	if sshAddr, err := startSSH(&st, c, o.ssh, o.data, token, log); err != nil {
+	if sshAddr, err := startSSH(&st, c, o.ssh, o.data, log); err != nil {
 		return err
 	} else if sshAddr != "" {
 		fmt.Fprintf(stdout, "SSH: %s\n", sshAddr)
@@ -248,18 +252,33 @@ func writeURLFile(data, name, url string) (string, error) {
 // sshExec runs the CLI verbs for the SSH front door against the controller's own
 // HTTP API (so a verb over SSH prints and exits exactly as in a terminal), with
 // sshRun: the SSH user reaches neither the server verbs nor this process's
-// environment, files or flag defaults.
-func sshExec(httpAddr, token string) controller.Exec {
+// environment, files or flag defaults. Each verb acts with a local token of the
+// SSH user's key and role (controller.LocalToken), revoked when it ends: the API
+// checks the role and audits the key.
+func sshExec(c *controller.Controller) controller.Exec {
 	return func(ctx context.Context, args []string, role, actor string, stdin io.Reader, stdout, stderr io.Writer) int {
-		err := sshRun(ctx, frontDoor{addr: "http://" + httpAddr, token: token, actor: actor}, args, stdin, stdout, stderr)
+		token, revoke := c.LocalToken(actor, role)
+		defer revoke()
+		err := sshRun(ctx, frontDoor{addr: "http://" + c.Addr(), token: token, actor: actor}, args, stdin, stdout, stderr)
 		report(stderr, err)
 		return exitCode(err)
 	}
 }
 
+// openTokens opens the FLEETMUX_TOKENS bucket (creating it) for a controller.
+func openTokens(ctx context.Context, conn *transport.Conn) (*transport.KV, error) {
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	kv, err := transport.OpenKV(octx, conn.NC(), transport.BucketTokens, nil)
+	if err != nil {
+		return nil, fmt.Errorf("API tokens: %w", err)
+	}
+	return kv, nil
+}
+
 // startSSH starts the SSH front door unless it is off or there are no authorized
 // keys (then it says so and returns ""). Its Close is registered on st.
-func startSSH(st *stack, c *controller.Controller, o sshOptions, data, token string, log *slog.Logger) (string, error) {
+func startSSH(st *stack, c *controller.Controller, o sshOptions, data string, log *slog.Logger) (string, error) {
 	if o.listen == "" || o.listen == "off" {
 		return "", nil
 	}
@@ -269,7 +288,7 @@ func startSSH(st *stack, c *controller.Controller, o sshOptions, data, token str
 	}
 	s, err := c.StartSSH(controller.SSHConfig{
 		Listen: o.listen, HostKeyFile: filepath.Join(data, "ssh_host_ed25519_key"), AuthorizedKeys: o.authorizedKeys,
-		DefaultRole: o.defaultRole, Exec: sshExec(c.Addr(), token),
+		DefaultRole: o.defaultRole, Exec: sshExec(c),
 	})
 	if err != nil {
 		return "", err

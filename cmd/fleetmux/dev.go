@@ -38,6 +38,11 @@ func devCmd() *cobra.Command {
 			"joined over gossip. Data lives under --data. The first start sets up the NATS\n" +
 			"authority there (operator, account, TLS CA: DIR/keys/); NATS clients need\n" +
 			"credentials and TLS even on loopback.\n\n" +
+			"The HTTP API needs a token even on loopback: dev keeps an admin token in\n" +
+			"DIR/token (0600) and writes the API's address and that token to\n" +
+			"$XDG_CONFIG_HOME/fleetmux/dev.json (default ~/.config/fleetmux/dev.json, 0600),\n" +
+			"where the CLI and fleetmux mcp find them when no --addr/--token or\n" +
+			"FLEETMUX_ADDR/FLEETMUX_TOKEN is set, from any directory.\n\n" +
 			"It prints the HTTP API address, writes the NATS URL to DIR/nats.url and the\n" +
 			"credentials (each with the CA) to DIR/creds/{node,controller,subscriber}.creds\n" +
 			"(mode 0600) for any NATS client. Ctrl-C stops everything (the\n" +
@@ -113,8 +118,16 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 		return err
 	}
 	ensureStreams(ctx, conn, o.prefix, log)
+	token, err := devToken(o.data)
+	if err != nil {
+		return err
+	}
+	tokens, err := openTokens(ctx, conn)
+	if err != nil {
+		return err
+	}
 	c, g, err := startController(ctx, &st, conn, controller.Config{Name: ctlName, Prefix: o.prefix, HTTPListen: o.httpListen, Signer: signer, Logger: log,
-		AuditFile: filepath.Join(o.data, "audit.jsonl")},
+		Token: token, Tokens: tokens, AuditFile: filepath.Join(o.data, "audit.jsonl")},
 		gossipOptions{listen: o.gossipListen})
 	if err != nil {
 		return err
@@ -127,7 +140,7 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err := waitNodeAlive(ctx, c, o.name); err != nil {
 		return err
 	}
-	sshAddr, err := startSSH(&st, c, o.ssh, o.data, "", log)
+	sshAddr, err := startSSH(&st, c, o.ssh, o.data, log)
 	if err != nil {
 		return err
 	}
@@ -140,13 +153,17 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if _, err := writeURLFile(o.data, "http.url", httpURL); err != nil {
 		return err
 	}
+	cfgFile, err := writeDevConfig(devConfig{Addr: httpURL, Token: token})
+	if err != nil {
+		return err
+	}
 	fmt.Fprintf(stdout, "fleetmux dev is up\n"+
-		"  HTTP API  %s   (export FLEETMUX_ADDR=%s when not the default)\n"+
+		"  HTTP API  %s   (admin token in %s; the CLI finds both in %s)\n"+
 		"  NATS      %s   (URL in %s; credentials, with the CA, in %s)\n"+
 		"  node      %s   (data in %s)\n"+
 		"  SSH       %s\n"+
 		"try: fleetmux new, then fleetmux run %s/s1 -- 'echo hi; exit 3'\n",
-		httpURL, httpURL, srv.ClientURL(), natsFile, filepath.Join(o.data, "creds", "{node,controller,subscriber}.creds"), o.name, o.data, sshLine, o.name)
+		httpURL, filepath.Join(o.data, "token"), cfgFile, srv.ClientURL(), natsFile, filepath.Join(o.data, "creds", "{node,controller,subscriber}.creds"), o.name, o.data, sshLine, o.name)
 	<-ctx.Done()
 	fmt.Fprintln(stderr, "fleetmux dev: stopping")
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -21,8 +21,9 @@ import (
 	"github.com/fleetmux/fleetmux/internal/testutil"
 )
 
-// devOut is what the last startDev printed (tests run one at a time).
-var devOut string
+// devOut is what the last startDev printed, devAdminToken its admin token (tests
+// run one at a time).
+var devOut, devAdminToken string
 
 // startDev runs `fleetmux dev` on free loopback ports until the test ends and
 // returns its HTTP API URL.
@@ -32,6 +33,9 @@ func startDev(t *testing.T, extra ...string) string {
 	// As the README runs it: a data dir relative to the cwd (the default is
 	// ./.fleetmux), while the sessions start in $HOME.
 	t.Chdir(t.TempDir())
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir()) // dev.json: this test's, not the tester's
+	t.Setenv(envAddr, "")
+	t.Setenv(envToken, "")
 	data := "data"
 	ctx, cancel := context.WithCancel(context.Background())
 	var out, errb testutil.Buffer
@@ -72,6 +76,27 @@ func startDev(t *testing.T, extra ...string) string {
 			t.Fatalf("%s: %v %v", f, err, st)
 		}
 	}
+	// The admin token, and the address and token for the CLI in dev.json: ours alone.
+	tb, err := os.ReadFile(filepath.Join(data, "token"))
+	if st, serr := os.Stat(filepath.Join(data, "token")); err != nil || serr != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("token: %v %v %v", err, serr, st)
+	}
+	cfgPath := filepath.Join(os.Getenv("XDG_CONFIG_HOME"), "fleetmux", "dev.json")
+	var dc devConfig
+	cb, err := os.ReadFile(cfgPath)
+	if err != nil || json.Unmarshal(cb, &dc) != nil || dc.Token != strings.TrimSpace(string(tb)) || dc.Addr != strings.TrimSpace(string(b)) {
+		t.Fatalf("dev.json: %v %s", err, cb)
+	}
+	if st, err := os.Stat(cfgPath); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("dev.json mode: %v %v", err, st)
+	}
+	if st, err := os.Stat(filepath.Dir(cfgPath)); err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("dev.json dir mode: %v %v", err, st)
+	}
+	devAdminToken = dc.Token
+	// The verbs that tests run with --addr find the token in the environment; the
+	// quick start unsets it, to find both in dev.json.
+	t.Setenv(envToken, dc.Token)
 	nb, _ := os.ReadFile(filepath.Join(data, "nats.url"))
 	if u := strings.TrimSpace(string(nb)); !strings.HasPrefix(u, "nats://127.0.0.1:") || strings.Contains(u, "@") {
 		t.Fatalf("nats.url: %q", nb)
@@ -83,9 +108,16 @@ func startDev(t *testing.T, extra ...string) string {
 // fleetmux run NODE/ID -- 'echo hi; exit 3', and the other client verbs.
 func TestDevQuickStart(t *testing.T) {
 	addr := startDev(t)
+	// As a user runs it: no --addr, no --token, no environment: the CLI finds
+	// dev's address (a random port here) and token in dev.json. (The directory
+	// stays: dev runs in this process, with a relative data dir.)
+	t.Setenv(envToken, "")
 	cli := func(args ...string) (string, string, int) {
 		t.Helper()
-		out, errs, err := runArgs(t, append([]string{args[0], "--addr", addr}, args[1:]...)...)
+		out, errs, err := runArgs(t, args...)
+		if err != nil {
+			errs += err.Error()
+		}
 		return out, errs, exitCode(err)
 	}
 
@@ -144,6 +176,7 @@ func TestDevQuickStart(t *testing.T) {
 		t.Fatalf("a failing fan-out exited 0: %q", out)
 	}
 	// Errors: a clear message and a meaningful exit code.
+	t.Setenv(envToken, devAdminToken)
 	_, _, err := runArgs(t, "run", "--addr", addr, "nowhere/s1", "--", "true")
 	if exitCode(err) != 255 || !strings.Contains(err.Error(), "not_found") {
 		t.Fatalf("run on an unknown node: %v (exit %d)", err, exitCode(err))
@@ -152,6 +185,7 @@ func TestDevQuickStart(t *testing.T) {
 	if exitCode(err) != 255 {
 		t.Fatalf("a bad address: exit %d (%v), want 255 (fleetmux's own failure)", exitCode(err), err)
 	}
+	t.Setenv(envToken, "")
 	out, _, code = cli("kill", "here/s1")
 	if code != 0 || !strings.Contains(out, "here/s1") {
 		t.Fatalf("kill: %q %d", out, code)
@@ -202,7 +236,9 @@ func TestDevSubscriberReadsOutput(t *testing.T) {
 	}
 	var want []byte
 	testutil.Eventually(t, 10*time.Second, func() bool {
-		resp, err := http.Get(addr + "/v1/sessions/here/s1/output?from=0")
+		req, _ := http.NewRequest("GET", addr+"/v1/sessions/here/s1/output?from=0", nil)
+		req.Header.Set("Authorization", "Bearer "+devAdminToken)
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return false
 		}
@@ -231,5 +267,63 @@ func TestDevSubscriberReadsOutput(t *testing.T) {
 	}
 	if out, _, err := runArgs(t, "ls", "--addr", addr); err != nil || !strings.Contains(out, "here/s1") {
 		t.Fatalf("the session is gone after the subscriber's kill: %q %v", out, err)
+	}
+}
+
+// TestDevAPINeedsToken (issue 15 #2): dev's HTTP API, on loopback, refuses a
+// request without a token (another local user's), and one with a wrong token;
+// `token create` makes tokens that work at once, each with its role; a revoked
+// token is refused.
+func TestDevAPINeedsToken(t *testing.T) {
+	addr := startDev(t)
+	post := func(token string) int {
+		req, _ := http.NewRequest("POST", addr+"/v1/sessions", strings.NewReader(`{}`))
+		req.Header.Set("Content-Type", "application/json")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := post(""); code != http.StatusUnauthorized {
+		t.Fatalf("a request without a token: %d, want 401", code)
+	}
+	if code := post(devAdminToken + "x"); code != http.StatusUnauthorized {
+		t.Fatalf("a request with a wrong token: %d, want 401", code)
+	}
+	resp, err := http.Get(addr + "/v1/nodes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("GET /v1/nodes without a token: %d, want 401", resp.StatusCode)
+	}
+	out, errs, err := runArgs(t, "token", "create", "--addr", addr, "--name", "watcher", "--role", "viewer", "--ttl", "1h")
+	viewer := strings.TrimSpace(out)
+	if err != nil || !strings.HasPrefix(viewer, "fmx1.watcher.") {
+		t.Fatalf("token create: %q %q %v", out, errs, err)
+	}
+	if code := post(viewer); code != http.StatusForbidden {
+		t.Fatalf("a viewer's create: %d, want 403", code)
+	}
+	out, _, err = runArgs(t, "token", "ls", "--addr", addr)
+	if err != nil || !strings.Contains(out, "watcher") || !strings.Contains(out, "viewer") || strings.Contains(out, viewer) {
+		t.Fatalf("token ls: %q %v", out, err)
+	}
+	t.Setenv(envToken, viewer)
+	if _, _, err := runArgs(t, "token", "ls", "--addr", addr); err == nil || !strings.Contains(err.Error(), "admin") {
+		t.Fatalf("a viewer listed the tokens: %v", err)
+	}
+	t.Setenv(envToken, devAdminToken)
+	if _, _, err := runArgs(t, "token", "revoke", "--addr", addr, "watcher"); err != nil {
+		t.Fatal(err)
+	}
+	if code := post(viewer); code != http.StatusUnauthorized {
+		t.Fatalf("a revoked token: %d, want 401", code)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -96,7 +98,7 @@ func TestMCPStdio(t *testing.T) {
 		ExitCode *int `json:"exit_code"`
 	}
 	text, isErr = callTool(t, cs, "run_command", map[string]any{"node": s.Node, "session": s.ID, "command": "echo hi; (exit 3)"}, &b)
-	if isErr || b.ExitCode == nil || *b.ExitCode != 3 || b.State != "done" || !strings.HasPrefix(text, "[here/"+s.ID+" #1] exit 3 · ") || !strings.HasSuffix(text, "\nhi") {
+	if isErr || b.ExitCode == nil || *b.ExitCode != 3 || b.State != "done" || !strings.HasPrefix(text, "[here/"+s.ID+" #1] exit 3 · ") || !regexp.MustCompile(`\n<<<output ([0-9a-f]{18})>>> .*\nhi\n<<<end ([0-9a-f]{18})>>>$`).MatchString(text) {
 		t.Fatalf("run_command: %v %+v\n%s", isErr, b, text)
 	}
 	text, isErr = callTool(t, cs, "run_command", map[string]any{"node": s.Node, "session": s.ID, "command": "read x; echo got-$x"}, &b)
@@ -122,7 +124,7 @@ func TestMCPStdio(t *testing.T) {
 	}
 	// `fleetmux dev` serves the same tools at /mcp, over streamable HTTP.
 	hs, err := mcp.NewClient(&mcp.Implementation{Name: "http-test", Version: "1"}, nil).Connect(context.Background(),
-		&mcp.StreamableClientTransport{Endpoint: addr + "/mcp", MaxRetries: -1}, nil)
+		&mcp.StreamableClientTransport{Endpoint: addr + "/mcp", MaxRetries: -1, HTTPClient: &http.Client{Transport: bearer(devAdminToken)}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,4 +153,13 @@ func TestMCPStdioNoController(t *testing.T) {
 	if exitCode(err) != 2 {
 		t.Errorf("bad --addr: %v", err)
 	}
+}
+
+// bearer is a transport that sends an API token.
+type bearer string
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+string(b))
+	return http.DefaultTransport.RoundTrip(r)
 }

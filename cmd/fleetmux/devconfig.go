@@ -1,0 +1,98 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/trust"
+)
+
+// `fleetmux dev` leaves its address and admin token in the user's config
+// (DESIGN.md, Trust model), so that the CLI and `fleetmux mcp` find it from any
+// directory when neither --addr/--token nor FLEETMUX_ADDR/FLEETMUX_TOKEN is set.
+
+// devConfig is $XDG_CONFIG_HOME/fleetmux/dev.json.
+type devConfig struct {
+	Addr  string `json:"addr"`
+	Token string `json:"token"`
+}
+
+// devConfigPath is $XDG_CONFIG_HOME/fleetmux/dev.json (default ~/.config/…).
+func devConfigPath() (string, error) {
+	dir := os.Getenv("XDG_CONFIG_HOME")
+	if dir == "" || !filepath.IsAbs(dir) {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("no config dir: %w", err)
+		}
+		dir = filepath.Join(home, ".config")
+	}
+	return filepath.Join(dir, "fleetmux", "dev.json"), nil
+}
+
+// writeDevConfig writes cfg to devConfigPath (directory 0700, file 0600) and
+// returns the path.
+func writeDevConfig(cfg devConfig) (string, error) {
+	p, err := devConfigPath()
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return "", fmt.Errorf("dev config: %w", err)
+	}
+	if err := os.Chmod(filepath.Dir(p), 0o700); err != nil {
+		return "", fmt.Errorf("dev config: %w", err)
+	}
+	b, _ := json.MarshalIndent(cfg, "", "  ")
+	if err := writeSecretFile(p, string(b)+"\n"); err != nil {
+		return "", fmt.Errorf("dev config: %w", err)
+	}
+	return p, nil
+}
+
+// readDevConfig reads devConfigPath; ok is false when there is none (or it is
+// not ours alone: a file others may write could point us at their server).
+func readDevConfig() (cfg devConfig, ok bool) {
+	p, err := devConfigPath()
+	if err != nil {
+		return devConfig{}, false
+	}
+	fi, err := os.Stat(p)
+	if err != nil || fi.Mode().Perm()&0o077 != 0 {
+		return devConfig{}, false
+	}
+	b, err := os.ReadFile(p)
+	if err != nil || json.Unmarshal(b, &cfg) != nil || cfg.Addr == "" {
+		return devConfig{}, false
+	}
+	return cfg, true
+}
+
+// devToken returns the admin token of `fleetmux dev` kept in <data>/token (0600),
+// making it on the first start.
+func devToken(data string) (string, error) {
+	p := filepath.Join(data, "token")
+	if b, err := os.ReadFile(p); err == nil {
+		if t := strings.TrimSpace(string(b)); t != "" {
+			if _, err := trust.TokenName(t); err == nil {
+				return t, os.Chmod(p, 0o600)
+			}
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("dev token: %w", err)
+	}
+	t, _, err := trust.NewToken("dev", api.RoleAdmin, 0, "fleetmux dev", time.Now())
+	if err != nil {
+		return "", err
+	}
+	if err := writeSecretFile(p, t+"\n"); err != nil {
+		return "", fmt.Errorf("dev token: %w", err)
+	}
+	return t, nil
+}
