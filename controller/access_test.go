@@ -217,7 +217,7 @@ func TestTokensTwoControllers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctl2, err := controller.New(controller.Config{Name: "ctl2", Bus: conn2, HTTPListen: "127.0.0.1:0", Tokens: kv2, Logger: quiet()})
+	ctl2, err := controller.New(controller.Config{Name: "ctl2", Bus: conn2, Signer: f.trust.Signer, HTTPListen: "127.0.0.1:0", Tokens: kv2, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

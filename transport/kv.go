@@ -16,15 +16,38 @@ import (
 // KV is a JetStream key-value bucket (DESIGN.md: FLEETMUX_TOKENS, …) shared by every
 // controller: create, delete and watch keys. Safe for concurrent use.
 type KV struct {
-	kv  jetstream.KeyValue
-	log *slog.Logger
+	nc     *nats.Conn
+	bucket string
+	log    *slog.Logger
+	mu     sync.Mutex // guards kv; held while binding
+	kv     jetstream.KeyValue
 }
 
-// OpenKV binds to bucket on nc's JetStream, creating it when it does not exist
-// (file storage, one revision per key). It retries while JetStream is not ready,
-// until ctx is done.
+// NewKV returns the bucket on nc's JetStream without waiting for it: the first
+// call binds to it (creating it when it does not exist), so a process can start
+// what must listen first (gossip) while a JetStream cluster elects its leader.
+func NewKV(nc *nats.Conn, bucket string, log *slog.Logger) *KV {
+	return &KV{nc: nc, bucket: bucket, log: loggerOr(log)}
+}
+
+// OpenKV is NewKV, bound at once (see bind).
 func OpenKV(ctx context.Context, nc *nats.Conn, bucket string, log *slog.Logger) (*KV, error) {
-	js, err := jetstream.New(nc)
+	k := NewKV(nc, bucket, log)
+	if _, err := k.bind(ctx); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// bind binds to the bucket, creating it when it does not exist (file storage, one
+// revision per key). It retries while JetStream is not ready, until ctx is done.
+func (k *KV) bind(ctx context.Context) (jetstream.KeyValue, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.kv != nil {
+		return k.kv, nil
+	}
+	js, err := jetstream.New(k.nc)
 	if err != nil {
 		return nil, fmt.Errorf("transport: jetstream: %w", err)
 	}
@@ -33,20 +56,21 @@ func OpenKV(ctx context.Context, nc *nats.Conn, bucket string, log *slog.Logger)
 	for {
 		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
 		kv, err := js.CreateOrUpdateKeyValue(actx, jetstream.KeyValueConfig{
-			Bucket: bucket, History: 1, Storage: jetstream.FileStorage,
+			Bucket: k.bucket, History: 1, Storage: jetstream.FileStorage,
 		})
 		cancel()
 		if err == nil {
-			return &KV{kv: kv, log: loggerOr(log)}, nil
+			k.kv = kv
+			return kv, nil
 		}
 		if !transientJSError(err) {
-			return nil, fmt.Errorf("transport: kv %s: %w", bucket, err)
+			return nil, fmt.Errorf("transport: kv %s: %w", k.bucket, err)
 		}
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("transport: kv %s: %w (last error: %w)", bucket, ctx.Err(), err)
+			return nil, fmt.Errorf("transport: kv %s: %w (last error: %w)", k.bucket, ctx.Err(), err)
 		case <-t.C:
 		}
 		backoff = min(2*backoff, 500*time.Millisecond)
@@ -56,28 +80,40 @@ func OpenKV(ctx context.Context, nc *nats.Conn, bucket string, log *slog.Logger)
 // Create stores value under key unless key holds a value; then the error wraps
 // api.ErrKeyExists.
 func (k *KV) Create(ctx context.Context, key string, value []byte) error {
-	_, err := k.kv.Create(ctx, key, value)
+	kv, err := k.bind(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = kv.Create(ctx, key, value)
 	if errors.Is(err, jetstream.ErrKeyExists) {
-		return fmt.Errorf("transport: kv %s: %q: %w", k.kv.Bucket(), key, api.ErrKeyExists)
+		return fmt.Errorf("transport: kv %s: %q: %w", k.bucket, key, api.ErrKeyExists)
 	}
 	if err != nil {
-		return fmt.Errorf("transport: kv %s: create %q: %w", k.kv.Bucket(), key, err)
+		return fmt.Errorf("transport: kv %s: create %q: %w", k.bucket, key, err)
 	}
 	return nil
 }
 
 // Put stores value under key, whatever it held.
 func (k *KV) Put(ctx context.Context, key string, value []byte) error {
-	if _, err := k.kv.Put(ctx, key, value); err != nil {
-		return fmt.Errorf("transport: kv %s: put %q: %w", k.kv.Bucket(), key, err)
+	kv, err := k.bind(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := kv.Put(ctx, key, value); err != nil {
+		return fmt.Errorf("transport: kv %s: put %q: %w", k.bucket, key, err)
 	}
 	return nil
 }
 
 // Delete removes key and its history (watchers see it go).
 func (k *KV) Delete(ctx context.Context, key string) error {
-	if err := k.kv.Purge(ctx, key); err != nil {
-		return fmt.Errorf("transport: kv %s: delete %q: %w", k.kv.Bucket(), key, err)
+	kv, err := k.bind(ctx)
+	if err != nil {
+		return err
+	}
+	if err := kv.Purge(ctx, key); err != nil {
+		return fmt.Errorf("transport: kv %s: delete %q: %w", k.bucket, key, err)
 	}
 	return nil
 }
@@ -89,6 +125,9 @@ func (k *KV) Delete(ctx context.Context, key string) error {
 // lost connection) is started again, and fn sees every value again. stop ends the
 // watch and waits until fn no longer runs.
 func (k *KV) Watch(ctx context.Context, fn func(key string, value []byte)) (stop func(), err error) {
+	if _, err := k.bind(ctx); err != nil {
+		return nil, err
+	}
 	wctx, cancel := context.WithCancel(context.Background())
 	w, err := k.watch(ctx, wctx, fn)
 	if err != nil {
@@ -105,7 +144,7 @@ func (k *KV) Watch(ctx context.Context, fn func(key string, value []byte)) (stop
 			if wctx.Err() != nil {
 				return
 			}
-			k.log.Warn("kv watch ended: watching again", "bucket", k.kv.Bucket())
+			k.log.Warn("kv watch ended: watching again", "bucket", k.bucket)
 			for {
 				t := time.NewTimer(200 * time.Millisecond)
 				select {
@@ -125,18 +164,18 @@ func (k *KV) Watch(ctx context.Context, fn func(key string, value []byte)) (stop
 
 // watch starts a watcher and feeds fn the values held now (until the nil entry).
 func (k *KV) watch(ctx, wctx context.Context, fn func(string, []byte)) (jetstream.KeyWatcher, error) {
-	w, err := k.kv.WatchAll(wctx)
+	w, err := k.kv.WatchAll(wctx) // bound by Watch
 	if err != nil {
-		return nil, fmt.Errorf("transport: kv %s: watch: %w", k.kv.Bucket(), err)
+		return nil, fmt.Errorf("transport: kv %s: watch: %w", k.bucket, err)
 	}
 	for {
 		select {
 		case <-ctx.Done():
 			w.Stop()
-			return nil, fmt.Errorf("transport: kv %s: watch: %w", k.kv.Bucket(), ctx.Err())
+			return nil, fmt.Errorf("transport: kv %s: watch: %w", k.bucket, ctx.Err())
 		case e, ok := <-w.Updates():
 			if !ok {
-				return nil, fmt.Errorf("transport: kv %s: watch ended", k.kv.Bucket())
+				return nil, fmt.Errorf("transport: kv %s: watch ended", k.bucket)
 			}
 			if e == nil {
 				return w, nil

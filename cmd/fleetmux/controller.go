@@ -201,10 +201,7 @@ func (o *controllerOptions) run(ctx context.Context, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	tokens, err := openTokens(ctx, conn)
-	if err != nil {
-		return err
-	}
+	tokens := openTokens(conn, log)
 	c, _, err := startController(ctx, &st, conn, controller.Config{Name: o.name, Prefix: o.prefix, HTTPListen: o.httpListen, Token: token, Tokens: tokens, Signer: signer, Logger: log,
 		AuditFile: filepath.Join(o.data, "audit.jsonl")}, o.gossip)
 	if err != nil {
@@ -265,15 +262,10 @@ func sshExec(c *controller.Controller) controller.Exec {
 	}
 }
 
-// openTokens opens the FLEETMUX_TOKENS bucket (creating it) for a controller.
-func openTokens(ctx context.Context, conn *transport.Conn) (*transport.KV, error) {
-	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	kv, err := transport.OpenKV(octx, conn.NC(), transport.BucketTokens, nil)
-	if err != nil {
-		return nil, fmt.Errorf("API tokens: %w", err)
-	}
-	return kv, nil
+// openTokens is the FLEETMUX_TOKENS bucket of a controller: bound (created when
+// missing) when the controller starts, after its gossip listens.
+func openTokens(conn *transport.Conn, log *slog.Logger) *transport.KV {
+	return transport.NewKV(conn.NC(), transport.BucketTokens, log)
 }
 
 // startSSH starts the SSH front door unless it is off or there are no authorized

@@ -122,10 +122,7 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	tokens, err := openTokens(ctx, conn)
-	if err != nil {
-		return err
-	}
+	tokens := openTokens(conn, log)
 	c, g, err := startController(ctx, &st, conn, controller.Config{Name: ctlName, Prefix: o.prefix, HTTPListen: o.httpListen, Signer: signer, Logger: log,
 		Token: token, Tokens: tokens, AuditFile: filepath.Join(o.data, "audit.jsonl")},
 		gossipOptions{listen: o.gossipListen})

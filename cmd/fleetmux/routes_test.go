@@ -68,6 +68,8 @@ func TestControllerNATSRoutes(t *testing.T) {
 	needBash(t)
 	dir := t.TempDir()
 	dataA, dataB := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	const token = "routes-test-token" // both controllers' bootstrap admin token
+	t.Setenv(envToken, token)
 	if _, _, err := runArgs(t, "controller", "init", "--data", dataA); err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +144,10 @@ func TestControllerNATSRoutes(t *testing.T) {
 		}
 	})
 	testutil.Eventually(t, 30*time.Second, func() bool {
-		resp, err := http.Post(base+"/v1/sessions", "application/json", bytes.NewReader([]byte(`{"node":"rn"}`)))
+		req, _ := http.NewRequest("POST", base+"/v1/sessions", bytes.NewReader([]byte(`{"node":"rn"}`)))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			last = err.Error()
 			return false
