@@ -78,7 +78,7 @@ func TestKVTwoControllers(t *testing.T) {
 	}
 	testutil.Eventually(t, 5*time.Second, func() bool { v, _ := seen.get("ops"); return v == "v3" }, "the watch to see ops again")
 	stop()
-	for _, l := range []*logBuffer{log1, log2} {
+	for _, l := range []*testutil.Buffer{log1, log2} {
 		if s := l.String(); strings.Contains(strings.ToLower(s), "permissions violation") {
 			t.Fatalf("permission violations: %s", s)
 		}

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/client"
 	"github.com/spf13/cobra"
 )
 
@@ -50,20 +53,16 @@ func tokenCreateCmd() *cobra.Command {
 			if o.ttl > 0 {
 				req.TTL = o.ttl.String()
 			}
-			cl, err := o.client()
+			nt, raw, err := apiCall(c.Context(), &o.clientOptions, func(ctx context.Context, cl *client.Client) (api.NewToken, error) {
+				return cl.CreateToken(ctx, req)
+			})
 			if err != nil {
 				return err
 			}
-			ctx, raw := o.capture(c.Context())
-			nt, err := cl.CreateToken(ctx, req)
-			if err != nil {
-				return o.fail(err)
-			}
-			if o.json {
-				return printJSON(c.OutOrStdout(), *raw)
-			}
-			_, err = fmt.Fprintln(c.OutOrStdout(), nt.Secret)
-			return err
+			return o.reply(c.OutOrStdout(), raw, func(w io.Writer) error {
+				_, err := fmt.Fprintln(w, nt.Secret)
+				return err
+			})
 		},
 	}
 	o.register(c, true)
@@ -81,35 +80,34 @@ func tokenLsCmd() *cobra.Command {
 		Short: "List the API tokens (never their secrets)",
 		Args:  exactArgs("token ls", 0, ""),
 		RunE: func(c *cobra.Command, _ []string) error {
-			cl, err := o.client()
+			l, raw, err := apiCall(c.Context(), &o, func(ctx context.Context, cl *client.Client) (api.TokenList, error) {
+				return cl.Tokens(ctx)
+			})
 			if err != nil {
 				return err
 			}
-			ctx, raw := o.capture(c.Context())
-			l, err := cl.Tokens(ctx)
-			if err != nil {
-				return o.fail(err)
-			}
-			if o.json {
-				return printJSON(c.OutOrStdout(), *raw)
-			}
-			tw := table(c.OutOrStdout())
-			fmt.Fprintln(tw, "NAME\tROLE\tEXPIRES\tCREATED\tBY")
-			for _, t := range l.Tokens {
-				exp := "never"
-				if t.ExpiresAt != nil {
-					exp = t.ExpiresAt.Format(time.RFC3339)
-					if !time.Now().Before(*t.ExpiresAt) {
-						exp += " (expired)"
-					}
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, t.Role, exp, t.CreatedAt.Format(time.RFC3339), cell(t.CreatedBy, 40))
-			}
-			return tw.Flush()
+			return o.reply(c.OutOrStdout(), raw, func(w io.Writer) error { return printTokens(w, l.Tokens) })
 		},
 	}
 	o.register(c, true)
 	return c
+}
+
+// printTokens prints the table of `fleetmux token ls`.
+func printTokens(w io.Writer, tokens []api.Token) error {
+	tw := table(w)
+	fmt.Fprintln(tw, "NAME\tROLE\tEXPIRES\tCREATED\tBY")
+	for _, t := range tokens {
+		exp := "never"
+		if t.ExpiresAt != nil {
+			exp = t.ExpiresAt.Format(time.RFC3339)
+			if !time.Now().Before(*t.ExpiresAt) {
+				exp += " (expired)"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, t.Role, exp, t.CreatedAt.Format(time.RFC3339), cell(t.CreatedBy, 40))
+	}
+	return tw.Flush()
 }
 
 func tokenRevokeCmd() *cobra.Command {
@@ -119,20 +117,16 @@ func tokenRevokeCmd() *cobra.Command {
 		Short: "Revoke an API token: every controller refuses it from now",
 		Args:  exactArgs("token revoke", 1, "token name"),
 		RunE: func(c *cobra.Command, args []string) error {
-			cl, err := o.client()
+			t, raw, err := apiCall(c.Context(), &o, func(ctx context.Context, cl *client.Client) (api.Token, error) {
+				return cl.RevokeToken(ctx, args[0])
+			})
 			if err != nil {
 				return err
 			}
-			ctx, raw := o.capture(c.Context())
-			t, err := cl.RevokeToken(ctx, args[0])
-			if err != nil {
-				return o.fail(err)
-			}
-			if o.json {
-				return printJSON(c.OutOrStdout(), *raw)
-			}
-			_, err = fmt.Fprintf(c.OutOrStdout(), "revoked %s\n", t.Name)
-			return err
+			return o.reply(c.OutOrStdout(), raw, func(w io.Writer) error {
+				_, err := fmt.Fprintf(w, "revoked %s\n", t.Name)
+				return err
+			})
 		},
 	}
 	o.register(c, true)
