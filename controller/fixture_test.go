@@ -89,7 +89,7 @@ func newFixture(t *testing.T, o fixtureOpts) *fixture {
 		t.Fatal(err)
 	}
 	f.cg, err = transport.StartGossip(ctx, transport.GossipConfig{
-		Name: "ctl", Logger: quiet(), Meta: api.NodeMeta{Name: "ctl", Role: api.RoleController},
+		Name: "ctl", Logger: quiet(), SecretKey: gossipKey, Meta: api.NodeMeta{Name: "ctl", Role: api.RoleController},
 		OnChange: func(m transport.Member) {
 			f.ctl.Observe(controller.Member{Name: m.Name, Addr: m.Addr, State: m.State, Meta: m.Meta})
 		},
@@ -114,6 +114,9 @@ func newFixture(t *testing.T, o fixtureOpts) *fixture {
 	return f
 }
 
+// gossipKey is the fixtures' gossip key (gossip never runs without one).
+var gossipKey = []byte("fleetmux-test-gossip-key-32bytes")
+
 func keys(m map[string]map[string]string) []string {
 	var out []string
 	for k := range m {
@@ -132,7 +135,7 @@ func (f *fixture) startNode(name string, labels map[string]string) *fnode {
 		t.Fatal(err)
 	}
 	g, err := transport.StartGossip(ctx, transport.GossipConfig{
-		Name: name, Logger: quiet(), Join: []string{f.cg.Addr()},
+		Name: name, Logger: quiet(), Join: []string{f.cg.Addr()}, SecretKey: gossipKey,
 		Meta: api.NodeMeta{Name: name, Labels: labels, Version: "0.1.0", Proto: api.ProtocolVersion},
 	})
 	if err != nil {

@@ -88,12 +88,12 @@ func TestFleet(t *testing.T) {
 	ctlA := f.start("ctl", "", "controller", "--name", "ctl", "--data", filepath.Join(root, "ctl"),
 		"--nats-listen", natsAddr,
 		"--http-listen", "127.0.0.1:0",
-		"--gossip-listen", gossipA, "--gossip-key", gossipKey)
+		"--gossip-listen", gossipA, "--gossip-key-file", gossipKeyFile)
 	a := &apiClient{f: f, base: f.waitHTTPAPI(ctlA, 30*time.Second)}
 	argsB := []string{"controller", "--name", "ctl2", "--data", filepath.Join(root, "ctl2"),
 		"--nats", natsURL, "--nats-creds", creds("controller", "ctl2"),
 		"--http-listen", httpB,
-		"--gossip-listen", gossipB, "--gossip-key", gossipKey, "--join", gossipA}
+		"--gossip-listen", gossipB, "--gossip-key-file", gossipKeyFile, "--join", gossipA}
 	ctlB := f.start("ctl2", "", argsB...)
 	nodeCreds := map[string]string{}
 	for _, n := range names {
@@ -178,15 +178,15 @@ func TestFleet(t *testing.T) {
 			t.Log("listeners beyond loopback not checked: no network namespaces")
 			return
 		}
-		// Beyond loopback gossip needs a key, and a node its NATS credentials.
+		// Gossip needs a key (on loopback too), and a node its NATS credentials.
 		ports := freePorts(t, nw.hostIP, 2)
 		p := f.start("ctl-insecure", "", "controller", "--name", "ctlx", "--data", filepath.Join(root, "ctlx"),
 			"--nats-listen", net.JoinHostPort(nw.hostIP, strconv.Itoa(ports[0])), "--http-listen", "127.0.0.1:0",
 			"--gossip-listen", net.JoinHostPort(nw.hostIP, strconv.Itoa(ports[1])))
-		expectRefusal(t, p, "not loopback")
+		expectRefusal(t, p, "gossip needs a key")
 		p = f.start("n-insecure", nw.nodeNS["n1"], "node", "--name", "nx", "--nats", natsURL, "--nats-creds", nodeCreds["n1"],
 			"--data", filepath.Join(root, "nx"), "--gossip-listen", net.JoinHostPort(nw.nodeIP["n1"], "7947"))
-		expectRefusal(t, p, "not loopback")
+		expectRefusal(t, p, "gossip needs a key")
 		p = f.start("n-nocreds", nw.nodeNS["n1"], "node", "--name", "ny", "--nats", natsURL,
 			"--data", filepath.Join(root, "ny"), "--gossip-listen", net.JoinHostPort(nw.nodeIP["n1"], "7948"), "--gossip-key-file", gossipKeyFile)
 		expectRefusal(t, p, "--nats-creds")

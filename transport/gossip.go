@@ -39,7 +39,7 @@ type GossipConfig struct {
 	// Name is this member's name, unique in the cluster (api.ValidName). Required.
 	Name string
 	// BindAddr is the address gossip listens on (TCP and UDP). Default
-	// DefaultGossipBind (loopback). Any other address requires SecretKey.
+	// DefaultGossipBind (loopback).
 	BindAddr string
 	// BindPort is the port (TCP and UDP). 0 picks a free port, as tests want; pass
 	// DefaultGossipPort for the usual one.
@@ -54,7 +54,7 @@ type GossipConfig struct {
 	Join []string
 	// SecretKey encrypts and authenticates gossip (AES, 16, 24 or 32 bytes). Every
 	// member of a cluster needs the same key; members with another key, or none,
-	// cannot join. Required when BindAddr is not loopback.
+	// cannot join. Required, on loopback too (GossipKeyFile keeps one).
 	SecretKey []byte
 	// Meta is the metadata this member starts gossiping (at most MaxMetaSize bytes
 	// as JSON); UpdateMeta replaces it.
@@ -175,9 +175,9 @@ func (cfg GossipConfig) memberlistConfig() (*memberlist.Config, error) {
 	}
 	switch len(cfg.SecretKey) {
 	case 0:
-		if !api.IsLoopbackHost(bind) {
-			return nil, fmt.Errorf("%w: gossip bind address %s is not loopback: set a secret key (16, 24 or 32 bytes)", ErrInsecure, bind)
-		}
+		// Also on loopback: any local user could join a member of their own,
+		// which the controller would then route new sessions to.
+		return nil, fmt.Errorf("%w: gossip needs a secret key (16, 24 or 32 bytes), on loopback too", ErrInsecure)
 	case 16, 24, 32:
 	default:
 		return nil, fmt.Errorf("%w: gossip secret key is %d bytes; want 16, 24 or 32", ErrConfig, len(cfg.SecretKey))
@@ -205,9 +205,7 @@ func (cfg GossipConfig) memberlistConfig() (*memberlist.Config, error) {
 		mlc.AdvertisePort = cfg.AdvertisePort
 	}
 	mlc.DeadNodeReclaimTime = 30 * time.Second // a restarted member may come back on a new address
-	if len(cfg.SecretKey) > 0 {
-		mlc.SecretKey = slices.Clone(cfg.SecretKey)
-	}
+	mlc.SecretKey = slices.Clone(cfg.SecretKey)
 	return mlc, nil
 }
 

@@ -44,6 +44,9 @@ func startGossip(t *testing.T, cfg transport.GossipConfig) *transport.Gossip {
 	if cfg.Logger == nil {
 		cfg.Logger = logger()
 	}
+	if cfg.SecretKey == nil {
+		cfg.SecretKey = key1
+	}
 	if cfg.Meta.Name == "" {
 		cfg.Meta = api.NodeMeta{Name: cfg.Name, Version: "0.1.0", Proto: 1, Labels: map[string]string{"role": cfg.Name}}
 	}
@@ -137,7 +140,9 @@ func TestGossipCluster(t *testing.T) {
 
 func TestGossipWrongKeyCannotJoin(t *testing.T) {
 	g1 := startGossip(t, transport.GossipConfig{Name: "k1", SecretKey: key1})
-	for name, key := range map[string][]byte{"other-key": bytes.Repeat([]byte{2}, 32), "no-key": nil} {
+	// A member without a key does not start (TestGossipConfigErrors); one with
+	// another key starts but cannot join.
+	for name, key := range map[string][]byte{"other-key": bytes.Repeat([]byte{2}, 32), "short-key": bytes.Repeat([]byte{2}, 16)} {
 		g, err := transport.StartGossip(ctxT(t, 10*time.Second), transport.GossipConfig{Name: name, SecretKey: key, Join: []string{g1.Addr()}, Logger: logger()})
 		if g == nil {
 			t.Fatalf("%s: no gossip returned: %v", name, err)
@@ -159,7 +164,7 @@ func TestGossipWrongKeyCannotJoin(t *testing.T) {
 
 func TestGossipMetaTooLarge(t *testing.T) {
 	big := api.NodeMeta{Name: "m1", Labels: map[string]string{"x": strings.Repeat("y", transport.MaxMetaSize)}}
-	if _, err := transport.StartGossip(ctxT(t, 5*time.Second), transport.GossipConfig{Name: "m1", Meta: big, Logger: logger()}); !errors.Is(err, transport.ErrMetaTooLarge) {
+	if _, err := transport.StartGossip(ctxT(t, 5*time.Second), transport.GossipConfig{Name: "m1", Meta: big, SecretKey: key1, Logger: logger()}); !errors.Is(err, transport.ErrMetaTooLarge) {
 		t.Fatalf("start with big meta: %v", err)
 	}
 	g := startGossip(t, transport.GossipConfig{Name: "m1"})
@@ -185,6 +190,7 @@ func TestGossipMetaTooLarge(t *testing.T) {
 func TestGossipConfigErrors(t *testing.T) {
 	for name, cfg := range map[string]transport.GossipConfig{
 		"non-loopback without key": {Name: "c1", BindAddr: "0.0.0.0"},
+		"loopback without key":     {Name: "c1"},
 		"bad key length":           {Name: "c1", SecretKey: []byte("short")},
 		"bad name":                 {Name: "a.b"},
 		"no name":                  {},
@@ -199,13 +205,15 @@ func TestGossipConfigErrors(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	if _, err := transport.StartGossip(ctxT(t, 5*time.Second), transport.GossipConfig{Name: "c1", BindAddr: "0.0.0.0", Logger: logger()}); !errors.Is(err, transport.ErrInsecure) {
-		t.Errorf("non-loopback without key: %v", err)
+	for _, bind := range []string{"0.0.0.0", "127.0.0.1", ""} {
+		if _, err := transport.StartGossip(ctxT(t, 5*time.Second), transport.GossipConfig{Name: "c1", BindAddr: bind, Logger: logger()}); !errors.Is(err, transport.ErrInsecure) {
+			t.Errorf("bind %q without key: %v", bind, err)
+		}
 	}
 }
 
 func TestGossipJoinFailureKeepsRunning(t *testing.T) {
-	g, err := transport.StartGossip(ctxT(t, 10*time.Second), transport.GossipConfig{Name: "j1", Join: []string{freePort(t)}, Logger: logger()})
+	g, err := transport.StartGossip(ctxT(t, 10*time.Second), transport.GossipConfig{Name: "j1", Join: []string{freePort(t)}, SecretKey: key1, Logger: logger()})
 	if !errors.Is(err, transport.ErrJoin) || g == nil {
 		t.Fatalf("join of a dead seed: %v (gossip %v)", err, g)
 	}

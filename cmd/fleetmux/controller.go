@@ -71,12 +71,12 @@ func controllerCmd() *cobra.Command {
 			"The embedded server runs with the NATS authority in --data (made by `fleetmux\n" +
 			"controller init`, or on first start): only enrolled users connect, over TLS.\n" +
 			"With --nats, --nats-creds is this controller's .creds file (fleetmux enroll\n" +
-			"controller NAME). Beyond loopback gossip needs --gossip-key and the HTTP API\n" +
-			"--api-token.",
+			"controller NAME). Gossip always needs its key (DIR/keys/gossip.key from controller\n" +
+			"init, or --gossip-key-file); beyond loopback the HTTP API needs --api-token.",
 		Example: "  fleetmux controller init --data /var/lib/fleetmux\n" +
 			"  fleetmux controller --data /var/lib/fleetmux --nats-listen 0.0.0.0:4222 --gossip-listen 127.0.0.1:7946\n" +
 			"  fleetmux controller --nats nats://10.0.0.2:4222 --nats-creds ctl.creds --http-listen 0.0.0.0:7070 \\\n" +
-			"      --api-token-file /etc/fleetmux/token --gossip-listen 10.0.0.1:7946 --gossip-key $KEY --join 10.0.0.5:7946",
+			"      --api-token-file /etc/fleetmux/token --gossip-listen 10.0.0.1:7946 --gossip-key-file ctl.keys/gossip.key --join 10.0.0.5:7946",
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error { return o.run(c.Context(), c.OutOrStdout(), c.ErrOrStderr()) },
 	}
@@ -97,7 +97,7 @@ func controllerCmd() *cobra.Command {
 	f.StringVar(&o.signingCert, "signing-cert", "", "its certificate, issued by the fleet root (default DIR/keys/controller.cert)")
 	f.StringVar(&o.prefix, "prefix", api.DefaultPrefix, "NATS subject prefix")
 	f.StringVar(&o.gossip.listen, "gossip-listen", "127.0.0.1:7946", "gossip address host:port")
-	f.StringVar(&o.gossip.key, "gossip-key", "", "gossip encryption key, hex (default $FLEETMUX_GOSSIP_KEY); required beyond loopback")
+	f.StringVar(&o.gossip.keyFile, "gossip-key-file", "", "file holding the gossip encryption key, hex (default $FLEETMUX_GOSSIP_KEY, else DIR/keys/gossip.key, which controller init writes); gossip needs one, on loopback too")
 	f.StringSliceVar(&o.gossip.join, "join", nil, "gossip seed addresses host:port (nodes or other controllers)")
 	o.ssh.register(f, api.RoleViewer)
 	f.BoolVar(&o.verbose, "verbose", false, "debug logs")
@@ -124,9 +124,6 @@ func (o *controllerOptions) run(ctx context.Context, stdout, stderr io.Writer) e
 	token := o.apiToken
 	if token == "" {
 		token = os.Getenv(envToken)
-	}
-	if o.gossip.key == "" {
-		o.gossip.key = os.Getenv(envGossipKey)
 	}
 	if o.natsCreds == "" {
 		o.natsCreds = os.Getenv(api.EnvNATSCreds)
@@ -199,6 +196,9 @@ func (o *controllerOptions) run(ctx context.Context, stdout, stderr io.Writer) e
 	}
 	signer, err := loadSigner(o.signingKey, o.signingCert, o.data, o.name)
 	if err != nil {
+		return err
+	}
+	if o.gossip.key, err = gossipKey(o.gossip.keyFile, o.data); err != nil {
 		return err
 	}
 	tokens := openTokens(conn, log)

@@ -86,6 +86,10 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err := datadir.Ensure(o.data); err != nil {
 		return err
 	}
+	gkey, err := transport.EnsureGossipKey(o.data) // made once, kept (0600)
+	if err != nil {
+		return err
+	}
 	ctlName := "controller-" + o.name
 	signer, verifier, err := devTrust(o.data, ctlName)
 	if err != nil {
@@ -125,12 +129,12 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	tokens := openTokens(conn, log)
 	c, g, err := startController(ctx, &st, conn, controller.Config{Name: ctlName, Prefix: o.prefix, HTTPListen: o.httpListen, Signer: signer, Logger: log,
 		Token: token, Tokens: tokens, AuditFile: filepath.Join(o.data, "audit.jsonl")},
-		gossipOptions{listen: o.gossipListen})
+		gossipOptions{listen: o.gossipListen, key: gkey})
 	if err != nil {
 		return err
 	}
 	n, err := startNode(ctx, &st, nodeConn, node.Config{Name: o.name, DataDir: o.data, Prefix: o.prefix, Verifier: verifier, Logger: log},
-		gossipOptions{listen: "127.0.0.1:0", join: []string{g.Addr()}})
+		gossipOptions{listen: "127.0.0.1:0", key: gkey, join: []string{g.Addr()}})
 	if err != nil {
 		return err
 	}

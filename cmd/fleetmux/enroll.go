@@ -46,8 +46,12 @@ func controllerInitCmd() *cobra.Command {
 			if _, err := trust.InitRoot(keys); err != nil {
 				return err
 			}
-			fmt.Fprintf(c.OutOrStdout(), "fleet authority created in %s\n  NATS account %s\n  NATS CA      %s\n  fleet root   %s\nnext: fleetmux enroll node|controller|subscriber NAME --data %s\n",
-				keys, a.Account(), filepath.Join(keys, transport.CACertFile), filepath.Join(keys, trust.RootPubFile), data)
+			// The gossip key (kept when it exists: the members use it).
+			if _, err := transport.EnsureGossipKey(data); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.OutOrStdout(), "fleet authority created in %s\n  NATS account %s\n  NATS CA      %s\n  fleet root   %s\n  gossip key   %s\nnext: fleetmux enroll node|controller|subscriber NAME --data %s\n",
+				keys, a.Account(), filepath.Join(keys, transport.CACertFile), filepath.Join(keys, trust.RootPubFile), transport.GossipKeyPath(data), data)
 			return nil
 		},
 	}
@@ -142,6 +146,20 @@ func (o *enrollOptions) run(kind, name string, stdout io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "wrote %s and %s (its request-signing key and certificate: install them in the controller's DIR/keys/)\n",
 			filepath.Join(bundle, trust.ControllerKeyFile), filepath.Join(bundle, trust.ControllerCertFile))
+	}
+	if kind == transport.KindNode || kind == transport.KindController {
+		// Gossip's key, in a file (never a flag): install it as DIR/keys/gossip.key
+		// or give --gossip-key-file.
+		gkey, err := transport.ReadGossipKey(transport.GossipKeyPath(o.data))
+		if err != nil {
+			return fmt.Errorf("%w (run fleetmux controller init)", err)
+		}
+		gpath := filepath.Join(bundle, transport.GossipKeyFile)
+		_ = os.Remove(gpath) // a new enrollment replaces what the last one wrote
+		if err := transport.WriteGossipKey(gpath, gkey); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "wrote %s (the gossip key, 0600: install it as DIR/keys/%s or give --gossip-key-file)\n", gpath, transport.GossipKeyFile)
 	}
 	if !o.printJWT {
 		return nil

@@ -52,7 +52,8 @@ func nodeCmd() *cobra.Command {
 			"under DIR/keys/) on 127.0.0.1:4222 and writes its URL to DIR/nats.url and\n" +
 			"credentials to DIR/creds/. With --gossip-listen it joins the memberlist cluster\n" +
 			"(--join) so controllers discover it. Secrets come from files or the environment,\n" +
-			"never from flags: $FLEETMUX_NATS_CREDS, $FLEETMUX_GOSSIP_KEY or --gossip-key-file.",
+			"never from flags: $FLEETMUX_NATS_CREDS, $FLEETMUX_GOSSIP_KEY or --gossip-key-file\n" +
+			"(gossip always needs its key, on loopback too: default DIR/keys/gossip.key).",
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error { return o.run(c.Context(), c.ErrOrStderr()) },
 	}
@@ -67,7 +68,7 @@ func nodeCmd() *cobra.Command {
 	f.StringVar(&o.trustRoot, "trust-root", "", "the fleet root's public key(s) that sign controller certificates (default DIR/keys/fleet.pub)")
 	f.StringVar(&o.prefix, "prefix", api.DefaultPrefix, "NATS subject prefix")
 	f.StringVar(&o.gossipListen, "gossip-listen", "", "gossip address host:port (e.g. 127.0.0.1:7946); empty: no gossip")
-	f.StringVar(&o.gossipKeyFile, "gossip-key-file", "", "file holding the gossip encryption key, hex (16, 24 or 32 bytes; default $FLEETMUX_GOSSIP_KEY); required beyond loopback")
+	f.StringVar(&o.gossipKeyFile, "gossip-key-file", "", "file holding the gossip encryption key, hex (16, 24 or 32 bytes; fleetmux enroll writes one; default $FLEETMUX_GOSSIP_KEY, else DIR/keys/gossip.key); gossip needs one, on loopback too")
 	f.StringSliceVar(&o.join, "join", nil, "gossip seed addresses host:port")
 	f.IntVar(&o.maxSessions, "max-sessions", api.DefaultMaxSessions, "sessions alive at once")
 	f.BoolVar(&o.verbose, "verbose", false, "debug logs")
@@ -104,16 +105,14 @@ func (o *nodeOptions) run(ctx context.Context, stderr io.Writer) error {
 	}
 	var st stack
 	defer st.close()
-	gossipKey := os.Getenv(envGossipKey)
 	if o.natsCreds == "" { // read here, not as the flag's default (see TestNoSecretInFlagDefaults)
 		o.natsCreds = os.Getenv(api.EnvNATSCreds)
 	}
-	if o.gossipKeyFile != "" {
-		b, err := os.ReadFile(o.gossipKeyFile)
-		if err != nil {
-			return fmt.Errorf("--gossip-key-file: %w", err)
+	var gkey []byte
+	if o.gossipListen != "" {
+		if gkey, err = gossipKey(o.gossipKeyFile, o.data); err != nil {
+			return err
 		}
-		gossipKey = strings.TrimSpace(string(b))
 	}
 	natsCfg := transport.NATSConfig{URL: o.natsURL, CredsFile: o.natsCreds, CAFile: o.natsCA, Name: "fleetmux-node " + o.name, Logger: log}
 	if o.natsURL == "" {
@@ -156,7 +155,7 @@ func (o *nodeOptions) run(ctx context.Context, stderr io.Writer) error {
 		return err
 	}
 	n, err := startNode(ctx, &st, conn, node.Config{Name: o.name, Labels: labels, DataDir: o.data, Prefix: o.prefix, MaxSessions: o.maxSessions, Verifier: verifier, Logger: log},
-		gossipOptions{listen: o.gossipListen, key: gossipKey, join: o.join})
+		gossipOptions{listen: o.gossipListen, key: gkey, join: o.join})
 	if err != nil {
 		return err
 	}

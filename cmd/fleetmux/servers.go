@@ -2,10 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -93,20 +94,38 @@ func connectNATS(ctx context.Context, st *stack, cfg transport.NATSConfig) (*tra
 
 // gossipOptions are the gossip flags of the server commands.
 type gossipOptions struct {
-	listen string
-	key    string
-	join   []string
+	listen  string
+	keyFile string // --gossip-key-file
+	key     []byte // the key (gossipKey)
+	join    []string
 }
 
-func (o gossipOptions) secret() ([]byte, error) {
-	if o.key == "" {
-		return nil, nil
+// gossipKey is the gossip key of a server command: from --gossip-key-file, else
+// $FLEETMUX_GOSSIP_KEY, else DATA/keys/gossip.key (written by controller init and
+// dev, and next to the .creds by enroll). Gossip never runs without one, on
+// loopback neither: any local user could join a node of their own.
+func gossipKey(keyFile, data string) ([]byte, error) {
+	if keyFile != "" {
+		key, err := transport.ReadGossipKey(keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--gossip-key-file: %w", err)
+		}
+		return key, nil
 	}
-	key, err := hex.DecodeString(o.key)
-	if err != nil {
-		return nil, usageError("--gossip-key: not hex: %v", err)
+	if v := os.Getenv(envGossipKey); v != "" {
+		key, err := transport.ParseGossipKey(v)
+		if err != nil {
+			return nil, fmt.Errorf("$%s: %w", envGossipKey, err)
+		}
+		return key, nil
 	}
-	return key, nil
+	key, err := transport.ReadGossipKey(transport.GossipKeyPath(data))
+	if errors.Is(err, transport.ErrNoGossipKey) {
+		return nil, fmt.Errorf("gossip needs a key, also on loopback, and %s has none: fleetmux controller init makes it, "+
+			"fleetmux enroll hands it out (%s next to the .creds); or give --gossip-key-file FILE (hex, 0600: openssl rand -hex 32) or $%s",
+			transport.GossipKeyPath(data), transport.GossipKeyFile, envGossipKey)
+	}
+	return key, err
 }
 
 // startGossip starts a gossip member on o.listen. It joins nobody yet: join (to
@@ -119,12 +138,8 @@ func startGossip(ctx context.Context, st *stack, name string, o gossipOptions, m
 	if err != nil {
 		return nil, nil, usageError("--gossip-listen: %v", err)
 	}
-	key, err := o.secret()
-	if err != nil {
-		return nil, nil, err
-	}
 	g, err = transport.StartGossip(ctx, transport.GossipConfig{
-		Name: name, BindAddr: host, BindPort: port, SecretKey: key, Logger: log, Meta: meta, OnChange: onChange,
+		Name: name, BindAddr: host, BindPort: port, SecretKey: o.key, Logger: log, Meta: meta, OnChange: onChange,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("gossip: %w", err)
