@@ -34,6 +34,7 @@ var Routes = map[string]string{
 	"GET /v1/tokens":                          RoleAdmin,
 	"POST /v1/tokens":                         RoleAdmin,
 	"DELETE /v1/tokens/{name}":                RoleAdmin,
+	"GET /v1/openapi.yaml":                    RoleViewer,
 	"/mcp":                                    RoleViewer, // each tool call is checked against Tools
 }
 

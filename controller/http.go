@@ -20,7 +20,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// routes builds the HTTP API. Every reply is JSON; errors are api.ErrorReply.
+// routes builds the HTTP API. Every reply is JSON (but output, metrics and the
+// OpenAPI document); errors are api.ErrorReply. api/openapi.yaml documents every
+// route (a test checks it).
 func (c *Controller) routes() http.Handler {
 	mux := http.NewServeMux()
 	handle := func(pattern string, h http.Handler) {
@@ -52,6 +54,7 @@ func (c *Controller) routes() http.Handler {
 		{"GET /v1/tokens", c.listTokens},
 		{"POST /v1/tokens", c.createToken},
 		{"DELETE /v1/tokens/{name}", c.revokeToken},
+		{"GET /v1/openapi.yaml", openAPI},
 		{"GET /healthz", c.health},
 	} {
 		handle(r.pattern, r.h)
@@ -123,6 +126,14 @@ func (c *Controller) noRoute(w http.ResponseWriter, r *http.Request, mux *http.S
 		return
 	}
 	writeError(w, api.Errorf(api.CodeNotFound, "no route %s %s (see DESIGN.md: /v1/nodes, /v1/sessions, /v1/run, /healthz, /metrics)", r.Method, r.URL.Path))
+}
+
+// openAPI serves the API's OpenAPI document (api/openapi.yaml).
+func openAPI(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Type", "application/yaml")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.Write(api.OpenAPI)
 }
 
 func hostOnly(hostport string) string {

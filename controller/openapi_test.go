@@ -1,0 +1,299 @@
+package controller_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/controller"
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+)
+
+// loadOpenAPI loads and validates api/openapi.yaml as OpenAPI 3.1.
+func loadOpenAPI(t *testing.T) *openapi3.T {
+	t.Helper()
+	doc, err := openapi3.NewLoader().LoadFromData(api.OpenAPI)
+	if err != nil {
+		t.Fatalf("api/openapi.yaml: %v", err)
+	}
+	if !doc.IsOpenAPI31OrLater() || doc.IsOpenAPI32OrLater() {
+		t.Fatalf("api/openapi.yaml is OpenAPI %s, want 3.1", doc.OpenAPI)
+	}
+	if err := doc.Validate(context.Background()); err != nil {
+		t.Fatalf("api/openapi.yaml is not valid: %v", err)
+	}
+	return doc
+}
+
+// docOps lists the operations of doc as "METHOD /path".
+func docOps(doc *openapi3.T) []string {
+	var out []string
+	for path, item := range doc.Paths.Map() {
+		for method := range item.Operations() {
+			out = append(out, method+" "+path)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestOpenAPIErrorCodes checks the document's error codes and their statuses against
+// api's codes and their HTTP statuses (api.HTTPStatus).
+func TestOpenAPIErrorCodes(t *testing.T) {
+	doc := loadOpenAPI(t)
+	s := doc.Components.Schemas["Error"].Value
+	var enum []string
+	for _, v := range s.Properties["code"].Value.Enum {
+		enum = append(enum, v.(string))
+	}
+	codes := []string{api.CodeBadRequest, api.CodeUnauthorized, api.CodeForbidden, api.CodeNotFound, api.CodeBusy,
+		api.CodeExited, api.CodeGone, api.CodeTooLarge, api.CodeLimit, api.CodeUnavailable, api.CodeTimeout, api.CodeInternal, api.CodeExists}
+	slices.Sort(enum)
+	slices.Sort(codes)
+	if !slices.Equal(enum, codes) {
+		t.Errorf("Error.code enum %v, want api's codes %v", enum, codes)
+	}
+	statuses, _ := s.Extensions["x-fleetmux-status"].(map[string]any)
+	for _, c := range codes {
+		got, ok := statuses[c].(float64)
+		if want := api.HTTPStatus(c); !ok || int(got) != want {
+			t.Errorf("x-fleetmux-status of %s = %v, want %d (api.HTTPStatus)", c, statuses[c], want)
+		}
+	}
+	if len(statuses) != len(codes) {
+		t.Errorf("x-fleetmux-status has %d codes, want %d: %v", len(statuses), len(codes), statuses)
+	}
+}
+
+// validator is an http.RoundTripper that checks every request and reply against the
+// OpenAPI document, and counts which operations answered with which statuses.
+type validator struct {
+	t      *testing.T
+	doc    *openapi3.T
+	router routers.Router
+	next   http.RoundTripper
+
+	mu   sync.Mutex
+	seen map[string][]int // "METHOD /path" (the document's) → statuses
+}
+
+func newValidator(t *testing.T, doc *openapi3.T) *validator {
+	doc.Servers = nil // match any host: the fixture's port is random
+	r, err := gorillamux.NewRouter(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &validator{t: t, doc: doc, router: r, next: http.DefaultTransport, seen: map[string][]int{}}
+}
+
+func (v *validator) RoundTrip(req *http.Request) (*http.Response, error) {
+	var body []byte
+	if req.Body != nil {
+		body, _ = io.ReadAll(req.Body)
+		req.Body.Close()
+		req.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	resp, err := v.next.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	rbody, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(rbody))
+	if err != nil {
+		return resp, nil // a cut stream: the caller sees the short body
+	}
+	what := req.Method + " " + req.URL.RequestURI()
+	route, params, ferr := v.router.FindRoute(req)
+	if ferr != nil {
+		// No documented route: the reply must be the documented error shape.
+		if resp.StatusCode != http.StatusNotFound && resp.StatusCode != http.StatusMethodNotAllowed {
+			v.t.Errorf("%s: not in the document (%v) but answered %d", what, ferr, resp.StatusCode)
+		}
+		v.checkError(what, rbody)
+		return resp, nil
+	}
+	op := req.Method + " " + route.Path
+	v.mu.Lock()
+	v.seen[op] = append(v.seen[op], resp.StatusCode)
+	v.mu.Unlock()
+	if route.Path == "/mcp" {
+		return resp, nil // the MCP protocol's own messages
+	}
+	in := &openapi3filter.RequestValidationInput{
+		Request: req.Clone(req.Context()), PathParams: params, Route: route,
+		Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, MultiError: true},
+	}
+	in.Request.Body = io.NopCloser(bytes.NewReader(body))
+	if resp.StatusCode < 400 {
+		// Requests the controller refuses may be outside the schema on purpose.
+		if err := openapi3filter.ValidateRequest(req.Context(), in); err != nil {
+			v.t.Errorf("%s: the request does not match the document: %v", what, err)
+		}
+	}
+	out := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: in, Status: resp.StatusCode, Header: resp.Header,
+		Body:    io.NopCloser(bytes.NewReader(rbody)),
+		Options: &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true},
+	}
+	if err := openapi3filter.ValidateResponse(req.Context(), out); err != nil {
+		v.t.Errorf("%s: reply %d does not match the document: %v\n%.600s", what, resp.StatusCode, err, rbody)
+	}
+	if resp.StatusCode >= 400 {
+		v.checkError(what, rbody)
+	}
+	return resp, nil
+}
+
+// checkError checks an error body against the ErrorReply schema.
+func (v *validator) checkError(what string, body []byte) {
+	var x any
+	if err := json.Unmarshal(body, &x); err != nil {
+		v.t.Errorf("%s: error reply is not JSON: %.200s", what, body)
+		return
+	}
+	if err := v.doc.Components.Schemas["ErrorReply"].Value.VisitJSON(x, openapi3.EnableJSONSchema2020()); err != nil {
+		v.t.Errorf("%s: error reply does not match ErrorReply: %v: %.200s", what, err, body)
+	}
+}
+
+// TestOpenAPI checks api/openapi.yaml against the controller: every route the
+// router serves is documented, every documented operation exists, and real replies
+// of every route (from a real node) match their schemas.
+func TestOpenAPI(t *testing.T) {
+	doc := loadOpenAPI(t)
+	f := newFixture(t, fixtureOpts{nodes: map[string]map[string]string{"n1": {"role": "web"}}, store: true})
+
+	// The router's routes and the document's operations are the same set.
+	ops := docOps(doc)
+	var routes []string
+	for _, p := range controller.Patterns(f.ctl) {
+		method, path, ok := strings.Cut(p, " ")
+		if !ok { // a pattern for every method: the document must list some
+			path = p
+			found := false
+			for _, op := range ops {
+				found = found || strings.HasSuffix(op, " "+path)
+			}
+			if !found {
+				t.Errorf("route %q (any method) is not in api/openapi.yaml", p)
+			}
+			continue
+		}
+		routes = append(routes, method+" "+path)
+		if !slices.Contains(ops, method+" "+path) {
+			t.Errorf("route %q is not in api/openapi.yaml", p)
+		}
+	}
+	for _, op := range ops {
+		if !slices.Contains(routes, op) && !strings.HasSuffix(op, " /mcp") {
+			t.Errorf("api/openapi.yaml documents %q, which the controller does not serve", op)
+		}
+	}
+
+	v := newValidator(t, doc)
+	f.http.Transport = v
+	f.exerciseAll(t)
+
+	// Every operation answered, and every one but the WebSocket and MCP's with success.
+	for _, op := range ops {
+		st := v.seen[op]
+		if len(st) == 0 {
+			t.Errorf("%s: never exercised", op)
+			continue
+		}
+		switch op {
+		case "GET /v1/sessions/{node}/{id}/attach", "GET /mcp", "DELETE /mcp":
+			continue
+		}
+		if !slices.ContainsFunc(st, func(s int) bool { return s < 300 }) {
+			t.Errorf("%s: no successful reply validated (statuses %v)", op, st)
+		}
+	}
+}
+
+// exerciseAll sends a request to every route, successful and failing ones (the
+// validator checks them).
+func (f *fixture) exerciseAll(t *testing.T) {
+	var nodes api.NodeList
+	f.must(200, "GET", "/v1/nodes", nil, &nodes)
+	var s api.Session
+	f.must(201, "POST", "/v1/sessions", api.NewSession{Node: "n1", CreateRequest: api.CreateRequest{
+		Title: "t", Labels: map[string]string{"team": "a"}, Shell: "bash", Cols: 100, Rows: 30}}, &s)
+	p := "/v1/sessions/" + s.Node + "/" + s.ID
+	f.must(200, "GET", p+"/wait?until=idle&timeout_ms=10000", nil, nil)
+	f.must(200, "GET", "/v1/sessions?node=n1&label=role=web&label=team=a", nil, nil)
+	f.must(200, "GET", p, nil, nil)
+	f.must(200, "PATCH", p, map[string]any{"title": "t2", "description": "d"}, nil)
+	f.must(200, "POST", p+"/run", api.RunBody{Command: "echo hi; (exit 3)", TimeoutMS: 20000, MaxOutputBytes: 100, IdempotencyKey: "k1"}, nil)
+	f.must(200, "POST", p+"/run", api.RunBody{Command: "sleep 5", TimeoutMS: 50}, nil) // still running
+	f.apiErr(409, api.CodeBusy, "POST", p+"/run", api.RunBody{Command: "true"})
+	f.must(200, "POST", p+"/keys", api.KeysBody{Keys: []string{"C-c"}}, nil)
+	f.must(200, "GET", p+"/wait?until=idle&timeout_ms=10000", nil, nil)
+	f.must(200, "POST", p+"/input", api.InputBody{Data: "echo typed\n"}, nil)
+	f.must(200, "GET", p+"/wait?until=output&after=0&timeout_ms=100", nil, nil)
+	f.must(200, "GET", p+"/blocks", nil, nil)
+	f.must(200, "GET", p+"/blocks/1?grep=hi&offset=0&limit=5&max_bytes=-1", nil, nil)
+	f.must(200, "GET", p+"/screen", nil, nil)
+	f.must(200, "POST", p+"/resize", api.ResizeBody{Cols: 90, Rows: 20}, nil)
+	f.must(200, "GET", p+"/output?from=0&max_bytes=10", nil, nil)
+	f.apiErr(400, api.CodeBadRequest, "GET", p+"/attach", nil) // not a WebSocket upgrade
+	f.must(200, "POST", "/v1/run", api.FanoutRequest{Selector: api.Selector{Nodes: []string{"n1"}}, Command: "echo fan", TimeoutMS: 20000}, nil)
+	f.must(200, "POST", "/v1/run", api.FanoutRequest{Selector: api.Selector{Sessions: []string{"n1/nope"}}, Command: "true"}, nil)
+	f.must(200, "GET", "/v1/openapi.yaml", nil, nil)
+	f.must(200, "GET", "/healthz", nil, nil)
+	f.must(200, "GET", "/metrics", nil, nil)
+	code, b := f.do("POST", "/mcp", []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`),
+		"Accept", "application/json, text/event-stream")
+	if code != 200 {
+		t.Errorf("POST /mcp initialize: %d %s", code, b)
+	}
+	f.do("GET", "/mcp", nil)
+	f.do("DELETE", "/mcp", nil)
+
+	// A program that exits: its output followed to the end.
+	var e api.Session
+	f.must(201, "POST", "/v1/sessions", api.NewSession{Node: "n1", CreateRequest: api.CreateRequest{Argv: []string{"sh", "-c", "echo bye"}}}, &e)
+	ep := "/v1/sessions/" + e.Node + "/" + e.ID
+	f.must(200, "GET", ep+"/wait?until=exited&timeout_ms=10000", nil, nil)
+	f.must(200, "GET", ep+"/output?follow=1", nil, nil)
+	f.apiErr(409, api.CodeExited, "POST", ep+"/run", api.RunBody{Command: "true"})
+
+	// Errors: each checked against the document's error shape.
+	f.apiErr(404, api.CodeNotFound, "GET", "/v1/sessions/n1/nope", nil)
+	f.apiErr(404, api.CodeNotFound, "GET", "/v1/nope", nil)
+	f.apiErr(405, api.CodeBadRequest, "PUT", "/v1/nodes", nil)
+	f.apiErr(400, api.CodeBadRequest, "GET", p+"/blocks/0", nil)
+	f.apiErr(400, api.CodeBadRequest, "POST", "/v1/sessions", []byte(`{"nope":1}`))
+	f.apiErr(413, api.CodeTooLarge, "POST", p+"/input", []byte(`{"data":"`+strings.Repeat("x", api.MaxBodyBytes)+`"}`))
+	tok := f.token
+	f.token = ""
+	f.apiErr(401, api.CodeUnauthorized, "GET", "/v1/nodes", nil)
+	f.token = tok
+	f.apiErr(403, api.CodeForbidden, "GET", "/v1/nodes", nil, "Origin", "http://evil.example")
+
+	// Tokens: a viewer's may read, not run; a name is taken once; revoked.
+	var nt api.NewToken
+	f.must(200, "POST", "/v1/tokens", api.TokenRequest{Name: "watcher", Role: api.RoleViewer, TTL: "1h"}, &nt)
+	f.apiErr(409, api.CodeExists, "POST", "/v1/tokens", api.TokenRequest{Name: "watcher", Role: api.RoleViewer})
+	f.must(200, "GET", "/v1/tokens", nil, nil)
+	f.token = nt.Secret
+	f.must(200, "GET", p, nil, nil)
+	f.apiErr(403, api.CodeForbidden, "POST", p+"/run", api.RunBody{Command: "true"})
+	f.token = tok
+	f.must(200, "DELETE", "/v1/tokens/watcher", nil, nil)
+	f.apiErr(404, api.CodeNotFound, "DELETE", "/v1/tokens/watcher", nil)
+
+	f.must(200, "DELETE", p, nil, nil)
+	f.must(200, "DELETE", ep, nil, nil)
+}
