@@ -101,3 +101,43 @@ func ValidLabels(l map[string]string) error {
 	}
 	return nil
 }
+
+// Clip cuts s to at most n runes (n ≥ 1); a cut ends in "…".
+func Clip(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}
+
+// OneLine is the first line of s (without the blank space around s), marked " …"
+// when more text follows, cut to n runes with Clip: a title or a command in a table
+// row.
+func OneLine(s string, n int) string {
+	first, rest, more := strings.Cut(strings.TrimSpace(s), "\n")
+	first = strings.TrimRight(first, "\r ")
+	if more && strings.TrimSpace(rest) != "" {
+		first += " …"
+	}
+	return Clip(first, n)
+}
+
+// FirstLine is the first line of s that is not blank, with tabs and carriage returns
+// as spaces and trimmed (the summary of a command's output); more reports that lines
+// follow it.
+func FirstLine(s string) (line string, more bool) {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i, l := range lines {
+		l = strings.TrimSpace(strings.Map(func(r rune) rune {
+			if r == '\t' || r == '\r' {
+				return ' '
+			}
+			return r
+		}, l))
+		if l != "" {
+			return l, i < len(lines)-1
+		}
+	}
+	return "", false
+}

@@ -97,3 +97,34 @@ func FuzzPrintable(f *testing.F) {
 		}
 	})
 }
+
+func TestOneLiners(t *testing.T) {
+	for i, tt := range []struct{ got, want string }{
+		{Clip("hello", 5), "hello"},
+		{Clip("hello!", 5), "hell…"},
+		{Clip("héllo wörld", 6), "héllo…"},
+		{OneLine("a\nb", 10), "a …"},
+		{OneLine("a\n\n", 10), "a"},
+		{OneLine("  make test  ", 20), "make test"},
+		{OneLine("abcdefghij", 5), "abcd…"},
+	} {
+		if tt.got != tt.want {
+			t.Errorf("case %d: got %q, want %q", i, tt.got, tt.want)
+		}
+	}
+	for _, tt := range []struct {
+		in   string
+		want string
+		more bool
+	}{
+		{"\n\n  x y \n", "x y", false},
+		{"\n", "", false},
+		{"\n  \nhello\nworld", "hello", true},
+		{"a\tb\r\n", "a b", false},
+		{"a\n\n\n", "a", false},
+	} {
+		if got, more := FirstLine(tt.in); got != tt.want || more != tt.more {
+			t.Errorf("FirstLine(%q) = %q, %v; want %q, %v", tt.in, got, more, tt.want, tt.more)
+		}
+	}
+}

@@ -74,20 +74,6 @@ func blockDuration(b api.Block, now time.Time) time.Duration {
 	return end.Sub(b.StartedAt)
 }
 
-// clip is s on one line, cut to n runes with "…".
-func clip(s string, n int) string {
-	first, rest, more := strings.Cut(strings.TrimSpace(s), "\n")
-	first = strings.TrimRight(first, "\r ")
-	if more && strings.TrimSpace(rest) != "" {
-		first += " …"
-	}
-	if utf8.RuneCountInString(first) <= n {
-		return first
-	}
-	r := []rune(first)
-	return string(r[:n-1]) + "…"
-}
-
 // count is "1 session", "2 sessions".
 func count(n int, what string) string {
 	if n == 1 {
@@ -240,10 +226,10 @@ func (v blockView) header() string {
 		parts = append(parts, "running for "+d)
 	}
 	if b.Cwd != "" {
-		parts = append(parts, "cwd "+clip(b.Cwd, 200))
+		parts = append(parts, "cwd "+api.OneLine(b.Cwd, 200))
 	}
 	parts = append(parts, "session "+orNone(v.br.Session.State))
-	return fmt.Sprintf("[%s #%d] %s · $ %s", addr(v.node, v.id), b.N, strings.Join(parts, " · "), clip(b.Command, 120))
+	return fmt.Sprintf("[%s #%d] %s · $ %s", addr(v.node, v.id), b.N, strings.Join(parts, " · "), api.OneLine(b.Command, 120))
 }
 
 // noteOr is a block's note on its missing exit code, or says there is none.
@@ -317,18 +303,18 @@ func sessionLine(s api.Session) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s · %s", addr(s.Node, s.ID), orNone(s.State))
 	if s.Title != "" {
-		fmt.Fprintf(&b, " · %q", clip(s.Title, 60))
+		fmt.Fprintf(&b, " · %q", api.OneLine(s.Title, 60))
 	} else {
 		b.WriteString(" · (untitled)")
 	}
 	if s.Description != "" {
-		fmt.Fprintf(&b, " — %s", clip(s.Description, 160))
+		fmt.Fprintf(&b, " — %s", api.OneLine(s.Description, 160))
 	}
 	switch {
 	case s.State == api.StateExited && s.ExitCode != nil:
 		fmt.Fprintf(&b, " · exited with %d", *s.ExitCode)
 	case s.CurrentCommand != "":
-		fmt.Fprintf(&b, " · running $ %s", clip(s.CurrentCommand, 80))
+		fmt.Fprintf(&b, " · running $ %s", api.OneLine(s.CurrentCommand, 80))
 	}
 	if s.LastExitCode != nil {
 		fmt.Fprintf(&b, " · last exit %d", *s.LastExitCode)

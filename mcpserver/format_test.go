@@ -91,14 +91,10 @@ func TestFormatWords(t *testing.T) {
 		{fmtDuration(12 * time.Millisecond), "12ms"},
 		{fmtDuration(1240 * time.Millisecond), "1.24s"},
 		{fmtDuration(123 * time.Second), "2m3s"},
-		{clip("  make test  ", 20), "make test"},
-		{clip("one\ntwo", 20), "one …"},
-		{clip("abcdefghij", 5), "abcd…"},
 		{count(1, "session"), "1 session"},
 		{count(0, "node"), "0 nodes"},
 		{labelList(map[string]string{"b": "2", "a": "1"}), "a=1,b=2"},
 		{jsonArgs("node", "n1", "n", 3), `{"node":"n1","n":3}`},
-		{firstLine("\n  \nhello\nworld"), "hello"},
 	} {
 		if tt.got != tt.want {
 			t.Errorf("got %q, want %q", tt.got, tt.want)

@@ -509,7 +509,7 @@ func (m *Server) fanoutRun(ctx context.Context, in fanoutRunIn) (*mcp.CallToolRe
 	}
 	out := Fanout{Command: in.Command, OK: fo.OK, Failed: fo.Failed, Results: []FanoutTarget{}}
 	var b strings.Builder
-	fmt.Fprintf(&b, "fanout_run on %s: ok=%d failed=%d · $ %s", count(len(fo.Results), "target"), fo.OK, fo.Failed, clip(in.Command, 120))
+	fmt.Fprintf(&b, "fanout_run on %s: ok=%d failed=%d · $ %s", count(len(fo.Results), "target"), fo.OK, fo.Failed, api.OneLine(in.Command, 120))
 	for _, r := range fo.Results {
 		t := FanoutTarget{Node: r.Node, Session: r.Session, ExitCode: r.ExitCode, DurationMS: r.DurationMS, OmittedBytes: r.OmittedBytes, Result: "ok"}
 		if r.Error != nil {
@@ -536,8 +536,8 @@ func (m *Server) fanoutRun(ctx context.Context, in fanoutRunIn) (*mcp.CallToolRe
 			what = r.Error.Code + ": " + r.Error.Message
 		}
 		line := fmt.Sprintf("%s · %s · %s", where, what, fmtDuration(time.Duration(r.DurationMS)*time.Millisecond))
-		if first := firstLine(r.Text); first != "" && (r.Error == nil || r.Error.Code == api.CodeExitStatus || r.Error.Code == api.CodeExitUnknown || r.Error.Code == api.CodeTimeout) {
-			line += " · first line of output " + strconv.Quote(first)
+		if first, _ := api.FirstLine(r.Text); first != "" && (r.Error == nil || r.Error.Code == api.CodeExitStatus || r.Error.Code == api.CodeExitUnknown || r.Error.Code == api.CodeTimeout) {
+			line += " · first line of output " + strconv.Quote(api.Clip(first, 100))
 		}
 		b.WriteString("\n" + line)
 	}
@@ -599,14 +599,4 @@ func hasLabels(have, want map[string]string) bool {
 		}
 	}
 	return true
-}
-
-// firstLine is the first non-blank line of text, clipped.
-func firstLine(text string) string {
-	for l := range strings.SplitSeq(text, "\n") {
-		if strings.TrimSpace(l) != "" {
-			return clip(l, 100)
-		}
-	}
-	return ""
 }

@@ -290,7 +290,7 @@ func (m *Server) addTools() {
 		Annotations: &mcp.ToolAnnotations{Title: "Create a session", DestructiveHint: boolp(false), OpenWorldHint: boolp(false)},
 		InputSchema: inputSchema[createSessionIn](nil),
 	}, func(in createSessionIn) (string, string) {
-		return "", fmt.Sprintf("node %q title %q", in.Node, clip(in.Title, 80))
+		return "", fmt.Sprintf("node %q title %q", in.Node, api.OneLine(in.Title, 80))
 	}, m.createSession)
 
 	addTool(m, &mcp.Tool{
@@ -302,7 +302,9 @@ func (m *Server) addTools() {
 		InputSchema: inputSchema[runCommandIn](func(p map[string]*jsonschema.Schema) {
 			minimum(p, 0, "timeout_ms", "max_output_bytes")
 		}),
-	}, sessionAudit(func(in runCommandIn) (string, string, string) { return in.Node, in.Session, clip(in.Command, 200) }), m.runCommand)
+	}, sessionAudit(func(in runCommandIn) (string, string, string) {
+		return in.Node, in.Session, api.OneLine(in.Command, 200)
+	}), m.runCommand)
 
 	addTool(m, &mcp.Tool{
 		Name: "wait_for",
@@ -332,7 +334,7 @@ func (m *Server) addTools() {
 		Annotations: annRun("Send keys"),
 		InputSchema: inputSchema[sendKeysIn](nil),
 	}, sessionAudit(func(in sendKeysIn) (string, string, string) {
-		return in.Node, in.Session, clip(strings.Join(in.Keys, " "), 200)
+		return in.Node, in.Session, api.OneLine(strings.Join(in.Keys, " "), 200)
 	}), m.sendKeys)
 
 	addTool(m, &mcp.Tool{
@@ -363,7 +365,7 @@ func (m *Server) addTools() {
 	}, sessionAudit(func(in setSessionInfoIn) (string, string, string) {
 		var d []string
 		if in.Title != nil {
-			d = append(d, "title "+clip(*in.Title, 80))
+			d = append(d, "title "+api.OneLine(*in.Title, 80))
 		}
 		if in.Description != nil {
 			d = append(d, "description")
@@ -390,5 +392,5 @@ func (m *Server) addTools() {
 		InputSchema: inputSchema[fanoutRunIn](func(p map[string]*jsonschema.Schema) {
 			minimum(p, 0, "batch", "timeout_ms", "max_output_bytes")
 		}),
-	}, func(in fanoutRunIn) (string, string) { return "", clip(in.Command, 200) }, m.fanoutRun)
+	}, func(in fanoutRunIn) (string, string) { return "", api.OneLine(in.Command, 200) }, m.fanoutRun)
 }

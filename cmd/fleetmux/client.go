@@ -12,7 +12,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/client"
@@ -246,25 +245,6 @@ func labelString(m map[string]string) string {
 	}
 	slices.Sort(parts)
 	return api.Printable(strings.Join(parts, ","))
-}
-
-// truncate cuts s to at most n runes, marking a cut with "…".
-func truncate(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	r := []rune(s)
-	return string(r[:n-1]) + "…"
-}
-
-// oneLine is the first line of s (marked with "…" when more follow), cut to n runes.
-func oneLine(s string, n int) string {
-	first, rest, more := strings.Cut(s, "\n")
-	first = strings.TrimRight(first, "\r ")
-	if more && strings.TrimSpace(rest) != "" {
-		return truncate(first+" …", n)
-	}
-	return truncate(first, n)
 }
 
 // orDash is s, or "-" when it is empty.

@@ -311,29 +311,17 @@ func summary(r api.FanoutResult) string {
 		status = fmt.Sprintf("exit=%d", *c)
 	}
 	d := (time.Duration(r.DurationMS) * time.Millisecond).String()
-	return strings.TrimRight(fmt.Sprintf("%s\t%s\t%s\t%s", target(r), status, d, firstLine(r.Text, 60)), "\t")
+	return strings.TrimRight(fmt.Sprintf("%s\t%s\t%s\t%s", target(r), status, d, outputLine(r.Text, 60)), "\t")
 }
 
-// firstLine is the first line of s that is not blank, cut to n runes and marked with
-// "…" when more lines follow; tabs and carriage returns become spaces.
-func firstLine(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	for i, l := range lines {
-		l = strings.TrimSpace(strings.Map(func(r rune) rune {
-			if r == '\t' || r == '\r' {
-				return ' '
-			}
-			return r
-		}, l))
-		if l == "" {
-			continue
-		}
-		if i < len(lines)-1 {
-			return truncate(l+" …", n)
-		}
-		return truncate(l, n)
+// outputLine is the first line of a command's output that is not blank, marked " …"
+// when more lines follow, cut to n runes.
+func outputLine(text string, n int) string {
+	l, more := api.FirstLine(text)
+	if more {
+		l += " …"
 	}
-	return ""
+	return api.Clip(l, n)
 }
 
 // printFanout prints a fan-out's results: with verbose each target's output under a

@@ -57,7 +57,7 @@ func cell(s string, n int) string {
 		}
 		return r
 	}, s)
-	return orDash(truncate(api.Printable(oneLine(s, n)), n))
+	return orDash(api.Clip(api.Printable(api.OneLine(s, n)), n))
 }
 
 func nodesCmd() *cobra.Command {

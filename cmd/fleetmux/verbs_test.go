@@ -369,12 +369,6 @@ func TestPrintJSON(t *testing.T) {
 
 func TestTextHelpers(t *testing.T) {
 	tests := []struct{ got, want string }{
-		{truncate("hello", 5), "hello"},
-		{truncate("hello!", 5), "hell…"},
-		{oneLine("a\nb", 10), "a …"},
-		{oneLine("a\n\n", 10), "a"},
-		{firstLine("\n\n  x y \n", 10), "x y"},
-		{firstLine("\n", 10), ""},
 		{labelString(map[string]string{"b": "2", "a": "1"}), "a=1,b=2"},
 		{cmdOrExit(api.Session{State: "exited"}), "exited"},
 	}
