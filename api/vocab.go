@@ -76,3 +76,10 @@ const (
 	RoleOperator = "operator" // also creates sessions, runs, types and resizes
 	RoleAdmin    = "admin"    // also kills, sets policy, manages tokens, enrolls and approves
 )
+
+// Policy actions: what a guardrail rule decides for a request (DESIGN "Guardrails").
+const (
+	ActionAllow   = "allow"   // runs
+	ActionDeny    = "deny"    // does not run; the caller sees the rule's name
+	ActionApprove = "approve" // held until a person decides
+)
