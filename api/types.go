@@ -59,8 +59,10 @@ type BlockResult struct {
 	Session      Session `json:"session"`
 }
 
-// Screen is the reply of screen.
+// Screen is the reply of screen (and session's Screen).
 type Screen struct {
+	// Text is the screen's rows joined by "\n", trailing spaces and trailing empty
+	// rows removed.
 	Text         string `json:"text"`
 	Cursor       Cursor `json:"cursor"`
 	AltScreen    bool   `json:"alt_screen"`

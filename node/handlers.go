@@ -476,8 +476,7 @@ func (n *Node) screen(ctx context.Context, req request) (any, error) {
 	if err != nil {
 		return nil, sessionErr(e.id, err)
 	}
-	return api.Screen{Text: scr.Text, Cursor: api.Cursor{Row: scr.Cursor.Row, Col: scr.Cursor.Col}, AltScreen: scr.AltScreen,
-		Cols: scr.Cols, Rows: scr.Rows, WaitingInput: scr.WaitingInput, Echo: scr.Echo}, nil
+	return scr, nil
 }
 
 func (n *Node) blocks(ctx context.Context, req request) (any, error) {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/charmbracelet/x/vt"
+
+	"github.com/fleetmux/fleetmux/api"
 )
 
 // The screen model is a terminal emulator fed from the scrollback ring, never by the
@@ -113,23 +115,11 @@ func (e *vtEmulator) close() {
 }
 
 // Cursor is a position on the screen, 0-based.
-type Cursor struct {
-	Row int `json:"row"`
-	Col int `json:"col"`
-}
+type Cursor = api.Cursor
 
-// Screen is what the terminal shows now.
-type Screen struct {
-	// Text is the screen's rows joined by "\n", trailing spaces and trailing empty
-	// rows removed.
-	Text         string `json:"text"`
-	Cursor       Cursor `json:"cursor"`
-	AltScreen    bool   `json:"alt_screen"`
-	Cols         int    `json:"cols"`
-	Rows         int    `json:"rows"`
-	WaitingInput bool   `json:"waiting_input"`
-	Echo         bool   `json:"echo"`
-}
+// Screen is what the terminal shows now, as the API sends it: Text is the screen's
+// rows joined by "\n", trailing spaces and trailing empty rows removed.
+type Screen = api.Screen
 
 type screen struct {
 	s    *Session
