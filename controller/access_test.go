@@ -16,6 +16,7 @@ import (
 	"github.com/fleetmux/fleetmux/controller"
 	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/fleetmux/fleetmux/transport"
+	"github.com/fleetmux/fleetmux/trust"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -287,4 +288,17 @@ func TestAuditNamesPrincipal(t *testing.T) {
 	if rec.Principal != "token:ops" || !regexp.MustCompile(`^admin@`).MatchString(rec.Actor) {
 		t.Fatalf("audit record %+v: want principal token:ops beside the label admin@…", rec)
 	}
+}
+
+// TestBootstrapTokenKeepsWorking: a stored token that takes the bootstrap token's
+// name (dev's is "fmx1.dev.…") does not lock the bootstrap token out.
+func TestBootstrapTokenKeepsWorking(t *testing.T) {
+	boot, _, err := trust.NewToken("dev", api.RoleAdmin, 0, "", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, fixtureOpts{nodes: map[string]map[string]string{}, token: boot, store: true})
+	other := f.newToken("dev", api.RoleViewer, "")
+	f.must(http.StatusOK, "GET", "/v1/tokens", nil, nil)
+	f.as(other, func() { f.apiErr(http.StatusForbidden, api.CodeForbidden, "GET", "/v1/tokens", nil) })
 }

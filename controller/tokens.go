@@ -149,13 +149,14 @@ func (c *Controller) authenticate(r *http.Request) (caller, *api.Error) {
 	if !ok || text == "" {
 		return caller{}, errNoToken
 	}
+	var why error = errors.New("unknown token")
 	if name, err := trust.TokenName(text); err == nil {
 		if rec, ok := c.tokens.get(name); ok {
-			if err := rec.Check(text, time.Now()); err != nil {
-				c.log.Info("API token refused", "token", name, "err", err, "remote", r.RemoteAddr)
-				return caller{}, errBadToken
+			if why = rec.Check(text, time.Now()); why == nil {
+				return caller{principal: "token:" + name, role: rec.Role}, nil
 			}
-			return caller{principal: "token:" + name, role: rec.Role}, nil
+			// Not this record's: it may still be the bootstrap token (dev's, named
+			// "dev", when someone stored a token of that name too).
 		}
 	}
 	c.tokens.mu.RLock()
@@ -171,7 +172,7 @@ func (c *Controller) authenticate(r *http.Request) (caller, *api.Error) {
 		}
 		return caller{principal: "token:" + name, role: api.RoleAdmin}, nil
 	}
-	c.log.Info("API token refused", "err", "unknown token", "remote", r.RemoteAddr)
+	c.log.Info("API token refused", "err", why, "remote", r.RemoteAddr)
 	return caller{}, errBadToken
 }
 
