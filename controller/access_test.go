@@ -265,9 +265,33 @@ func TestAuditNamesPrincipal(t *testing.T) {
 	f := newFixture(t, fixtureOpts{nodes: map[string]map[string]string{"n1": nil}, store: true,
 		config: func(c *controller.Config) { c.AuditFile = audit }})
 	ops := f.newToken("ops", api.RoleOperator, "")
+	nodeRecs := make(chan api.AuditRecord, 16)
+	stop, err := f.conn.Subscribe(api.Subjects{}.Audit("n1"), func(_ string, _ map[string]string, data []byte) {
+		var r api.AuditRecord
+		if json.Unmarshal(data, &r) == nil {
+			select {
+			case nodeRecs <- r:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
 	f.as(ops, func() {
 		f.do("POST", "/v1/sessions", api.NewSession{Node: "nope"}, api.HeaderActor, "admin")
+		f.must(http.StatusCreated, "POST", "/v1/sessions", api.NewSession{Node: "n1"}, nil)
 	})
+	// The node records the signed actor: the label, then the principal.
+	select {
+	case r := <-nodeRecs:
+		if !regexp.MustCompile(`^api@127\.0\.0\.1 \(token:ops\)$`).MatchString(r.Actor) || r.Role != api.RoleOperator {
+			t.Errorf("node audit record %+v: want the label with the principal (token:ops), role operator", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("no audit record from the node")
+	}
 	var rec api.AuditRecord
 	testutil.Eventually(t, 5*time.Second, func() bool {
 		fh, err := os.Open(audit)

@@ -40,9 +40,20 @@ func ctxRole(ctx context.Context) string {
 	return r
 }
 
-// principalOf is who acts in ctx (WithActor, WithRole).
+// principalOf is who acts in ctx (WithActor, WithRole): the actor the nodes
+// record names the authenticated principal after the label (signedActor).
 func principalOf(ctx context.Context) principal {
-	return principal{actor: actorOf(ctx), role: ctxRole(ctx)}
+	return principal{actor: signedActor(actorOf(ctx), callerOf(ctx).principal), role: ctxRole(ctx)}
+}
+
+// signedActor is the actor a node request is signed with: the client's label
+// and, when the request was authenticated, its principal, so that the nodes'
+// audit never takes a label for an identity: "cli:bob@127.0.0.1 (token:ops)".
+func signedActor(label, principal string) string {
+	if principal == "" || principal == label {
+		return label
+	}
+	return label + " (" + principal + ")"
 }
 
 // ListNodes returns the node table.

@@ -255,7 +255,8 @@ func actor(r *http.Request) string {
 // httpPrincipal is who an HTTP API request acts as: its actor (a label), with the
 // role of its API token (guard put the caller in its context).
 func httpPrincipal(r *http.Request) principal {
-	return principal{actor: actor(r), role: callerOf(r.Context()).role}
+	who := callerOf(r.Context())
+	return principal{actor: signedActor(actor(r), who.principal), role: who.role}
 }
 
 // target validates the {node} and {id} of a session route.

@@ -34,9 +34,9 @@ func (c *Controller) listSessions(w http.ResponseWriter, r *http.Request) {
 }
 
 // reqCtx is a request's context, naming its actor.
+// (The caller that guard authenticated is in it already: principalOf names both.)
 func reqCtx(r *http.Request) context.Context {
-	p := httpPrincipal(r)
-	return WithRole(WithActor(r.Context(), p.actor), p.role)
+	return WithRole(WithActor(r.Context(), actor(r)), callerOf(r.Context()).role)
 }
 
 // sessionsOf lists the sessions of nodes in parallel. With strict, the one node's

@@ -302,7 +302,7 @@ func (sc *sshSession) audit(ctx context.Context, action, detail, result, errMsg 
 	if len(detail) > 512 {
 		detail = detail[:512] + "…"
 	}
-	sc.s.c.audits.record(api.AuditRecord{Actor: actorOf(ctx), Action: "ssh " + action, Detail: detail, Result: result, Error: errMsg})
+	sc.s.c.audits.record(api.AuditRecord{Actor: actorOf(ctx), Principal: actorOf(ctx), Action: "ssh " + action, Detail: detail, Result: result, Error: errMsg})
 }
 
 func sortedVerbs() []string {
