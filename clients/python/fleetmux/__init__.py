@@ -1,0 +1,23 @@
+"""fleetmux: a client of the fleetmux controller's HTTP API, standard library only.
+
+    from fleetmux import Client
+    c = Client()                    # FLEETMUX_ADDR/FLEETMUX_TOKEN, else `fleetmux dev`'s dev.json
+    s = c.create_session(title="build")
+    r = c.run(s.node, s.id, "make test", timeout_ms=600000)
+    if r.block.exit_code != 0:
+        print(c.block(s.node, s.id, r.block.n, grep="error").text)
+"""
+
+from .client import DEFAULT_ADDR, Client, dev_config_path, resolve
+from .errors import (ERRORS, BadRequest, Busy, Denied, Exists, Exited, FleetmuxError, Forbidden, Gone,
+                     Held, Internal, Limit, NotFound, Timeout, TooLarge, Unauthorized, Unavailable)
+from .types import (Block, BlockResult, Chunk, Cursor, ErrorInfo, Fanout, FanoutResult, Health, NewToken,
+                    Node, Screen, Session, SessionList, Token, WaitResult)
+
+__all__ = [
+    "DEFAULT_ADDR", "Client", "dev_config_path", "resolve",
+    "ERRORS", "FleetmuxError", "BadRequest", "Busy", "Denied", "Exists", "Exited", "Forbidden", "Gone",
+    "Held", "Internal", "Limit", "NotFound", "Timeout", "TooLarge", "Unauthorized", "Unavailable",
+    "Block", "BlockResult", "Chunk", "Cursor", "ErrorInfo", "Fanout", "FanoutResult", "Health", "NewToken",
+    "Node", "Screen", "Session", "SessionList", "Token", "WaitResult",
+]

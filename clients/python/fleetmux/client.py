@@ -1,0 +1,307 @@
+"""A synchronous client of the fleetmux controller's HTTP API (api/openapi.yaml)."""
+
+import http.client
+import json
+import os
+import re
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from .errors import FleetmuxError, Gone, NotFound, error_for
+from .types import (Block, BlockResult, Chunk, Fanout, Health, NewToken, Node, Screen, Session,
+                    SessionList, Token, WaitResult, from_json)
+
+DEFAULT_ADDR = "http://127.0.0.1:7070"
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
+_RETRYABLE = (urllib.error.URLError, ConnectionError, http.client.HTTPException, OSError)
+
+
+def dev_config_path() -> str:
+    """$XDG_CONFIG_HOME/fleetmux/dev.json (default ~/.config/...), which
+    `fleetmux dev` writes."""
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return os.path.join(base, "fleetmux", "dev.json")
+
+
+def resolve(addr: Optional[str] = None, token: Optional[str] = None) -> Tuple[str, str]:
+    """The address and token as the CLI finds them: the arguments, else
+    FLEETMUX_ADDR / FLEETMUX_TOKEN, else (neither given) dev.json, else the default."""
+    addr = addr or os.environ.get("FLEETMUX_ADDR") or ""
+    token = token or os.environ.get("FLEETMUX_TOKEN") or ""
+    if not addr and not token:
+        try:
+            with open(dev_config_path()) as f:
+                dc = json.load(f)
+            addr, token = dc.get("addr", ""), dc.get("token", "")
+        except (OSError, ValueError):
+            pass
+    addr = addr or DEFAULT_ADDR
+    if "://" not in addr:
+        addr = "http://" + addr
+    return addr.rstrip("/"), token
+
+
+def _check_name(what: str, s: str) -> None:
+    if not isinstance(s, str) or not _NAME.match(s):
+        raise error_for(0, "bad_request", "%s %r: want [A-Za-z0-9_-]{1,63}" % (what, s))
+
+
+def _drop_none(d: Dict[str, Any]) -> Dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
+
+
+class Client:
+    """Calls one controller. Errors are FleetmuxError subclasses by code
+    (NotFound, Busy, Unauthorized, ...)."""
+
+    def __init__(self, addr: Optional[str] = None, token: Optional[str] = None,
+                 actor: Optional[str] = None, timeout: float = 660.0) -> None:
+        self.addr, self.token = resolve(addr, token)
+        self.actor = actor
+        self.timeout = timeout  # seconds, per request (a run may take up to 10 min)
+
+    # -- plumbing
+
+    def _request(self, method: str, path: str, query: Optional[Sequence[Tuple[str, Any]]] = None,
+                 body: Any = None, accept: str = "application/json",
+                 timeout: Optional[float] = None) -> http.client.HTTPResponse:
+        url = self.addr + path
+        q = [(k, str(v)) for k, v in (query or []) if v is not None]
+        if q:
+            url += "?" + urllib.parse.urlencode(q)
+        data = None
+        headers = {"Accept": accept, "User-Agent": "fleetmux-python"}
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        if self.token:
+            headers["Authorization"] = "Bearer " + self.token
+        if self.actor:
+            headers["Fleetmux-Actor"] = self.actor
+        req = urllib.request.Request(url, data=data, headers=headers, method=method)
+        try:
+            return urllib.request.urlopen(req, timeout=timeout or self.timeout)
+        except urllib.error.HTTPError as e:
+            raw = e.read(64 << 10)
+            e.close()
+            code, msg = None, ""
+            try:
+                env = json.loads(raw)
+                code, msg = env["error"]["code"], env["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                msg = "HTTP %d: %s" % (e.code, raw[:200].decode("utf-8", "replace").strip())
+            raise error_for(e.code, code, msg) from None
+
+    def _json(self, method: str, path: str, query: Optional[Sequence[Tuple[str, Any]]] = None,
+              body: Any = None) -> Any:
+        with self._request(method, path, query, body) as resp:
+            raw = resp.read()
+        return json.loads(raw) if raw.strip() else {}
+
+    @staticmethod
+    def _spath(node: str, id: str, suffix: str = "") -> str:
+        _check_name("node", node)
+        _check_name("session", id)
+        return "/v1/sessions/%s/%s%s" % (node, id, suffix)
+
+    # -- nodes and sessions
+
+    def nodes(self) -> List[Node]:
+        return [from_json(Node, n) for n in self._json("GET", "/v1/nodes")["nodes"]]
+
+    def sessions(self, node: Optional[str] = None, labels: Optional[Dict[str, str]] = None) -> SessionList:
+        q: List[Tuple[str, Any]] = [("node", node)]
+        q += [("label", "%s=%s" % kv) for kv in sorted((labels or {}).items())]
+        return from_json(SessionList, self._json("GET", "/v1/sessions", q))
+
+    def create_session(self, node: Optional[str] = None, title: Optional[str] = None,
+                       description: Optional[str] = None, labels: Optional[Dict[str, str]] = None,
+                       shell: Optional[str] = None, argv: Optional[List[str]] = None,
+                       cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None,
+                       cols: Optional[int] = None, rows: Optional[int] = None) -> Session:
+        """Creates a session; without node the controller picks one."""
+        body = _drop_none(dict(node=node, title=title, description=description, labels=labels, shell=shell,
+                               argv=argv, cwd=cwd, env=env, cols=cols, rows=rows))
+        return from_json(Session, self._json("POST", "/v1/sessions", body=body))
+
+    def session(self, node: str, id: str) -> Session:
+        return from_json(Session, self._json("GET", self._spath(node, id)))
+
+    def update_session(self, node: str, id: str, title: Optional[str] = None,
+                       description: Optional[str] = None, labels: Optional[Dict[str, str]] = None) -> Session:
+        body = _drop_none(dict(title=title, description=description, labels=labels))
+        return from_json(Session, self._json("PATCH", self._spath(node, id), body=body))
+
+    def close_session(self, node: str, id: str) -> Session:
+        return from_json(Session, self._json("DELETE", self._spath(node, id)))
+
+    # -- commands and input
+
+    def run(self, node: str, id: str, command: str, timeout_ms: Optional[int] = None,
+            max_output_bytes: Optional[int] = None, idempotency_key: Optional[str] = None) -> BlockResult:
+        """Runs a command; returns its block with the rendered text (block.state is
+        still "running" when timeout_ms passed first)."""
+        body = _drop_none(dict(command=command, timeout_ms=timeout_ms, max_output_bytes=max_output_bytes,
+                               idempotency_key=idempotency_key))
+        return from_json(BlockResult, self._json("POST", self._spath(node, id, "/run"), body=body))
+
+    def input(self, node: str, id: str, data: str) -> None:
+        self._json("POST", self._spath(node, id, "/input"), body={"data": data})
+
+    def keys(self, node: str, id: str, *keys: str) -> None:
+        """Sends named keys: C-c, Enter, Up, Tab, Esc, F1, ..."""
+        self._json("POST", self._spath(node, id, "/keys"), body={"keys": list(keys)})
+
+    def resize(self, node: str, id: str, cols: int, rows: int) -> Session:
+        return from_json(Session, self._json("POST", self._spath(node, id, "/resize"), body={"cols": cols, "rows": rows}))
+
+    # -- reading
+
+    def screen(self, node: str, id: str) -> Screen:
+        return from_json(Screen, self._json("GET", self._spath(node, id, "/screen")))
+
+    def blocks(self, node: str, id: str) -> List[Block]:
+        return [from_json(Block, b) for b in self._json("GET", self._spath(node, id, "/blocks"))["blocks"]]
+
+    def block(self, node: str, id: str, n: int, offset: Optional[int] = None, limit: Optional[int] = None,
+              grep: Optional[str] = None, max_bytes: Optional[int] = None) -> BlockResult:
+        """Block n (from 1) with its text: lines paged by offset/limit, filtered by
+        grep (each kept line prefixed with its number); max_bytes -1: no budget."""
+        q = [("offset", offset), ("limit", limit), ("grep", grep), ("max_bytes", max_bytes)]
+        return from_json(BlockResult, self._json("GET", self._spath(node, id, "/blocks/%d" % n), q))
+
+    def wait(self, node: str, id: str, until: str = "idle", timeout_ms: Optional[int] = None,
+             after: Optional[int] = None) -> WaitResult:
+        """Waits until the session is idle, waiting_input, exited, or has output past
+        after (until="output"). ok is False when the timeout passed first."""
+        q = [("until", until), ("timeout_ms", timeout_ms), ("after", after)]
+        return from_json(WaitResult, self._json("GET", self._spath(node, id, "/wait"), q))
+
+    def output(self, node: str, id: str, from_: int = 0, max_bytes: Optional[int] = None) -> Chunk:
+        """Raw output from offset from_ to its end when the controller got the
+        request (or max_bytes of it). More exists when offset+len(data) < end."""
+        with self._request("GET", self._spath(node, id, "/output"), [("from", from_), ("max_bytes", max_bytes)],
+                           accept="application/octet-stream") as resp:
+            data = resp.read()
+            h = resp.headers
+        return Chunk(offset=int(h.get("Fleetmux-Offset", from_)), data=data,
+                     end=int(h.get("Fleetmux-End", 0)), oldest=int(h.get("Fleetmux-Oldest", 0)))
+
+    def follow(self, node: str, id: str, from_: int = 0, min_backoff: float = 0.1,
+               max_backoff: float = 2.0) -> Iterator[Chunk]:
+        """Yields the session's raw output from offset from_, in order, until the
+        session has exited and all of its output was yielded.
+
+        It survives a controller restart: when the stream breaks (or the controller
+        answers 5xx, unavailable, timeout) it reconnects from the offset reached,
+        backing off, so no byte is yielded twice and none is skipped. When the
+        controller no longer holds that offset it raises Gone (only a follow from 0
+        may start at the oldest output held)."""
+        nxt = from_
+        connected = False
+        backoff = min_backoff
+        while True:
+            try:
+                resp = self._request("GET", self._spath(node, id, "/output"), [("from", nxt), ("follow", 1)],
+                                     accept="application/octet-stream")
+            except FleetmuxError as e:
+                if connected and isinstance(e, NotFound):
+                    return
+                if not (e.status >= 500 or e.code in ("unavailable", "timeout")):
+                    raise
+                time.sleep(backoff)
+                backoff = min(2 * backoff, max_backoff)
+                continue
+            except _RETRYABLE:
+                time.sleep(backoff)
+                backoff = min(2 * backoff, max_backoff)
+                continue
+            got = 0
+            clean = False
+            with resp:
+                off = int(resp.headers.get("Fleetmux-Offset", nxt))
+                skip = 0
+                if off > nxt and not connected and from_ == 0:
+                    nxt = off
+                elif off > nxt:
+                    raise Gone("output of %s/%s from offset %d is no longer held (the controller resumed at %d)"
+                               % (node, id, nxt, off), status=200)
+                elif off < nxt:
+                    skip = nxt - off
+                connected = True
+                try:
+                    while True:
+                        data = resp.read1(64 << 10) if hasattr(resp, "read1") else resp.read(64 << 10)
+                        if not data:
+                            clean = True
+                            break
+                        if skip:
+                            d = min(skip, len(data))
+                            data, skip = data[d:], skip - d
+                        if data:
+                            yield Chunk(offset=nxt, data=data)
+                            nxt += len(data)
+                            got += len(data)
+                except _RETRYABLE:
+                    pass  # cut: reconnect from nxt
+            if got:
+                backoff = min_backoff
+            if clean:
+                try:
+                    s = self.session(node, id)
+                    if s.state == "exited" and (nxt >= s.output_offset or got == 0):
+                        return
+                except NotFound:
+                    return
+                except FleetmuxError as e:
+                    if not (e.status >= 500 or e.code in ("unavailable", "timeout")):
+                        raise
+                except _RETRYABLE:
+                    pass
+            if not got:
+                time.sleep(backoff)
+                backoff = min(2 * backoff, max_backoff)
+
+    # -- fan-out
+
+    def fanout(self, command: str, nodes: Optional[List[str]] = None, labels: Optional[Dict[str, str]] = None,
+               all: bool = False, sessions: Optional[List[str]] = None, session: Optional[str] = None,
+               shell: Optional[str] = None, timeout_ms: Optional[int] = None,
+               max_output_bytes: Optional[int] = None, batch: Optional[int] = None,
+               stop_on_failure: bool = False, idempotency_key: Optional[str] = None) -> Fanout:
+        """Runs one command on many targets: nodes and/or labels (or all) select
+        nodes; sessions names NODE/ID sessions directly."""
+        selector = _drop_none(dict(nodes=nodes, labels=labels, sessions=sessions, all=all or None))
+        body = _drop_none(dict(selector=selector, command=command, session=session, shell=shell,
+                               timeout_ms=timeout_ms, max_output_bytes=max_output_bytes, batch=batch,
+                               stop_on_failure=stop_on_failure or None, idempotency_key=idempotency_key))
+        return from_json(Fanout, self._json("POST", "/v1/run", body=body))
+
+    # -- tokens and the rest
+
+    def tokens(self) -> List[Token]:
+        return [from_json(Token, t) for t in self._json("GET", "/v1/tokens")["tokens"]]
+
+    def create_token(self, name: str, role: str, ttl: Optional[str] = None) -> NewToken:
+        """Creates an API token (admin); its secret is in this reply only."""
+        return from_json(NewToken, self._json("POST", "/v1/tokens", body=_drop_none(dict(name=name, role=role, ttl=ttl))))
+
+    def revoke_token(self, name: str) -> Token:
+        _check_name("token", name)
+        return from_json(Token, self._json("DELETE", "/v1/tokens/" + name))
+
+    def health(self) -> Health:
+        try:
+            return from_json(Health, self._json("GET", "/healthz"))
+        except FleetmuxError as e:
+            if e.status == 503:
+                return Health(status="degraded")
+            raise
+
+    def openapi(self) -> str:
+        """The API's OpenAPI 3.1 document (YAML)."""
+        with self._request("GET", "/v1/openapi.yaml", accept="application/yaml") as resp:
+            return resp.read().decode()

@@ -1,0 +1,100 @@
+"""Errors of the fleetmux API: one class per error code."""
+
+from typing import Dict, Optional, Type
+
+
+class FleetmuxError(Exception):
+    """An error reply of the API ({"error": {"code", "message"}}), or a check the
+    client made before sending (status 0)."""
+
+    code = "internal"
+
+    def __init__(self, message: str, code: Optional[str] = None, status: int = 0) -> None:
+        super().__init__("%s: %s" % (code or self.code, message))
+        if code is not None:
+            self.code = code
+        self.message = message
+        self.status = status
+
+
+class BadRequest(FleetmuxError):
+    code = "bad_request"
+
+
+class Unauthorized(FleetmuxError):
+    code = "unauthorized"
+
+
+class Forbidden(FleetmuxError):
+    code = "forbidden"
+
+
+class NotFound(FleetmuxError):
+    code = "not_found"
+
+
+class Busy(FleetmuxError):
+    code = "busy"
+
+
+class Exited(FleetmuxError):
+    code = "exited"
+
+
+class Exists(FleetmuxError):
+    code = "exists"
+
+
+class Gone(FleetmuxError):
+    code = "gone"
+
+
+class TooLarge(FleetmuxError):
+    code = "too_large"
+
+
+class Limit(FleetmuxError):
+    code = "limit"
+
+
+class Unavailable(FleetmuxError):
+    code = "unavailable"
+
+
+class Timeout(FleetmuxError):
+    code = "timeout"
+
+
+class Internal(FleetmuxError):
+    code = "internal"
+
+
+class Denied(Forbidden):
+    """A guardrail denied the command (the message names the rule)."""
+
+    code = "denied"
+
+
+class Held(FleetmuxError):
+    """A guardrail holds the command until a person approves it."""
+
+    code = "held"
+
+
+ERRORS: Dict[str, Type[FleetmuxError]] = {
+    c.code: c
+    for c in (BadRequest, Unauthorized, Forbidden, NotFound, Busy, Exited, Exists, Gone,
+              TooLarge, Limit, Unavailable, Timeout, Internal, Denied, Held)
+}
+
+_STATUS_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+                 405: "bad_request", 409: "busy", 410: "gone", 413: "too_large", 429: "limit",
+                 502: "unavailable", 503: "unavailable", 504: "timeout"}
+
+
+def error_for(status: int, code: Optional[str], message: str) -> FleetmuxError:
+    """The error for a reply: by its code, else by its HTTP status."""
+    if not code:
+        code = _STATUS_CODES.get(status) or ("bad_request" if 400 <= status < 500 else "internal")
+    cls = ERRORS.get(code, FleetmuxError)
+    return cls(message, code=code, status=status)

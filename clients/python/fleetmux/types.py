@@ -1,0 +1,189 @@
+"""The API's JSON shapes as dataclasses: field names are the API's."""
+
+import dataclasses
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Type, TypeVar, get_type_hints
+
+T = TypeVar("T")
+
+
+def _convert(tp: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    origin = getattr(tp, "__origin__", None)
+    args = getattr(tp, "__args__", ())
+    if origin is list and args:
+        return [_convert(args[0], v) for v in value]
+    if origin is not None and type(None) in args:  # Optional[X]
+        inner = [a for a in args if a is not type(None)][0]
+        return _convert(inner, value)
+    if dataclasses.is_dataclass(tp):
+        return from_json(tp, value)
+    return value
+
+
+def from_json(cls: Type[T], data: Dict[str, Any]) -> T:
+    """Builds cls from a JSON object; fields the class does not know are ignored
+    (the API may add fields)."""
+    hints = get_type_hints(cls, vars(sys.modules[cls.__module__]))
+    kw = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name in data:
+            kw[f.name] = _convert(hints[f.name], data[f.name])
+    return cls(**kw)
+
+
+@dataclass
+class Node:
+    name: str = ""
+    status: str = ""  # alive, suspect, dead, left
+    labels: Dict[str, str] = field(default_factory=dict)
+    addr: str = ""
+    version: str = ""
+    sessions: int = 0
+    proto: int = 0
+    since: str = ""
+
+
+@dataclass
+class Session:
+    node: str = ""
+    id: str = ""
+    title: str = ""
+    description: str = ""
+    labels: Dict[str, str] = field(default_factory=dict)
+    shell: str = ""
+    argv: List[str] = field(default_factory=list)
+    state: str = ""  # starting, idle, running, waiting_input, exited
+    current_command: str = ""
+    cwd: str = ""
+    last_exit_code: Optional[int] = None
+    exit_code: Optional[int] = None
+    cols: int = 0
+    rows: int = 0
+    pid: int = 0
+    output_offset: int = 0
+    created_at: str = ""
+    waiting_input: bool = False
+    echo: bool = False
+    blocks: int = 0
+    integration: str = ""
+
+    @property
+    def address(self) -> str:
+        """NODE/ID."""
+        return "%s/%s" % (self.node, self.id)
+
+
+@dataclass
+class SessionList:
+    sessions: List[Session] = field(default_factory=list)
+    unavailable: List[str] = field(default_factory=list)
+
+
+@dataclass
+class Block:
+    n: int = 0
+    command: str = ""
+    cwd: str = ""
+    state: str = ""  # running, done
+    exit_code: Optional[int] = None  # None while running, or when not known (exit_code_note)
+    started_at: str = ""
+    finished_at: Optional[str] = None
+    start: int = 0
+    end: int = 0
+    fallback: bool = False
+    exit_code_note: str = ""
+
+
+@dataclass
+class BlockResult:
+    """The reply of run and of block: a block, its rendered text, the session now."""
+
+    block: Block = field(default_factory=Block)
+    text: str = ""
+    omitted_bytes: int = 0
+    lost_bytes: int = 0
+    session: Session = field(default_factory=Session)
+
+
+@dataclass
+class WaitResult(BlockResult):
+    """The reply of wait: ok is False when the timeout passed first."""
+
+    ok: bool = False
+
+
+@dataclass
+class Cursor:
+    row: int = 0
+    col: int = 0
+
+
+@dataclass
+class Screen:
+    text: str = ""
+    cursor: Cursor = field(default_factory=Cursor)
+    alt_screen: bool = False
+    cols: int = 0
+    rows: int = 0
+    waiting_input: bool = False
+    echo: bool = False
+
+
+@dataclass
+class ErrorInfo:
+    code: str = ""
+    message: str = ""
+
+
+@dataclass
+class FanoutResult:
+    node: str = ""
+    session: str = ""
+    block: Optional[Block] = None
+    exit_code: Optional[int] = None
+    text: str = ""
+    omitted_bytes: int = 0
+    duration_ms: int = 0
+    error: Optional[ErrorInfo] = None
+
+
+@dataclass
+class Fanout:
+    results: List[FanoutResult] = field(default_factory=list)
+    ok: int = 0
+    failed: int = 0
+
+
+@dataclass
+class Chunk:
+    """A piece of raw output: data starts at offset; end and oldest are the
+    session's output end and the oldest readable offset when it was read."""
+
+    offset: int = 0
+    data: bytes = b""
+    end: int = 0
+    oldest: int = 0
+
+
+@dataclass
+class Token:
+    name: str = ""
+    role: str = ""
+    created_at: str = ""
+    expires_at: Optional[str] = None
+    created_by: str = ""
+
+
+@dataclass
+class NewToken(Token):
+    secret: str = ""
+
+
+@dataclass
+class Health:
+    status: str = ""
+    nats: bool = False
+    nodes: int = 0

@@ -1,0 +1,190 @@
+"""Tests of the fleetmux Python client against a real controller.
+
+The Go test clients/clients_test.go starts `fleetmux dev` and runs these with
+FLEETMUX_ADDR and FLEETMUX_TOKEN set (and FLEETMUX_TEST_CUT: a URL that cuts every
+connection to the controller, as a restart does). Without FLEETMUX_ADDR they skip.
+"""
+
+import os
+import re
+import threading
+import time
+import unittest
+import urllib.request
+
+import fleetmux
+from fleetmux import Client
+
+ADDR = os.environ.get("FLEETMUX_ADDR")
+
+
+def eventually(what, fn, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = fn()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise AssertionError("timed out waiting for " + what)
+
+
+@unittest.skipUnless(ADDR, "FLEETMUX_ADDR not set (run through go test ./clients)")
+class ClientTest(unittest.TestCase):
+    def setUp(self):
+        self.c = Client()
+        self.s = self.c.create_session(title="py", labels={"lang": "python"})
+        self.assertTrue(self.c.wait(self.s.node, self.s.id, until="idle", timeout_ms=15000).ok)
+
+    def tearDown(self):
+        try:
+            self.c.close_session(self.s.node, self.s.id)
+        except fleetmux.NotFound:
+            pass
+
+    def test_create_and_run_exit_code(self):
+        s = self.s
+        self.assertTrue(s.node and s.id and s.title == "py")
+        self.assertEqual(self.c.session(s.node, s.id).labels, {"lang": "python"})
+        r = self.c.run(s.node, s.id, "echo hi; (exit 3)", timeout_ms=20000)
+        self.assertEqual(r.block.exit_code, 3)
+        self.assertEqual(r.block.state, "done")
+        self.assertEqual(r.block.n, 1)
+        self.assertEqual(r.text, "hi")
+        self.assertEqual(r.omitted_bytes, 0)
+        self.assertEqual(r.session.state, "idle")
+        self.assertEqual(r.session.last_exit_code, 3)
+        self.assertEqual([b.n for b in self.c.blocks(s.node, s.id)], [1])
+        self.assertIn(s.id, [x.id for x in self.c.sessions(node=s.node, labels={"lang": "python"}).sessions])
+        self.assertEqual(self.c.update_session(s.node, s.id, title="py2").title, "py2")
+        self.assertEqual(self.c.resize(s.node, s.id, 100, 30).cols, 100)
+        self.assertTrue(any(n.name == s.node and n.status == "alive" for n in self.c.nodes()))
+        self.assertIn("openapi: 3.1", self.c.openapi())
+
+    def test_big_output_budget_and_paging(self):
+        s = self.s
+        # seq 1 700000 prints 4.8 MB (5 MB with the terminal's CRs).
+        r = self.c.run(s.node, s.id, "seq 1 700000", timeout_ms=60000)
+        self.assertEqual(r.block.exit_code, 0)
+        self.assertGreater(r.block.end - r.block.start, 5_000_000)
+        self.assertGreater(r.omitted_bytes, 4_000_000)
+        self.assertTrue(r.text.startswith("1\n2\n3\n"), r.text[:20])
+        self.assertTrue(r.text.endswith("699999\n700000"), r.text[-20:])
+        # Lines paged by offset/limit, and grep.
+        page = self.c.block(s.node, s.id, r.block.n, offset=1000, limit=3)
+        self.assertEqual(page.text.split("\n"), ["1001", "1002", "1003"])
+        g = self.c.block(s.node, s.id, r.block.n, grep="^12345[0-9]$")
+        self.assertEqual(len(g.text.split("\n")), 10)
+        # Raw bytes paged by offset, gap-free to the block's end.
+        got, off = 0, r.block.start
+        while off < r.block.end:
+            ch = self.c.output(s.node, s.id, from_=off, max_bytes=min(1 << 20, r.block.end - off))
+            self.assertEqual(ch.offset, off)
+            self.assertTrue(ch.data)
+            off += len(ch.data)
+            got += len(ch.data)
+        self.assertEqual(got, r.block.end - r.block.start)
+
+    def test_wait_for_input(self):
+        s = self.s
+        r = self.c.run(s.node, s.id, "read -r name; echo hello-$name", timeout_ms=200)
+        self.assertEqual(r.block.state, "running")
+        w = self.c.wait(s.node, s.id, until="waiting_input", timeout_ms=15000)
+        self.assertTrue(w.ok)
+        self.assertEqual(w.session.state, "waiting_input")
+        self.c.input(s.node, s.id, "bob\n")
+        w = self.c.wait(s.node, s.id, until="idle", timeout_ms=15000)
+        self.assertTrue(w.ok)
+        self.assertEqual(w.block.exit_code, 0)
+        self.assertIn("hello-bob", w.text)
+
+    def test_screen_of_vim(self):
+        s = self.s
+        self.c.input(s.node, s.id, "vim -u NONE -N\n")
+        scr = eventually("vim's screen", lambda: (lambda x: x if x.alt_screen and "~" in x.text else None)(
+            self.c.screen(s.node, s.id)))
+        self.assertEqual(scr.rows, self.c.session(s.node, s.id).rows)
+        self.c.keys(s.node, s.id, "Esc")
+        self.c.input(s.node, s.id, ":q!\r")
+        eventually("vim to quit", lambda: not self.c.screen(s.node, s.id).alt_screen)
+        self.assertTrue(self.c.wait(s.node, s.id, until="idle", timeout_ms=15000).ok)
+
+    def test_fanout(self):
+        s = self.s
+        f = self.c.fanout("echo fan-$((40+2))", sessions=[s.address], timeout_ms=20000)
+        self.assertEqual((f.ok, f.failed), (1, 0))
+        self.assertEqual(f.results[0].text, "fan-42")
+        self.assertEqual(f.results[0].block.exit_code, 0)
+        self.assertIsNone(f.results[0].error)
+        f = self.c.fanout("exit 5", sessions=[s.address], timeout_ms=20000)
+        self.assertEqual((f.ok, f.failed), (0, 1))
+        self.assertEqual(f.results[0].error.code, "exit_status")
+
+    def test_follow_across_restart(self):
+        cut = os.environ.get("FLEETMUX_TEST_CUT")
+        if not cut:
+            self.skipTest("FLEETMUX_TEST_CUT not set")
+        s = self.s
+        start = self.c.session(s.node, s.id).output_offset
+        self.c.run(s.node, s.id, "for i in $(seq 1 300); do echo line-$i; sleep 0.005; done; exit", timeout_ms=50)
+        buf = b""
+        cuts = 0
+        deadline = time.monotonic() + 40
+        for ch in self.c.follow(s.node, s.id, from_=start):
+            self.assertEqual(ch.offset, start + len(buf))
+            buf += ch.data
+            if cuts == 0 and b"line-20\r\n" in buf:
+                urllib.request.urlopen(cut).read()
+                cuts += 1
+            self.assertLess(time.monotonic(), deadline, "follow did not end")
+        # The session exited: follow ended after its last byte, each line once, in order.
+        lines = re.findall(r"line-(\d+)\r\n", buf.decode())
+        self.assertEqual(lines, [str(i) for i in range(1, 301)])
+        self.assertEqual(cuts, 1)
+        end = self.c.session(s.node, s.id).output_offset
+        self.assertEqual(start + len(buf), end)
+
+    def test_errors(self):
+        s, c = self.s, self.c
+        with self.assertRaises(fleetmux.NotFound) as e:
+            c.session(s.node, "nope")
+        self.assertEqual((e.exception.code, e.exception.status), ("not_found", 404))
+        with self.assertRaises(fleetmux.BadRequest):
+            c.block(s.node, s.id, 0)
+        with self.assertRaises(fleetmux.BadRequest):
+            c.session(s.node, "bad name")  # checked before sending
+        with self.assertRaises(fleetmux.Unauthorized):
+            Client(token="wrong").nodes()
+        with self.assertRaises(fleetmux.TooLarge):
+            c.input(s.node, s.id, "x" * (2 << 20))
+        r = c.run(s.node, s.id, "sleep 5", timeout_ms=50)
+        self.assertEqual(r.block.state, "running")
+        with self.assertRaises(fleetmux.Busy) as e:
+            c.run(s.node, s.id, "true")
+        self.assertEqual(e.exception.status, 409)
+        c.keys(s.node, s.id, "C-c")
+        self.assertEqual(c.wait(s.node, s.id, until="idle", timeout_ms=15000).block.exit_code, 130)
+        # Tokens: a viewer may read, not run; a name is taken once.
+        name = "py-viewer-%d" % os.getpid()
+        t = c.create_token(name, "viewer", ttl="1h")
+        self.assertTrue(t.secret)
+        with self.assertRaises(fleetmux.Exists):
+            c.create_token(name, "viewer")
+        self.assertIn(name, [x.name for x in c.tokens()])
+        viewer = Client(token=t.secret)
+        self.assertEqual(viewer.session(s.node, s.id).id, s.id)
+        with self.assertRaises(fleetmux.Forbidden):
+            viewer.run(s.node, s.id, "true")
+        c.revoke_token(name)
+        with self.assertRaises(fleetmux.Unauthorized):
+            viewer.nodes()
+        # A program that exits: the session refuses commands.
+        e2 = c.create_session(argv=["sh", "-c", "exit 0"])
+        self.assertTrue(c.wait(e2.node, e2.id, until="exited", timeout_ms=15000).ok)
+        with self.assertRaises(fleetmux.Exited):
+            c.run(e2.node, e2.id, "true")
+        c.close_session(e2.node, e2.id)
+        self.assertEqual(c.health().status, "ok")
+
+
+if __name__ == "__main__":
+    unittest.main()
