@@ -160,6 +160,11 @@ type (
 		Env         map[string]string `json:"env,omitempty"`
 		Cols        int               `json:"cols,omitempty"`
 		Rows        int               `json:"rows,omitempty"`
+		// User runs the session's program as this local user of the node (its uid,
+		// gid, groups, home and login variables); the node agent must run as root.
+		// For untrusted workloads: processes of one user can read each other's
+		// memory where ptrace allows it, and with it a shell's nonce.
+		User string `json:"user,omitempty"`
 	}
 	// SessionRequest names a session (verbs get, close, screen, blocks).
 	SessionRequest struct {

@@ -140,6 +140,11 @@ func startRawPTY(e benchEnv) (*rawPTY, error) {
 
 // startPTY starts argv in a new PTY (its own session and process group).
 func startPTY(e benchEnv, argv []string, env ...string) (*rawPTY, error) {
+	return startPTYFiles(e, nil, argv, env...)
+}
+
+// startPTYFiles is startPTY with extra files for the child (its fd 3 on).
+func startPTYFiles(e benchEnv, extra []*os.File, argv []string, env ...string) (*rawPTY, error) {
 	ptmx, tty, err := pty.Open()
 	if err != nil {
 		return nil, err
@@ -154,6 +159,7 @@ func startPTY(e benchEnv, argv []string, env ...string) (*rawPTY, error) {
 	cmd.Env = append(slices.Clone(e.base), env...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
+	cmd.ExtraFiles = extra
 	err = cmd.Start()
 	tty.Close()
 	if err != nil {
@@ -244,11 +250,12 @@ func (r *rawPTY) Close() error {
 // hooks, OSC 133 marks, bracketed paste) with a client that does nothing but look for
 // the D mark, so that session vs rawpty+hooks is the cost of fleetmux's own Go code.
 func startRawHooks(e benchEnv) (*rawPTY, error) {
-	rc, nonce, err := session.BashRC(e.runtime)
+	rc, nonce, nf, err := session.BashRC(e.runtime)
 	if err != nil {
 		return nil, err
 	}
-	r, err := startPTY(e, []string{"bash", "--rcfile", rc, "-i"})
+	defer nf.Close()
+	r, err := startPTYFiles(e, []*os.File{nf}, []string{"bash", "--rcfile", rc, "-i"})
 	if err != nil {
 		return nil, err
 	}

@@ -216,7 +216,7 @@ func (n *Node) create(ctx context.Context, req request) (any, error) {
 	n.mu.Unlock()
 
 	s, err := startSession(session.Config{
-		Shell: r.Shell, Argv: r.Argv, Dir: r.Cwd, Env: env, Cols: r.Cols, Rows: r.Rows,
+		Shell: r.Shell, Argv: r.Argv, Dir: r.Cwd, Env: env, Cols: r.Cols, Rows: r.Rows, User: r.User,
 		ScrollbackBytes: n.cfg.ScrollbackBytes, RuntimeDir: filepath.Join(n.cfg.DataDir, "run"),
 		Title: r.Title, Description: r.Description, Labels: r.Labels, Logger: n.log,
 	})

@@ -144,8 +144,8 @@ const (
 // then A and B from the prompt itself; C when the shell starts a command.
 func (s *Session) applyMarkLocked(m mark, off int64) {
 	if !s.integRemoved && m.kind != markMode {
-		// A mark means the shell has read its startup files (and deleted the nonce
-		// file); the directory goes now rather than at exit.
+		// A mark means the shell has read its startup files; the directory goes
+		// now rather than at exit.
 		s.integRemoved = true
 		s.integ.remove()
 	}

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
+	"syscall"
 )
 
 // Shell integration is injected without touching any user file:
@@ -16,14 +16,45 @@ import (
 //   - zsh runs with ZDOTDIR=DIR; our .zshenv/.zprofile/.zshrc/.zlogin source the user's
 //     files (with the user's ZDOTDIR restored while they run) and then install the hooks.
 //
-// The nonce is never in the shell's argv or environment (both readable through /proc by
-// the shell's children): it is written to DIR/nonce (mode 0600, DIR mode 0700), read with
-// a builtin and deleted before any user file runs, and kept in an unexported variable.
+// The nonce is never in a file, nor in the shell's argv or environment (all readable by
+// other processes of the same user): the shell inherits one end of a socket pair as fd
+// nonceFD, from which our rc reads the nonce with a builtin and which it closes before
+// any user file runs, so no command the user runs inherits it; the nonce stays in an
+// unexported shell variable. A socket, not a pipe: a pipe could be opened by another
+// process of the user through /proc/PID/fd/3 while the shell starts, a socket cannot
+// (ENXIO). Code that runs as the same user can still read the shell's memory where the
+// kernel lets it ptrace (Yama ptrace_scope 0): sessions for untrusted code run as
+// another user (README).
 
-// integrationDir holds the per-session startup files.
+// nonceFD is the shell's fd that carries the nonce (exec.Cmd.ExtraFiles[0]).
+const nonceFD = 3
+
+// integrationDir holds the per-session startup files, and the nonce the shell reads
+// from fd nonceFD.
 type integrationDir struct {
 	dir   string
 	nonce string
+}
+
+// nonceSocket returns the shell's end of a socket pair that holds nonce and then
+// EOF: our end is written and closed here. The caller passes it as the child's fd
+// nonceFD and closes it once the child started.
+func nonceSocket(nonce string) (*os.File, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("session: nonce socket: %w", err)
+	}
+	ours := os.NewFile(uintptr(fds[0]), "nonce")
+	theirs := os.NewFile(uintptr(fds[1]), "nonce")
+	_, err = ours.Write([]byte(nonce + "\n")) // 33 bytes: far below the socket's buffer
+	if cerr := ours.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		theirs.Close()
+		return nil, fmt.Errorf("session: nonce socket: %w", err)
+	}
+	return theirs, nil
 }
 
 func newNonce() (string, error) {
@@ -44,10 +75,10 @@ func writeIntegration(parent, shell string) (*integrationDir, error) {
 	if err != nil {
 		return nil, fmt.Errorf("session: integration dir: %w", err)
 	}
-	files := map[string]string{"nonce": nonce + "\n"}
+	files := map[string]string{}
 	switch shell {
 	case "bash":
-		files["bashrc"] = strings.ReplaceAll(bashRC, "@DIR@", shellQuote(dir))
+		files["bashrc"] = bashRC
 	case "zsh":
 		files[".zshenv"] = zshEnv
 		files[".zprofile"] = zshUser(".zprofile")
@@ -64,16 +95,22 @@ func writeIntegration(parent, shell string) (*integrationDir, error) {
 }
 
 // BashRC writes, under parent, the startup files a bash session runs with and
-// returns the rc file (run `bash --rcfile RCFILE -i`) and the nonce its marks carry
-// (OSC 133 "fm=NONCE;A" and so on). It is for benchmarks that measure fleetmux's
-// shell hooks without a Session; the rc deletes its nonce file as it starts, the
-// caller removes the rest with parent.
-func BashRC(parent string) (rcfile, nonce string, err error) {
+// returns the rc file (run `bash --rcfile RCFILE -i`), the nonce its marks carry
+// (OSC 133 "fm=NONCE;A" and so on), and the file the shell reads the nonce from,
+// which must be its fd 3 (exec.Cmd.ExtraFiles[0]; close it once the shell started).
+// It is for benchmarks that measure fleetmux's shell hooks without a Session; the
+// caller removes the files with parent.
+func BashRC(parent string) (rcfile, nonce string, nonceFile *os.File, err error) {
 	d, err := writeIntegration(parent, "bash")
 	if err != nil {
-		return "", "", err
+		return "", "", nil, err
 	}
-	return filepath.Join(d.dir, "bashrc"), d.nonce, nil
+	f, err := nonceSocket(d.nonce)
+	if err != nil {
+		d.remove()
+		return "", "", nil, err
+	}
+	return filepath.Join(d.dir, "bashrc"), d.nonce, f, nil
 }
 
 func (d *integrationDir) remove() {
@@ -82,12 +119,7 @@ func (d *integrationDir) remove() {
 	}
 }
 
-// shellQuote quotes s for POSIX shells.
-func shellQuote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-// bashRC is our --rcfile. @DIR@ is replaced by the quoted integration dir.
+// bashRC is our --rcfile.
 //
 // The hooks, and how each survives users and themes that replace them:
 //
@@ -111,7 +143,8 @@ func shellQuote(s string) string {
 //
 // The nonce stays in unexported variables; nothing of it is in argv or environ.
 const bashRC = `# fleetmux shell integration for bash (generated; not a user file)
-{ builtin read -r __fm_nonce < @DIR@/nonce; command rm -f -- @DIR@/nonce; } 2>/dev/null
+builtin read -r __fm_nonce <&3 2>/dev/null
+exec 3<&-
 if [ -r ~/.bashrc ]; then . ~/.bashrc; fi
 if [[ $- == *a* ]]; then set +a; __fm_allexport=1; fi
 __fm_A=$'\e]133;fm='"$__fm_nonce"$';A\a'
@@ -170,7 +203,8 @@ if [[ -n $__fm_allexport ]]; then unset __fm_allexport; set -a; fi
 // zshEnv reads the nonce, remembers our ZDOTDIR and the user's, and sources the user's
 // .zshenv. Non-interactive shells get their ZDOTDIR back at once.
 const zshEnv = `# fleetmux shell integration for zsh (generated; not a user file)
-{ builtin read -r __fm_nonce < "$ZDOTDIR/nonce"; command rm -f -- "$ZDOTDIR/nonce" } 2>/dev/null
+builtin read -r __fm_nonce <&3 2>/dev/null
+exec 3<&-
 typeset -g __fm_zd=$ZDOTDIR
 if (( ${+FLEETMUX_USER_ZDOTDIR} )); then
 	typeset -g __fm_uzd=$FLEETMUX_USER_ZDOTDIR __fm_uzd_set=1

@@ -57,6 +57,11 @@ type Config struct {
 	Argv []string
 	// Dir is the working directory; default the user's home directory.
 	Dir string
+	// User, when set, runs the program as this local user (uid, gid, groups, and
+	// HOME, USER, LOGNAME; Dir defaults to its home). It takes root, unless it is
+	// the user already running. The integration files then go to a directory of
+	// that user's under os.TempDir (they hold no secret: the nonce comes over fd 3).
+	User string
 	// Env is added to BaseEnv ("KEY=VALUE"; later entries win).
 	Env []string
 	// BaseEnv is the starting environment; nil means os.Environ(). Secrets in it
@@ -169,6 +174,18 @@ func Start(cfg Config) (*Session, error) {
 		return nil, err
 	}
 	s.argv, s.shell, s.integrated = argv, shell, shell != ""
+	var as *runAs
+	if cfg.User != "" {
+		if as, err = lookupUser(cfg.User); err != nil {
+			return nil, err
+		}
+		if cfg.Dir == "" {
+			cfg.Dir = "/"
+			if st, err := os.Stat(as.home); err == nil && st.IsDir() {
+				cfg.Dir = as.home
+			}
+		}
+	}
 	dir, err := resolveDir(cfg.Dir)
 	if err != nil {
 		return nil, err
@@ -176,6 +193,9 @@ func Start(cfg Config) (*Session, error) {
 	env, err := buildEnv(cfg)
 	if err != nil {
 		return nil, err
+	}
+	if as != nil {
+		env = append(env, as.env()...)
 	}
 	s.cols, s.rows = cfg.Cols, cfg.Rows
 	if s.cols == 0 {
@@ -210,8 +230,8 @@ func Start(cfg Config) (*Session, error) {
 
 	if s.integrated {
 		rt := cfg.RuntimeDir
-		if rt == "" {
-			rt = os.TempDir()
+		if rt == "" || as != nil {
+			rt = os.TempDir() // as.give makes the files the user's
 		}
 		// The shell gets paths into it (--rcfile, ZDOTDIR) and runs in another cwd.
 		if rt, err = filepath.Abs(rt); err != nil {
@@ -219,6 +239,12 @@ func Start(cfg Config) (*Session, error) {
 		}
 		if s.integ, err = writeIntegration(rt, shell); err != nil {
 			return nil, err
+		}
+		if as != nil {
+			if err := as.give(s.integ.dir); err != nil {
+				s.integ.remove()
+				return nil, err
+			}
 		}
 		s.scanner = newMarkScanner(s.integ.nonce)
 		switch shell {
@@ -252,7 +278,30 @@ func Start(cfg Config) (*Session, error) {
 	cmd.Dir, cmd.Env = dir, dedupEnv(env)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
-	if err := cmd.Start(); err != nil {
+	if as != nil {
+		cmd.SysProcAttr.Credential = as.credential()
+		if err := as.give(s.tty); err != nil {
+			ptmx.Close()
+			tty.Close()
+			s.integ.remove()
+			return nil, err
+		}
+	}
+	var nonceFile *os.File // the shell's fd nonceFD (see integration.go); ours closes after Start
+	if s.integrated {
+		if nonceFile, err = nonceSocket(s.integ.nonce); err != nil {
+			ptmx.Close()
+			tty.Close()
+			s.integ.remove()
+			return nil, fmt.Errorf("%w: %v", ErrStart, err)
+		}
+		cmd.ExtraFiles = []*os.File{nonceFile}
+	}
+	err = cmd.Start()
+	if nonceFile != nil {
+		nonceFile.Close()
+	}
+	if err != nil {
 		ptmx.Close()
 		tty.Close()
 		s.integ.remove()
