@@ -23,6 +23,14 @@ func TestPythonClient(t *testing.T) {
 	runClientTests(t, dir, py, "-m", "unittest", "discover", "-v", "-s", "tests", "-t", ".")
 }
 
+// TestTypeScriptClient runs clients/typescript's node:test suite against a real
+// `fleetmux dev`.
+func TestTypeScriptClient(t *testing.T) {
+	node := testutil.NeedTool(t, "node")
+	dir := clientDir(t, "typescript")
+	runClientTests(t, dir, node, "--test", "test/client.test.js")
+}
+
 // clientDir is the absolute path of clients/NAME (before startDev changes the cwd).
 func clientDir(t *testing.T, name string) string {
 	t.Helper()

@@ -1,0 +1,256 @@
+// Types of the fleetmux client: the API's JSON shapes (api/openapi.yaml), field
+// names as the API writes them.
+
+export declare const DEFAULT_ADDR: string;
+
+export type Labels = Record<string, string>;
+export type SessionState = "starting" | "idle" | "running" | "waiting_input" | "exited";
+export type Role = "viewer" | "operator" | "admin";
+
+export interface Node {
+  name: string;
+  status: "alive" | "suspect" | "dead" | "left";
+  labels?: Labels;
+  addr: string;
+  version: string;
+  sessions: number;
+  proto?: number;
+  since?: string;
+}
+
+export interface Session {
+  node: string;
+  id: string;
+  title: string;
+  description: string;
+  labels?: Labels;
+  shell?: string;
+  argv?: string[];
+  state: SessionState;
+  current_command?: string;
+  cwd: string;
+  last_exit_code?: number;
+  exit_code?: number;
+  cols: number;
+  rows: number;
+  pid: number;
+  output_offset: number;
+  created_at: string;
+  waiting_input: boolean;
+  echo: boolean;
+  blocks: number;
+  integration?: "ok" | "lost" | "none";
+}
+
+export interface SessionList {
+  sessions: Session[];
+  unavailable?: string[];
+}
+
+export interface Block {
+  n: number;
+  command: string;
+  cwd: string;
+  state: "running" | "done" | "";
+  /** Absent while running, and when it is not known (exit_code_note says why). */
+  exit_code?: number;
+  started_at: string;
+  finished_at?: string;
+  start: number;
+  end: number;
+  fallback?: boolean;
+  exit_code_note?: string;
+}
+
+/** The reply of run and block: a block, its rendered text within its budget, the session now. */
+export interface BlockResult {
+  block: Block;
+  text: string;
+  omitted_bytes: number;
+  lost_bytes?: number;
+  session: Session;
+}
+
+/** The reply of wait: ok is false when the timeout passed first. */
+export interface WaitResult extends BlockResult {
+  ok: boolean;
+}
+
+export interface Screen {
+  text: string;
+  cursor: { row: number; col: number };
+  alt_screen: boolean;
+  cols: number;
+  rows: number;
+  waiting_input: boolean;
+  echo: boolean;
+}
+
+export interface ErrorInfo {
+  code: string;
+  message: string;
+}
+
+export interface FanoutResult {
+  node: string;
+  session?: string;
+  block?: Block;
+  exit_code?: number;
+  text: string;
+  omitted_bytes?: number;
+  duration_ms: number;
+  error: ErrorInfo | null;
+}
+
+export interface Fanout {
+  results: FanoutResult[];
+  ok: number;
+  failed: number;
+}
+
+export interface Selector {
+  all?: boolean;
+  nodes?: string[];
+  labels?: Labels;
+  sessions?: string[];
+}
+
+/** A piece of raw output: data starts at offset. */
+export interface Chunk {
+  offset: number;
+  data: Uint8Array;
+  end?: number;
+  oldest?: number;
+}
+
+export interface Token {
+  name: string;
+  role: Role;
+  created_at: string;
+  expires_at?: string;
+  created_by?: string;
+}
+
+export interface NewToken extends Token {
+  secret: string;
+}
+
+export interface Health {
+  status: "ok" | "degraded";
+  nats: boolean;
+  nodes: number;
+}
+
+export interface NewSession {
+  node?: string;
+  title?: string;
+  description?: string;
+  labels?: Labels;
+  shell?: string;
+  argv?: string[];
+  cwd?: string;
+  env?: Record<string, string>;
+  cols?: number;
+  rows?: number;
+}
+
+export interface RunOptions {
+  timeoutMs?: number;
+  /** The text budget (default 16 KiB; -1: unlimited). */
+  maxOutputBytes?: number;
+  idempotencyKey?: string;
+  signal?: AbortSignal;
+}
+
+export interface BlockOptions {
+  offset?: number;
+  limit?: number;
+  grep?: string;
+  /** -1: unlimited. */
+  maxBytes?: number;
+}
+
+export interface WaitOptions {
+  until?: "idle" | "waiting_input" | "exited" | "output";
+  timeoutMs?: number;
+  after?: number;
+  signal?: AbortSignal;
+}
+
+export interface FollowOptions {
+  from?: number;
+  signal?: AbortSignal;
+  minBackoffMs?: number;
+  maxBackoffMs?: number;
+}
+
+export interface FanoutOptions {
+  selector: Selector;
+  session?: string;
+  shell?: string;
+  timeoutMs?: number;
+  maxOutputBytes?: number;
+  batch?: number;
+  stopOnFailure?: boolean;
+  idempotencyKey?: string;
+}
+
+/** An error reply of the API, or a check made before sending (status 0). */
+export declare class FleetmuxError extends Error {
+  constructor(code: string, message: string, status?: number);
+  /** The API's error code (bad_request, not_found, busy, ...). */
+  readonly code: string;
+  /** The HTTP status (0 for a local check). */
+  readonly status: number;
+  /** The API's message. */
+  readonly detail: string;
+}
+export declare class BadRequest extends FleetmuxError {}
+export declare class Unauthorized extends FleetmuxError {}
+export declare class Forbidden extends FleetmuxError {}
+export declare class NotFound extends FleetmuxError {}
+export declare class Busy extends FleetmuxError {}
+export declare class Exited extends FleetmuxError {}
+export declare class Exists extends FleetmuxError {}
+export declare class Gone extends FleetmuxError {}
+export declare class TooLarge extends FleetmuxError {}
+export declare class Limit extends FleetmuxError {}
+export declare class Unavailable extends FleetmuxError {}
+export declare class Timeout extends FleetmuxError {}
+export declare class Internal extends FleetmuxError {}
+export declare class Denied extends Forbidden {}
+export declare class Held extends FleetmuxError {}
+export declare const ERRORS: Record<string, typeof FleetmuxError>;
+export declare function errorFor(status: number, code: string | undefined, message: string): FleetmuxError;
+
+export declare function devConfigPath(): string;
+export declare function resolve(addr?: string, token?: string): { addr: string; token: string };
+
+export declare class Client {
+  /** addr and token default to FLEETMUX_ADDR/FLEETMUX_TOKEN, else `fleetmux dev`'s dev.json. */
+  constructor(addr?: string, token?: string, opts?: { actor?: string });
+  readonly addr: string;
+  readonly token: string;
+  nodes(): Promise<Node[]>;
+  sessions(filter?: { node?: string; labels?: Labels }): Promise<SessionList>;
+  createSession(req?: NewSession): Promise<Session>;
+  session(node: string, id: string): Promise<Session>;
+  updateSession(node: string, id: string, patch: { title?: string; description?: string; labels?: Labels }): Promise<Session>;
+  closeSession(node: string, id: string): Promise<Session>;
+  run(node: string, id: string, command: string, opts?: RunOptions): Promise<BlockResult>;
+  input(node: string, id: string, data: string): Promise<void>;
+  keys(node: string, id: string, ...keys: string[]): Promise<void>;
+  resize(node: string, id: string, cols: number, rows: number): Promise<Session>;
+  screen(node: string, id: string): Promise<Screen>;
+  blocks(node: string, id: string): Promise<Block[]>;
+  block(node: string, id: string, n: number, opts?: BlockOptions): Promise<BlockResult>;
+  wait(node: string, id: string, opts?: WaitOptions): Promise<WaitResult>;
+  output(node: string, id: string, opts?: { from?: number; maxBytes?: number }): Promise<Chunk>;
+  follow(node: string, id: string, opts?: FollowOptions): AsyncGenerator<Chunk, void, undefined>;
+  fanout(command: string, opts: FanoutOptions): Promise<Fanout>;
+  tokens(): Promise<Token[]>;
+  createToken(name: string, role: Role, ttl?: string): Promise<NewToken>;
+  revokeToken(name: string): Promise<Token>;
+  health(): Promise<Health>;
+  openapi(): Promise<string>;
+}

@@ -1,0 +1,351 @@
+// fleetmux: a client of the fleetmux controller's HTTP API (api/openapi.yaml) for
+// Node >= 18: global fetch, no dependencies. Types: index.d.ts. Results are the
+// API's JSON as it is (r.block.exit_code, r.text); errors are FleetmuxError
+// subclasses by code.
+
+import { readFileSync } from "node:fs";
+import { homedir } from "node:os";
+import { join } from "node:path";
+
+export const DEFAULT_ADDR = "http://127.0.0.1:7070";
+const NAME = /^[A-Za-z0-9_-]{1,63}$/;
+
+/** An error reply of the API, or a check made before sending (status 0). */
+export class FleetmuxError extends Error {
+  constructor(code, message, status = 0) {
+    super(`${code}: ${message}`);
+    this.name = new.target.name;
+    this.code = code;
+    this.status = status;
+    this.detail = message;
+  }
+}
+export class BadRequest extends FleetmuxError {}
+export class Unauthorized extends FleetmuxError {}
+export class Forbidden extends FleetmuxError {}
+export class NotFound extends FleetmuxError {}
+export class Busy extends FleetmuxError {}
+export class Exited extends FleetmuxError {}
+export class Exists extends FleetmuxError {}
+export class Gone extends FleetmuxError {}
+export class TooLarge extends FleetmuxError {}
+export class Limit extends FleetmuxError {}
+export class Unavailable extends FleetmuxError {}
+export class Timeout extends FleetmuxError {}
+export class Internal extends FleetmuxError {}
+/** A guardrail denied the command (the message names the rule). */
+export class Denied extends Forbidden {}
+/** A guardrail holds the command until a person approves it. */
+export class Held extends FleetmuxError {}
+
+/** The error class of each API error code. */
+export const ERRORS = {
+  bad_request: BadRequest, unauthorized: Unauthorized, forbidden: Forbidden, not_found: NotFound,
+  busy: Busy, exited: Exited, exists: Exists, gone: Gone, too_large: TooLarge, limit: Limit,
+  unavailable: Unavailable, timeout: Timeout, internal: Internal, denied: Denied, held: Held,
+};
+
+const STATUS_CODES = {
+  400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "bad_request",
+  409: "busy", 410: "gone", 413: "too_large", 429: "limit", 502: "unavailable", 503: "unavailable", 504: "timeout",
+};
+
+/** The error for a reply: by its code, else by its HTTP status. */
+export function errorFor(status, code, message) {
+  if (!code) code = STATUS_CODES[status] ?? (status >= 400 && status < 500 ? "bad_request" : "internal");
+  const Cls = ERRORS[code] ?? FleetmuxError;
+  return new Cls(code, message, status);
+}
+
+/** $XDG_CONFIG_HOME/fleetmux/dev.json (default ~/.config/...), which `fleetmux dev` writes. */
+export function devConfigPath() {
+  const base = process.env.XDG_CONFIG_HOME || join(homedir(), ".config");
+  return join(base, "fleetmux", "dev.json");
+}
+
+/**
+ * The address and token as the CLI finds them: the arguments, else FLEETMUX_ADDR /
+ * FLEETMUX_TOKEN, else (neither given) dev.json, else the default address.
+ */
+export function resolve(addr, token) {
+  addr = addr || process.env.FLEETMUX_ADDR || "";
+  token = token || process.env.FLEETMUX_TOKEN || "";
+  if (!addr && !token) {
+    try {
+      const dc = JSON.parse(readFileSync(devConfigPath(), "utf8"));
+      addr = dc.addr || "";
+      token = dc.token || "";
+    } catch {
+      // no dev.json
+    }
+  }
+  addr = addr || DEFAULT_ADDR;
+  if (!addr.includes("://")) addr = "http://" + addr;
+  return { addr: addr.replace(/\/+$/, ""), token };
+}
+
+function checkName(what, s) {
+  if (typeof s !== "string" || !NAME.test(s)) {
+    throw new BadRequest("bad_request", `${what} ${JSON.stringify(s)}: want [A-Za-z0-9_-]{1,63}`);
+  }
+}
+
+function dropUndefined(o) {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined && v !== null));
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+function retryable(e) {
+  if (e instanceof FleetmuxError) return e.status >= 500 || e.code === "unavailable" || e.code === "timeout";
+  return !(e && e.name === "AbortError");
+}
+
+/** Calls one controller. */
+export class Client {
+  /**
+   * @param {string} [addr] the controller's URL (default: FLEETMUX_ADDR, dev.json, http://127.0.0.1:7070)
+   * @param {string} [token] the API token (default: FLEETMUX_TOKEN, dev.json)
+   * @param {{actor?: string}} [opts]
+   */
+  constructor(addr, token, opts = {}) {
+    const r = resolve(addr, token);
+    this.addr = r.addr;
+    this.token = r.token;
+    this.actor = opts.actor;
+  }
+
+  async #request(method, path, { query, body, accept = "application/json", signal } = {}) {
+    const u = new URL(this.addr + path);
+    for (const [k, v] of query ?? []) if (v !== undefined && v !== null) u.searchParams.append(k, String(v));
+    const headers = { Accept: accept, "User-Agent": "fleetmux-typescript" };
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    if (this.token) headers.Authorization = "Bearer " + this.token;
+    if (this.actor) headers["Fleetmux-Actor"] = this.actor;
+    const resp = await fetch(u, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal });
+    if (resp.status >= 400) {
+      const raw = await resp.text().catch(() => "");
+      let code, msg;
+      try {
+        const env = JSON.parse(raw);
+        code = env.error.code;
+        msg = env.error.message;
+      } catch {
+        msg = `HTTP ${resp.status}: ${raw.slice(0, 200).trim()}`;
+      }
+      throw errorFor(resp.status, code, msg);
+    }
+    return resp;
+  }
+
+  async #json(method, path, opts) {
+    const resp = await this.#request(method, path, opts);
+    const text = await resp.text();
+    return text.trim() ? JSON.parse(text) : {};
+  }
+
+  #spath(node, id, suffix = "") {
+    checkName("node", node);
+    checkName("session", id);
+    return `/v1/sessions/${node}/${id}${suffix}`;
+  }
+
+  async nodes() {
+    return (await this.#json("GET", "/v1/nodes")).nodes;
+  }
+
+  async sessions({ node, labels } = {}) {
+    const query = [["node", node], ...Object.entries(labels ?? {}).sort().map(([k, v]) => ["label", `${k}=${v}`])];
+    return this.#json("GET", "/v1/sessions", { query });
+  }
+
+  async createSession(req = {}) {
+    return this.#json("POST", "/v1/sessions", { body: dropUndefined(req) });
+  }
+
+  async session(node, id) {
+    return this.#json("GET", this.#spath(node, id));
+  }
+
+  async updateSession(node, id, patch) {
+    return this.#json("PATCH", this.#spath(node, id), { body: dropUndefined(patch) });
+  }
+
+  async closeSession(node, id) {
+    return this.#json("DELETE", this.#spath(node, id));
+  }
+
+  async run(node, id, command, opts = {}) {
+    const body = dropUndefined({
+      command, timeout_ms: opts.timeoutMs, max_output_bytes: opts.maxOutputBytes, idempotency_key: opts.idempotencyKey,
+    });
+    return this.#json("POST", this.#spath(node, id, "/run"), { body, signal: opts.signal });
+  }
+
+  async input(node, id, data) {
+    await this.#json("POST", this.#spath(node, id, "/input"), { body: { data } });
+  }
+
+  async keys(node, id, ...keys) {
+    await this.#json("POST", this.#spath(node, id, "/keys"), { body: { keys } });
+  }
+
+  async resize(node, id, cols, rows) {
+    return this.#json("POST", this.#spath(node, id, "/resize"), { body: { cols, rows } });
+  }
+
+  async screen(node, id) {
+    return this.#json("GET", this.#spath(node, id, "/screen"));
+  }
+
+  async blocks(node, id) {
+    return (await this.#json("GET", this.#spath(node, id, "/blocks"))).blocks;
+  }
+
+  async block(node, id, n, opts = {}) {
+    const query = [["offset", opts.offset], ["limit", opts.limit], ["grep", opts.grep], ["max_bytes", opts.maxBytes]];
+    return this.#json("GET", this.#spath(node, id, `/blocks/${n}`), { query });
+  }
+
+  async wait(node, id, opts = {}) {
+    const query = [["until", opts.until ?? "idle"], ["timeout_ms", opts.timeoutMs], ["after", opts.after]];
+    return this.#json("GET", this.#spath(node, id, "/wait"), { query, signal: opts.signal });
+  }
+
+  async output(node, id, opts = {}) {
+    const from = opts.from ?? 0;
+    const resp = await this.#request("GET", this.#spath(node, id, "/output"), {
+      query: [["from", from], ["max_bytes", opts.maxBytes]], accept: "application/octet-stream",
+    });
+    const data = new Uint8Array(await resp.arrayBuffer());
+    const h = (k, d) => Number(resp.headers.get(k) ?? d);
+    return { offset: h("Fleetmux-Offset", from), data, end: h("Fleetmux-End", 0), oldest: h("Fleetmux-Oldest", 0) };
+  }
+
+  /**
+   * Yields the session's raw output from opts.from, in order, until the session has
+   * exited and all of its output was yielded. It survives a controller restart: a
+   * broken stream (or 5xx, unavailable, timeout) reconnects from the offset reached,
+   * so no byte is yielded twice and none is skipped; when that offset is no longer
+   * held it throws Gone. Stop early with break or opts.signal.
+   */
+  async *follow(node, id, opts = {}) {
+    const from = opts.from ?? 0;
+    const minBackoff = opts.minBackoffMs ?? 100;
+    const maxBackoff = opts.maxBackoffMs ?? 2000;
+    let next = from;
+    let connected = false;
+    let backoff = minBackoff;
+    const pause = async () => {
+      await sleep(backoff);
+      backoff = Math.min(2 * backoff, maxBackoff);
+    };
+    for (;;) {
+      if (opts.signal?.aborted) return;
+      let resp;
+      try {
+        resp = await this.#request("GET", this.#spath(node, id, "/output"), {
+          query: [["from", next], ["follow", 1]], accept: "application/octet-stream", signal: opts.signal,
+        });
+      } catch (e) {
+        if (opts.signal?.aborted) return;
+        if (connected && e instanceof NotFound) return;
+        if (!retryable(e)) throw e;
+        await pause();
+        continue;
+      }
+      const off = Number(resp.headers.get("Fleetmux-Offset") ?? next);
+      let skip = 0;
+      if (off > next && !connected && from === 0) {
+        next = off;
+      } else if (off > next) {
+        await resp.body?.cancel();
+        throw new Gone("gone", `output of ${node}/${id} from offset ${next} is no longer held (the controller resumed at ${off})`, 200);
+      } else if (off < next) {
+        skip = next - off;
+      }
+      connected = true;
+      let got = 0;
+      let clean = false;
+      const reader = resp.body.getReader();
+      try {
+        for (;;) {
+          const { done, value } = await reader.read();
+          if (done) {
+            clean = true;
+            break;
+          }
+          let data = value;
+          if (skip > 0) {
+            const d = Math.min(skip, data.length);
+            data = data.subarray(d);
+            skip -= d;
+          }
+          if (data.length > 0) {
+            const chunk = { offset: next, data };
+            next += data.length;
+            got += data.length;
+            yield chunk;
+          }
+        }
+      } catch (e) {
+        if (opts.signal?.aborted) return;
+        // cut: reconnect from next
+      } finally {
+        reader.releaseLock?.();
+      }
+      if (got > 0) backoff = minBackoff;
+      if (clean) {
+        try {
+          const s = await this.session(node, id);
+          if (s.state === "exited" && (next >= s.output_offset || got === 0)) return;
+        } catch (e) {
+          if (e instanceof NotFound) return;
+          if (!retryable(e)) throw e;
+        }
+      }
+      if (got === 0) await pause();
+    }
+  }
+
+  /**
+   * Runs one command on many targets: selector.nodes and/or selector.labels (or
+   * selector.all) select nodes; selector.sessions names NODE/ID sessions directly.
+   */
+  async fanout(command, opts = {}) {
+    const body = dropUndefined({
+      selector: dropUndefined(opts.selector ?? {}), command, session: opts.session, shell: opts.shell,
+      timeout_ms: opts.timeoutMs, max_output_bytes: opts.maxOutputBytes, batch: opts.batch,
+      stop_on_failure: opts.stopOnFailure, idempotency_key: opts.idempotencyKey,
+    });
+    return this.#json("POST", "/v1/run", { body });
+  }
+
+  async tokens() {
+    return (await this.#json("GET", "/v1/tokens")).tokens;
+  }
+
+  async createToken(name, role, ttl) {
+    return this.#json("POST", "/v1/tokens", { body: dropUndefined({ name, role, ttl }) });
+  }
+
+  async revokeToken(name) {
+    checkName("token", name);
+    return this.#json("DELETE", `/v1/tokens/${name}`);
+  }
+
+  async health() {
+    try {
+      return await this.#json("GET", "/healthz");
+    } catch (e) {
+      if (e instanceof FleetmuxError && e.status === 503) return { status: "degraded", nats: false, nodes: 0 };
+      throw e;
+    }
+  }
+
+  /** The API's OpenAPI 3.1 document (YAML). */
+  async openapi() {
+    const resp = await this.#request("GET", "/v1/openapi.yaml", { accept: "application/yaml" });
+    return resp.text();
+  }
+}

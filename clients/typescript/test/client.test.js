@@ -1,0 +1,164 @@
+// Tests of the fleetmux TypeScript client against a real controller. The Go test
+// TestTypeScriptClient (cmd/fleetmux) starts `fleetmux dev` and runs these with
+// FLEETMUX_ADDR and FLEETMUX_TOKEN set (and FLEETMUX_TEST_CUT: a URL that cuts every
+// connection to the controller, as a restart does). Without FLEETMUX_ADDR they skip.
+
+import assert from "node:assert/strict";
+import { afterEach, beforeEach, describe, it } from "node:test";
+import * as fm from "../index.js";
+
+const skip = !process.env.FLEETMUX_ADDR && "FLEETMUX_ADDR not set (run through go test ./cmd/fleetmux)";
+
+async function eventually(what, fn, timeoutMs = 20000) {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const v = await fn();
+    if (v) return v;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error("timed out waiting for " + what);
+}
+
+describe("fleetmux client", { skip, concurrency: 1 }, () => {
+  let c, s;
+  beforeEach(async () => {
+    c = new fm.Client();
+    s = await c.createSession({ title: "ts", labels: { lang: "ts" } });
+    assert.ok((await c.wait(s.node, s.id, { until: "idle", timeoutMs: 15000 })).ok);
+  });
+  afterEach(async () => {
+    await c.closeSession(s.node, s.id).catch((e) => {
+      if (!(e instanceof fm.NotFound)) throw e;
+    });
+  });
+
+  it("creates a session and runs a command that exits 3", async () => {
+    assert.ok(s.node && s.id);
+    assert.equal(s.title, "ts");
+    const r = await c.run(s.node, s.id, "echo hi; (exit 3)", { timeoutMs: 20000 });
+    assert.equal(r.block.exit_code, 3);
+    assert.equal(r.block.state, "done");
+    assert.equal(r.block.n, 1);
+    assert.equal(r.text, "hi");
+    assert.equal(r.omitted_bytes, 0);
+    assert.equal(r.session.state, "idle");
+    assert.equal(r.session.last_exit_code, 3);
+    assert.deepEqual((await c.blocks(s.node, s.id)).map((b) => b.n), [1]);
+    const list = await c.sessions({ node: s.node, labels: { lang: "ts" } });
+    assert.ok(list.sessions.some((x) => x.id === s.id));
+    assert.equal((await c.updateSession(s.node, s.id, { title: "ts2" })).title, "ts2");
+    assert.equal((await c.resize(s.node, s.id, 100, 30)).cols, 100);
+    assert.ok((await c.nodes()).some((n) => n.name === s.node && n.status === "alive"));
+    assert.match(await c.openapi(), /openapi: 3\.1/);
+  });
+
+  it("budgets a 5 MB output and pages it", async () => {
+    const r = await c.run(s.node, s.id, "seq 1 700000", { timeoutMs: 60000 });
+    assert.equal(r.block.exit_code, 0);
+    assert.ok(r.block.end - r.block.start > 5_000_000);
+    assert.ok(r.omitted_bytes > 4_000_000, String(r.omitted_bytes));
+    assert.ok(r.text.startsWith("1\n2\n3\n"));
+    assert.ok(r.text.endsWith("699999\n700000"));
+    const page = await c.block(s.node, s.id, r.block.n, { offset: 1000, limit: 3 });
+    assert.deepEqual(page.text.split("\n"), ["1001", "1002", "1003"]);
+    const g = await c.block(s.node, s.id, r.block.n, { grep: "^12345[0-9]$" });
+    assert.equal(g.text.split("\n").length, 10);
+    let off = r.block.start;
+    while (off < r.block.end) {
+      const ch = await c.output(s.node, s.id, { from: off, maxBytes: Math.min(1 << 20, r.block.end - off) });
+      assert.equal(ch.offset, off);
+      assert.ok(ch.data.length > 0);
+      off += ch.data.length;
+    }
+    assert.equal(off, r.block.end);
+  });
+
+  it("waits for waiting_input, then types", async () => {
+    const r = await c.run(s.node, s.id, "read -r name; echo hello-$name", { timeoutMs: 200 });
+    assert.equal(r.block.state, "running");
+    let w = await c.wait(s.node, s.id, { until: "waiting_input", timeoutMs: 15000 });
+    assert.ok(w.ok);
+    assert.equal(w.session.state, "waiting_input");
+    await c.input(s.node, s.id, "bob\n");
+    w = await c.wait(s.node, s.id, { until: "idle", timeoutMs: 15000 });
+    assert.ok(w.ok);
+    assert.equal(w.block.exit_code, 0);
+    assert.match(w.text, /hello-bob/);
+  });
+
+  it("reads vim's screen", async () => {
+    await c.input(s.node, s.id, "vim -u NONE -N\n");
+    const scr = await eventually("vim's screen", async () => {
+      const x = await c.screen(s.node, s.id);
+      return x.alt_screen && x.text.includes("~") ? x : null;
+    });
+    assert.equal(scr.rows, (await c.session(s.node, s.id)).rows);
+    await c.keys(s.node, s.id, "Esc");
+    await c.input(s.node, s.id, ":q!\r");
+    await eventually("vim to quit", async () => !(await c.screen(s.node, s.id)).alt_screen);
+    assert.ok((await c.wait(s.node, s.id, { until: "idle", timeoutMs: 15000 })).ok);
+  });
+
+  it("fans out", async () => {
+    const addr = `${s.node}/${s.id}`;
+    let f = await c.fanout("echo fan-$((40+2))", { selector: { sessions: [addr] }, timeoutMs: 20000 });
+    assert.deepEqual([f.ok, f.failed], [1, 0]);
+    assert.equal(f.results[0].text, "fan-42");
+    assert.equal(f.results[0].block.exit_code, 0);
+    assert.equal(f.results[0].error, null);
+    f = await c.fanout("exit 5", { selector: { sessions: [addr] }, timeoutMs: 20000 });
+    assert.deepEqual([f.ok, f.failed], [0, 1]);
+    assert.equal(f.results[0].error.code, "exit_status");
+  });
+
+  it("follows output across a controller restart, gap-free", { skip: !process.env.FLEETMUX_TEST_CUT && "FLEETMUX_TEST_CUT not set" }, async () => {
+    const start = (await c.session(s.node, s.id)).output_offset;
+    await c.run(s.node, s.id, "for i in $(seq 1 300); do echo line-$i; sleep 0.005; done; exit", { timeoutMs: 50 });
+    const parts = [];
+    let n = 0;
+    let cuts = 0;
+    const deadline = Date.now() + 40000;
+    for await (const ch of c.follow(s.node, s.id, { from: start })) {
+      assert.equal(ch.offset, start + n);
+      parts.push(Buffer.from(ch.data));
+      n += ch.data.length;
+      if (cuts === 0 && Buffer.concat(parts).includes("line-20\r\n")) {
+        await (await fetch(process.env.FLEETMUX_TEST_CUT)).text();
+        cuts++;
+      }
+      assert.ok(Date.now() < deadline, "follow did not end");
+    }
+    const lines = [...Buffer.concat(parts).toString().matchAll(/line-(\d+)\r\n/g)].map((m) => Number(m[1]));
+    assert.deepEqual(lines, Array.from({ length: 300 }, (_, i) => i + 1));
+    assert.equal(cuts, 1);
+    assert.equal(start + n, (await c.session(s.node, s.id)).output_offset);
+  });
+
+  it("throws a typed error for each code", async () => {
+    await assert.rejects(c.session(s.node, "nope"), (e) => e instanceof fm.NotFound && e.code === "not_found" && e.status === 404);
+    await assert.rejects(c.block(s.node, s.id, 0), fm.BadRequest);
+    await assert.rejects(c.session(s.node, "bad name"), fm.BadRequest);
+    await assert.rejects(new fm.Client(undefined, "wrong").nodes(), fm.Unauthorized);
+    await assert.rejects(c.input(s.node, s.id, "x".repeat(2 << 20)), fm.TooLarge);
+    const r = await c.run(s.node, s.id, "sleep 5", { timeoutMs: 50 });
+    assert.equal(r.block.state, "running");
+    await assert.rejects(c.run(s.node, s.id, "true"), (e) => e instanceof fm.Busy && e.status === 409);
+    await c.keys(s.node, s.id, "C-c");
+    assert.equal((await c.wait(s.node, s.id, { until: "idle", timeoutMs: 15000 })).block.exit_code, 130);
+    const name = `ts-viewer-${process.pid}`;
+    const t = await c.createToken(name, "viewer", "1h");
+    assert.ok(t.secret);
+    await assert.rejects(c.createToken(name, "viewer"), fm.Exists);
+    assert.ok((await c.tokens()).some((x) => x.name === name));
+    const viewer = new fm.Client(undefined, t.secret);
+    assert.equal((await viewer.session(s.node, s.id)).id, s.id);
+    await assert.rejects(viewer.run(s.node, s.id, "true"), fm.Forbidden);
+    await c.revokeToken(name);
+    await assert.rejects(viewer.nodes(), fm.Unauthorized);
+    const e2 = await c.createSession({ argv: ["sh", "-c", "exit 0"] });
+    assert.ok((await c.wait(e2.node, e2.id, { until: "exited", timeoutMs: 15000 })).ok);
+    await assert.rejects(c.run(e2.node, e2.id, "true"), fm.Exited);
+    await c.closeSession(e2.node, e2.id);
+    assert.equal((await c.health()).status, "ok");
+  });
+});
