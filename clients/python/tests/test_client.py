@@ -143,6 +143,19 @@ class ClientTest(unittest.TestCase):
         end = self.c.session(s.node, s.id).output_offset
         self.assertEqual(start + len(buf), end)
 
+    def test_readme_agent_loop(self):
+        # The README's loop, with a build that fails.
+        c, s = self.c, self.s
+        r = c.run(s.node, s.id, "for i in $(seq 1 3000); do echo compiling $i; done; echo 'main.c:3: error: boom'; (exit 2)",
+                  timeout_ms=30000)
+        if r.block.state == "running":
+            r = c.wait(s.node, s.id, until="idle", timeout_ms=30000)
+        self.assertEqual(r.block.exit_code, 2)
+        self.assertGreater(r.omitted_bytes, 0)
+        self.assertTrue(r.text.endswith("main.c:3: error: boom"), r.text[-100:])
+        errors = c.block(s.node, s.id, r.block.n, grep=r"error|FAIL", max_bytes=-1)
+        self.assertEqual(errors.text.splitlines(), ["3001: main.c:3: error: boom"])
+
     def test_errors(self):
         s, c = self.s, self.c
         with self.assertRaises(fleetmux.NotFound) as e:

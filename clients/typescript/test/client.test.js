@@ -134,6 +134,16 @@ describe("fleetmux client", { skip, concurrency: 1 }, () => {
     assert.equal(start + n, (await c.session(s.node, s.id)).output_offset);
   });
 
+  it("runs the README's agent loop", async () => {
+    let r = await c.run(s.node, s.id, "for i in $(seq 1 3000); do echo compiling $i; done; echo 'main.c:3: error: boom'; (exit 2)", { timeoutMs: 30000 });
+    while (r.block.state === "running") r = await c.wait(s.node, s.id, { until: "idle", timeoutMs: 30000 });
+    assert.equal(r.block.exit_code, 2);
+    assert.ok(r.omitted_bytes > 0);
+    assert.ok(r.text.endsWith("main.c:3: error: boom"), r.text.slice(-100));
+    const errors = await c.block(s.node, s.id, r.block.n, { grep: "error|FAIL", maxBytes: -1 });
+    assert.deepEqual(errors.text.split("\n"), ["3001: main.c:3: error: boom"]);
+  });
+
   it("throws a typed error for each code", async () => {
     await assert.rejects(c.session(s.node, "nope"), (e) => e instanceof fm.NotFound && e.code === "not_found" && e.status === 404);
     await assert.rejects(c.block(s.node, s.id, 0), fm.BadRequest);
