@@ -198,6 +198,38 @@ class ClientTest(unittest.TestCase):
         c.close_session(e2.node, e2.id)
         self.assertEqual(c.health().status, "ok")
 
+    def test_limit(self):
+        c, made = self.c, []
+        try:
+            with self.assertRaises(fleetmux.Limit) as e:
+                for _ in range(100):
+                    made.append(c.create_session(node=self.s.node, argv=["sleep", "60"]))
+            self.assertEqual(e.exception.status, 429)
+        finally:
+            for x in made:
+                c.close_session(x.node, x.id)
+
+
+class ErrorsTest(unittest.TestCase):
+    """Every error code of the API (api/openapi.yaml) has its class; the ones a test
+    against a real controller cannot provoke (gone, unavailable, timeout, internal)
+    are checked here by their mapping."""
+
+    def test_every_code_has_a_class(self):
+        doc = os.path.join(os.path.dirname(__file__), "..", "..", "..", "api", "openapi.yaml")
+        with open(doc) as f:
+            m = re.search(r"enum: \[(bad_request[^\]]*)\]", f.read())
+        codes = [x.strip() for x in m.group(1).split(",")]
+        self.assertIn("not_found", codes)
+        for code in codes:
+            e = fleetmux.errors.error_for(418, code, "m")
+            self.assertIsNot(type(e), fleetmux.FleetmuxError, code)
+            self.assertEqual((e.code, e.message, e.status), (code, "m", 418))
+            self.assertIsInstance(e, fleetmux.FleetmuxError)
+        for status, cls in [(410, fleetmux.Gone), (503, fleetmux.Unavailable), (504, fleetmux.Timeout),
+                            (500, fleetmux.Internal), (502, fleetmux.Unavailable), (418, fleetmux.BadRequest)]:
+            self.assertIsInstance(fleetmux.errors.error_for(status, None, "proxy page"), cls)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -5,6 +5,7 @@
 
 import assert from "node:assert/strict";
 import { afterEach, beforeEach, describe, it } from "node:test";
+import { readFileSync } from "node:fs";
 import * as fm from "../index.js";
 
 const skip = !process.env.FLEETMUX_ADDR && "FLEETMUX_ADDR not set (run through go test ./cmd/fleetmux)";
@@ -170,5 +171,36 @@ describe("fleetmux client", { skip, concurrency: 1 }, () => {
     await assert.rejects(c.run(e2.node, e2.id, "true"), fm.Exited);
     await c.closeSession(e2.node, e2.id);
     assert.equal((await c.health()).status, "ok");
+  });
+
+  it("throws Limit past the node's session limit", async () => {
+    const made = [];
+    try {
+      await assert.rejects(async () => {
+        for (let i = 0; i < 100; i++) made.push(await c.createSession({ node: s.node, argv: ["sleep", "60"] }));
+      }, (e) => e instanceof fm.Limit && e.status === 429);
+    } finally {
+      for (const x of made) await c.closeSession(x.node, x.id);
+    }
+  });
+});
+
+// Every error code of the API (api/openapi.yaml) has its class; the ones a test
+// against a real controller cannot provoke (gone, unavailable, timeout, internal) are
+// checked here by their mapping.
+describe("errors", () => {
+  it("has a class for every code", () => {
+    const doc = readFileSync(new URL("../../../api/openapi.yaml", import.meta.url), "utf8");
+    const codes = doc.match(/enum: \[(bad_request[^\]]*)\]/)[1].split(",").map((x) => x.trim());
+    assert.ok(codes.includes("not_found"));
+    for (const code of codes) {
+      const e = fm.errorFor(418, code, "m");
+      assert.notEqual(e.constructor, fm.FleetmuxError, code);
+      assert.ok(e instanceof fm.FleetmuxError);
+      assert.deepEqual([e.code, e.detail, e.status], [code, "m", 418]);
+    }
+    for (const [status, cls] of [[410, fm.Gone], [503, fm.Unavailable], [504, fm.Timeout], [500, fm.Internal], [502, fm.Unavailable], [418, fm.BadRequest]]) {
+      assert.ok(fm.errorFor(status, undefined, "proxy page") instanceof cls, String(status));
+    }
   });
 });
