@@ -5,10 +5,10 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -44,33 +44,63 @@ func clientDir(t *testing.T, name string) string {
 	return dir
 }
 
-// runClientTests starts `fleetmux dev` and a cutting proxy in front of its HTTP API,
-// and runs a client's test suite against the proxy: FLEETMUX_ADDR and
-// FLEETMUX_TOKEN name it, and a GET of FLEETMUX_TEST_CUT cuts every connection
-// through it, as a controller restart does (the follow tests resume across it).
+// runClientTests starts `fleetmux dev`, and a second `fleetmux controller` of the
+// same fleet (its data dir's keys and credentials) that the suite talks to:
+// FLEETMUX_ADDR and FLEETMUX_TOKEN name it, and a GET of FLEETMUX_TEST_RESTART restarts
+// it (stops it, answers, starts it again on the same port), so the follow tests
+// resume across a real controller restart while the node and its sessions live on.
 func runClientTests(t *testing.T, dir, prog string, args ...string) {
 	t.Setenv("HOME", t.TempDir()) // the sessions' shells must not read the tester's rc files
-	addr := startDev(t)
-	u, err := url.Parse(addr)
+	gossip := freePort(t)
+	startDev(t, "--gossip-listen", gossip)
+	data, err := filepath.Abs("data") // startDev's --data, in its cwd
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := startCutProxy(t, u.Host)
-	cut := httpOn(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { p.cut() }))
+	natsURL, err := os.ReadFile(filepath.Join(data, "nats.url"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &ctlB{t: t, listen: freePort(t), args: []string{"controller", "--name", "ctl-b", "--data", data,
+		"--nats", strings.TrimSpace(string(natsURL)), "--nats-creds", filepath.Join(data, "creds", "controller.creds"),
+		"--gossip-listen", "127.0.0.1:0", "--join", gossip, "--ssh-listen", "off",
+		"--api-token-file", filepath.Join(data, "token")}}
+	b.start()
+	t.Cleanup(b.stop)
+	restart := httpOn(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b.stop()
+		w.Write([]byte("stopped\n"))
+		b.wg.Add(1)
+		go func() { // joined by the cleanup (b.wg)
+			defer b.wg.Done()
+			b.start()
+		}()
+	}))
+	t.Cleanup(b.wg.Wait)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, prog, args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "FLEETMUX_ADDR=http://"+p.addr, "FLEETMUX_TOKEN="+devAdminToken,
-		"FLEETMUX_TEST_CUT="+cut+"/cut", "PYTHONPATH="+dir, "PYTHONDONTWRITEBYTECODE=1")
+	cmd.Env = append(os.Environ(), "FLEETMUX_ADDR=http://"+b.listen, "FLEETMUX_TOKEN="+devAdminToken,
+		"FLEETMUX_TEST_RESTART="+restart+"/restart", "PYTHONPATH="+dir, "PYTHONDONTWRITEBYTECODE=1")
 	out, err := cmd.CombinedOutput()
 	t.Logf("%s %v:\n%s", filepath.Base(prog), args, out)
 	if err != nil {
 		t.Fatalf("%s: %v", filepath.Base(prog), err)
 	}
-	if p.cuts() == 0 {
-		t.Errorf("the suite never cut the connections: its follow test did not run")
+	if b.restarts() == 0 {
+		t.Errorf("the suite never restarted the controller: its follow test did not run")
 	}
+}
+
+// freePort is a loopback host:port that was free a moment ago.
+func freePort(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
 
 // httpOn serves h on a loopback port until the test ends and returns its URL.
@@ -85,77 +115,76 @@ func httpOn(t *testing.T, h http.Handler) string {
 	return "http://" + ln.Addr().String()
 }
 
-// cutProxy forwards TCP connections to a target; cut closes every open one.
-type cutProxy struct {
-	addr   string
-	target string
-	ln     net.Listener
-	wg     sync.WaitGroup
+// ctlB is a `fleetmux controller` run in this process, restartable.
+type ctlB struct {
+	t      *testing.T
+	listen string
+	args   []string
+	wg     sync.WaitGroup // restarts in flight
 
-	mu    sync.Mutex // guards conns, ncuts
-	conns map[net.Conn]bool
-	ncuts int
+	mu     sync.Mutex // guards cancel, done, n
+	cancel context.CancelFunc
+	done   chan error
+	n      int // starts
 }
 
-func startCutProxy(t *testing.T, target string) *cutProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]bool{}}
-	p.wg.Add(1)
-	go p.serve() // ends when ln closes (cleanup)
-	t.Cleanup(func() {
-		ln.Close()
-		p.cut()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *cutProxy) serve() {
-	defer p.wg.Done()
+// start runs the controller and waits until it serves the API with the node alive.
+func (b *ctlB) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var out, errb testutil.Buffer
+	go func() { done <- run(ctx, append(b.args, "--http-listen", b.listen), &out, &errb) }() // ends with cancel (stop)
+	b.mu.Lock()
+	b.cancel, b.done = cancel, done
+	b.n++
+	b.mu.Unlock()
+	deadline := time.Now().Add(30 * time.Second)
 	for {
-		c, err := p.ln.Accept()
-		if err != nil {
+		req, _ := http.NewRequest("GET", "http://"+b.listen+"/v1/nodes", nil)
+		req.Header.Set("Authorization", "Bearer "+devAdminToken)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 && strings.Contains(string(body), `"status":"alive"`) {
+				return
+			}
+		}
+		select {
+		case err := <-done:
+			b.t.Errorf("controller stopped: %v\n%s", err, errb.String())
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			b.t.Errorf("controller did not come up with the node alive:\n%s", errb.String())
 			return
 		}
-		up, err := net.Dial("tcp", p.target)
+	}
+}
+
+// stop stops the running controller, if any, and waits for its end.
+func (b *ctlB) stop() {
+	b.mu.Lock()
+	cancel, done := b.cancel, b.done
+	b.cancel, b.done = nil, nil
+	b.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	select {
+	case err := <-done:
 		if err != nil {
-			c.Close()
-			continue
+			b.t.Errorf("controller: %v", err)
 		}
-		p.mu.Lock()
-		p.conns[c], p.conns[up] = true, true
-		p.mu.Unlock()
-		p.wg.Add(2)
-		pipe := func(dst, src net.Conn) { // owned by serve: ends when either side closes
-			defer p.wg.Done()
-			io.Copy(dst, src)
-			dst.Close()
-			src.Close()
-			p.mu.Lock()
-			delete(p.conns, dst)
-			delete(p.conns, src)
-			p.mu.Unlock()
-		}
-		go pipe(up, c)
-		go pipe(c, up)
+	case <-time.After(20 * time.Second):
+		b.t.Errorf("controller did not stop")
 	}
 }
 
-// cut closes every connection through the proxy.
-func (p *cutProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for c := range p.conns {
-		c.Close()
-	}
-	p.ncuts++
-}
-
-func (p *cutProxy) cuts() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.ncuts
+// restarts is how many times the controller was started again.
+func (b *ctlB) restarts() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.n - 1
 }

@@ -1,8 +1,9 @@
 """Tests of the fleetmux Python client against a real controller.
 
-The Go test clients/clients_test.go starts `fleetmux dev` and runs these with
-FLEETMUX_ADDR and FLEETMUX_TOKEN set (and FLEETMUX_TEST_CUT: a URL that cuts every
-connection to the controller, as a restart does). Without FLEETMUX_ADDR they skip.
+The Go test TestPythonClient (cmd/fleetmux/clients_test.go) starts `fleetmux dev` and
+a second controller, and runs these against that controller with FLEETMUX_ADDR and
+FLEETMUX_TOKEN set, and FLEETMUX_TEST_RESTART: a URL whose GET restarts it (the node and
+its sessions live on). Without FLEETMUX_ADDR they skip.
 """
 
 import os
@@ -120,26 +121,26 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(f.results[0].error.code, "exit_status")
 
     def test_follow_across_restart(self):
-        cut = os.environ.get("FLEETMUX_TEST_CUT")
-        if not cut:
-            self.skipTest("FLEETMUX_TEST_CUT not set")
+        restart = os.environ.get("FLEETMUX_TEST_RESTART")
+        if not restart:
+            self.skipTest("FLEETMUX_TEST_RESTART not set")
         s = self.s
         start = self.c.session(s.node, s.id).output_offset
         self.c.run(s.node, s.id, "for i in $(seq 1 300); do echo line-$i; sleep 0.005; done; exit", timeout_ms=50)
         buf = b""
-        cuts = 0
+        restarts = 0
         deadline = time.monotonic() + 40
         for ch in self.c.follow(s.node, s.id, from_=start):
             self.assertEqual(ch.offset, start + len(buf))
             buf += ch.data
-            if cuts == 0 and b"line-20\r\n" in buf:
-                urllib.request.urlopen(cut).read()
-                cuts += 1
+            if restarts == 0 and b"line-20\r\n" in buf:
+                urllib.request.urlopen(restart).read()
+                restarts += 1
             self.assertLess(time.monotonic(), deadline, "follow did not end")
         # The session exited: follow ended after its last byte, each line once, in order.
         lines = re.findall(r"line-(\d+)\r\n", buf.decode())
         self.assertEqual(lines, [str(i) for i in range(1, 301)])
-        self.assertEqual(cuts, 1)
+        self.assertEqual(restarts, 1)
         end = self.c.session(s.node, s.id).output_offset
         self.assertEqual(start + len(buf), end)
 

@@ -1,7 +1,8 @@
 // Tests of the fleetmux TypeScript client against a real controller. The Go test
-// TestTypeScriptClient (cmd/fleetmux) starts `fleetmux dev` and runs these with
-// FLEETMUX_ADDR and FLEETMUX_TOKEN set (and FLEETMUX_TEST_CUT: a URL that cuts every
-// connection to the controller, as a restart does). Without FLEETMUX_ADDR they skip.
+// TestTypeScriptClient (cmd/fleetmux/clients_test.go) starts `fleetmux dev` and a
+// second controller, and runs these against that controller with FLEETMUX_ADDR and
+// FLEETMUX_TOKEN set, and FLEETMUX_TEST_RESTART: a URL whose GET restarts it (the node
+// and its sessions live on). Without FLEETMUX_ADDR they skip.
 
 import assert from "node:assert/strict";
 import { afterEach, beforeEach, describe, it } from "node:test";
@@ -112,26 +113,26 @@ describe("fleetmux client", { skip, concurrency: 1 }, () => {
     assert.equal(f.results[0].error.code, "exit_status");
   });
 
-  it("follows output across a controller restart, gap-free", { skip: !process.env.FLEETMUX_TEST_CUT && "FLEETMUX_TEST_CUT not set" }, async () => {
+  it("follows output across a controller restart, gap-free", { skip: !process.env.FLEETMUX_TEST_RESTART && "FLEETMUX_TEST_RESTART not set" }, async () => {
     const start = (await c.session(s.node, s.id)).output_offset;
     await c.run(s.node, s.id, "for i in $(seq 1 300); do echo line-$i; sleep 0.005; done; exit", { timeoutMs: 50 });
     const parts = [];
     let n = 0;
-    let cuts = 0;
+    let restarts = 0;
     const deadline = Date.now() + 40000;
     for await (const ch of c.follow(s.node, s.id, { from: start })) {
       assert.equal(ch.offset, start + n);
       parts.push(Buffer.from(ch.data));
       n += ch.data.length;
-      if (cuts === 0 && Buffer.concat(parts).includes("line-20\r\n")) {
-        await (await fetch(process.env.FLEETMUX_TEST_CUT)).text();
-        cuts++;
+      if (restarts === 0 && Buffer.concat(parts).includes("line-20\r\n")) {
+        await (await fetch(process.env.FLEETMUX_TEST_RESTART)).text();
+        restarts++;
       }
       assert.ok(Date.now() < deadline, "follow did not end");
     }
     const lines = [...Buffer.concat(parts).toString().matchAll(/line-(\d+)\r\n/g)].map((m) => Number(m[1]));
     assert.deepEqual(lines, Array.from({ length: 300 }, (_, i) => i + 1));
-    assert.equal(cuts, 1);
+    assert.equal(restarts, 1);
     assert.equal(start + n, (await c.session(s.node, s.id)).output_offset);
   });
 
