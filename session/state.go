@@ -109,14 +109,18 @@ func (s *Session) forgetWaitingLocked() {
 // (or a sample should follow soon).
 func (s *Session) sample() bool {
 	s.mu.Lock()
-	gen := s.waitGen
+	gen, hooked := s.waitGen, s.atPrompt && !s.lost
 	s.mu.Unlock()
 	waiting, byShell := false, false
 	if pg, err := foregroundPgrp(s.master); err == nil && pg > 0 {
 		waiting, byShell = fgWaitingForInput(s.pid, pg, s.tty)
 	}
-	execd := false // the shell itself reads the terminal, as another program image
-	if waiting && byShell && s.integrated {
+	// The shell itself reads the terminal, as another program image (an exec). Only
+	// looked for when our prompt mark has not come since the last command: a shell
+	// that printed it has our hooks, so it is ours, and the two /proc reads stay off
+	// the path of every command back to idle.
+	execd := false
+	if waiting && byShell && s.integrated && !hooked {
 		img, ok := readImage(s.pid)
 		execd = ok && img != s.image
 	}
