@@ -75,7 +75,7 @@ func (c *Conn) Serve(name, version string, subjects map[string]string, handle Se
 		ctx:     ctx,
 		cancel:  cancel,
 		sem:     make(chan struct{}, MaxInFlight),
-		cancels: map[string]context.CancelFunc{},
+		cancels: map[cancelKey]*cancelEntry{},
 		long:    make(chan struct{}, MaxLongInFlight),
 		work:    make(chan job),
 	}
@@ -93,7 +93,7 @@ func (c *Conn) Serve(name, version string, subjects map[string]string, handle Se
 			return nil, fmt.Errorf("transport: serve %s: endpoint %s on %s: %w", name, verb, subject, err)
 		}
 		if api.LongVerb(verb) {
-			sub, err := c.nc.Subscribe(subject+cancelSuffix, s.onCancel)
+			sub, err := c.nc.Subscribe(subject+cancelSuffix, s.onCancel(verb))
 			if err != nil {
 				cancel()
 				_ = svc.Stop()
@@ -148,21 +148,55 @@ type served struct {
 	stopOnce sync.Once
 	stopErr  error
 
-	cmu     sync.Mutex                    // guards cancels
-	cancels map[string]context.CancelFunc // running long requests by api.HeaderCancelID
-	subs    []*nats.Subscription          // the cancel subjects of the long verbs
+	cmu     sync.Mutex                 // guards cancels
+	cancels map[cancelKey]*cancelEntry // running long requests by verb and api.HeaderCancelID
+	subs    []*nats.Subscription       // the cancel subjects of the long verbs
+}
+
+// cancelKey names a running long request: a cancel on one verb's cancel subject
+// never reaches a request of another verb.
+type cancelKey struct{ verb, id string }
+
+// cancelEntry is one registered long request; removal compares the pointer, so a
+// request only ever removes its own entry.
+type cancelEntry struct{ cancel context.CancelFunc }
+
+// register makes cancel reachable by (verb, id) unless that key is taken: the first
+// registration wins (a later request with a colliding id, authorized or not, can
+// neither replace nor remove it). The returned func removes the entry if it is
+// this one; it is never nil.
+func (s *served) register(verb, id string, cancel context.CancelFunc) (remove func()) {
+	k := cancelKey{verb, id}
+	e := &cancelEntry{cancel: cancel}
+	s.cmu.Lock()
+	defer s.cmu.Unlock()
+	if _, taken := s.cancels[k]; taken {
+		s.log.Debug("cancel id already in use; this request cannot be cancelled by id", "verb", verb)
+		return func() {}
+	}
+	s.cancels[k] = e
+	return func() {
+		s.cmu.Lock()
+		if s.cancels[k] == e {
+			delete(s.cancels, k)
+		}
+		s.cmu.Unlock()
+	}
 }
 
 // cancelSuffix makes a long verb's subject the subject that cancels its requests.
 const cancelSuffix = ".cancel"
 
-// onCancel cancels the running long request named by the message.
-func (s *served) onCancel(m *nats.Msg) {
-	s.cmu.Lock()
-	cancel := s.cancels[string(m.Data)]
-	s.cmu.Unlock()
-	if cancel != nil {
-		cancel()
+// onCancel returns the handler of verb's cancel subject: it cancels the running
+// request of that verb named by the message.
+func (s *served) onCancel(verb string) nats.MsgHandler {
+	return func(m *nats.Msg) {
+		s.cmu.Lock()
+		e := s.cancels[cancelKey{verb, string(m.Data)}]
+		s.cmu.Unlock()
+		if e != nil {
+			e.cancel()
+		}
 	}
 }
 
@@ -268,13 +302,9 @@ func (s *served) run(verb string, req micro.Request) {
 		if id := req.Headers().Get(api.HeaderCancelID); id != "" && api.LongVerb(verb) {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithCancel(s.ctx)
-			s.cmu.Lock()
-			s.cancels[id] = cancel
-			s.cmu.Unlock()
+			remove := s.register(verb, id, cancel)
 			defer func() {
-				s.cmu.Lock()
-				delete(s.cancels, id)
-				s.cmu.Unlock()
+				remove()
 				cancel()
 			}()
 		}

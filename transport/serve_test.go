@@ -39,6 +39,7 @@ func serveTest(t *testing.T) (client *transport.Conn, stop func() error, b *bloc
 		"block": subj.RPC("n1", "block"),
 		"panic": subj.RPC("n1", "panic"),
 		"wait":  subj.RPC("n1", "wait"), // a long verb (api.LongVerb) that blocks like block
+		"run":   subj.RPC("n1", "run"),  // another long verb
 	}
 	stop, err := server.Serve(api.ServiceName, "0.1.0", subjects, func(ctx context.Context, verb, subject string, header map[string]string, data []byte) []byte {
 		switch verb {
@@ -47,7 +48,10 @@ func serveTest(t *testing.T) (client *transport.Conn, stop func() error, b *bloc
 				return fmt.Appendf(nil, "echo on subject %q", subject)
 			}
 			return fmt.Appendf(nil, "%s:%s:%s", verb, header[api.HeaderActor], data)
-		case "block", "wait":
+		case "block", "wait", "run":
+			if string(data) == "deny" { // a request the handler refuses at once (not authorized)
+				return []byte("denied")
+			}
 			b.entered.Add(1)
 			defer b.done.Add(1)
 			select {
@@ -97,7 +101,7 @@ func TestServeRoundTrip(t *testing.T) {
 	if err := json.Unmarshal(info, &si); err != nil {
 		t.Fatal(err)
 	}
-	if si.Name != api.ServiceName || si.Version != "0.1.0" || len(si.Endpoints) != 4 {
+	if si.Name != api.ServiceName || si.Version != "0.1.0" || len(si.Endpoints) != 5 {
 		t.Fatalf("service info %+v", si)
 	}
 }
@@ -394,5 +398,59 @@ func TestServeCancelReachesHandler(t *testing.T) {
 	// cancel behind.
 	if got, err := client.Request(ctxT(t, 5*time.Second), api.Subjects{}.RPC("n1", "echo"), nil, []byte("z")); err != nil || string(got) != "echo::z" {
 		t.Fatalf("echo: %q %v", got, err)
+	}
+}
+
+// TestServeCancelIDCollision: a long request's cancel id belongs to the first
+// request that registered it, for its verb only. A second request with the same id
+// that the handler refuses at once (as it refuses an unauthorized one) neither
+// replaces nor removes it, and a cancel on another verb's subject does not reach it.
+// (Before, the refused request overwrote the entry and deleted it on return, so the
+// real request could no longer be cancelled.)
+func TestServeCancelIDCollision(t *testing.T) {
+	client, _, b := serveTest(t)
+	nc := client.NC()
+	subj := api.Subjects{}
+	msg := func(verb, data string) *nats.Msg {
+		m := nats.NewMsg(subj.RPC("n1", verb))
+		m.Header.Set(api.HeaderCancelID, "id-1")
+		m.Data = []byte(data)
+		return m
+	}
+	replies := make(chan string, 1)
+	go func() {
+		r, err := nc.RequestMsg(msg("wait", "real"), 20*time.Second)
+		if err != nil {
+			replies <- err.Error()
+			return
+		}
+		replies <- string(r.Data)
+	}()
+	testutil.Eventually(t, 10*time.Second, func() bool { return b.entered.Load() == 1 }, "the real wait running")
+	for _, verb := range []string{"wait", "run"} {
+		r, err := nc.RequestMsg(msg(verb, "deny"), 5*time.Second)
+		if err != nil || string(r.Data) != "denied" {
+			t.Fatalf("the colliding %s request: %v %v", verb, r, err)
+		}
+	}
+	// A cancel on run's subject names run's requests, not wait's.
+	if err := nc.Publish(subj.RPC("n1", "run")+".cancel", []byte("id-1")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-replies:
+		t.Fatalf("a cancel of another verb ended the wait: %q", r)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := nc.Publish(subj.RPC("n1", "wait")+".cancel", []byte("id-1")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-replies:
+		if r != "cancelled" {
+			t.Fatalf("the real wait replied %q, want cancelled", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the cancel did not reach the real wait: its entry was replaced or removed")
 	}
 }
