@@ -289,3 +289,16 @@ func TestReadlineReadInBlock(t *testing.T) {
 		t.Fatalf("after input: %q exit %d, %v", r.Text, exitCode(r), err)
 	}
 }
+
+// TestBashGuardOnce: bash's guard stands in PROMPT_COMMAND once, so each prompt runs
+// it once (PS1's re-arm must not add a second copy next to the first).
+func TestBashGuardOnce(t *testing.T) {
+	s := startShell(t, "bash")
+	for range 3 {
+		runCode(t, s, "true", 0)
+	}
+	res := run(t, s, `declare -p PROMPT_COMMAND`)
+	if n := strings.Count(res.Text, "__fm_guard"); n != 1 {
+		t.Fatalf("PROMPT_COMMAND holds the guard %d times, want 1: %s", n, res.Text)
+	}
+}

@@ -169,6 +169,10 @@ __fm_precmd() {
 }
 __fm_guard() {
 	local __fm_ec=$?
+	# Once per prompt: PS1 re-adds the guard when the array was replaced, so it may
+	# stand in PROMPT_COMMAND twice.
+	[[ $__fm_gseq == "$__fm_seq" ]] && return $__fm_ec
+	__fm_gseq=$__fm_seq
 	# precmd ran, first in element 0, unless that element was replaced.
 	[[ ${PROMPT_COMMAND[0]} == __fm_precmd* ]] || __fm_end "$__fm_ec"
 	__fm_arm
@@ -176,6 +180,9 @@ __fm_guard() {
 }
 __fm_arm() {
 	if [[ $__fm_arrays == 1 ]]; then
+		# Nothing replaced (every prompt but a few): leave at once.
+		[[ ${PROMPT_COMMAND[0]-} == __fm_precmd* && ${PROMPT_COMMAND[-1]} == __fm_guard &&
+			$PS1 == *'${__fm_A}'* && $PS0 == *'__fm_running=1'* ]] && return
 		local __fm_i __fm_last=-1
 		if [[ ${PROMPT_COMMAND[0]-} != __fm_precmd* ]]; then
 			__fm_i=${PROMPT_COMMAND[0]-}
@@ -187,7 +194,8 @@ __fm_arm() {
 			for __fm_i in "${!PROMPT_COMMAND[@]}"; do
 				[[ ${PROMPT_COMMAND[__fm_i]} == __fm_guard ]] && unset "PROMPT_COMMAND[$__fm_i]"
 			done
-			PROMPT_COMMAND+=(__fm_guard)
+			# Last, at the index PS1 re-arms, so that it does not add a second one.
+			if ((__fm_last < 2147483647)); then PROMPT_COMMAND[2147483647]=__fm_guard; else PROMPT_COMMAND+=(__fm_guard); fi
 		fi
 	else
 		case $PROMPT_COMMAND in __fm_precmd*) ;; *) PROMPT_COMMAND="__fm_precmd${PROMPT_COMMAND:+$'\n'$PROMPT_COMMAND}" ;; esac
