@@ -1,7 +1,8 @@
 // Package controller is fleetmux's controller: a node table built from gossip,
 // routing of the HTTP API to the node agents over the bus, fan-out, output streams
-// (attach, logs -f), the SSH front door, metrics and audit. It mounts the MCP server
-// of package mcpserver at /mcp over itself (mcp.go); the MCP tools live there. It
+// (attach, logs -f), metrics and audit. It mounts the MCP server of package
+// mcpserver at /mcp over itself (mcp.go); the MCP tools live there. The SSH front
+// door is package sshd, which cmd/fleetmux starts over the controller. It
 // holds no state the nodes do not: any number of controllers can run at once, and a
 // restarted one loses nothing.
 package controller

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"io"
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
@@ -39,6 +40,17 @@ func ctxRole(ctx context.Context) string {
 	r, _ := ctx.Value(roleKey{}).(string)
 	return r
 }
+
+// ActAs returns a context of the controller's lifetime in which actor acts with
+// role (WithActor, WithRole): for a front door that authenticated them itself (the
+// SSH server).
+func (c *Controller) ActAs(actor, role string) context.Context {
+	return WithRole(WithActor(c.ctx, actor), role)
+}
+
+// Audit records rec in the controller's audit log (a front door's logins and
+// verbs).
+func (c *Controller) Audit(rec api.AuditRecord) { c.audits.record(rec) }
 
 // principalOf is who acts in ctx (WithActor, WithRole): the actor the nodes
 // record names the authenticated principal after the label (signedActor).
@@ -169,6 +181,26 @@ func (c *Controller) Keys(ctx context.Context, node, id string, keys []string) e
 func (c *Controller) Resize(ctx context.Context, node, id string, cols, rows int) (s api.Session, err error) {
 	err = c.sessionCall(ctx, node, id, "resize", api.ResizeRequest{Session: id, Cols: cols, Rows: rows}, &s, 0)
 	return s, err
+}
+
+// Redraw writes to w what an attaching terminal sees first: the session's current
+// screen, redrawn. It returns the output offset live output continues from (for
+// Follow).
+func (c *Controller) Redraw(ctx context.Context, node, id string, w io.Writer) (int64, error) {
+	return c.attachStart(ctx, principalOf(ctx), node, id, nil, func(f frame) error { _, err := w.Write(f.data); return err })
+}
+
+// Follow writes a session's output from offset from to w, gap-free and in order,
+// until ctx is done, the session exits (after its last byte: exited, with its exit
+// code when the node knows it), the node goes down, or w fails. It blocks; the
+// bytes count in the stream metrics.
+func (c *Controller) Follow(ctx context.Context, node, id string, from int64, w io.Writer) (exitCode *int, exited bool, err error) {
+	end, err := c.follow(ctx, principalOf(ctx), node, id, from, func(_ int64, p []byte) error {
+		c.metrics.streamBytes.Add(float64(len(p)))
+		_, err := w.Write(p)
+		return err
+	})
+	return end.exitCode, end.exited, err
 }
 
 // Screen reads a session's screen.

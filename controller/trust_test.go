@@ -105,17 +105,3 @@ func TestControllerRequestReplayed(t *testing.T) {
 		t.Fatalf("%d blocks after the replay, want 1", len(bl.Blocks))
 	}
 }
-
-// TestSSHRoleReachesTheNode: requests made for an SSH user are signed with the
-// key's role: the node audits an operator's resize with the operator role and the
-// key as the actor.
-func TestSSHRoleReachesTheNode(t *testing.T) {
-	sf := newSSHFixture(t)
-	_, recs := auditSub(t, sf.fixture, "n1")
-	s := sf.newSession("n1")
-	sf.attachTerm(t, sf.login(t, "n1+"+s.ID, "operator"), "", 40, 120) // resizes the session to its window
-	r := nextAudit(t, recs, "resize")
-	if r.Result != "ok" || r.Role != api.RoleOperator || r.Controller != "ctl" || !strings.HasPrefix(r.Actor, "ssh:") {
-		t.Fatalf("audit record of the operator's resize: %+v", r)
-	}
-}

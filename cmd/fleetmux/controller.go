@@ -14,6 +14,7 @@ import (
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/controller"
 	"github.com/fleetmux/fleetmux/internal/datadir"
+	"github.com/fleetmux/fleetmux/sshd"
 	"github.com/fleetmux/fleetmux/transport"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -50,7 +51,7 @@ type sshOptions struct {
 
 func (o *sshOptions) register(f *pflag.FlagSet, defaultRole string) {
 	home, _ := os.UserHomeDir()
-	f.StringVar(&o.listen, "ssh-listen", controller.DefaultSSHListen, "SSH front door address; \"off\" disables it")
+	f.StringVar(&o.listen, "ssh-listen", sshd.DefaultListen, "SSH front door address; \"off\" disables it")
 	f.StringVar(&o.authorizedKeys, "authorized-keys", filepath.Join(home, ".ssh", "authorized_keys"),
 		"authorized_keys file of the SSH front door: each key's role from a role=viewer|operator|admin option (never the comment)")
 	o.defaultRole = defaultRole
@@ -252,7 +253,10 @@ func writeURLFile(data, name, url string) (string, error) {
 // environment, files or flag defaults. Each verb acts with a local token of the
 // SSH user's key and role (controller.LocalToken), revoked when it ends: the API
 // checks the role and audits the key.
-func sshExec(c *controller.Controller) controller.Exec {
+// The controller is the SSH front door's Fleet.
+var _ sshd.Fleet = (*controller.Controller)(nil)
+
+func sshExec(c *controller.Controller) sshd.Exec {
 	return func(ctx context.Context, args []string, role, actor string, stdin io.Reader, stdout, stderr io.Writer) int {
 		token, revoke := c.LocalToken(actor, role)
 		defer revoke()
@@ -278,9 +282,9 @@ func startSSH(st *stack, c *controller.Controller, o sshOptions, data string, lo
 		log.Warn("SSH front door off: no authorized keys file", "path", o.authorizedKeys)
 		return "", nil
 	}
-	s, err := c.StartSSH(controller.SSHConfig{
+	s, err := sshd.Start(sshd.Config{
 		Listen: o.listen, HostKeyFile: filepath.Join(data, "ssh_host_ed25519_key"), AuthorizedKeys: o.authorizedKeys,
-		DefaultRole: o.defaultRole, Exec: sshExec(c),
+		DefaultRole: o.defaultRole, Exec: sshExec(c), Fleet: c, Logger: log,
 	})
 	if err != nil {
 		return "", err

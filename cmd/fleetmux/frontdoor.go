@@ -4,12 +4,12 @@ import (
 	"context"
 	"io"
 
-	"github.com/fleetmux/fleetmux/controller"
+	"github.com/fleetmux/fleetmux/sshd"
 	"github.com/spf13/cobra"
 )
 
 // sshRun runs one verb for the SSH front door. Its command tree holds the client
-// verbs the front door allows (controller.SSHVerb) and help, nothing else: no
+// verbs the front door allows (sshd.Verb) and help, nothing else: no
 // server verbs, try, replay or mcp, whose flags and defaults belong to this
 // process. The verbs act through fd alone (see clientOptions.resolve), and their
 // --addr, --token and --actor flags are hidden: the front door sets them.
@@ -33,7 +33,7 @@ func sshRun(ctx context.Context, fd frontDoor, args []string, stdin io.Reader, s
 	}
 	setupRoot(root, args, stdin, stdout, stderr)
 	for _, c := range clientCmds() {
-		if !controller.SSHVerb(c.Name()) || c.Name() == "attach" { // the front door attaches itself
+		if !sshd.Verb(c.Name()) || c.Name() == "attach" { // the front door attaches itself
 			continue
 		}
 		for _, f := range []string{"addr", "token", "actor"} {

@@ -47,8 +47,12 @@ var rules = []rule{
 	{dir: "trust", only: []string{"api", "golang.org/x/crypto"}},
 	{dir: "policy", only: []string{"api", "go.yaml.in/yaml/v3"}},
 	{dir: "node", ours: []string{"api", "session", "replay", "trust", "policy", "internal/datadir", "internal/delay"}, never: []string{"controller", "transport"}},
-	{dir: "controller", ours: []string{"api", "replay", "trust", "policy", "mcpserver", "internal/datadir", "internal/delay"}, never: []string{"node", "transport"}},
+	{dir: "controller", ours: []string{"api", "replay", "trust", "policy", "mcpserver", "internal/datadir", "internal/delay"}, never: []string{"node", "transport", "sshd"}},
 	{dir: "mcpserver", only: []string{"api", "github.com/modelcontextprotocol/go-sdk", "github.com/google/jsonschema-go"},
+		never: []string{"controller", "node", "transport"}},
+	// the SSH front door: it drives the controller through its own Fleet
+	// interface, which cmd wires the controller into.
+	{dir: "sshd", only: []string{"api", "internal/datadir", "golang.org/x/crypto"},
 		never: []string{"controller", "node", "transport"}},
 	{dir: "client", only: []string{"api"}},
 	// internal helpers that node and controller share (DESIGN's "internal/… (others)")

@@ -1,4 +1,4 @@
-package controller
+package sshd
 
 import (
 	"bytes"
@@ -19,8 +19,7 @@ import (
 // detaches and leaves the session running. Several clients may attach at once;
 // each reads output on its own, so a slow one holds up nobody.
 func (sc *sshSession) attach(ctx context.Context, node, id string) int {
-	c := sc.s.c
-	who := principalOf(ctx)
+	c := sc.s.fleet
 	errw := sc.errOut()
 	if err := api.ValidName(node); err != nil {
 		fmt.Fprintf(errw, "fleetmux: %v\n", err)
@@ -35,8 +34,8 @@ func (sc *sshSession) attach(ctx context.Context, node, id string) int {
 		return 1
 	}
 	addr := node + "/" + id
-	writer := roleRank(sc.id.role) >= roleRank(api.RoleOperator)
-	sc.audit(ctx, "attach", addr, "ok", "")
+	writer := api.RoleAtLeast(sc.id.role, api.RoleOperator)
+	sc.audit("attach", addr, "ok", "")
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -45,7 +44,7 @@ func (sc *sshSession) attach(ctx context.Context, node, id string) int {
 	if writer {
 		sc.resize = func(cols, rows int) {
 			if _, err := c.Resize(ctx, node, id, cols, rows); err != nil {
-				c.log.Debug("ssh resize", "session", addr, "err", err)
+				sc.s.log.Debug("ssh resize", "session", addr, "err", err)
 			}
 		}
 	}
@@ -99,22 +98,17 @@ func (sc *sshSession) attach(ctx context.Context, node, id string) int {
 	outputDone := make(chan struct{})
 	go func() { // output: ends with the session, an error, or when attach returns
 		defer close(outputDone)
-		send := func(f frame) error { _, err := sc.ch.Write(f.data); return err }
-		start, err := c.attachStart(ctx, who, node, id, nil, send)
+		start, err := c.Redraw(ctx, node, id, sc.ch)
 		if err != nil {
 			done <- ended{code: 1}
 			return
 		}
-		end, err := c.follow(ctx, who, node, id, start, func(_ int64, p []byte) error {
-			c.metrics.streamBytes.Add(float64(len(p)))
-			_, err := sc.ch.Write(p)
-			return err
-		})
+		exitCode, exited, err := c.Follow(ctx, node, id, start, sc.ch)
 		switch {
-		case err == nil && end.exited:
+		case err == nil && exited:
 			code := 0
-			if end.exitCode != nil {
-				code = *end.exitCode
+			if exitCode != nil {
+				code = *exitCode
 			}
 			fmt.Fprintf(sc.ch, "\r\n[fleetmux: session %s exited (%d)]\r\n", addr, code)
 			done <- ended{code: code}
@@ -133,10 +127,10 @@ func (sc *sshSession) attach(ctx context.Context, node, id string) int {
 	sc.mu.Unlock()
 	if e.detach {
 		fmt.Fprintf(sc.ch, "\r\n[detached from %s]\r\n", addr)
-		sc.audit(ctx, "detach", addr, "ok", "")
+		sc.audit("detach", addr, "ok", "")
 		return 0
 	}
-	sc.audit(ctx, "detach", addr, "session ended", "")
+	sc.audit("detach", addr, "session ended", "")
 	return e.code
 }
 
@@ -152,7 +146,7 @@ func userError(err error) string {
 // menu lists the sessions and attaches to the one chosen (a shell with a PTY and
 // no command).
 func (sc *sshSession) menu(ctx context.Context) int {
-	c := sc.s.c
+	c := sc.s.fleet
 	w := sc.ch // raw terminal: write \r\n ourselves
 	for {
 		list, err := c.ListSessions(ctx, "", nil)

@@ -1,4 +1,9 @@
-package controller
+// Package sshd is the controller's SSH front door: users log in with keys from an
+// authorized_keys file (their role from its role= option), run the CLI's verbs
+// that the Exec callback serves, get a menu of the fleet's sessions, or attach to
+// one (ssh -t HOST NODE+ID). It reaches the fleet only through Fleet, which the
+// controller satisfies; cmd/fleetmux wires the two.
+package sshd
 
 import (
 	"context"
@@ -8,8 +13,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -18,15 +25,15 @@ import (
 	"golang.org/x/crypto/ssh"
 )
 
-// SSH defaults and limits.
+// Defaults and limits.
 const (
-	DefaultSSHListen = "127.0.0.1:2222"
-	// DefaultSSHMaxConns bounds concurrent logged-in SSH connections.
-	DefaultSSHMaxConns = 64
-	// DefaultSSHMaxHandshakes bounds connections that have not logged in yet.
-	DefaultSSHMaxHandshakes = 32
-	// DefaultSSHHandshakeTimeout bounds a connection's handshake and login.
-	DefaultSSHHandshakeTimeout = 5 * time.Second
+	DefaultListen = "127.0.0.1:2222"
+	// DefaultMaxConns bounds concurrent logged-in SSH connections.
+	DefaultMaxConns = 64
+	// DefaultMaxHandshakes bounds connections that have not logged in yet.
+	DefaultMaxHandshakes = 32
+	// DefaultHandshakeTimeout bounds a connection's handshake and login.
+	DefaultHandshakeTimeout = 5 * time.Second
 	// sshRateBurst connections per address are allowed at once, refilled at one per
 	// sshRateEvery.
 	sshRateBurst = 20
@@ -39,9 +46,35 @@ const (
 // SSH prints and exits exactly as it does in a terminal.
 type Exec func(ctx context.Context, args []string, role, actor string, stdin io.Reader, stdout, stderr io.Writer) int
 
-// SSHConfig configures StartSSH.
-type SSHConfig struct {
-	// Listen is the SSH address. Default DefaultSSHListen (loopback).
+// ErrConfig is returned by Start for a config it cannot serve.
+var ErrConfig = errors.New("sshd: bad config")
+
+// Fleet is what the front door needs of the controller. Calls act as the
+// principal of their context, made by ActAs; errors a user should see are
+// *api.Error.
+type Fleet interface {
+	// ActAs returns a context that lives as long as the fleet does, in which actor
+	// acts with role: the calls made with it are signed as theirs and checked
+	// against the role.
+	ActAs(actor, role string) context.Context
+	ListSessions(ctx context.Context, node string, labels map[string]string) (api.SessionList, error)
+	GetSession(ctx context.Context, node, id string) (api.Session, error)
+	Input(ctx context.Context, node, id, data string) error
+	Resize(ctx context.Context, node, id string, cols, rows int) (api.Session, error)
+	// Redraw writes to w what an attaching terminal sees first (the session's
+	// current screen) and returns the output offset live output continues from.
+	Redraw(ctx context.Context, node, id string, w io.Writer) (int64, error)
+	// Follow writes the session's output from offset from to w, gap-free, until
+	// ctx is done, the session exits (after its last byte: exited, with its exit
+	// code when known), the node goes down, or w fails. It blocks.
+	Follow(ctx context.Context, node, id string, from int64, w io.Writer) (exitCode *int, exited bool, err error)
+	// Audit records what a user did (or was refused) in the audit log.
+	Audit(rec api.AuditRecord)
+}
+
+// Config configures Start.
+type Config struct {
+	// Listen is the SSH address. Default DefaultListen (loopback).
 	Listen string
 	// HostKeyFile is the host key (OpenSSH PEM); generated (ed25519) when missing.
 	// Required.
@@ -50,7 +83,7 @@ type SSHConfig struct {
 	// line, its role given by the option role=ROLE (never by the comment; no
 	// role means DefaultRole). The options from=, expiry-time=, cert-authority
 	// and principals= are enforced, and a line with an option fleetmux does not
-	// enforce is refused and logged (see sshkeys.go). A cert-authority line
+	// enforce is refused and logged (see keys.go). A cert-authority line
 	// accepts user certificates it signed that are valid now and name one of its
 	// principals. The file is read at each login, so edits apply at once.
 	// Required.
@@ -58,27 +91,32 @@ type SSHConfig struct {
 	// DefaultRole is the role of keys that name none. Default api.RoleViewer.
 	DefaultRole string
 	// MaxConns bounds concurrent logged-in connections. Default
-	// DefaultSSHMaxConns.
+	// DefaultMaxConns.
 	MaxConns int
 	// MaxHandshakes bounds connections still in their handshake (not logged in),
 	// which count apart from MaxConns: one address may hold half of them; when
 	// they are all taken, a new connection ends the oldest handshake. Default
-	// DefaultSSHMaxHandshakes.
+	// DefaultMaxHandshakes.
 	MaxHandshakes int
 	// HandshakeTimeout bounds a connection's handshake and login. Default
-	// DefaultSSHHandshakeTimeout.
+	// DefaultHandshakeTimeout.
 	HandshakeTimeout time.Duration
 	// Exec runs the CLI verbs. Required.
 	Exec Exec
+	// Fleet is the controller the front door acts on. Required.
+	Fleet Fleet
+	// Logger is the operator's log. Default slog.Default().
+	Logger *slog.Logger
 }
 
-// SSHServer is the controller's SSH front door.
-type SSHServer struct {
-	c    *Controller
-	cfg  SSHConfig
-	conf *ssh.ServerConfig
-	ln   net.Listener
-	keys *keyFile
+// Server is the controller's SSH front door.
+type Server struct {
+	fleet Fleet
+	log   *slog.Logger
+	cfg   Config
+	conf  *ssh.ServerConfig
+	ln    net.Listener
+	keys  *keyFile
 
 	mu      sync.Mutex             // guards conns, pending, rate, refused, closed
 	conns   map[net.Conn]struct{}  // every connection
@@ -89,29 +127,32 @@ type SSHServer struct {
 	wg      sync.WaitGroup // accept loop and connection goroutines
 }
 
-// StartSSH starts the SSH front door of the controller; Close (or the controller's
-// Shutdown, through the caller) stops it.
-func (c *Controller) StartSSH(cfg SSHConfig) (*SSHServer, error) {
+// Start starts the SSH front door: it listens and serves until Close, which its
+// caller owns (cmd closes it before the controller shuts down).
+func Start(cfg Config) (*Server, error) {
 	if cfg.Listen == "" {
-		cfg.Listen = DefaultSSHListen
+		cfg.Listen = DefaultListen
 	}
-	if cfg.HostKeyFile == "" || cfg.AuthorizedKeys == "" || cfg.Exec == nil {
-		return nil, fmt.Errorf("%w: ssh needs a host key file, an authorized_keys file and Exec", ErrConfig)
+	if cfg.HostKeyFile == "" || cfg.AuthorizedKeys == "" || cfg.Exec == nil || cfg.Fleet == nil {
+		return nil, fmt.Errorf("%w: ssh needs a host key file, an authorized_keys file, Exec and Fleet", ErrConfig)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
 	}
 	if cfg.DefaultRole == "" {
 		cfg.DefaultRole = api.RoleViewer
 	}
-	if !validRole(cfg.DefaultRole) {
+	if !slices.Contains(api.Roles, cfg.DefaultRole) {
 		return nil, fmt.Errorf("%w: ssh default role %q", ErrConfig, cfg.DefaultRole)
 	}
 	if cfg.MaxConns <= 0 {
-		cfg.MaxConns = DefaultSSHMaxConns
+		cfg.MaxConns = DefaultMaxConns
 	}
 	if cfg.MaxHandshakes <= 0 {
-		cfg.MaxHandshakes = DefaultSSHMaxHandshakes
+		cfg.MaxHandshakes = DefaultMaxHandshakes
 	}
 	if cfg.HandshakeTimeout <= 0 {
-		cfg.HandshakeTimeout = DefaultSSHHandshakeTimeout
+		cfg.HandshakeTimeout = DefaultHandshakeTimeout
 	}
 	if _, err := os.Stat(cfg.AuthorizedKeys); err != nil {
 		return nil, fmt.Errorf("%w: authorized keys: %w", ErrConfig, err)
@@ -120,10 +161,10 @@ func (c *Controller) StartSSH(cfg SSHConfig) (*SSHServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &SSHServer{c: c, cfg: cfg, conns: map[net.Conn]struct{}{}, pending: map[net.Conn]handshake{}, rate: map[string]*bucket{},
+	s := &Server{fleet: cfg.Fleet, log: cfg.Logger, cfg: cfg, conns: map[net.Conn]struct{}{}, pending: map[net.Conn]handshake{}, rate: map[string]*bucket{},
 		refused: refusals{tokens: refusalBurst}}
 	s.keys = &keyFile{path: cfg.AuthorizedKeys, defaultRole: cfg.DefaultRole, logf: func(line int, why string) {
-		c.log.Warn("ssh authorized_keys: line refused", "file", cfg.AuthorizedKeys, "line", line, "why", why)
+		cfg.Logger.Warn("ssh authorized_keys: line refused", "file", cfg.AuthorizedKeys, "line", line, "why", why)
 	}}
 	s.conf = &ssh.ServerConfig{
 		PublicKeyCallback: s.authKey,
@@ -135,20 +176,20 @@ func (c *Controller) StartSSH(cfg SSHConfig) (*SSHServer, error) {
 	s.conf.AddHostKey(signer)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
-		return nil, fmt.Errorf("controller: ssh listen: %w", err)
+		return nil, fmt.Errorf("sshd: listen: %w", err)
 	}
 	s.ln = ln
 	s.wg.Add(1)
 	go s.accept()
-	c.log.Info("ssh serving", "addr", ln.Addr().String())
+	cfg.Logger.Info("ssh serving", "addr", ln.Addr().String())
 	return s, nil
 }
 
 // Addr is the address the SSH server listens on.
-func (s *SSHServer) Addr() string { return s.ln.Addr().String() }
+func (s *Server) Addr() string { return s.ln.Addr().String() }
 
 // HostKey is the server's public host key.
-func (s *SSHServer) HostKey() (ssh.PublicKey, error) {
+func (s *Server) HostKey() (ssh.PublicKey, error) {
 	signer, err := loadHostKey(s.cfg.HostKeyFile)
 	if err != nil {
 		return nil, err
@@ -158,7 +199,7 @@ func (s *SSHServer) HostKey() (ssh.PublicKey, error) {
 
 // Close stops accepting, closes every connection (attached sessions keep running
 // on their nodes) and waits for the server's goroutines. Idempotent.
-func (s *SSHServer) Close() error {
+func (s *Server) Close() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -176,18 +217,18 @@ func (s *SSHServer) Close() error {
 	return err
 }
 
-func (s *SSHServer) accept() {
+func (s *Server) accept() {
 	defer s.wg.Done()
 	for {
 		nc, err := s.ln.Accept()
 		if err != nil {
 			if !errors.Is(err, net.ErrClosed) {
-				s.c.log.Warn("ssh accept", "err", err)
+				s.log.Warn("ssh accept", "err", err)
 			}
 			return
 		}
 		if why := s.admit(nc); why != "" {
-			s.c.log.Warn("ssh connection refused", "remote", nc.RemoteAddr().String(), "why", why)
+			s.log.Warn("ssh connection refused", "remote", nc.RemoteAddr().String(), "why", why)
 			nc.Close()
 			continue
 		}
@@ -215,10 +256,10 @@ func (id identity) actor() string {
 }
 
 // authKey checks a public key (or certificate) against the authorized keys file.
-func (s *SSHServer) authKey(meta ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permissions, error) {
+func (s *Server) authKey(meta ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permissions, error) {
 	keys, err := s.keys.load()
 	if err != nil {
-		s.c.log.Error("ssh authorized keys", "err", err)
+		s.log.Error("ssh authorized keys", "err", err)
 		return nil, errors.New("no authorized keys")
 	}
 	id, err := keys.check(key, remoteAddr(meta.RemoteAddr()), time.Now())
@@ -231,10 +272,6 @@ func (s *SSHServer) authKey(meta ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Perm
 		return nil, err
 	}
 	return &ssh.Permissions{Extensions: map[string]string{"fp": id.fingerprint, "role": id.role, "principal": id.principal}}, nil
-}
-
-func validRole(r string) bool {
-	return r == api.RoleViewer || r == api.RoleOperator || r == api.RoleAdmin
 }
 
 // loadHostKey reads the host key, generating an ed25519 key (0600) when missing.
@@ -257,21 +294,21 @@ func loadHostKey(path string) (ssh.Signer, error) {
 		data = pem.EncodeToMemory(block)
 		f, ferr := datadir.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if ferr != nil {
-			return nil, fmt.Errorf("controller: ssh host key: %w", ferr)
+			return nil, fmt.Errorf("sshd: host key: %w", ferr)
 		}
 		if _, werr := f.Write(data); werr != nil {
 			f.Close()
-			return nil, fmt.Errorf("controller: ssh host key: %w", werr)
+			return nil, fmt.Errorf("sshd: host key: %w", werr)
 		}
 		if cerr := f.Close(); cerr != nil {
-			return nil, fmt.Errorf("controller: ssh host key: %w", cerr)
+			return nil, fmt.Errorf("sshd: host key: %w", cerr)
 		}
 	} else if err != nil {
-		return nil, fmt.Errorf("controller: ssh host key: %w", err)
+		return nil, fmt.Errorf("sshd: host key: %w", err)
 	}
 	signer, err := ssh.ParsePrivateKey(data)
 	if err != nil {
-		return nil, fmt.Errorf("controller: ssh host key %s: %w", path, err)
+		return nil, fmt.Errorf("sshd: host key %s: %w", path, err)
 	}
 	return signer, nil
 }

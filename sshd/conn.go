@@ -1,4 +1,4 @@
-package controller
+package sshd
 
 import (
 	"bytes"
@@ -26,10 +26,6 @@ var sshVerbs = map[string]string{
 	"kill": api.RoleAdmin,
 }
 
-func roleRank(r string) int {
-	return map[string]int{api.RoleViewer: 1, api.RoleOperator: 2, api.RoleAdmin: 3}[r]
-}
-
 // maxSSHChannels bounds the session channels open at once on one connection
 // (OpenSSH's MaxSessions is 10 too).
 const maxSSHChannels = 10
@@ -37,23 +33,23 @@ const maxSSHChannels = 10
 // detachKey ends an attach and leaves the session running (Ctrl-]).
 const detachKey = 0x1d
 
-func (s *SSHServer) serveConn(nc net.Conn) {
+func (s *Server) serveConn(nc net.Conn) {
 	nc.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
 	conn, chans, reqs, err := ssh.NewServerConn(nc, s.conf)
 	if err != nil {
-		s.c.log.Debug("ssh handshake failed", "remote", nc.RemoteAddr().String(), "err", err)
+		s.log.Debug("ssh handshake failed", "remote", nc.RemoteAddr().String(), "err", err)
 		return
 	}
 	nc.SetDeadline(time.Time{})
 	defer conn.Close()
 	id := identity{fingerprint: conn.Permissions.Extensions["fp"], role: conn.Permissions.Extensions["role"], principal: conn.Permissions.Extensions["principal"]}
 	if why := s.loggedIn(nc); why != "" {
-		s.c.log.Warn("ssh connection refused", "remote", nc.RemoteAddr().String(), "why", why)
-		s.c.audits.record(api.AuditRecord{Actor: id.actor(), Action: "ssh login", Detail: "from " + conn.RemoteAddr().String(), Result: "refused", Error: why})
+		s.log.Warn("ssh connection refused", "remote", nc.RemoteAddr().String(), "why", why)
+		s.fleet.Audit(api.AuditRecord{Actor: id.actor(), Action: "ssh login", Detail: "from " + conn.RemoteAddr().String(), Result: "refused", Error: why})
 		return
 	}
-	s.c.audits.record(api.AuditRecord{Actor: id.actor(), Action: "ssh login", Detail: fmt.Sprintf("user %s role %s from %s", untrusted(conn.User()), id.role, conn.RemoteAddr()), Result: "ok"})
-	ctx, cancel := context.WithCancel(WithRole(WithActor(s.c.ctx, id.actor()), id.role))
+	s.fleet.Audit(api.AuditRecord{Actor: id.actor(), Action: "ssh login", Detail: fmt.Sprintf("user %s role %s from %s", untrusted(conn.User()), id.role, conn.RemoteAddr()), Result: "ok"})
+	ctx, cancel := context.WithCancel(s.fleet.ActAs(id.actor(), id.role))
 	defer cancel()
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -86,12 +82,12 @@ func (s *SSHServer) serveConn(nc net.Conn) {
 			sc.serve(ctx, chReqs)
 		}()
 	}
-	s.c.audits.record(api.AuditRecord{Actor: id.actor(), Action: "ssh logout", Detail: conn.RemoteAddr().String(), Result: "ok"})
+	s.fleet.Audit(api.AuditRecord{Actor: id.actor(), Action: "ssh logout", Detail: conn.RemoteAddr().String(), Result: "ok"})
 }
 
 // sshSession is one session channel: a shell, an exec or an attach.
 type sshSession struct {
-	s    *SSHServer
+	s    *Server
 	id   identity
 	user string
 	ch   ssh.Channel
@@ -252,11 +248,11 @@ func (sc *sshSession) run(ctx context.Context, args []string) int {
 	switch {
 	case !ok:
 		fmt.Fprintf(sc.errOut(), "fleetmux: %q is not a command here (commands: %s)\n", verb, strings.Join(sortedVerbs(), ", "))
-		sc.audit(ctx, verb, strings.Join(args, " "), "refused", "unknown command")
+		sc.audit(verb, strings.Join(args, " "), "refused", "unknown command")
 		return 2
-	case roleRank(sc.id.role) < roleRank(need):
+	case !api.RoleAtLeast(sc.id.role, need):
 		fmt.Fprintf(sc.errOut(), "fleetmux: %s needs the %s role; your key has %s\n", verb, need, sc.id.role)
-		sc.audit(ctx, verb, strings.Join(args, " "), "refused", "role "+sc.id.role)
+		sc.audit(verb, strings.Join(args, " "), "refused", "role "+sc.id.role)
 		return refusal(verb, 1)
 	}
 	for _, a := range args[1:] {
@@ -285,7 +281,7 @@ func (sc *sshSession) run(ctx context.Context, args []string) int {
 	if code != 0 {
 		result = fmt.Sprintf("exit %d", code)
 	}
-	sc.audit(ctx, verb, strings.Join(args, " "), result, "")
+	sc.audit(verb, strings.Join(args, " "), result, "")
 	return code
 }
 
@@ -298,11 +294,11 @@ func refusal(verb string, code int) int {
 	return code
 }
 
-func (sc *sshSession) audit(ctx context.Context, action, detail, result, errMsg string) {
+func (sc *sshSession) audit(action, detail, result, errMsg string) {
 	if len(detail) > 512 {
 		detail = detail[:512] + "…"
 	}
-	sc.s.c.audits.record(api.AuditRecord{Actor: actorOf(ctx), Principal: actorOf(ctx), Action: "ssh " + action, Detail: detail, Result: result, Error: errMsg})
+	sc.s.fleet.Audit(api.AuditRecord{Actor: sc.id.actor(), Principal: sc.id.actor(), Action: "ssh " + action, Detail: detail, Result: result, Error: errMsg})
 }
 
 func sortedVerbs() []string {
@@ -392,10 +388,10 @@ func splitArgs(s string) ([]string, error) {
 	return args, nil
 }
 
-// SSHVerb reports whether verb may run over SSH at all (for some role). The CLI
+// Verb reports whether verb may run over SSH at all (for some role). The CLI
 // builds the front door's command tree from it: a verb that reads the
 // controller's own environment or files must never be one.
-func SSHVerb(verb string) bool {
+func Verb(verb string) bool {
 	_, ok := sshVerbs[verb]
 	return ok
 }

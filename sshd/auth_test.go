@@ -1,4 +1,4 @@
-package controller_test
+package sshd_test
 
 import (
 	"context"

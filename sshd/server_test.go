@@ -1,4 +1,4 @@
-package controller_test
+package sshd_test
 
 import (
 	"bytes"
@@ -19,13 +19,14 @@ import (
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/controller"
 	"github.com/fleetmux/fleetmux/internal/testutil"
+	"github.com/fleetmux/fleetmux/sshd"
 	"golang.org/x/crypto/ssh"
 )
 
 // sshFixture is a controller with its SSH front door, and keys of each role.
 type sshFixture struct {
 	*fixture
-	srv   *controller.SSHServer
+	srv   *sshd.Server
 	keys  map[string]ssh.Signer // admin, operator, viewer, stranger, ca
 	audit string
 	ak    string        // the authorized_keys file
@@ -48,7 +49,7 @@ func newSigner(t *testing.T) ssh.Signer {
 // sshOpt changes a fixture's controller or SSH config (either may be nil).
 type sshOpt struct {
 	ctl func(*controller.Config)
-	ssh func(*controller.SSHConfig)
+	ssh func(*sshd.Config)
 }
 
 func newSSHFixture(t *testing.T, opts ...sshOpt) *sshFixture {
@@ -86,7 +87,7 @@ func newSSHFixture(t *testing.T, opts ...sshOpt) *sshFixture {
 		t.Fatal(err)
 	}
 	var err error
-	sc := controller.SSHConfig{
+	sc := sshd.Config{
 		Listen: "127.0.0.1:0", HostKeyFile: filepath.Join(dir, "host_key"), AuthorizedKeys: akFile,
 		Exec: func(ctx context.Context, args []string, role, actor string, stdin io.Reader, stdout, stderr io.Writer) int {
 			// Stands in for the CLI (cmd wires the real one; its own tests run it
@@ -104,7 +105,8 @@ func newSSHFixture(t *testing.T, opts ...sshOpt) *sshFixture {
 			o.ssh(&sc)
 		}
 	}
-	sf.srv, err = f.ctl.StartSSH(sc)
+	sc.Fleet, sc.Logger = f.ctl, slog.New(logs)
+	sf.srv, err = sshd.Start(sc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -447,5 +449,19 @@ func TestSSHLimits(t *testing.T) {
 	}
 	if refused == 0 {
 		t.Fatal("30 connections at once from one address were all accepted")
+	}
+}
+
+// TestSSHRoleReachesTheNode: requests made for an SSH user are signed with the
+// key's role: the node audits an operator's resize with the operator role and the
+// key as the actor.
+func TestSSHRoleReachesTheNode(t *testing.T) {
+	sf := newSSHFixture(t)
+	_, recs := auditSub(t, sf.fixture, "n1")
+	s := sf.newSession("n1")
+	sf.attachTerm(t, sf.login(t, "n1+"+s.ID, "operator"), "", 40, 120) // resizes the session to its window
+	r := nextAudit(t, recs, "resize")
+	if r.Result != "ok" || r.Role != api.RoleOperator || r.Controller != "ctl" || !strings.HasPrefix(r.Actor, "ssh:") {
+		t.Fatalf("audit record of the operator's resize: %+v", r)
 	}
 }

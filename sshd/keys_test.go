@@ -1,10 +1,13 @@
-package controller
+package sshd
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fleetmux/fleetmux/api"
 )
 
 func TestMatchFrom(t *testing.T) {
@@ -163,7 +166,7 @@ func FuzzParseAuthorized(f *testing.F) {
 			all = append(all, lines...)
 		}
 		for _, kl := range all {
-			if !validRole(kl.role) || kl.key == nil || kl.n < 1 {
+			if !slices.Contains(api.Roles, kl.role) || kl.key == nil || kl.n < 1 {
 				t.Fatalf("kept a bad line: %+v", kl)
 			}
 			matchFrom(kl.from, netip.MustParseAddr("127.0.0.1"))

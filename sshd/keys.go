@@ -1,4 +1,4 @@
-package controller
+package sshd
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fleetmux/fleetmux/api"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -23,7 +24,7 @@ import (
 //
 // Options fleetmux enforces:
 //
-//	role=viewer|operator|admin   the key's role (without it: SSHConfig.DefaultRole)
+//	role=viewer|operator|admin   the key's role (without it: Config.DefaultRole)
 //	from="PATTERN,…"             client addresses: IP, CIDR, wildcards * ?, ! negates
 //	                             (as OpenSSH with UseDNS no: no DNS lookups)
 //	expiry-time="YYYYMMDD[HHMM[SS]][Z]"  the key is refused after it (local time; Z: UTC)
@@ -108,7 +109,7 @@ func parseOptions(opts []string, defaultRole string) (keyLine, error) {
 		value = unquoteOption(value)
 		switch {
 		case name == "role" && hasValue:
-			if !validRole(value) {
+			if !slices.Contains(api.Roles, value) {
 				return kl, fmt.Errorf("role %q: want viewer, operator or admin", value)
 			}
 			kl.role = value

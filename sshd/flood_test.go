@@ -1,4 +1,4 @@
-package controller_test
+package sshd_test
 
 import (
 	"bufio"
@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -15,7 +14,7 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
-	"github.com/fleetmux/fleetmux/controller"
+	"github.com/fleetmux/fleetmux/sshd"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -123,7 +122,7 @@ func TestSSHRefusalFlood(t *testing.T) {
 // to a new one, and each has a short deadline.
 func TestSSHHandshakeFlood(t *testing.T) {
 	const deadline = 2 * time.Second
-	sf := newSSHFixture(t, sshOpt{ssh: func(c *controller.SSHConfig) { c.HandshakeTimeout = deadline }})
+	sf := newSSHFixture(t, sshOpt{ssh: func(c *sshd.Config) { c.HandshakeTimeout = deadline }})
 	before, err := sf.loginFrom(t, "127.0.0.2", "me", sf.keys["viewer"])
 	if err != nil {
 		t.Fatal(err)
@@ -163,41 +162,5 @@ func TestSSHHandshakeFlood(t *testing.T) {
 		if errors.As(err, &ne) && ne.Timeout() {
 			t.Fatalf("idle connection %d still open %v after the flood", i, time.Since(start))
 		}
-	}
-}
-
-// TestAuditRotation: the audit file rotates at AuditMaxBytes and keeps
-// AuditKeep old files, through audited HTTP requests.
-func TestAuditRotation(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "audit.jsonl")
-	f, bus := newFakeFixture(t, map[string]int{"n1": 0}, func(c *controller.Config) {
-		c.AuditFile, c.AuditMaxBytes, c.AuditKeep = path, 2000, 2
-	})
-	bus.handle("n1", "close", reply(api.Session{Node: "n1", ID: "s1", State: api.StateExited}))
-	for range 40 {
-		f.do("DELETE", "/v1/sessions/n1/s1", nil)
-	}
-	var all []api.AuditRecord
-	for _, p := range []string{path + ".2", path + ".1", path} {
-		st, err := os.Stat(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.Size() > 2000 || st.Mode().Perm() != 0o600 {
-			t.Errorf("%s: %d bytes, mode %v", p, st.Size(), st.Mode().Perm())
-		}
-		all = append(all, auditRecords(t, p)...)
-	}
-	if _, err := os.Stat(path + ".3"); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("a third old file is kept: %v", err)
-	}
-	for i := 1; i < len(all); i++ {
-		if all[i].Time.Before(all[i-1].Time) {
-			t.Fatalf("records out of order across the files at %d", i)
-		}
-	}
-	if len(all) < 10 {
-		t.Errorf("%d records in the kept files", len(all))
 	}
 }

@@ -1,8 +1,9 @@
-package controller
+package sshd
 
 import (
 	"fmt"
 	"net"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -12,8 +13,8 @@ import (
 
 // Who gets in, before anyone has logged in. A connection that has not logged in
 // costs nothing to open, so those connections are counted apart
-// (SSHConfig.MaxHandshakes, half of them per address at most), get a short
-// deadline (SSHConfig.HandshakeTimeout), and, when they are all taken, a new one
+// (Config.MaxHandshakes, half of them per address at most), get a short
+// deadline (Config.HandshakeTimeout), and, when they are all taken, a new one
 // ends the oldest: idle connections cannot keep people with keys out. What they
 // write into the audit log is bounded too: the user name they give is cut and
 // made printable, and refused logins are recorded at refusalRate at most (the
@@ -49,7 +50,7 @@ const (
 
 // admit applies the per-address rate limit and the handshake caps to a new
 // connection; "" admits it (it is pending until loggedIn).
-func (s *SSHServer) admit(nc net.Conn) string {
+func (s *Server) admit(nc net.Conn) string {
 	host := hostOnly(nc.RemoteAddr().String())
 	now := time.Now()
 	s.mu.Lock()
@@ -92,7 +93,7 @@ func (s *SSHServer) admit(nc net.Conn) string {
 		// The oldest handshake has had the longest to finish: it gives way.
 		delete(s.pending, oldest)
 		oldest.Close()
-		s.c.log.Debug("ssh handshake ended for a newer one", "remote", oldest.RemoteAddr().String())
+		s.log.Debug("ssh handshake ended for a newer one", "remote", oldest.RemoteAddr().String())
 	}
 	s.pending[nc] = handshake{host: host, start: now}
 	s.conns[nc] = struct{}{}
@@ -102,7 +103,7 @@ func (s *SSHServer) admit(nc net.Conn) string {
 // authLog sees every login attempt before the client hears the answer: a
 // connection that has logged in stops being a handshake at once, so that no newer
 // connection can end it (see admit).
-func (s *SSHServer) authLog(meta ssh.ConnMetadata, _ string, err error) {
+func (s *Server) authLog(meta ssh.ConnMetadata, _ string, err error) {
 	if err != nil {
 		return
 	}
@@ -118,7 +119,7 @@ func (s *SSHServer) authLog(meta ssh.ConnMetadata, _ string, err error) {
 }
 
 // loggedIn checks that nc, logged in, fits under MaxConns; "" lets it stay.
-func (s *SSHServer) loggedIn(nc net.Conn) string {
+func (s *Server) loggedIn(nc net.Conn) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.pending, nc)
@@ -128,7 +129,7 @@ func (s *SSHServer) loggedIn(nc net.Conn) string {
 	return ""
 }
 
-func (s *SSHServer) forget(nc net.Conn) {
+func (s *Server) forget(nc net.Conn) {
 	s.mu.Lock()
 	delete(s.conns, nc)
 	delete(s.pending, nc)
@@ -138,7 +139,7 @@ func (s *SSHServer) forget(nc net.Conn) {
 
 // refusal records a refused login, unless refusals come faster than refusalEvery
 // (then it is counted, and the count goes with the next record).
-func (s *SSHServer) refusal(r api.AuditRecord) {
+func (s *Server) refusal(r api.AuditRecord) {
 	now := time.Now()
 	s.mu.Lock()
 	rf := &s.refused
@@ -158,19 +159,26 @@ func (s *SSHServer) refusal(r api.AuditRecord) {
 	if dropped > 0 {
 		r.Detail += fmt.Sprintf(" (and %d refused logins before it, not recorded one by one)", dropped)
 	}
-	s.c.audits.record(r)
+	s.fleet.Audit(r)
 }
 
 // flushRefusals records how many refused logins were not recorded yet.
-func (s *SSHServer) flushRefusals() {
+func (s *Server) flushRefusals() {
 	s.mu.Lock()
 	dropped := s.refused.dropped
 	s.refused.dropped = 0
 	s.mu.Unlock()
 	if dropped > 0 {
-		s.c.audits.record(api.AuditRecord{Actor: "ssh", Action: "ssh login", Result: "refused",
+		s.fleet.Audit(api.AuditRecord{Actor: "ssh", Action: "ssh login", Result: "refused",
 			Detail: fmt.Sprintf("%d refused logins not recorded one by one", dropped)})
 	}
+}
+
+func hostOnly(hostport string) string {
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		return strings.Trim(h, "[]")
+	}
+	return strings.Trim(hostport, "[]")
 }
 
 // untrusted is a name an unauthenticated client gave, fit for a record: cut to
