@@ -234,3 +234,61 @@ class ErrorsTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class FollowCutTest(unittest.TestCase):
+    """follow resumes from the offset reached when a stream is cut abruptly (no final
+    chunk), against a fake controller: the first stream breaks after 5 bytes."""
+
+    def test_resumes_after_a_cut(self):
+        import http.server
+        import json as _json
+
+        data = b"0123456789abcdef"
+        asked = []
+
+        class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                if self.path.startswith("/v1/sessions/n/s/output"):
+                    frm = int(re.search(r"from=(\d+)", self.path).group(1))
+                    asked.append(frm)
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/octet-stream")
+                    self.send_header("Fleetmux-Offset", str(frm))
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    part = data[frm:frm + 5] if len(asked) == 1 else data[frm:]
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+                    self.wfile.flush()
+                    if len(asked) == 1:
+                        self.close_connection = True
+                        return  # cut: no final chunk
+                    self.wfile.write(b"0\r\n\r\n")
+                    return
+                body = _json.dumps({"node": "n", "id": "s", "state": "exited", "output_offset": len(data)}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        t = threading.Thread(target=srv.serve_forever)
+        t.start()
+        try:
+            c = Client("http://127.0.0.1:%d" % srv.server_address[1], "t")
+            got = b""
+            for ch in c.follow("n", "s", from_=0, min_backoff=0.01):
+                self.assertEqual(ch.offset, len(got))
+                got += ch.data
+            self.assertEqual(got, data)
+            self.assertEqual(asked, [0, 5])
+        finally:
+            srv.shutdown()
+            srv.server_close()
+            t.join()

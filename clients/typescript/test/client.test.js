@@ -7,6 +7,7 @@
 import assert from "node:assert/strict";
 import { afterEach, beforeEach, describe, it } from "node:test";
 import { readFileSync } from "node:fs";
+import { createServer } from "node:http";
 import * as fm from "../index.js";
 
 const skip = !process.env.FLEETMUX_ADDR && "FLEETMUX_ADDR not set (run through go test ./cmd/fleetmux)";
@@ -202,6 +203,47 @@ describe("errors", () => {
     }
     for (const [status, cls] of [[410, fm.Gone], [503, fm.Unavailable], [504, fm.Timeout], [500, fm.Internal], [502, fm.Unavailable], [418, fm.BadRequest]]) {
       assert.ok(fm.errorFor(status, undefined, "proxy page") instanceof cls, String(status));
+    }
+  });
+});
+
+// follow resumes from the offset reached when a stream is cut abruptly (no final
+// chunk), against a fake controller: the first stream breaks after 5 bytes.
+describe("follow", () => {
+  it("resumes after a cut", async () => {
+    const data = Buffer.from("0123456789abcdef");
+    const asked = [];
+    const srv = createServer((req, res) => {
+      const u = new URL(req.url, "http://x");
+      if (u.pathname === "/v1/sessions/n/s/output") {
+        const from = Number(u.searchParams.get("from"));
+        asked.push(from);
+        res.writeHead(200, { "Content-Type": "application/octet-stream", "Fleetmux-Offset": String(from) });
+        if (asked.length === 1) {
+          res.write(data.subarray(from, from + 5), () => res.socket.destroy()); // cut: no final chunk
+          return;
+        }
+        res.end(data.subarray(from));
+        return;
+      }
+      res.writeHead(200, { "Content-Type": "application/json" });
+      res.end(JSON.stringify({ node: "n", id: "s", state: "exited", output_offset: data.length }));
+    });
+    await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+    try {
+      const c = new fm.Client(`http://127.0.0.1:${srv.address().port}`, "t");
+      const parts = [];
+      let n = 0;
+      for await (const ch of c.follow("n", "s", { from: 0, minBackoffMs: 10 })) {
+        assert.equal(ch.offset, n);
+        parts.push(Buffer.from(ch.data));
+        n += ch.data.length;
+      }
+      assert.equal(Buffer.concat(parts).toString(), data.toString());
+      assert.deepEqual(asked, [0, 5]);
+    } finally {
+      srv.closeAllConnections?.();
+      await new Promise((r) => srv.close(r));
     }
   });
 });
