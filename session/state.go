@@ -72,6 +72,13 @@ func (s *Session) pollLoop() {
 // marks end quick commands on their own, so they never pay for reading /proc.
 const blockGrace = 10 * time.Millisecond
 
+// pendingGrace is how long after a submission the kernel is first sampled while the
+// command has not started (no C mark): a shell waiting for the rest of an incomplete
+// line is rare and nothing hurries to learn it, while a busy host (a fan-out to many
+// sessions on one node) can take longer than blockGrace to start every command, and
+// sampling all of them then only makes the host busier.
+const pendingGrace = 150 * time.Millisecond
+
 func (s *Session) needsPoll() (need, fallback bool, notBefore time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -81,9 +88,9 @@ func (s *Session) needsPoll() (need, fallback bool, notBefore time.Time) {
 	if s.integrated && s.fallback == nil {
 		switch {
 		case s.pending != nil:
-			// Submitted: the C mark comes first (or the shell waits for the rest of
-			// an incomplete line: `if true; then`).
-			notBefore = s.pending.StartedAt.Add(blockGrace)
+			// Submitted: the C mark comes first, or the shell waits for the rest of
+			// an incomplete line (`if true; then`), which pendingGrace finds.
+			notBefore = s.pending.StartedAt.Add(pendingGrace)
 		case s.cur != nil:
 			notBefore = s.cur.StartedAt.Add(blockGrace)
 		case s.seenPrompt && !s.atPrompt && len(s.blocks) > 0:
