@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/testutil"
+	"github.com/fleetmux/fleetmux/trust"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -118,5 +120,31 @@ func TestDevRefusesExposedHostKey(t *testing.T) {
 	os.Chown(key, 65534, 65534)
 	if err := devRefuses(t, data, "--ssh-listen", "127.0.0.1:0", "--authorized-keys", ak); !strings.Contains(err.Error(), "belongs to uid 65534") {
 		t.Errorf("someone else's host key: %v", err)
+	}
+}
+
+// TestDevAdoptsNoPlantedToken: a link planted at DATA/token, pointing at a token its
+// planter knows, must not become dev's admin token (read through the link, it would
+// hand the planter the API).
+func TestDevAdoptsNoPlantedToken(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	os.Mkdir(data, 0o700)
+	known, _, err := trust.NewToken("dev", api.RoleAdmin, 0, "planted", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	planted := filepath.Join(t.TempDir(), "planted")
+	if err := os.WriteFile(planted, []byte(known+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(planted, filepath.Join(data, "token")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := devToken(data)
+	if err == nil || got == known {
+		t.Fatalf("devToken through a planted link = %q, %v; want a refusal", got, err)
+	}
+	if !strings.Contains(err.Error(), "symbolic link") {
+		t.Errorf("refusal %q does not say why", err)
 	}
 }

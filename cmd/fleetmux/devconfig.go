@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/internal/datadir"
 	"github.com/fleetmux/fleetmux/trust"
 )
 
@@ -67,7 +68,7 @@ func readDevConfig() (cfg devConfig, ok bool) {
 	if err != nil || fi.Mode().Perm()&0o077 != 0 {
 		return devConfig{}, false
 	}
-	b, err := os.ReadFile(p)
+	b, err := datadir.ReadFile(p) // never through a link
 	if err != nil || json.Unmarshal(b, &cfg) != nil || cfg.Addr == "" {
 		return devConfig{}, false
 	}
@@ -78,7 +79,7 @@ func readDevConfig() (cfg devConfig, ok bool) {
 // making it on the first start.
 func devToken(data string) (string, error) {
 	p := filepath.Join(data, "token")
-	if b, err := os.ReadFile(p); err == nil {
+	if b, err := datadir.ReadFile(p); err == nil { // never through a link
 		if t := strings.TrimSpace(string(b)); t != "" {
 			if _, err := trust.TokenName(t); err == nil {
 				return t, os.Chmod(p, 0o600)
