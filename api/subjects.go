@@ -35,9 +35,12 @@ const (
 	// ServiceName is the NATS micro service name of the node API.
 	ServiceName = "fleetmux-node"
 
-	// StreamOut and StreamEvents are the JetStream streams that keep the subjects.
+	// StreamOut, StreamEvents and StreamAudit are the JetStream streams that keep
+	// the subjects: output; block and session events (what a subscriber may read);
+	// audit records (controllers only).
 	StreamOut    = "FLEETMUX_OUT"
 	StreamEvents = "FLEETMUX_EVENTS"
+	StreamAudit  = "FLEETMUX_AUDIT"
 
 	// MaxChunk bounds the payload of one output message (well under NATS's 1 MB).
 	MaxChunk = 64 << 10

@@ -94,15 +94,23 @@ func (id Identity) Inbox() string { return InboxRoot + "." + id.Kind + "." + id.
 // UserName is the name in the user JWT (shown in the server's logs and monitoring).
 func (id Identity) UserName() string { return id.Kind + ":" + id.Name }
 
-// streams a subscriber may consume and a controller manages.
-func jsStreamAPI(stream string) []string {
+// ConsumerName is the one consumer name a subscriber may use on each stream it
+// reads: its own name. It may create (with a filter within its subjects), pull
+// from, ack, inspect and delete that consumer, pull or push (delivering to its own
+// inbox), durable or not, and no other: not another subscriber's, not a
+// controller's, and none whose name a client library generates (nats.go's ordered
+// consumers).
+func (id Identity) ConsumerName() string { return id.Name }
+
+// consumerAPI is the JetStream API on the consumer named name of one stream, less
+// its creation: pull, info, delete, acks and flow control replies.
+func consumerAPI(stream, name string) []string {
 	return []string{
-		"$JS.API.STREAM.INFO." + stream,
-		"$JS.API.CONSUMER.MSG.NEXT." + stream + ".*",
-		"$JS.API.CONSUMER.INFO." + stream + ".*",
-		"$JS.API.CONSUMER.DELETE." + stream + ".*",
-		"$JS.FC." + stream + ".>",
-		"$JS.ACK." + stream + ".>",
+		"$JS.API.CONSUMER.MSG.NEXT." + stream + "." + name,
+		"$JS.API.CONSUMER.INFO." + stream + "." + name,
+		"$JS.API.CONSUMER.DELETE." + stream + "." + name,
+		"$JS.ACK." + stream + "." + name + ".>",
+		"$JS.FC." + stream + "." + name + ".>",
 	}
 }
 
@@ -115,13 +123,15 @@ func jsStreamAPI(stream string) []string {
 //     NATS micro discovery subjects of the fleetmux-node service. Nothing else.
 //   - controller C: publish <p>.rpc.> and <p>.audit.C; subscribe
 //     <p>.{out,block,event,audit,approval}.>; the three KV buckets (read and write) and
-//     the JetStream API to create, update and consume the streams FLEETMUX_OUT and
-//     FLEETMUX_EVENTS and the buckets; the account's connect/disconnect advisories;
-//     its own inbox.
-//   - subscriber: subscribe <p>.{out,block,event}.> (or <p>.KIND.NODE.> for each of
-//     Nodes); consume FLEETMUX_OUT and FLEETMUX_EVENTS with consumers whose filter
-//     stays within those subjects (the filter is part of the create subject, and the
-//     server checks it matches the consumer's), its own inbox. No rpc, no other
+//     the JetStream API to create, update and consume the streams FLEETMUX_OUT,
+//     FLEETMUX_EVENTS and FLEETMUX_AUDIT and the buckets; the account's
+//     connect/disconnect advisories; its own inbox.
+//   - subscriber S: subscribe <p>.{out,block,event}.> (or <p>.KIND.NODE.> for each
+//     of Nodes); on FLEETMUX_OUT and FLEETMUX_EVENTS one consumer each, named S
+//     (ConsumerName), whose filter stays within those subjects (the filter is part
+//     of the create subject, and the server checks it matches the consumer's); its
+//     own inbox. A full subscriber also reads FLEETMUX_OUT unfiltered and by
+//     sequence, and the streams' info. Never FLEETMUX_AUDIT, no rpc, no other
 //     publish.
 func (id Identity) Permissions() (jwt.Permissions, error) {
 	if err := id.Validate(); err != nil {
@@ -151,7 +161,7 @@ func (id Identity) Permissions() (jwt.Permissions, error) {
 			sub = append(sub, p+"."+k+".>")
 		}
 		pub = append(pub, "$JS.API.INFO", "$JS.API.STREAM.NAMES")
-		for _, s := range []string{api.StreamOut, api.StreamEvents, "KV_" + BucketTokens, "KV_" + BucketPolicy, "KV_" + BucketApprovals} {
+		for _, s := range []string{api.StreamOut, api.StreamEvents, api.StreamAudit, "KV_" + BucketTokens, "KV_" + BucketPolicy, "KV_" + BucketApprovals} {
 			pub = append(pub, jsAdminAPI(s)...)
 		}
 		for _, b := range []string{BucketTokens, BucketPolicy, BucketApprovals} {
@@ -164,23 +174,25 @@ func (id Identity) Permissions() (jwt.Permissions, error) {
 			sub = append(sub, id.filters(k)...)
 		}
 		sub = append(sub, id.Inbox()+".>")
+		name := id.ConsumerName()
 		for _, s := range []string{api.StreamOut, api.StreamEvents} {
-			pub = append(pub, jsStreamAPI(s)...)
+			pub = append(pub, consumerAPI(s, name)...)
 		}
 		for _, f := range id.filters(api.KindOut) {
-			pub = append(pub, "$JS.API.CONSUMER.CREATE."+api.StreamOut+".*."+f)
+			pub = append(pub, "$JS.API.CONSUMER.CREATE."+api.StreamOut+"."+name+"."+f)
 		}
 		for _, k := range []string{api.KindBlock, api.KindEvent} {
 			for _, f := range id.filters(k) {
-				pub = append(pub, "$JS.API.CONSUMER.CREATE."+api.StreamEvents+".*."+f)
+				pub = append(pub, "$JS.API.CONSUMER.CREATE."+api.StreamEvents+"."+name+"."+f)
 			}
 		}
 		if len(id.Nodes) == 0 {
-			// FLEETMUX_OUT holds nothing a full subscriber may not read: unfiltered
-			// consumers and reads by sequence are fine there (not on FLEETMUX_EVENTS,
-			// which also keeps the audit records).
-			pub = append(pub, "$JS.API.CONSUMER.CREATE."+api.StreamOut, "$JS.API.STREAM.MSG.GET."+api.StreamOut,
-				"$JS.API.DIRECT.GET."+api.StreamOut, "$JS.API.DIRECT.GET."+api.StreamOut+".>")
+			// FLEETMUX_OUT holds nothing a full subscriber may not read: an unfiltered
+			// consumer and reads by sequence are fine there. The streams' info lists
+			// subjects (subjects_filter), so only a full subscriber gets it.
+			pub = append(pub, "$JS.API.CONSUMER.CREATE."+api.StreamOut+"."+name, "$JS.API.STREAM.MSG.GET."+api.StreamOut,
+				"$JS.API.DIRECT.GET."+api.StreamOut, "$JS.API.DIRECT.GET."+api.StreamOut+".>",
+				"$JS.API.STREAM.INFO."+api.StreamOut, "$JS.API.STREAM.INFO."+api.StreamEvents)
 		}
 	}
 	var perms jwt.Permissions
@@ -228,7 +240,14 @@ func jsAdminAPI(stream string) []string {
 // bucket's subjects.
 func kvReadAPI(bucket string) []string {
 	stream := "KV_" + bucket
-	return append(jsStreamAPI(stream),
+	return append([]string{
+		"$JS.API.STREAM.INFO." + stream,
+		"$JS.API.CONSUMER.MSG.NEXT." + stream + ".*",
+		"$JS.API.CONSUMER.INFO." + stream + ".*",
+		"$JS.API.CONSUMER.DELETE." + stream + ".*",
+		"$JS.FC." + stream + ".>",
+		"$JS.ACK." + stream + ".>",
+	},
 		"$JS.API.DIRECT.GET."+stream,
 		"$JS.API.DIRECT.GET."+stream+".>",
 		"$JS.API.STREAM.MSG.GET."+stream,

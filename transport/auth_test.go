@@ -243,15 +243,15 @@ func TestAuthSubscriberReadsButNeverRuns(t *testing.T) {
 		t.Fatalf("output: %v %v", m, err)
 	}
 
-	// JetStream: the subscriber replays output from the stream (an ordered
-	// consumer), but cannot read the audit records kept in FLEETMUX_EVENTS.
+	// JetStream: the subscriber replays output from the stream (through the
+	// consumer named after itself), but cannot read the audit records.
 	js, err := jetstream.New(sub.nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons, err := js.OrderedConsumer(ctxT(t, 5*time.Second), api.StreamOut, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj.All(api.KindOut, "web-1")}})
+	cons, err := js.CreateOrUpdateConsumer(ctxT(t, 5*time.Second), api.StreamOut, jetstream.ConsumerConfig{Name: "dash", FilterSubject: subj.All(api.KindOut, "web-1")})
 	if err != nil {
-		t.Fatalf("ordered consumer on %s: %v", api.StreamOut, err)
+		t.Fatalf("consumer on %s: %v", api.StreamOut, err)
 	}
 	jm, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
 	if err != nil || string(jm.Data()) != "hello\x00\xff" {
@@ -260,13 +260,15 @@ func TestAuthSubscriberReadsButNeverRuns(t *testing.T) {
 	if err := nodeConn.Publish(subj.Audit("web-1"), nil, []byte(`{"secret":"audit"}`)); err != nil {
 		t.Fatal(err)
 	}
-	for _, filter := range []string{subj.Audit("web-1"), "fleetmux.>", ""} {
-		cfg := jetstream.ConsumerConfig{FilterSubject: filter, DeliverPolicy: jetstream.DeliverAllPolicy}
-		if _, err := js.CreateConsumer(ctxT(t, time.Second), api.StreamEvents, cfg); err == nil {
-			t.Errorf("a subscriber created a consumer on %s with filter %q", api.StreamEvents, filter)
+	for _, stream := range []string{api.StreamEvents, api.StreamAudit} {
+		for _, filter := range []string{subj.Audit("web-1"), "fleetmux.>", ""} {
+			cfg := jetstream.ConsumerConfig{Name: "dash", FilterSubject: filter, DeliverPolicy: jetstream.DeliverAllPolicy}
+			if _, err := js.CreateConsumer(ctxT(t, time.Second), stream, cfg); err == nil {
+				t.Errorf("a subscriber created a consumer on %s with filter %q", stream, filter)
+			}
 		}
 	}
-	if _, err := js.CreateConsumer(ctxT(t, 5*time.Second), api.StreamEvents, jetstream.ConsumerConfig{FilterSubject: subj.All(api.KindBlock, "*")}); err != nil {
+	if _, err := js.CreateConsumer(ctxT(t, 5*time.Second), api.StreamEvents, jetstream.ConsumerConfig{Name: "dash", FilterSubject: subj.All(api.KindBlock, "*")}); err != nil {
 		t.Errorf("block events consumer: %v", err)
 	}
 	if s := nodeLog.String(); strings.Contains(s, "async error") {
@@ -419,11 +421,11 @@ func TestAuthNarrowedSubscriber(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.OrderedConsumer(ctxT(t, 5*time.Second), api.StreamOut, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj.All(api.KindOut, "a")}}); err != nil {
+	if _, err := js.CreateOrUpdateConsumer(ctxT(t, 5*time.Second), api.StreamOut, jetstream.ConsumerConfig{Name: "a-only", FilterSubject: subj.All(api.KindOut, "a")}); err != nil {
 		t.Errorf("consumer of a's output: %v", err)
 	}
 	for _, filter := range []string{subj.All(api.KindOut, "b"), subj.All(api.KindOut, "*"), ""} {
-		if _, err := js.CreateConsumer(ctxT(t, time.Second), api.StreamOut, jetstream.ConsumerConfig{FilterSubject: filter}); err == nil {
+		if _, err := js.CreateOrUpdateConsumer(ctxT(t, time.Second), api.StreamOut, jetstream.ConsumerConfig{Name: "a-only", FilterSubject: filter}); err == nil {
 			t.Errorf("consumer with filter %q created", filter)
 		}
 	}
@@ -544,14 +546,18 @@ func TestPermissionsTable(t *testing.T) {
 			noSub: []string{"acme.fm.rpc.>", "_INBOX.>"},
 		}},
 		{transport.Identity{Kind: transport.KindSubscriber, Name: "dash"}, want{
-			pub:   []string{"$JS.API.CONSUMER.CREATE.FLEETMUX_OUT.*.fleetmux.out.>", "$JS.API.CONSUMER.CREATE.FLEETMUX_EVENTS.*.fleetmux.event.>"},
-			noPub: []string{"fleetmux.rpc.>", "$JS.API.CONSUMER.CREATE.FLEETMUX_EVENTS", "$JS.API.STREAM.MSG.GET.FLEETMUX_EVENTS"},
+			pub: []string{"$JS.API.CONSUMER.CREATE.FLEETMUX_OUT.dash.fleetmux.out.>", "$JS.API.CONSUMER.CREATE.FLEETMUX_EVENTS.dash.fleetmux.event.>",
+				"$JS.API.CONSUMER.MSG.NEXT.FLEETMUX_OUT.dash", "$JS.ACK.FLEETMUX_EVENTS.dash.>", "$JS.API.STREAM.INFO.FLEETMUX_OUT"},
+			noPub: []string{"fleetmux.rpc.>", "$JS.API.CONSUMER.CREATE.FLEETMUX_EVENTS", "$JS.API.STREAM.MSG.GET.FLEETMUX_EVENTS",
+				"$JS.API.CONSUMER.CREATE.FLEETMUX_OUT", "$JS.API.CONSUMER.MSG.NEXT.FLEETMUX_OUT.*", "$JS.API.CONSUMER.DELETE.FLEETMUX_OUT.*",
+				"$JS.API.CONSUMER.CREATE.FLEETMUX_OUT.*.fleetmux.out.>", "$JS.API.STREAM.INFO.FLEETMUX_AUDIT", "$JS.ACK.FLEETMUX_OUT.>"},
 			sub:   []string{"fleetmux.out.>", "fleetmux.block.>", "fleetmux.event.>", "_INBOX.subscriber.dash.>"},
 			noSub: []string{"fleetmux.rpc.>", "fleetmux.audit.>", "_INBOX.>"},
 		}},
 		{transport.Identity{Kind: transport.KindSubscriber, Name: "dash", Nodes: []string{"b", "a", "a"}}, want{
-			pub:   []string{"$JS.API.CONSUMER.CREATE.FLEETMUX_OUT.*.fleetmux.out.a.>"},
-			noPub: []string{"$JS.API.CONSUMER.CREATE.FLEETMUX_OUT", "$JS.API.CONSUMER.CREATE.FLEETMUX_OUT.*.fleetmux.out.>", "$JS.API.DIRECT.GET.FLEETMUX_OUT"},
+			pub: []string{"$JS.API.CONSUMER.CREATE.FLEETMUX_OUT.dash.fleetmux.out.a.>"},
+			noPub: []string{"$JS.API.CONSUMER.CREATE.FLEETMUX_OUT", "$JS.API.CONSUMER.CREATE.FLEETMUX_OUT.dash.fleetmux.out.>", "$JS.API.DIRECT.GET.FLEETMUX_OUT",
+				"$JS.API.CONSUMER.CREATE.FLEETMUX_OUT.dash", "$JS.API.STREAM.INFO.FLEETMUX_OUT"},
 			sub:   []string{"fleetmux.out.a.>", "fleetmux.out.b.>", "fleetmux.event.b.>"},
 			noSub: []string{"fleetmux.out.>"},
 		}},

@@ -209,13 +209,22 @@ func (a *Authority) operatorClaims() (*jwt.OperatorClaims, error) {
 	return oc, nil
 }
 
+// Account limits of JetStream: how many streams the fleet account keeps (three
+// streams and three KV buckets today) and how many consumers each stream holds at
+// once, so that no identity creates them without bound.
+const (
+	accountMaxStreams   = 32
+	accountMaxConsumers = 1024
+)
+
 // AccountJWT is the fleet account's JWT, signed by the operator: JetStream on
-// without limits, and the connect/disconnect advisories of its own clients imported
+// with storage unlimited but bounded streams and consumers (accountMaxStreams,
+// accountMaxConsumers per stream), and the connect/disconnect advisories of its own clients imported
 // from the system account (AdvisoryConnect, AdvisoryDisconnect).
 func (a *Authority) AccountJWT() (string, error) {
 	ac := jwt.NewAccountClaims(a.Account())
 	ac.Name = accountName
-	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1, MaxAckPending: -1, MemoryMaxStreamBytes: -1, DiskMaxStreamBytes: -1}
+	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: accountMaxStreams, Consumer: accountMaxConsumers, MaxAckPending: -1, MemoryMaxStreamBytes: -1, DiskMaxStreamBytes: -1}
 	for local, event := range map[string]string{AdvisoryConnect: "CONNECT", AdvisoryDisconnect: "DISCONNECT"} {
 		ac.Imports.Add(&jwt.Import{
 			Name: "advisory " + strings.ToLower(event), Type: jwt.Stream, Account: a.SystemAccount(),

@@ -18,11 +18,15 @@ type StreamLimits struct {
 	OutMaxBytes int64
 	// OutMaxAge bounds how long output is kept. Default 24h.
 	OutMaxAge time.Duration
-	// EventsMaxBytes bounds api.StreamEvents (block, session and audit events).
+	// EventsMaxBytes bounds api.StreamEvents (block and session events).
 	// Default 256 MiB.
 	EventsMaxBytes int64
 	// EventsMaxAge bounds how long events are kept. Default 7 days.
 	EventsMaxAge time.Duration
+	// AuditMaxBytes bounds api.StreamAudit (audit records). Default 256 MiB.
+	AuditMaxBytes int64
+	// AuditMaxAge bounds how long audit records are kept. Default 7 days.
+	AuditMaxAge time.Duration
 	// Replicas is the number of copies in a JetStream cluster. Default 1.
 	Replicas int
 }
@@ -50,15 +54,20 @@ func (l StreamLimits) withDefaults() StreamLimits {
 	l.OutMaxAge = age(l.OutMaxAge, 24*time.Hour)
 	l.EventsMaxBytes = size(l.EventsMaxBytes, 256<<20)
 	l.EventsMaxAge = age(l.EventsMaxAge, 7*24*time.Hour)
+	l.AuditMaxBytes = size(l.AuditMaxBytes, 256<<20)
+	l.AuditMaxAge = age(l.AuditMaxAge, 7*24*time.Hour)
 	if l.Replicas <= 0 {
 		l.Replicas = 1
 	}
 	return l
 }
 
-// StreamConfigs are the configurations EnsureStreams applies: api.StreamOut keeps
-// <prefix>.out.>, api.StreamEvents keeps <prefix>.block.>, <prefix>.event.> and
-// <prefix>.audit.>, both on file storage, discarding the oldest messages at a limit.
+// StreamConfigs are the configurations EnsureStreams applies, in order:
+// api.StreamOut keeps <prefix>.out.>, api.StreamEvents <prefix>.block.> and
+// <prefix>.event.>, api.StreamAudit <prefix>.audit.> (apart, so that what a
+// subscriber may read is whole streams' worth), all on file storage, discarding
+// the oldest messages at a limit. Events comes before Audit: a stream that an older
+// version created with the audit subjects gives them up before Audit takes them.
 func StreamConfigs(prefix string, lim StreamLimits) []jetstream.StreamConfig {
 	if prefix == "" {
 		prefix = api.DefaultPrefix
@@ -78,11 +87,10 @@ func StreamConfigs(prefix string, lim StreamLimits) []jetstream.StreamConfig {
 		},
 		{
 			Name:        api.StreamEvents,
-			Description: "fleetmux block, session and audit events (JSON)",
+			Description: "fleetmux block and session events (JSON)",
 			Subjects: []string{
 				prefix + "." + api.KindBlock + ".>",
 				prefix + "." + api.KindEvent + ".>",
-				prefix + "." + api.KindAudit + ".>",
 			},
 			Retention: jetstream.LimitsPolicy,
 			Discard:   jetstream.DiscardOld,
@@ -90,6 +98,17 @@ func StreamConfigs(prefix string, lim StreamLimits) []jetstream.StreamConfig {
 			MaxBytes:  lim.EventsMaxBytes,
 			MaxAge:    lim.EventsMaxAge,
 			Replicas:  lim.Replicas,
+		},
+		{
+			Name:        api.StreamAudit,
+			Description: "fleetmux audit records (JSON; controllers only)",
+			Subjects:    []string{prefix + "." + api.KindAudit + ".>"},
+			Retention:   jetstream.LimitsPolicy,
+			Discard:     jetstream.DiscardOld,
+			Storage:     jetstream.FileStorage,
+			MaxBytes:    lim.AuditMaxBytes,
+			MaxAge:      lim.AuditMaxAge,
+			Replicas:    lim.Replicas,
 		},
 	}
 }

@@ -31,7 +31,8 @@ func TestEnsureStreams(t *testing.T) {
 		maxBytes int64
 	}{
 		api.StreamOut:    {[]string{"fleetmux.out.>"}, 24 * time.Hour, 1 << 30},
-		api.StreamEvents: {[]string{"fleetmux.block.>", "fleetmux.event.>", "fleetmux.audit.>"}, 7 * 24 * time.Hour, 256 << 20},
+		api.StreamEvents: {[]string{"fleetmux.block.>", "fleetmux.event.>"}, 7 * 24 * time.Hour, 256 << 20},
+		api.StreamAudit:  {[]string{"fleetmux.audit.>"}, 7 * 24 * time.Hour, 256 << 20},
 	}
 	names := js.StreamNames(ctx)
 	var got []string
@@ -42,7 +43,7 @@ func TestEnsureStreams(t *testing.T) {
 		t.Fatal(names.Err())
 	}
 	slices.Sort(got)
-	if !slices.Equal(got, []string{api.StreamEvents, api.StreamOut}) {
+	if !slices.Equal(got, []string{api.StreamAudit, api.StreamEvents, api.StreamOut}) {
 		t.Fatalf("streams %v", got)
 	}
 	for name, w := range want {
@@ -61,9 +62,12 @@ func TestEnsureStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 5*time.Second, func() bool {
-		s, err := js.Stream(ctx, api.StreamEvents)
+		s, err := js.Stream(ctx, api.StreamAudit)
 		return err == nil && s.CachedInfo().State.Msgs == 1
 	}, "audit record stored")
+	if s, err := js.Stream(ctx, api.StreamEvents); err != nil || s.CachedInfo().State.Msgs != 0 {
+		t.Fatalf("the events stream holds an audit record: %v", err)
+	}
 
 	// Limits can be changed later (update in place).
 	if err := transport.EnsureStreams(ctx, c.NC(), "", transport.StreamLimits{OutMaxAge: time.Hour}); err != nil {
@@ -75,6 +79,27 @@ func TestEnsureStreams(t *testing.T) {
 	}
 	if s.CachedInfo().Config.MaxAge != time.Hour {
 		t.Fatalf("max age not updated: %v", s.CachedInfo().Config.MaxAge)
+	}
+}
+
+// TestEnsureStreamsMovesAudit: a fleet whose FLEETMUX_EVENTS an older version
+// created with the audit subjects gets them moved to FLEETMUX_AUDIT.
+func TestEnsureStreamsMovesAudit(t *testing.T) {
+	srv := testutil.StartNATS(t, t.TempDir())
+	c := connected(t, srv.ClientURL())
+	ctx := ctxT(t, 20*time.Second)
+	js, _ := jetstream.New(c.NC())
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: api.StreamEvents, Subjects: []string{"fleetmux.block.>", "fleetmux.event.>", "fleetmux.audit.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := transport.EnsureStreams(ctx, c.NC(), "", transport.StreamLimits{}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string][]string{api.StreamEvents: {"fleetmux.block.>", "fleetmux.event.>"}, api.StreamAudit: {"fleetmux.audit.>"}} {
+		s, err := js.Stream(ctx, name)
+		if err != nil || !slices.Equal(s.CachedInfo().Config.Subjects, want) {
+			t.Fatalf("%s: %v", name, err)
+		}
 	}
 }
 

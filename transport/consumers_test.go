@@ -1,0 +1,152 @@
+package transport_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/transport"
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// TestAuthSubscriberConsumersAreItsOwn performs the attacks of the security review
+// on the JetStream consumers: a subscriber narrowed to node "other" pulls node
+// "vm"'s output through the full subscriber's durable "dash" and audit records
+// through a controller's consumer, reads every subject from the stream info,
+// deletes "dash" and re-creates it with its own filter; a full subscriber reaches
+// for the audit stream and the controller's consumers. All of it is refused (a
+// permissions violation); each subscriber still reads what it may through the
+// consumer named after itself.
+func TestAuthSubscriberConsumersAreItsOwn(t *testing.T) {
+	f := startAuthFleet(t)
+	ctrl, _ := f.conn(transport.Identity{Kind: transport.KindController, Name: "ctl"})
+	if err := transport.EnsureStreams(ctxT(t, 10*time.Second), ctrl.NC(), "", transport.StreamLimits{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"vm", "other"} {
+		node, _ := f.conn(transport.Identity{Kind: transport.KindNode, Name: n})
+		if err := node.Publish(subj.Out(n, "s1"), map[string]string{api.HeaderOffset: "0"}, []byte(n+"-output")); err != nil {
+			t.Fatal(err)
+		}
+		if err := node.Publish(subj.Audit(n), nil, []byte(`{"secret":"audit"}`)); err != nil {
+			t.Fatal(err)
+		}
+		if err := node.NC().Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	jsCtl, err := jetstream.New(ctrl.NC())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{api.StreamEvents, api.StreamAudit} {
+		if _, err := jsCtl.CreateOrUpdateConsumer(ctxT(t, 5*time.Second), s, jetstream.ConsumerConfig{Durable: "ops", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+			t.Fatalf("controller's consumer on %s: %v", s, err)
+		}
+	}
+
+	full := f.client(f.creds(transport.Identity{Kind: transport.KindSubscriber, Name: "dash"}), nats.CustomInboxPrefix("_INBOX.subscriber.dash"))
+	jsFull, err := jetstream.New(full.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dash, err := jsFull.CreateOrUpdateConsumer(ctxT(t, 5*time.Second), api.StreamOut, jetstream.ConsumerConfig{
+		Durable: "dash", FilterSubject: subj.All(api.KindOut, "*"), AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatalf("the full subscriber's own consumer: %v", err)
+	}
+
+	narrow := f.client(f.creds(transport.Identity{Kind: transport.KindSubscriber, Name: "watch", Nodes: []string{"other"}}), nats.CustomInboxPrefix("_INBOX.subscriber.watch"))
+	pull := "_INBOX.subscriber.watch.pull"
+	if _, err := narrow.nc.SubscribeSync(pull); err != nil {
+		t.Fatal(err)
+	}
+	narrow.noErrors(t)
+	attack := func(cl *client, subject, body string) {
+		t.Run(subject, func(t *testing.T) {
+			if err := cl.nc.PublishRequest(subject, pull, []byte(body)); err != nil {
+				t.Fatal(err)
+			}
+			cl.violation(t, subject)
+		})
+	}
+	next := `{"batch":2,"expires":1000000000}`
+	attack(narrow, "$JS.API.CONSUMER.MSG.NEXT."+api.StreamOut+".dash", next)
+	attack(narrow, "$JS.API.CONSUMER.MSG.NEXT."+api.StreamEvents+".ops", next)
+	attack(narrow, "$JS.API.CONSUMER.MSG.NEXT."+api.StreamAudit+".ops", next)
+	attack(narrow, "$JS.API.STREAM.INFO."+api.StreamOut, `{"subjects_filter":">"}`)
+	attack(narrow, "$JS.API.CONSUMER.DELETE."+api.StreamOut+".dash", "")
+	attack(narrow, "$JS.API.CONSUMER.DELETE."+api.StreamEvents+".ops", "")
+	attack(narrow, "$JS.API.CONSUMER.CREATE."+api.StreamOut+".dash."+subj.All(api.KindOut, "other"),
+		`{"stream_name":"FLEETMUX_OUT","config":{"durable_name":"dash","filter_subject":"fleetmux.out.other.>","deliver_policy":"all","ack_policy":"explicit"}}`)
+	attack(full, "$JS.API.CONSUMER.MSG.NEXT."+api.StreamAudit+".ops", next)
+	attack(full, "$JS.API.CONSUMER.MSG.NEXT."+api.StreamEvents+".ops", next)
+	attack(full, "$JS.API.CONSUMER.DELETE."+api.StreamEvents+".ops", "")
+	attack(full, "$JS.API.CONSUMER.CREATE."+api.StreamAudit+".dash."+subj.All(api.KindAudit, "vm"),
+		`{"stream_name":"FLEETMUX_AUDIT","config":{"name":"dash","filter_subject":"fleetmux.audit.vm"}}`)
+	// The legacy ephemeral endpoint takes the consumer's name from the body: "ops".
+	attack(full, "$JS.API.CONSUMER.CREATE."+api.StreamOut,
+		`{"stream_name":"FLEETMUX_OUT","config":{"name":"ops","filter_subject":"fleetmux.out.>"}}`)
+
+	// "dash" is still there, unchanged, and reads both nodes' output.
+	info, err := dash.Info(ctxT(t, 5*time.Second))
+	if err != nil || info.Config.FilterSubject != subj.All(api.KindOut, "*") {
+		t.Fatalf("the full subscriber's consumer after the attacks: %+v %v", info, err)
+	}
+	batch, err := dash.Fetch(2, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for m := range batch.Messages() {
+		got = append(got, string(m.Data()))
+		if err := m.Ack(); err != nil {
+			t.Errorf("ack: %v", err)
+		}
+	}
+	if len(got) != 2 || got[0] != "vm-output" || got[1] != "other-output" {
+		t.Fatalf("dash read %q", got)
+	}
+
+	// The narrowed subscriber reads other's output through its own consumer, and
+	// removes it.
+	jsNarrow, err := jetstream.New(narrow.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := jsNarrow.CreateOrUpdateConsumer(ctxT(t, 5*time.Second), api.StreamOut, jetstream.ConsumerConfig{
+		Name: "watch", FilterSubject: subj.All(api.KindOut, "other"), AckPolicy: jetstream.AckNonePolicy})
+	if err != nil {
+		t.Fatalf("the narrowed subscriber's own consumer: %v", err)
+	}
+	m, err := own.Next(jetstream.FetchMaxWait(5 * time.Second))
+	if err != nil || string(m.Data()) != "other-output" {
+		t.Fatalf("the narrowed subscriber read %v %v", m, err)
+	}
+	if err := jsNarrow.DeleteConsumer(ctxT(t, 5*time.Second), api.StreamOut, "watch"); err != nil {
+		t.Fatalf("delete its own consumer: %v", err)
+	}
+	narrow.noErrors(t)
+}
+
+// TestAccountBoundsStreamsAndConsumers: the fleet account caps how many streams it
+// keeps and how many consumers a stream holds.
+func TestAccountBoundsStreamsAndConsumers(t *testing.T) {
+	a, err := transport.InitAuthority(t.TempDir(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := a.AccountJWT()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ac, err := jwt.DecodeAccountClaims(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := ac.Limits.JetStreamLimits; l.Streams <= 0 || l.Consumer <= 0 {
+		t.Fatalf("account limits %+v: streams and consumers unbounded", l)
+	}
+}
