@@ -109,8 +109,9 @@ type AuditRecord struct {
 	Time    time.Time `json:"time"`
 	Node    string    `json:"node"`
 	Session string    `json:"session,omitempty"`
-	// Actor is who acted: in a node's record the verified envelope's actor, in a
-	// controller's record the label the client chose (HeaderActor). "" means unknown.
+	// Actor is the label the client chose (HeaderActor, "mcp:NAME"; in a node's
+	// record the one the verified envelope carries): anyone may claim any label,
+	// so it is never an identity (Principal is). "" means unknown.
 	Actor string `json:"actor"`
 	// Principal is who the controller authenticated: "token:NAME",
 	// "ssh:FINGERPRINT". A controller's actor is a label the client chose; only the

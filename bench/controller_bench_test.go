@@ -22,6 +22,7 @@ import (
 	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/fleetmux/fleetmux/node"
 	"github.com/fleetmux/fleetmux/transport"
+	"github.com/fleetmux/fleetmux/trust"
 )
 
 // The controller benchmarks: the whole stack in one process (embedded NATS with
@@ -559,7 +560,7 @@ func nodeRPCRun(c *transport.Conn, keys *testutil.Trust, addr string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	subject := api.Subjects{}.RPC(nodeName, "run")
-	h, err := keys.Signer.Sign(subject, data, "bench", api.RoleAdmin)
+	h, err := keys.Signer.Sign(subject, data, trust.Claims{Actor: "bench", Principal: "test:bench", Role: api.RoleAdmin})
 	if err != nil {
 		return err
 	}

@@ -257,9 +257,10 @@ func TestTokensTwoControllers(t *testing.T) {
 	}
 }
 
-// TestAuditNamesPrincipal (issue 15 #12): a client with an operator token that
-// labels itself "admin" via Fleetmux-Actor is recorded as what it is: the
-// principal is its token, the label stays a label.
+// TestAuditNamesPrincipal (issue 15 #12, review #4): a client with an operator
+// token that labels itself "admin" or "mcp-human:alice" via Fleetmux-Actor is
+// recorded as what it is, by the controller and by the node (from the signed
+// envelope): the principal is its token, the label stays a label.
 func TestAuditNamesPrincipal(t *testing.T) {
 	audit := filepath.Join(t.TempDir(), "audit.jsonl")
 	f := newFixture(t, fixtureOpts{nodes: map[string]map[string]string{"n1": nil}, store: true,
@@ -281,13 +282,17 @@ func TestAuditNamesPrincipal(t *testing.T) {
 	defer stop()
 	f.as(ops, func() {
 		f.do("POST", "/v1/sessions", api.NewSession{Node: "nope"}, api.HeaderActor, "admin")
-		f.must(http.StatusCreated, "POST", "/v1/sessions", api.NewSession{Node: "n1"}, nil)
+		// Review #4: the client names itself a person; the node must still know
+		// it is token:ops (its policy matches the principal, not this label).
+		if code, body := f.do("POST", "/v1/sessions", api.NewSession{Node: "n1"}, api.HeaderActor, "mcp-human:alice"); code != http.StatusCreated {
+			t.Fatalf("create: %d %s", code, body)
+		}
 	})
-	// The node records the signed actor: the label, then the principal.
+	// The node records the signed principal, and the label apart.
 	select {
 	case r := <-nodeRecs:
-		if !regexp.MustCompile(`^api@127\.0\.0\.1 \(token:ops\)$`).MatchString(r.Actor) || r.Role != api.RoleOperator {
-			t.Errorf("node audit record %+v: want the label with the principal (token:ops), role operator", r)
+		if r.Principal != "token:ops" || r.Actor != "mcp-human:alice@127.0.0.1" || r.Role != api.RoleOperator {
+			t.Errorf("node audit record %+v: want principal token:ops, the label mcp-human:alice@127.0.0.1 apart, role operator", r)
 		}
 	case <-time.After(10 * time.Second):
 		t.Error("no audit record from the node")

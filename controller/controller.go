@@ -43,7 +43,7 @@ type Bus interface {
 // of its api.HeaderAuth header (trust.Signer in production, with this controller's
 // key and certificate). Implementations are safe for concurrent use.
 type Signer interface {
-	Sign(subject string, body []byte, actor, role string) (string, error)
+	Sign(subject string, body []byte, who trust.Claims) (string, error)
 }
 
 var _ Signer = (*trust.Signer)(nil)
@@ -124,8 +124,10 @@ type Controller struct {
 	metrics *metrics
 	handler http.Handler
 	audits  *auditLog
-	longs   *longs // each actor's long requests (run, wait)
-	tokens  *tokenCache
+	longs   *longs // each principal's long requests (run, wait)
+	// spoofs rate-limits the warnings about nodes that answer for other nodes.
+	spoofs *warnLimiter
+	tokens *tokenCache
 	// patterns are the mux's route patterns (routes), each in api.Routes.
 	patterns []string
 	// stopTokens ends the token store's watch (set by Start, called by Shutdown).
@@ -207,6 +209,7 @@ func New(cfg Config) (*Controller, error) {
 		subj:   api.Subjects{Prefix: cfg.Prefix},
 		nodes:  newTable(),
 		longs:  newLongs(),
+		spoofs: newWarnLimiter(time.Minute),
 		tokens: newTokenCache(),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())

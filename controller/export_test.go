@@ -27,3 +27,6 @@ func SetDownGrace(c *Controller, d time.Duration) {
 
 // Patterns are the route patterns the controller's mux serves.
 func Patterns(c *Controller) []string { return c.patterns }
+
+// MaxLongPerPrincipal is how many long requests one principal may hold on a node.
+const MaxLongPerPrincipal = maxLongPerPrincipal

@@ -17,6 +17,7 @@ import (
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/controller"
 	"github.com/fleetmux/fleetmux/internal/testutil"
+	"github.com/fleetmux/fleetmux/trust"
 )
 
 // newFakeFixture starts a controller on a fakeBus, with the nodes given (name →
@@ -78,10 +79,10 @@ func TestFakeRouting(t *testing.T) {
 	if err := json.Unmarshal(reqs[0].data, &sr); err != nil || sr.Session != "s4" {
 		t.Fatalf("the node got %s (%v)", reqs[0].data, err)
 	}
-	// The request is signed for the API's principal: the actor it named (a label,
-	// with its address) and the API token's role.
+	// The request is signed for the API's principal (its token), the actor it
+	// named (a label, with its address) apart, and the API token's role.
 	p, err := f.trust.NewVerifier(t).Verify(api.Subjects{}.RPC("n1", "get"), reqs[0].data, reqs[0].header[api.HeaderAuth])
-	if err != nil || !strings.HasPrefix(p.Actor, "agent-7@") || p.Role != api.RoleAdmin || p.Controller != "ctl" {
+	if err != nil || !strings.HasPrefix(p.Actor, "agent-7@") || p.Principal != "token:"+trust.BootstrapName || p.Role != api.RoleAdmin || p.Controller != "ctl" {
 		t.Fatalf("signed principal %+v (%v)", p, err)
 	}
 	if n := len(bus.sent(api.Subjects{}.RPC("n2", "get"))); n != 0 {

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"time"
@@ -43,7 +44,9 @@ func ctxRole(ctx context.Context) string {
 
 // ActAs returns a context of the controller's lifetime in which actor acts with
 // role (WithActor, WithRole): for a front door that authenticated them itself (the
-// SSH server).
+// SSH server). actor must be the authenticated identity ("ssh:FINGERPRINT"), never
+// a name the client chose: it is the principal that nodes audit and that limits
+// count (principalOf).
 func (c *Controller) ActAs(actor, role string) context.Context {
 	return WithRole(WithActor(c.ctx, actor), role)
 }
@@ -52,20 +55,13 @@ func (c *Controller) ActAs(actor, role string) context.Context {
 // verbs).
 func (c *Controller) Audit(rec api.AuditRecord) { c.audits.record(rec) }
 
-// principalOf is who acts in ctx (WithActor, WithRole): the actor the nodes
-// record names the authenticated principal after the label (signedActor).
+// principalOf is who acts in ctx (WithActor, WithRole, and the caller the HTTP
+// guard or the MCP transport authenticated). A context without an authenticated
+// caller is a front door's that names its authenticated identity as the actor
+// (SSH: "ssh:FINGERPRINT", never a client's choice): that actor is then the
+// principal too.
 func principalOf(ctx context.Context) principal {
-	return principal{actor: signedActor(actorOf(ctx), callerOf(ctx).principal), role: ctxRole(ctx)}
-}
-
-// signedActor is the actor a node request is signed with: the client's label
-// and, when the request was authenticated, its principal, so that the nodes'
-// audit never takes a label for an identity: "cli:bob@127.0.0.1 (token:ops)".
-func signedActor(label, principal string) string {
-	if principal == "" || principal == label {
-		return label
-	}
-	return label + " (" + principal + ")"
+	return principal{actor: actorOf(ctx), id: cmp.Or(callerOf(ctx).principal, actorOf(ctx)), role: ctxRole(ctx)}
 }
 
 // ListNodes returns the node table.

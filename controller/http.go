@@ -252,11 +252,12 @@ func actor(r *http.Request) string {
 	return who + "@" + host
 }
 
-// httpPrincipal is who an HTTP API request acts as: its actor (a label), with the
-// role of its API token (guard put the caller in its context).
+// httpPrincipal is who an HTTP API request acts as: its API token (guard put the
+// caller in its context) and role, and its actor label. A request guard did not
+// authenticate has no principal, and the node requests it makes are not signed.
 func httpPrincipal(r *http.Request) principal {
 	who := callerOf(r.Context())
-	return principal{actor: signedActor(actor(r), who.principal), role: who.role}
+	return principal{actor: actor(r), id: who.principal, role: who.role}
 }
 
 // target validates the {node} and {id} of a session route.

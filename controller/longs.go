@@ -8,33 +8,34 @@ import (
 	"github.com/fleetmux/fleetmux/api"
 )
 
-// maxLongPerActor bounds an actor's long requests (api.LongVerb: run, wait) held
+// maxLongPerPrincipal bounds a principal's long requests (api.LongVerb: run, wait) held
 // by one node at once. A node serves a bounded number of requests at once; without
 // this bound one viewer (one SSH key opening many channels of `wait --timeout
 // 10m`) could take them all, and keep them after leaving. It leaves room for a
 // fan-out to many sessions of one node.
-const maxLongPerActor = 64
+const maxLongPerPrincipal = 64
 
-// longs counts each actor's long requests on each node. A request whose caller left before the
+// longs counts each principal's long requests on each node (never per actor label:
+// a client sets its label freely). A request whose caller left before the
 // node answered still counts until its timeout: the node holds it that long.
 type longs struct {
 	mu sync.Mutex // guards n
 	n  map[longKey]int
 }
 
-type longKey struct{ actor, node string }
+type longKey struct{ principal, node string }
 
 func newLongs() *longs { return &longs{n: map[longKey]int{}} }
 
-// acquire takes one of actor's slots on node for a request of the given timeout, or
+// acquire takes one of principal's slots on node for a request of the given timeout, or
 // fails with api.CodeBusy. release gives it back: at once when the request ended
 // with ctx alive, else when the request's timeout has passed.
-func (l *longs) acquire(ctx context.Context, actor, node string, timeout time.Duration) (release func(), err error) {
-	k := longKey{actor, node}
+func (l *longs) acquire(ctx context.Context, principal, node string, timeout time.Duration) (release func(), err error) {
+	k := longKey{principal, node}
 	l.mu.Lock()
-	if l.n[k] >= maxLongPerActor {
+	if l.n[k] >= maxLongPerPrincipal {
 		l.mu.Unlock()
-		return nil, api.Errorf(api.CodeBusy, "%d long requests (run, wait) of yours are in flight on node %s, the most one actor may have: wait for one to end", maxLongPerActor, node)
+		return nil, api.Errorf(api.CodeBusy, "%d long requests (run, wait) of yours are in flight on node %s, the most one principal may have: wait for one to end", maxLongPerPrincipal, node)
 	}
 	l.n[k]++
 	l.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/trust"
 )
 
 // errNodeDown is the cancel cause of a request whose node went dead or left.
@@ -17,9 +18,12 @@ var errNodeDown = errors.New("node went down")
 // errRequestTimeout is the cause of a request that outlived its timeout.
 var errRequestTimeout = errors.New("request timed out")
 
-// principal is who a node request is made for: the actor (for the audit) and the
-// role that the node checks the verb against. Both are signed into the request.
-type principal struct{ actor, role string }
+// principal is who a node request is made for: id, the authenticated identity
+// ("token:NAME", "ssh:FINGERPRINT"), which the node audits and its policy matches
+// and which per-caller limits count; actor, the label the client gave itself
+// (audited beside it, never trusted); and the role the node checks the verb
+// against. All three are signed into the request.
+type principal struct{ actor, id, role string }
 
 // call sends one verb to a node, signed for who (Config.Signer), and decodes its
 // reply into out (nil: ignore it). It fails fast for unknown, dead and unserved
@@ -27,7 +31,7 @@ type principal struct{ actor, role string }
 // *api.Error, or ctx's error when the caller gave up.
 func (c *Controller) call(ctx context.Context, who principal, node, verb string, req, out any, timeout time.Duration) error {
 	if api.LongVerb(verb) {
-		release, err := c.longs.acquire(ctx, who.actor, node, timeout)
+		release, err := c.longs.acquire(ctx, who.id, node, timeout)
 		if err != nil {
 			return err
 		}
@@ -55,7 +59,7 @@ func (c *Controller) doCall(ctx context.Context, who principal, node, verb strin
 		return fmt.Errorf("controller: encode %s request: %w", verb, err)
 	}
 	subject := c.subj.RPC(node, verb)
-	auth, err := c.cfg.Signer.Sign(subject, data, who.actor, who.role)
+	auth, err := c.cfg.Signer.Sign(subject, data, trust.Claims{Actor: who.actor, Principal: who.id, Role: who.role})
 	if err != nil {
 		c.log.Error("node request not signed", "node", node, "verb", verb, "err", err)
 		return api.Errorf(api.CodeInternal, "the controller could not sign the %s request (details in its log)", verb)
@@ -83,7 +87,10 @@ func (c *Controller) doCall(ctx context.Context, who principal, node, verb strin
 		return api.Errorf(api.CodeUnavailable, "node %s: the bus failed the request", node)
 	}
 	c.nodes.ok(node)
-	return decodeReply(node, verb, reply, out)
+	if err := decodeReply(node, verb, reply, out); err != nil {
+		return err
+	}
+	return c.checkReply(node, verb, out)
 }
 
 // decodeReply decodes a node reply: an error envelope (api.ErrorReply, which a

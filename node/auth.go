@@ -25,7 +25,7 @@ func (n *Node) authorize(subject string, header map[string]string, req *request)
 	if err != nil {
 		return n.refusal(req.verb, err)
 	}
-	req.actor, req.role, req.controller, req.verified = p.Actor, p.Role, p.Controller, true
+	req.actor, req.principal, req.role, req.controller, req.verified = p.Actor, p.Principal, p.Role, p.Controller, true
 	if !trust.Allows(p.Role, req.verb) {
 		return api.Errorf(api.CodeForbidden, "the %s role may not use %s on node %s", p.Role, req.verb, n.cfg.Name)
 	}
@@ -38,7 +38,7 @@ func (n *Node) refusal(verb string, err error) *api.Error {
 	switch {
 	case errors.Is(err, trust.ErrUnsigned):
 		return api.Errorf(api.CodeUnauthorized, "%s refused: the request is not signed (%s missing): node requests come through a controller", verb, api.HeaderAuth)
-	case errors.Is(err, trust.ErrReplayFull):
+	case errors.Is(err, trust.ErrReplayFull), errors.Is(err, trust.ErrBeforeStart):
 		return api.Errorf(api.CodeBusy, "%s refused: %s", verb, msg)
 	case errors.Is(err, trust.ErrUnknownRole):
 		return api.Errorf(api.CodeForbidden, "%s refused: %s", verb, msg)

@@ -11,6 +11,7 @@ import (
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/fleetmux/fleetmux/node"
+	"github.com/fleetmux/fleetmux/trust"
 )
 
 // TestAttacksRefused is the attack of issue 14 through a real NATS server: a raw
@@ -76,7 +77,7 @@ func TestAttacksRefused(t *testing.T) {
 	f.mustCall("get", api.SessionRequest{Session: s.ID}, &before)
 	evil, _ := json.Marshal(api.RunRequest{Session: s.ID, Command: "echo pwned", TimeoutMS: 5000})
 	other := testutil.NewTrust(t)
-	expired, err := f.trust.Signer.SignAt(time.Now().Add(-2*time.Minute), 30*time.Second, runSubj, evil, "mallory", api.RoleAdmin)
+	expired, err := f.trust.Signer.SignAt(time.Now().Add(-2*time.Minute), 30*time.Second, runSubj, evil, trust.Claims{Actor: "mallory", Principal: "test:mallory", Role: api.RoleAdmin})
 	if err != nil {
 		t.Fatal(err)
 	}

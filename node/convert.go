@@ -50,7 +50,7 @@ func publishJSON(bus Bus, subject string, v any) {
 
 // auditRecord encodes the record of a mutating request (nil if it cannot).
 func (n *Node) auditRecord(req request, out any, aerr *api.Error) []byte {
-	rec := api.AuditRecord{Time: req.at, Node: n.cfg.Name, Actor: req.actor, Role: req.role, Controller: req.controller,
+	rec := api.AuditRecord{Time: req.at, Node: n.cfg.Name, Actor: req.actor, Principal: req.principal, Role: req.role, Controller: req.controller,
 		Claimed: truncate(req.label, 256), Action: req.verb, Result: "ok"}
 	var probe struct {
 		Session string   `json:"session"`

@@ -27,8 +27,9 @@ type request struct {
 	data []byte
 	at   time.Time // when it arrived: its audit record's time
 	// Who made it, from its verified envelope (authorize): empty until verified.
-	actor, role, controller string
-	verified                bool
+	// principal is the authenticated identity; actor is only the caller's label.
+	actor, principal, role, controller string
+	verified                           bool
 	// label is the request's bare api.HeaderActor, audited (as a claim) only when
 	// the request is refused before it is verified: it is never an identity.
 	label string

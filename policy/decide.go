@@ -12,9 +12,17 @@ import (
 
 // Request is what a decision is about.
 type Request struct {
-	Command       string // the command line as it will be typed (may span lines)
-	Actor         string // who asks, from the verified request (e.g. "mcp:claude", "ssh:alice")
-	Role          string // the actor's role (api.RoleViewer, …)
+	Command string // the command line as it will be typed (may span lines)
+	// Principal is who asks, as the controller authenticated it and signed it
+	// (trust.Principal.Principal: "token:ci", "ssh:SHA256:…"). Rules that single
+	// out callers must match this (Match.Principal).
+	Principal string
+	// Actor is the label the caller gave itself ("mcp:claude", "cli:bob@host"),
+	// carried in the verified request but chosen freely by any client: a rule on
+	// it can be dodged by renaming, so use it to sort cooperative clients (e.g.
+	// send agents to a person), never to grant or deny by identity.
+	Actor         string
+	Role          string // the principal's role (api.RoleViewer, …)
 	Node          string // the node's name
 	NodeLabels    map[string]string
 	SessionLabels map[string]string
@@ -69,6 +77,9 @@ func (m *Match) fits(req Request, action string, v **views) bool {
 		return false
 	}
 	if m.actor != nil && !m.actor.MatchString(req.Actor) {
+		return false
+	}
+	if m.principal != nil && !m.principal.MatchString(req.Principal) {
 		return false
 	}
 	if m.node != nil && !m.node.MatchString(req.Node) {

@@ -17,6 +17,9 @@ rules:
   - name: viewers-read-only
     match: {role: viewer}
     action: deny
+  - name: ci-stays-out-of-prod
+    match: {principal: 'token:ci*', node_labels: {env: prod}}
+    action: deny
   - name: prod-needs-a-human
     match: {node_labels: {env: prod}, actor: 'mcp:*'}
     action: approve
@@ -76,6 +79,9 @@ func TestDecide(t *testing.T) {
 		{"prod person", Request{Command: "uptime", Actor: "ssh:alice", Role: api.RoleOperator, NodeLabels: prod}, api.ActionAllow, ""},
 		{"staging agent", Request{Command: "uptime", Actor: "mcp:claude", Role: api.RoleOperator, NodeLabels: map[string]string{"env": "staging"}}, api.ActionAllow, ""},
 		{"agent no labels", Request{Command: "uptime", Actor: "mcp:claude", Role: api.RoleOperator}, api.ActionAllow, ""},
+		{"ci token in prod", Request{Command: "uptime", Principal: "token:ci-2", Actor: "mcp:claude", Role: api.RoleOperator, NodeLabels: prod}, api.ActionDeny, "ci-stays-out-of-prod"},
+		{"ci token renamed", Request{Command: "uptime", Principal: "token:ci-2", Actor: "ssh:alice", Role: api.RoleOperator, NodeLabels: prod}, api.ActionDeny, "ci-stays-out-of-prod"},
+		{"ci label is not the ci token", Request{Command: "uptime", Principal: "token:ops", Actor: "token:ci", Role: api.RoleOperator, NodeLabels: prod}, api.ActionAllow, ""},
 		{"actor glob crosses slash", Request{Actor: "mcp:a/b", NodeLabels: prod}, api.ActionApprove, "prod-needs-a-human"},
 		{"node glob", Request{Node: "web-01", SessionLabels: map[string]string{"team": "ci-bot"}}, api.ActionApprove, "web-ci"},
 		{"node glob too long", Request{Node: "web-001", SessionLabels: map[string]string{"team": "ci-bot"}}, api.ActionAllow, ""},

@@ -230,7 +230,7 @@ func (p *parser) name(n *yaml.Node, field string) string {
 
 func (p *parser) match(n *yaml.Node, field string) Match {
 	var m Match
-	for _, kv := range p.mapping(n, field, "command", "actor", "node", "role", "node_labels", "session_labels") {
+	for _, kv := range p.mapping(n, field, "command", "actor", "principal", "node", "role", "node_labels", "session_labels") {
 		k, v := kv[0], kv[1]
 		f := join(field, k.Value)
 		switch k.Value {
@@ -245,6 +245,8 @@ func (p *parser) match(n *yaml.Node, field string) Match {
 			}
 		case "actor":
 			m.Actor, m.actor = p.glob(v, f)
+		case "principal":
+			m.Principal, m.principal = p.glob(v, f)
 		case "node":
 			m.Node, m.node = p.glob(v, f)
 		case "role":

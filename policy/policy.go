@@ -13,8 +13,18 @@
 //	    match: {node_labels: {env: prod}, actor: 'mcp:*'}
 //	    action: approve
 //	    approve_within: 10m
+//	  - name: ci-stays-out-of-prod
+//	    match: {principal: 'token:ci*', node_labels: {env: prod}}
+//	    action: deny
 //	redact:
 //	  - {name: aws-key, pattern: 'AKIA[0-9A-Z]{16}'}
+//
+// Identities: `principal` matches who the controller authenticated ("token:NAME",
+// "ssh:FINGERPRINT"), which the controller signs into every request; `actor`
+// matches the label a client gives itself, which any client may set to anything.
+// A rule that grants or denies by who asks must match `principal`: an `actor`
+// rule only sorts clients that name themselves honestly (an agent that renames
+// itself dodges it).
 //
 // Two versions must not be confused: the document's `version:` is the format version
 // (Policy.Format, only 1 exists), while Policy.Version is the stored revision, set by
@@ -97,14 +107,15 @@ type Rule struct {
 // fit, and an empty Match fits every request.
 type Match struct {
 	Command       string            // RE2; see Decide
-	Actor         string            // glob on the actor
+	Actor         string            // glob on the actor: a label the client chose (see Request)
+	Principal     string            // glob on the authenticated principal: the identity
 	Node          string            // glob on the node's name
 	Role          string            // exactly this role
 	NodeLabels    map[string]string // every key present, its value fitting the glob
 	SessionLabels map[string]string // likewise for the session's labels
 
 	command                   *regexp.Regexp
-	actor, node               *regexp.Regexp
+	actor, principal, node    *regexp.Regexp
 	nodeLabels, sessionLabels map[string]*regexp.Regexp
 }
 

@@ -15,40 +15,44 @@ import (
 // bytes, and payload is, in this order, with every string prefixed by its length
 // as a big-endian uint16 (so no two envelopes share an encoding):
 //
-//	"FMA1"                    magic and version (never the start of a certificate's signed bytes)
+//	"FMA2"                    magic and version (never the start of a certificate's signed bytes)
 //	string  cert              the controller's certificate (text form)
 //	string  subject           the NATS subject the request is published to
 //	[32]    sha256(body)      the request body's hash
-//	string  actor             who asked (an API token name, an SSH key, "mcp:…")
+//	string  actor             the label the client gave itself ("cli:bob@10.0.0.7", "mcp:…"): not an identity
+//	string  principal         who the controller authenticated ("token:NAME", "ssh:FINGERPRINT"): never empty
 //	string  role              api.RoleViewer, api.RoleOperator or api.RoleAdmin
 //	int64   issued            Unix nanoseconds, big-endian
 //	int64   expires           Unix nanoseconds, big-endian
 //	[16]    request id        random, never accepted twice
 //
-// Nothing may follow the request id.
-const envMagic = "FMA1"
+// Nothing may follow the request id. Version 1 ("FMA1") had no principal and is
+// refused: an envelope of one version never decodes as another.
+const envMagic = "FMA2"
 
 // Bounds of an envelope's fields.
 const (
-	maxSubjectLen = 1024
-	maxActorLen   = 512
-	maxRoleLen    = 32
-	requestIDLen  = 16
+	maxSubjectLen   = 1024
+	maxActorLen     = 512
+	maxPrincipalLen = 512
+	maxRoleLen      = 32
+	requestIDLen    = 16
 	// maxHeaderLen bounds the header's text: the largest payload in base64 plus a
 	// signature.
-	maxHeaderLen = (len(envMagic)+2*4+maxCertLen+maxSubjectLen+maxActorLen+maxRoleLen+sha256.Size+8+8+requestIDLen)*4/3 + 4 + 1 + 86
+	maxHeaderLen = (len(envMagic)+2*5+maxCertLen+maxSubjectLen+maxActorLen+maxPrincipalLen+maxRoleLen+sha256.Size+8+8+requestIDLen)*4/3 + 4 + 1 + 86
 )
 
 // envelope is a decoded payload.
 type envelope struct {
-	cert     string
-	subject  string
-	bodyHash [sha256.Size]byte
-	actor    string
-	role     string
-	issued   int64 // Unix ns
-	expires  int64 // Unix ns
-	id       [requestIDLen]byte
+	cert      string
+	subject   string
+	bodyHash  [sha256.Size]byte
+	actor     string
+	principal string
+	role      string
+	issued    int64 // Unix ns
+	expires   int64 // Unix ns
+	id        [requestIDLen]byte
 }
 
 // appendPayload appends e's encoding to b.
@@ -58,6 +62,7 @@ func (e *envelope) appendPayload(b []byte) []byte {
 	b = appendString(b, e.subject)
 	b = append(b, e.bodyHash[:]...)
 	b = appendString(b, e.actor)
+	b = appendString(b, e.principal)
 	b = appendString(b, e.role)
 	b = binary.BigEndian.AppendUint64(b, uint64(e.issued))
 	b = binary.BigEndian.AppendUint64(b, uint64(e.expires))
@@ -65,7 +70,7 @@ func (e *envelope) appendPayload(b []byte) []byte {
 }
 
 func (e *envelope) payloadLen() int {
-	return len(envMagic) + 2*4 + len(e.cert) + len(e.subject) + len(e.actor) + len(e.role) + sha256.Size + 8 + 8 + requestIDLen
+	return len(envMagic) + 2*5 + len(e.cert) + len(e.subject) + len(e.actor) + len(e.principal) + len(e.role) + sha256.Size + 8 + 8 + requestIDLen
 }
 
 func appendString(b []byte, s string) []byte {
@@ -109,6 +114,7 @@ func decodePayload(p []byte) (envelope, error) {
 	e.subject = r.str(maxSubjectLen)
 	copy(e.bodyHash[:], r.bytes(sha256.Size))
 	e.actor = r.str(maxActorLen)
+	e.principal = r.str(maxPrincipalLen)
 	e.role = r.str(maxRoleLen)
 	e.issued = int64(r.uint64())
 	e.expires = int64(r.uint64())

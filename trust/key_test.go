@@ -115,7 +115,7 @@ func TestInitRootAndEnroll(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, _ := s.Sign(subj, body, "a", api.RoleAdmin)
+	h, _ := s.Sign(subj, body, Claims{Actor: "a", Principal: "token:ci", Role: api.RoleAdmin})
 	if p, err := v.Verify(subj, body, h); err != nil || p.Controller != "ctl" {
 		t.Fatalf("Verify = %+v, %v", p, err)
 	}
@@ -134,7 +134,7 @@ func TestInitRootAndEnroll(t *testing.T) {
 		t.Fatal(err)
 	}
 	v2, _ := LoadVerifier(filepath.Join(other, RootPubFile), VerifierConfig{})
-	h, _ = s.Sign(subj, body, "a", api.RoleAdmin)
+	h, _ = s.Sign(subj, body, Claims{Actor: "a", Principal: "token:ci", Role: api.RoleAdmin})
 	if _, err := v2.Verify(subj, body, h); !errors.Is(err, ErrUnknownKey) {
 		t.Fatalf("foreign root: %v", err)
 	}

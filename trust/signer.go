@@ -45,35 +45,52 @@ func NewSigner(cert string, key ed25519.PrivateKey) (*Signer, error) {
 // Name is the controller's name in the certificate.
 func (s *Signer) Name() string { return s.name }
 
+// Claims is who a request is made for, as the controller signs it.
+type Claims struct {
+	// Actor is the label the client gave itself (api.HeaderActor, "mcp:NAME"),
+	// for the audit: anyone may claim any label, so it never identifies anyone.
+	Actor string
+	// Principal is who the controller authenticated: "token:NAME",
+	// "ssh:FINGERPRINT" (or "ssh:CERT-PRINCIPAL:FINGERPRINT"). Required. This is
+	// what audits and policies identify a caller by.
+	Principal string
+	// Role is the principal's role (ValidRole).
+	Role string
+}
+
 // Sign returns the value of the Fleetmux-Auth header for a request of body to
-// subject, made by actor with role, valid for DefaultLifetime from now.
-func (s *Signer) Sign(subject string, body []byte, actor, role string) (string, error) {
-	return s.SignAt(time.Now(), DefaultLifetime, subject, body, actor, role)
+// subject, made for who, valid for DefaultLifetime from now.
+func (s *Signer) Sign(subject string, body []byte, who Claims) (string, error) {
+	return s.SignAt(time.Now(), DefaultLifetime, subject, body, who)
 }
 
 // SignAt is Sign with the issue time and the lifetime given (0 < lifetime ≤
 // MaxLifetime), e.g. for tests of expiry.
-func (s *Signer) SignAt(issued time.Time, lifetime time.Duration, subject string, body []byte, actor, role string) (string, error) {
+func (s *Signer) SignAt(issued time.Time, lifetime time.Duration, subject string, body []byte, who Claims) (string, error) {
 	if lifetime <= 0 || lifetime > MaxLifetime {
 		return "", fmt.Errorf("trust: sign: lifetime %v (want 0 < lifetime ≤ %v)", lifetime, MaxLifetime)
 	}
 	if subject == "" || len(subject) > maxSubjectLen {
 		return "", fmt.Errorf("trust: sign: subject of %d bytes (want 1 to %d)", len(subject), maxSubjectLen)
 	}
-	if len(actor) > maxActorLen || !utf8.ValidString(actor) {
+	if len(who.Actor) > maxActorLen || !utf8.ValidString(who.Actor) {
 		return "", fmt.Errorf("trust: sign: actor over %d bytes or not UTF-8", maxActorLen)
 	}
-	if !ValidRole(role) {
-		return "", fmt.Errorf("trust: sign: unknown role %q", role)
+	if who.Principal == "" || len(who.Principal) > maxPrincipalLen || !utf8.ValidString(who.Principal) {
+		return "", fmt.Errorf("trust: sign: principal empty, over %d bytes or not UTF-8", maxPrincipalLen)
+	}
+	if !ValidRole(who.Role) {
+		return "", fmt.Errorf("trust: sign: unknown role %q", who.Role)
 	}
 	e := envelope{
-		cert:     s.cert,
-		subject:  subject,
-		bodyHash: sha256.Sum256(body),
-		actor:    actor,
-		role:     role,
-		issued:   issued.UnixNano(),
-		expires:  issued.Add(lifetime).UnixNano(),
+		cert:      s.cert,
+		subject:   subject,
+		bodyHash:  sha256.Sum256(body),
+		actor:     who.Actor,
+		principal: who.Principal,
+		role:      who.Role,
+		issued:    issued.UnixNano(),
+		expires:   issued.Add(lifetime).UnixNano(),
 	}
 	_, _ = rand.Read(e.id[:]) // crypto/rand.Read never fails (it crashes the program instead)
 	return s.seal(&e), nil

@@ -23,7 +23,22 @@ var (
 	// ErrReplayFull means the replay cache holds its limit of live request ids:
 	// the request is refused (never accepted unchecked); retry later.
 	ErrReplayFull = errors.New("trust: too many requests in flight to check for replays")
+	// ErrBeforeStart means the envelope was issued before this Verifier was
+	// created (less StartMargin): its request id may have been accepted by the
+	// verifier's predecessor (a node before its restart), whose replay cache is
+	// gone. A fresh request (signed again) is accepted: callers may retry.
+	ErrBeforeStart = errors.New("trust: request signed before the node started")
 )
+
+// StartMargin is how long before its creation a Verifier still accepts envelopes
+// issued (see ErrBeforeStart). A request signed in the second before a node
+// restarts is refused once, retryably; a captured request can be replayed to the
+// restarted node only if it was issued within this margin of its start (plus
+// however far the signer's clock runs ahead of the node's). A signer whose clock
+// runs more than StartMargin behind the node's has its requests refused for that
+// difference after a restart; MaxSkew, which bounds the difference, bounds that
+// window too.
+const StartMargin = time.Second
 
 // Defaults of VerifierConfig.
 const (
@@ -52,9 +67,14 @@ type VerifierConfig struct {
 // Principal is who a verified request comes from.
 type Principal struct {
 	Controller string // the name in the controller's certificate
-	Actor      string // who asked the controller
-	Role       string // the actor's role (ValidRole)
-	RequestID  string // hex
+	// Actor is the label the caller gave itself: anyone may claim any label, so
+	// audits show it and policies must not identify callers by it.
+	Actor string
+	// Principal is who the controller authenticated ("token:NAME",
+	// "ssh:FINGERPRINT"): never empty. Identify callers by this.
+	Principal string
+	Role      string // the principal's role (ValidRole)
+	RequestID string // hex
 }
 
 // Verifier checks signed request envelopes. It is safe for concurrent use.
@@ -63,6 +83,7 @@ type Verifier struct {
 	skew     time.Duration
 	now      func() time.Time
 	maxCerts int
+	start    time.Time        // when it was created (Now)
 	certMu   sync.Mutex       // guards certs
 	certs    map[string]*Cert // certificate text → its content, signed by a root
 	replay   replayCache
@@ -98,6 +119,7 @@ func NewVerifier(cfg VerifierConfig) (*Verifier, error) {
 		skew:     cfg.MaxSkew,
 		now:      cfg.Now,
 		maxCerts: cfg.MaxCerts,
+		start:    cfg.Now(),
 		certs:    map[string]*Cert{},
 		replay:   replayCache{max: cfg.MaxReplay, seen: map[[requestIDLen]byte]int64{}},
 	}, nil
@@ -108,8 +130,10 @@ func NewVerifier(cfg VerifierConfig) (*Verifier, error) {
 // well formed (ErrMalformed); its certificate is signed by a root and valid now
 // (ErrUnknownKey); the envelope's signature is the certificate key's, and it names
 // this subject and this body (ErrBadSignature); it was not issued in the future, has
-// not expired and claims no more than MaxLifetime (ErrExpired); its request id is
-// new (ErrReplayed, or ErrReplayFull); its role is known (ErrUnknownRole).
+// not expired and claims no more than MaxLifetime (ErrExpired); it was issued no
+// earlier than StartMargin before the Verifier was created (ErrBeforeStart); its
+// request id is new (ErrReplayed, or ErrReplayFull); it names a principal
+// (ErrMalformed); its role is known (ErrUnknownRole).
 // Messages say what is wrong and never echo a signature or a key.
 func (v *Verifier) Verify(subject string, body []byte, header string) (Principal, error) {
 	if header == "" {
@@ -141,14 +165,19 @@ func (v *Verifier) Verify(subject string, body []byte, header string) (Principal
 		return Principal{}, fmt.Errorf("%w: issued %v in the future (clocks differ by more than %v?)", ErrExpired, issued.Sub(now).Round(time.Millisecond), v.skew)
 	case now.After(expires.Add(v.skew)):
 		return Principal{}, fmt.Errorf("%w: expired %v ago", ErrExpired, now.Sub(expires).Round(time.Millisecond))
+	case issued.Before(v.start.Add(-StartMargin)):
+		return Principal{}, fmt.Errorf("%w: issued %v before it started: retry", ErrBeforeStart, v.start.Sub(issued).Round(time.Millisecond))
 	}
 	if err := v.replay.add(e.id, expires.Add(v.skew).UnixNano(), now.UnixNano()); err != nil {
 		return Principal{}, err
 	}
+	if e.principal == "" {
+		return Principal{}, fmt.Errorf("%w: no principal", ErrMalformed)
+	}
 	if !ValidRole(e.role) {
 		return Principal{}, fmt.Errorf("%w %q", ErrUnknownRole, e.role)
 	}
-	return Principal{Controller: cert.Name, Actor: e.actor, Role: e.role, RequestID: hex.EncodeToString(e.id[:])}, nil
+	return Principal{Controller: cert.Name, Actor: e.actor, Principal: e.principal, Role: e.role, RequestID: hex.EncodeToString(e.id[:])}, nil
 }
 
 // cert returns the content of a certificate signed by one of the roots and valid

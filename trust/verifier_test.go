@@ -2,6 +2,7 @@ package trust
 
 import (
 	"crypto/ed25519"
+	"encoding/binary"
 	"errors"
 	"strings"
 	"sync"
@@ -63,7 +64,7 @@ var body = []byte(`{"session":"s1","command":"id"}`)
 func TestVerifyAccepts(t *testing.T) {
 	f := newFixture(t)
 	v := f.verifier(t, VerifierConfig{})
-	h, err := f.signer.SignAt(f.now, DefaultLifetime, subj, body, "token:ci", api.RoleOperator)
+	h, err := f.signer.SignAt(f.now, DefaultLifetime, subj, body, Claims{Actor: "token:ci", Principal: "token:ci", Role: api.RoleOperator})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,11 +72,11 @@ func TestVerifyAccepts(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Verify: %v", err)
 	}
-	if p.Controller != "ctl-1" || p.Actor != "token:ci" || p.Role != api.RoleOperator || len(p.RequestID) != 32 {
+	if p.Controller != "ctl-1" || p.Actor != "token:ci" || p.Principal != "token:ci" || p.Role != api.RoleOperator || len(p.RequestID) != 32 {
 		t.Fatalf("principal = %+v", p)
 	}
 	// An empty body and an empty actor are fine.
-	h, _ = f.signer.SignAt(f.now, DefaultLifetime, subj, nil, "", api.RoleViewer)
+	h, _ = f.signer.SignAt(f.now, DefaultLifetime, subj, nil, Claims{Actor: "", Principal: "token:ci", Role: api.RoleViewer})
 	if _, err := v.Verify(subj, []byte{}, h); err != nil {
 		t.Fatalf("empty body: %v", err)
 	}
@@ -96,7 +97,7 @@ func TestVerifyRefuses(t *testing.T) {
 	f := newFixture(t)
 	sign := func(issued time.Time, lifetime time.Duration, s string, b []byte, role string) string {
 		t.Helper()
-		h, err := f.signer.SignAt(issued, lifetime, s, b, "someone", role)
+		h, err := f.signer.SignAt(issued, lifetime, s, b, Claims{Actor: "someone", Principal: "token:ci", Role: role})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -170,16 +171,20 @@ func TestVerifyRefuses(t *testing.T) {
 
 func TestVerifySkew(t *testing.T) {
 	f := newFixture(t)
-	v := f.verifier(t, VerifierConfig{MaxSkew: 5 * time.Second})
+	// The verifier started a minute ago (TestVerifyRefusesBeforeStart is about
+	// envelopes issued before it started).
+	clock := f.now.Add(-time.Minute)
+	v := f.verifier(t, VerifierConfig{MaxSkew: 5 * time.Second, Now: func() time.Time { return clock }})
+	clock = f.now
 	// Issued 4 s in the future, expired 4 s ago: within the skew.
 	for _, issued := range []time.Time{f.now.Add(4 * time.Second), f.now.Add(-34 * time.Second)} {
-		h, _ := f.signer.SignAt(issued, 30*time.Second, subj, body, "a", api.RoleViewer)
+		h, _ := f.signer.SignAt(issued, 30*time.Second, subj, body, Claims{Actor: "a", Principal: "token:ci", Role: api.RoleViewer})
 		if _, err := v.Verify(subj, body, h); err != nil {
 			t.Fatalf("issued %v: %v", issued.Sub(f.now), err)
 		}
 	}
 	for _, issued := range []time.Time{f.now.Add(6 * time.Second), f.now.Add(-36 * time.Second)} {
-		h, _ := f.signer.SignAt(issued, 30*time.Second, subj, body, "a", api.RoleViewer)
+		h, _ := f.signer.SignAt(issued, 30*time.Second, subj, body, Claims{Actor: "a", Principal: "token:ci", Role: api.RoleViewer})
 		if _, err := v.Verify(subj, body, h); !errors.Is(err, ErrExpired) {
 			t.Fatalf("issued %v: %v, want ErrExpired", issued.Sub(f.now), err)
 		}
@@ -192,7 +197,7 @@ func TestVerifyReplay(t *testing.T) {
 	var mu sync.Mutex
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	v := f.verifier(t, VerifierConfig{Now: clock, MaxSkew: time.Second, MaxReplay: 3})
-	h, _ := f.signer.SignAt(f.now, 10*time.Second, subj, body, "a", api.RoleOperator)
+	h, _ := f.signer.SignAt(f.now, 10*time.Second, subj, body, Claims{Actor: "a", Principal: "token:ci", Role: api.RoleOperator})
 	if _, err := v.Verify(subj, body, h); err != nil {
 		t.Fatal(err)
 	}
@@ -201,12 +206,12 @@ func TestVerifyReplay(t *testing.T) {
 	}
 	// The cache holds 3 ids: two more fit, the fourth is refused (not evicted).
 	for i := range 2 {
-		h, _ := f.signer.SignAt(f.now, 10*time.Second, subj, body, "a", api.RoleOperator)
+		h, _ := f.signer.SignAt(f.now, 10*time.Second, subj, body, Claims{Actor: "a", Principal: "token:ci", Role: api.RoleOperator})
 		if _, err := v.Verify(subj, body, h); err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		}
 	}
-	h4, _ := f.signer.SignAt(f.now, 10*time.Second, subj, body, "a", api.RoleOperator)
+	h4, _ := f.signer.SignAt(f.now, 10*time.Second, subj, body, Claims{Actor: "a", Principal: "token:ci", Role: api.RoleOperator})
 	if _, err := v.Verify(subj, body, h4); !errors.Is(err, ErrReplayFull) {
 		t.Fatalf("full cache: %v", err)
 	}
@@ -221,7 +226,7 @@ func TestVerifyReplay(t *testing.T) {
 	if _, err := v.Verify(subj, body, h); !errors.Is(err, ErrExpired) {
 		t.Fatalf("old envelope after expiry: %v", err)
 	}
-	h5, _ := f.signer.SignAt(now, 10*time.Second, subj, body, "a", api.RoleOperator)
+	h5, _ := f.signer.SignAt(now, 10*time.Second, subj, body, Claims{Actor: "a", Principal: "token:ci", Role: api.RoleOperator})
 	if _, err := v.Verify(subj, body, h5); err != nil {
 		t.Fatalf("after expiry: %v", err)
 	}
@@ -258,7 +263,7 @@ func TestVerifyConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 50 {
-				h, _ := f.signer.Sign(subj, body, "a", api.RoleAdmin)
+				h, _ := f.signer.Sign(subj, body, Claims{Actor: "a", Principal: "token:ci", Role: api.RoleAdmin})
 				if _, err := v.Verify(subj, body, h); err != nil {
 					errs <- err
 					return
@@ -283,7 +288,7 @@ func TestVerifierCertCacheBounded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h, _ := s.SignAt(f.now, DefaultLifetime, subj, body, "a", api.RoleViewer)
+		h, _ := s.SignAt(f.now, DefaultLifetime, subj, body, Claims{Actor: "a", Principal: "token:ci", Role: api.RoleViewer})
 		if _, err := v.Verify(subj, body, h); err != nil {
 			t.Fatal(err)
 		}
@@ -303,20 +308,24 @@ func TestSignerChecks(t *testing.T) {
 		t.Fatalf("NewSigner(nonsense) = %v", err)
 	}
 	for _, tc := range []struct {
-		lifetime time.Duration
-		subject  string
-		actor    string
-		role     string
+		lifetime  time.Duration
+		subject   string
+		actor     string
+		principal string
+		role      string
 	}{
-		{0, subj, "a", api.RoleAdmin},
-		{MaxLifetime + 1, subj, "a", api.RoleAdmin},
-		{time.Second, "", "a", api.RoleAdmin},
-		{time.Second, subj, strings.Repeat("x", maxActorLen+1), api.RoleAdmin},
-		{time.Second, subj, "\xff", api.RoleAdmin},
-		{time.Second, subj, "a", "root"},
+		{0, subj, "a", "token:ci", api.RoleAdmin},
+		{MaxLifetime + 1, subj, "a", "token:ci", api.RoleAdmin},
+		{time.Second, "", "a", "token:ci", api.RoleAdmin},
+		{time.Second, subj, strings.Repeat("x", maxActorLen+1), "token:ci", api.RoleAdmin},
+		{time.Second, subj, "\xff", "token:ci", api.RoleAdmin},
+		{time.Second, subj, "a", "", api.RoleAdmin},
+		{time.Second, subj, "a", strings.Repeat("x", maxPrincipalLen+1), api.RoleAdmin},
+		{time.Second, subj, "a", "\xff", api.RoleAdmin},
+		{time.Second, subj, "a", "token:ci", "root"},
 	} {
-		if _, err := f.signer.SignAt(f.now, tc.lifetime, tc.subject, body, tc.actor, tc.role); err == nil {
-			t.Errorf("SignAt(%v, %q, %q, %q) signed", tc.lifetime, tc.subject, tc.actor, tc.role)
+		if _, err := f.signer.SignAt(f.now, tc.lifetime, tc.subject, body, Claims{Actor: tc.actor, Principal: tc.principal, Role: tc.role}); err == nil {
+			t.Errorf("SignAt(%v, %q, %q, %q, %q) signed", tc.lifetime, tc.subject, tc.actor, tc.principal, tc.role)
 		}
 	}
 	if f.signer.Name() != "ctl-1" {
@@ -339,7 +348,7 @@ func TestNewVerifierConfig(t *testing.T) {
 
 func FuzzParseHeader(f *testing.F) {
 	fx := newFixture(f)
-	h, _ := fx.signer.Sign(subj, body, "a", api.RoleAdmin)
+	h, _ := fx.signer.Sign(subj, body, Claims{Actor: "a", Principal: "token:ci", Role: api.RoleAdmin})
 	f.Add(h)
 	f.Add("")
 	f.Add(".")
@@ -365,7 +374,7 @@ func BenchmarkSign(b *testing.B) {
 	f := newFixture(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := f.signer.Sign(subj, body, "token:ci", api.RoleOperator); err != nil {
+		if _, err := f.signer.Sign(subj, body, Claims{Actor: "token:ci", Principal: "token:ci", Role: api.RoleOperator}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -376,7 +385,7 @@ func BenchmarkVerify(b *testing.B) {
 	v := f.verifier(b, VerifierConfig{Now: time.Now})
 	headers := make([]string, 0, 4096)
 	for range cap(headers) {
-		h, _ := f.signer.Sign(subj, body, "token:ci", api.RoleOperator)
+		h, _ := f.signer.Sign(subj, body, Claims{Actor: "token:ci", Principal: "token:ci", Role: api.RoleOperator})
 		headers = append(headers, h)
 	}
 	b.ReportAllocs()
@@ -392,5 +401,82 @@ func BenchmarkVerify(b *testing.B) {
 			b.Fatal(err)
 		}
 		i++
+	}
+}
+
+// TestVerifyPrincipal: the principal is signed as its own field, apart from the
+// label; an envelope whose principal is changed, or that has none, or that is of
+// version 1 (no principal field), is refused.
+func TestVerifyPrincipal(t *testing.T) {
+	f := newFixture(t)
+	v := f.verifier(t, VerifierConfig{})
+	h, err := f.signer.SignAt(f.now, DefaultLifetime, subj, body, Claims{Actor: "mcp-human:alice@127.0.0.1", Principal: "token:bot", Role: api.RoleOperator})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := v.Verify(subj, body, h)
+	if err != nil || p.Actor != "mcp-human:alice@127.0.0.1" || p.Principal != "token:bot" {
+		t.Fatalf("Verify = %+v, %v: want the label and the principal apart", p, err)
+	}
+	// Changed by someone without the key: the signature no longer holds.
+	_, sig, _ := strings.Cut(h, ".")
+	e, _, _, _ := parseHeader(h)
+	e.principal = "token:alice"
+	forged := b64.EncodeToString(e.appendPayload(nil)) + "." + sig
+	if _, err := v.Verify(subj, body, forged); !errors.Is(err, ErrBadSignature) {
+		t.Errorf("a changed principal: %v, want ErrBadSignature", err)
+	}
+	// Signed without a principal (the key's holder, not the Signer).
+	none := resign(t, h, f.ctlKey, func(e *envelope) { e.principal = ""; e.id[0]++ })
+	if _, err := v.Verify(subj, body, none); !errors.Is(err, ErrMalformed) {
+		t.Errorf("no principal: %v, want ErrMalformed", err)
+	}
+	// Version 1: the same fields without the principal, under "FMA1".
+	old := []byte("FMA1")
+	old = appendString(old, e.cert)
+	old = appendString(old, e.subject)
+	old = append(old, e.bodyHash[:]...)
+	old = appendString(old, e.actor)
+	old = appendString(old, e.role)
+	old = binary.BigEndian.AppendUint64(old, uint64(e.issued))
+	old = binary.BigEndian.AppendUint64(old, uint64(e.expires))
+	e.id[1]++
+	old = append(old, e.id[:]...)
+	v1 := b64.EncodeToString(old) + "." + b64.EncodeToString(ed25519.Sign(f.ctlKey, old))
+	if _, err := v.Verify(subj, body, v1); !errors.Is(err, ErrMalformed) {
+		t.Errorf("a version 1 envelope: %v, want ErrMalformed", err)
+	}
+}
+
+// TestVerifyRefusesBeforeStart (review #7): a request captured before a node
+// restarted, replayed to the new node (a new Verifier, its replay cache empty), is
+// refused; one issued within StartMargin before the start, or after, is accepted.
+func TestVerifyRefusesBeforeStart(t *testing.T) {
+	f := newFixture(t)
+	clock := f.now
+	now := func() time.Time { return clock }
+	before := f.verifier(t, VerifierConfig{Now: now})
+	captured, _ := f.signer.SignAt(clock, DefaultLifetime, subj, body, Claims{Actor: "a", Principal: "token:ci", Role: api.RoleAdmin})
+	if _, err := before.Verify(subj, body, captured); err != nil {
+		t.Fatalf("before the restart: %v", err)
+	}
+	if _, err := before.Verify(subj, body, captured); !errors.Is(err, ErrReplayed) {
+		t.Fatalf("replayed to the same node: %v, want ErrReplayed", err)
+	}
+	clock = clock.Add(5 * time.Second) // the node restarts; the envelope is still in its lifetime
+	after := f.verifier(t, VerifierConfig{Now: now})
+	_, err := after.Verify(subj, body, captured)
+	if !errors.Is(err, ErrBeforeStart) || !strings.Contains(err.Error(), "retry") {
+		t.Fatalf("replayed after the restart: %v, want ErrBeforeStart (retryable)", err)
+	}
+	for _, d := range []time.Duration{-StartMargin, 0, time.Second} {
+		h, _ := f.signer.SignAt(clock.Add(d), DefaultLifetime, subj, body, Claims{Actor: "a", Principal: "token:ci", Role: api.RoleAdmin})
+		if _, err := after.Verify(subj, body, h); err != nil {
+			t.Errorf("issued %v from the start: %v", d, err)
+		}
+	}
+	h, _ := f.signer.SignAt(clock.Add(-StartMargin-time.Millisecond), DefaultLifetime, subj, body, Claims{Actor: "a", Principal: "token:ci", Role: api.RoleAdmin})
+	if _, err := after.Verify(subj, body, h); !errors.Is(err, ErrBeforeStart) {
+		t.Errorf("issued just over StartMargin before the start: %v", err)
 	}
 }

@@ -58,7 +58,7 @@ func TestNodeServesOverNATS(t *testing.T) {
 		t.Fatal(err)
 	}
 	sign := func(verb string, body []byte) map[string]string {
-		h, err := signer.Sign(api.Subjects{}.RPC("cmdnode", verb), body, "tester", api.RoleOperator)
+		h, err := signer.Sign(api.Subjects{}.RPC("cmdnode", verb), body, trust.Claims{Actor: "tester", Principal: "test:tester", Role: api.RoleOperator})
 		if err != nil {
 			t.Fatal(err)
 		}

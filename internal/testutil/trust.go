@@ -65,13 +65,13 @@ func (tr *Trust) NewVerifier(t testing.TB) *trust.Verifier {
 }
 
 // Header is the header of a request of body to subject signed by the controller for
-// actor with role (api.RoleAdmin when empty).
+// actor with role (api.RoleAdmin when empty); its principal is "test:" + actor.
 func (tr *Trust) Header(t testing.TB, subject string, body []byte, actor, role string) map[string]string {
 	t.Helper()
 	if role == "" {
 		role = api.RoleAdmin
 	}
-	h, err := tr.Signer.Sign(subject, body, actor, role)
+	h, err := tr.Signer.Sign(subject, body, trust.Claims{Actor: actor, Principal: "test:" + actor, Role: role})
 	if err != nil {
 		t.Fatal(err)
 	}
