@@ -16,9 +16,11 @@ import (
 //     warning in the log at most once a minute per node;
 //   - a session whose ID is not a valid name is dropped likewise;
 //   - free text (title, description, label values, cwd, current command, shell,
-//     argv) is escaped with api.Printable, as every front end prints it: a node
-//     cannot put a terminal control sequence or a bidi override in front of a
-//     client; label keys that are not valid names are dropped.
+//     argv) that api.ValidText refuses (multiline where a newline is legitimate:
+//     description, current command, argv) is escaped whole with api.Printable, as
+//     every front end prints it: a node cannot put a terminal control sequence or
+//     a bidi override in front of a client; label keys that are not valid names
+//     are dropped.
 //
 // A well-behaved node's sessions pass unchanged: it validated the text when it was
 // set (api.ValidText).
@@ -68,15 +70,15 @@ func (c *Controller) warnSpoof(node, verb, why string, s api.Session) {
 // cleanSession returns s with its free text made printable and its bad label
 // keys dropped.
 func cleanSession(s api.Session) api.Session {
-	s.Title = api.Printable(s.Title)
-	s.Description = api.Printable(s.Description)
-	s.Cwd = api.Printable(s.Cwd)
-	s.CurrentCommand = api.Printable(s.CurrentCommand)
-	s.Shell = api.Printable(s.Shell)
+	s.Title = printable(s.Title, false)
+	s.Description = printable(s.Description, true)
+	s.Cwd = printable(s.Cwd, false)
+	s.CurrentCommand = printable(s.CurrentCommand, true)
+	s.Shell = printable(s.Shell, false)
 	if len(s.Argv) > 0 {
 		argv := make([]string, len(s.Argv))
 		for i, a := range s.Argv {
-			argv[i] = api.Printable(a)
+			argv[i] = printable(a, true)
 		}
 		s.Argv = argv
 	}
@@ -84,12 +86,20 @@ func cleanSession(s api.Session) api.Session {
 		labels := make(map[string]string, len(s.Labels))
 		for k, v := range s.Labels {
 			if api.ValidName(k) == nil {
-				labels[k] = api.Printable(v)
+				labels[k] = printable(v, false)
 			}
 		}
 		s.Labels = labels
 	}
 	return s
+}
+
+// printable is s when api.ValidText accepts it, else s escaped by api.Printable.
+func printable(s string, multiline bool) string {
+	if api.ValidText("", s, multiline) == nil {
+		return s
+	}
+	return api.Printable(s)
 }
 
 // truncText bounds text a node chose before it goes into the log.
