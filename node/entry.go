@@ -54,14 +54,18 @@ type entry struct {
 	wg     sync.WaitGroup // all three goroutines
 	dataWG sync.WaitGroup // the publisher and the recorder
 
-	recMu   sync.Mutex // guards cast, castBuf, castF, index, rec
-	cast    *replay.Writer
-	castBuf *bufio.Writer
-	castF   *os.File
-	index   *replay.IndexWriter
-	indexF  *os.File
-	rec     *replay.Recording // opened lazily to serve reads older than the scrollback
-	recErr  error             // the recording stopped being exact (see recorder)
+	recMu     sync.Mutex // guards the fields from cast to recErr
+	cast      *replay.Writer
+	castBuf   *bufio.Writer
+	castCount *countWriter // under castBuf: the bytes the current part holds on disk
+	castF     *os.File
+	hdr       replay.Header // of every part: the current size, the session's start
+	partStart int64         // output offset the current part (output.cast) starts at
+	parts     []int64       // start offsets of the rotated parts kept, oldest first
+	index     *replay.IndexWriter
+	indexF    *os.File
+	rec       *replay.Recording // opened lazily to serve reads older than the scrollback
+	recErr    error             // the recording stopped being exact (see recorder)
 
 	closeOnce sync.Once
 }
@@ -73,24 +77,18 @@ func (e *entry) startRecording(h replay.Header) error {
 	if err := datadir.Mkdir(e.dir); err != nil {
 		return err
 	}
-	f, err := datadir.OpenFile(e.castTo, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
 	idx, err := datadir.OpenFile(filepath.Join(e.dir, "output.blocks.jsonl"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
-		f.Close()
 		return err
 	}
-	e.castF, e.indexF = f, idx
-	e.castBuf = bufio.NewWriterSize(f, 64<<10)
-	if e.cast, err = replay.NewWriter(e.castBuf, h); err != nil {
-		f.Close()
+	e.hdr = h
+	if err := e.openPartLocked(); err != nil {
 		idx.Close()
 		return err
 	}
+	e.indexF = idx
 	e.index = replay.NewIndexWriter(idx)
-	return e.castBuf.Flush()
+	return nil
 }
 
 // run starts the goroutines; they stop when the session has exited and everything was
@@ -165,7 +163,7 @@ func (e *entry) publish() {
 func (e *entry) record() {
 	defer e.wg.Done()
 	defer e.dataWG.Done()
-	v := e.s.Subscribe(0, session.ViewerOptions{MaxLag: int64(e.s.ScrollbackBytes()), MaxChunk: 256 << 10, Linger: recordLinger})
+	v := e.s.Subscribe(0, session.ViewerOptions{MaxLag: int64(e.s.ScrollbackBytes()), MaxChunk: 64 << 10, Linger: recordLinger})
 	for {
 		c, err := v.Next(e.ctx)
 		if err != nil {
@@ -179,7 +177,10 @@ func (e *entry) record() {
 			return
 		}
 		e.recMu.Lock()
-		err = e.cast.Output(time.Since(e.started), c.Data)
+		err = e.rotateLocked()
+		if err == nil {
+			err = e.cast.Output(time.Since(e.started), c.Data)
+		}
 		if _, end := e.s.Offsets(); err == nil && end == c.Offset+int64(len(c.Data)) {
 			err = e.flushLocked() // caught up: let readers of the file see it
 		}
@@ -261,26 +262,33 @@ func (e *entry) handleEvent(node, id string, ev session.Event) {
 	if ev.Kind == session.EventResized {
 		e.recMu.Lock()
 		_ = e.cast.Resize(time.Since(e.started), ev.Cols, ev.Rows)
+		e.hdr.Width, e.hdr.Height = ev.Cols, ev.Rows // the next part starts at this size
 		e.recMu.Unlock()
 	}
 	publishJSON(bus, e.n.subj.Event(node, id), se)
 }
 
-// recording reports whether the recording is exact (it can serve any past range).
-func (e *entry) recording() bool {
+// recorded reports the oldest output offset the recording holds, and whether the
+// recording is exact (it can serve any range from there on).
+func (e *entry) recorded() (from int64, ok bool) {
 	e.recMu.Lock()
 	defer e.recMu.Unlock()
-	return e.recErr == nil
+	return e.heldFromLocked(), e.recErr == nil
 }
 
 // readRecorded reads [from, to) of the output from the recording, for ranges that
-// have left the scrollback.
+// have left the scrollback; the reply may be short (it ends at a part's end). Output
+// the recording quota dropped is errDropped.
 func (e *entry) readRecorded(from, to int64) ([]byte, error) {
 	e.recMu.Lock()
 	defer e.recMu.Unlock()
 	if e.recErr != nil {
 		return nil, e.recErr
 	}
+	if from < e.partStart {
+		return e.readPartLocked(from, to)
+	}
+	from, to = from-e.partStart, to-e.partStart
 	if err := e.flushLocked(); err != nil {
 		return nil, err
 	}

@@ -533,10 +533,10 @@ func (n *Node) read(ctx context.Context, req request) (any, error) {
 	if data == nil {
 		data = []byte{}
 	}
-	if !e.recording() {
-		return api.ReadReply{Offset: r.From, Data: data, End: end, Oldest: oldest}, nil
+	if held, ok := e.recorded(); ok {
+		oldest = min(oldest, held) // older output was dropped by the recording quota
 	}
-	return api.ReadReply{Offset: r.From, Data: data, End: end, Oldest: 0}, nil
+	return api.ReadReply{Offset: r.From, Data: data, End: end, Oldest: oldest}, nil
 }
 
 func (n *Node) wait(ctx context.Context, req request) (any, error) {

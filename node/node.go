@@ -53,6 +53,17 @@ type Config struct {
 	DefaultShell string
 	// ScrollbackBytes is each session's scrollback ring (default session's).
 	ScrollbackBytes int
+	// RecordingMaxBytes caps one part of a session's recording (output.cast): once
+	// the part holds this many bytes it is rotated, becoming output.<offset>.cast
+	// (named after the output offset it starts at), and a new output.cast starts with
+	// a fresh header (default DefaultRecordingMaxBytes). A part may exceed the cap by
+	// one write of the recorder (at most 64 KiB of output, up to 6 times
+	// that as JSON).
+	RecordingMaxBytes int64
+	// RecordingParts is how many parts of a session's recording are kept, the
+	// current one included; rotating deletes the oldest beyond it, and the output
+	// it held is gone (default DefaultRecordingParts).
+	RecordingParts int
 	// Logger receives operational logs (default slog.Default()).
 	Logger *slog.Logger
 	// Version is the agent's version (cmd's build version), gossiped in NodeMeta and
@@ -107,6 +118,15 @@ func New(cfg Config) (*Node, error) {
 	}
 	if cfg.MaxSessions <= 0 {
 		cfg.MaxSessions = api.DefaultMaxSessions
+	}
+	if cfg.RecordingMaxBytes < 0 || cfg.RecordingParts < 0 {
+		return nil, errors.New("node: negative recording quota")
+	}
+	if cfg.RecordingMaxBytes == 0 {
+		cfg.RecordingMaxBytes = DefaultRecordingMaxBytes
+	}
+	if cfg.RecordingParts == 0 {
+		cfg.RecordingParts = DefaultRecordingParts
 	}
 	if cfg.DefaultShell == "" {
 		cfg.DefaultShell = "bash"

@@ -25,6 +25,7 @@ type devOptions struct {
 	gossipListen string
 	prefix       string
 	ssh          sshOptions
+	recording    recordingFlags
 	verbose      bool
 }
 
@@ -60,6 +61,7 @@ func devCmd() *cobra.Command {
 	f.StringVar(&o.gossipListen, "gossip-listen", "127.0.0.1:7946", "the controller's gossip address (loopback; the node takes a free port)")
 	f.StringVar(&o.prefix, "prefix", api.DefaultPrefix, "NATS subject prefix")
 	o.ssh.register(f, api.RoleAdmin) // on one's own machine, one's own keys are admins
+	o.recording.add(f)
 	f.BoolVar(&o.verbose, "verbose", false, "debug logs")
 	return c
 }
@@ -133,7 +135,7 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	n, err := startNode(ctx, &st, nodeConn, node.Config{Name: o.name, DataDir: o.data, Prefix: o.prefix, Verifier: verifier, Logger: log},
+	n, err := startNode(ctx, &st, nodeConn, o.recording.apply(node.Config{Name: o.name, DataDir: o.data, Prefix: o.prefix, Verifier: verifier, Logger: log}),
 		gossipOptions{listen: "127.0.0.1:0", key: gkey, join: []string{g.Addr()}})
 	if err != nil {
 		return err

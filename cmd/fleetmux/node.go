@@ -34,6 +34,7 @@ type nodeOptions struct {
 	gossipKeyFile string
 	join          []string
 	maxSessions   int
+	recording     recordingFlags
 	verbose       bool
 }
 
@@ -71,6 +72,7 @@ func nodeCmd() *cobra.Command {
 	f.StringVar(&o.gossipKeyFile, "gossip-key-file", "", "file holding the gossip encryption key, hex (16, 24 or 32 bytes; fleetmux enroll writes one; default $FLEETMUX_GOSSIP_KEY, else DIR/keys/gossip.key); gossip needs one, on loopback too")
 	f.StringSliceVar(&o.join, "join", nil, "gossip seed addresses host:port")
 	f.IntVar(&o.maxSessions, "max-sessions", api.DefaultMaxSessions, "sessions alive at once")
+	o.recording.add(f)
 	f.BoolVar(&o.verbose, "verbose", false, "debug logs")
 	return c
 }
@@ -154,7 +156,7 @@ func (o *nodeOptions) run(ctx context.Context, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	n, err := startNode(ctx, &st, conn, node.Config{Name: o.name, Labels: labels, DataDir: o.data, Prefix: o.prefix, MaxSessions: o.maxSessions, Verifier: verifier, Logger: log},
+	n, err := startNode(ctx, &st, conn, o.recording.apply(node.Config{Name: o.name, Labels: labels, DataDir: o.data, Prefix: o.prefix, MaxSessions: o.maxSessions, Verifier: verifier, Logger: log}),
 		gossipOptions{listen: o.gossipListen, key: gkey, join: o.join})
 	if err != nil {
 		return err

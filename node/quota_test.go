@@ -1,0 +1,169 @@
+package node_test
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/internal/testutil"
+	"github.com/fleetmux/fleetmux/node"
+	"github.com/fleetmux/fleetmux/replay"
+)
+
+const (
+	testCap   = 1 << 20
+	testParts = 2
+	// slack is how far a part may exceed the cap: one write of the recorder
+	// (64 KiB of output, at most 6 bytes of JSON each).
+	slack = 6 * 64 << 10
+)
+
+func quota(c *node.Config) {
+	c.RecordingMaxBytes, c.RecordingParts, c.ScrollbackBytes = testCap, testParts, 1<<20
+}
+
+// castFiles returns the session's recording parts and their total size.
+func castFiles(t *testing.T, dir string) ([]string, int64) {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(dir, "output*.cast"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, p := range m {
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += st.Size()
+	}
+	return m, total
+}
+
+// readHeld reads the output from the oldest offset the node holds to the end,
+// waiting (with a deadline) for the recorder to catch up.
+func (f *fixture) readHeld(id string) (int64, []byte) {
+	f.t.Helper()
+	var rd api.ReadReply
+	deadline := time.Now().Add(20 * time.Second)
+	var got []byte
+	from := int64(-1)
+	for {
+		var r api.ReadRequest
+		if from < 0 {
+			f.mustCall("read", api.ReadRequest{Session: id, From: 1 << 40, Max: 1}, &rd)
+			from = rd.Oldest
+			r.From = from
+		} else {
+			r.From = from + int64(len(got))
+		}
+		r.Session = id
+		f.mustCall("read", r, &rd)
+		got = append(got, rd.Data...)
+		if from+int64(len(got)) >= rd.End {
+			return from, got
+		}
+		if len(rd.Data) == 0 && time.Now().After(deadline) {
+			f.t.Fatalf("read stuck at %d of %d", from+int64(len(got)), rd.End)
+		}
+	}
+}
+
+// A session printing far more than the cap keeps at most RecordingParts parts of
+// about the cap each; every part plays in asciinema; read serves the output held,
+// exactly, and answers gone for the output dropped.
+func TestRecordingQuota(t *testing.T) {
+	f := newFixture(t, quota)
+	s := f.create(api.CreateRequest{})
+	const last = 600000
+	f.run(s.ID, "seq 1 "+strconv.Itoa(last))
+	dir := filepath.Join(f.data, "sessions", s.ID)
+
+	from, held := f.readHeld(s.ID)
+	if from == 0 {
+		t.Fatal("the node still holds the output from offset 0")
+	}
+	var rd api.ReadReply
+	err := f.call("read", api.ReadRequest{Session: s.ID, From: 0}, &rd)
+	if code(err) != api.CodeGone {
+		t.Fatalf("read of dropped output: %v, want %s", err, api.CodeGone)
+	}
+	if err := f.call("read", api.ReadRequest{Session: s.ID, From: from - 1}, &rd); code(err) != api.CodeGone {
+		t.Fatalf("read just before the oldest held offset: %v, want %s", err, api.CodeGone)
+	}
+	// The held output is a run of consecutive numbers up to last: no byte lost or
+	// doubled across the parts and the scrollback.
+	lines := strings.Split(string(held), "\r\n")
+	i := 1 // the first line may be cut
+	for ; i < len(lines) && lines[i] != strconv.Itoa(last); i++ {
+		a, err1 := strconv.Atoi(lines[i])
+		b, err2 := strconv.Atoi(lines[i+1])
+		if err1 != nil || err2 != nil || b != a+1 {
+			t.Fatalf("held output not consecutive at line %d: %q, %q", i, lines[i], lines[i+1])
+		}
+	}
+	if i == len(lines) || int64(len(held)) < testCap {
+		t.Fatalf("held output (%d bytes from %d) lacks the end of seq", len(held), from)
+	}
+
+	if err := f.node.Close(); err != nil {
+		t.Fatal(err)
+	}
+	parts, total := castFiles(t, dir)
+	if len(parts) != testParts || total > testParts*(testCap+slack) {
+		t.Fatalf("%d parts, %d bytes on disk: want %d parts of at most %d bytes", len(parts), total, testParts, testCap+slack)
+	}
+	asc := testutil.NeedTool(t, "asciinema")
+	var recorded []byte
+	rotated := parts[0]
+	if filepath.Base(rotated) == "output.cast" {
+		rotated = parts[1]
+	}
+	if want := "output." + strconv.FormatInt(from, 10) + ".cast"; filepath.Base(rotated) != want {
+		t.Fatalf("rotated part %s, want %s (named after its first offset)", filepath.Base(rotated), want)
+	}
+	for _, p := range []string{rotated, filepath.Join(dir, "output.cast")} {
+		rec, err := replay.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := rec.ReadRange(0, rec.End())
+		rec.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cat := testutil.RunAsciinema(t, asc, "cat", p); !bytes.Equal(cat, out) {
+			t.Fatalf("asciinema cat %s: %d bytes, the recording holds %d", filepath.Base(p), len(cat), len(out))
+		}
+		recorded = append(recorded, out...)
+	}
+	if len(recorded) > len(held) || !bytes.Equal(recorded, held[:len(recorded)]) {
+		t.Fatalf("the parts on disk (%d bytes) are not the held output's start", len(recorded))
+	}
+	// The block index still lists the block, with its whole range.
+	entries, err := replay.OpenIndex(filepath.Join(dir, "output.cast"))
+	if err != nil || len(entries) != 1 || entries[0].End-entries[0].Start < last {
+		t.Fatalf("block index: %+v, %v", entries, err)
+	}
+}
+
+// The attack of issue 15 (#9): a session that prints without end (here 12 MB of
+// `yes`) keeps at most the quota on disk. Without the quota the recording grows by
+// every byte.
+func TestRecordingQuotaBoundsFlood(t *testing.T) {
+	f := newFixture(t, quota)
+	s := f.create(api.CreateRequest{})
+	f.run(s.ID, "yes | head -c 12000000")
+	if err := f.node.Close(); err != nil {
+		t.Fatal(err)
+	}
+	parts, total := castFiles(t, filepath.Join(f.data, "sessions", s.ID))
+	if len(parts) > testParts || total > testParts*(testCap+slack) {
+		t.Fatalf("%d parts, %d bytes on disk after 12 MB of output: want at most %d parts of at most %d bytes", len(parts), total, testParts, testCap+slack)
+	}
+}

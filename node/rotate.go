@@ -1,0 +1,129 @@
+package node
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+
+	"github.com/fleetmux/fleetmux/internal/datadir"
+	"github.com/fleetmux/fleetmux/replay"
+)
+
+// Defaults of the recording quota (Config.RecordingMaxBytes, Config.RecordingParts):
+// a session keeps at most about 128 MiB of recording, its newest output.
+const (
+	DefaultRecordingMaxBytes = 64 << 20
+	DefaultRecordingParts    = 2
+)
+
+// errDropped: the output asked for was in a part of the recording that rotation
+// deleted (the read verb answers api.CodeGone).
+var errDropped = fmt.Errorf("dropped by the recording quota")
+
+// countWriter counts the bytes written through it: the size of the current part.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// partPath is the file of the rotated part that starts at output offset start.
+func partPath(dir string, start int64) string {
+	return filepath.Join(dir, "output."+strconv.FormatInt(start, 10)+".cast")
+}
+
+// openPartLocked creates output.cast as a new part starting at output offset
+// e.partStart, with the header e.hdr (the recording's, at the current size).
+// recMu is held (or the entry is not yet shared).
+func (e *entry) openPartLocked() error {
+	f, err := datadir.OpenFile(e.castTo, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	e.castF = f
+	e.castCount = &countWriter{w: f}
+	e.castBuf = bufio.NewWriterSize(e.castCount, 64<<10)
+	if e.cast, err = replay.NewWriter(e.castBuf, e.hdr); err != nil {
+		f.Close()
+		return err
+	}
+	return e.castBuf.Flush()
+}
+
+// partSizeLocked is the size of the current part, buffered bytes included.
+func (e *entry) partSizeLocked() int64 {
+	return e.castCount.n + int64(e.castBuf.Buffered())
+}
+
+// rotateLocked ends the current part when it has reached the cap: output.cast
+// becomes output.<start>.cast, the oldest parts beyond Config.RecordingParts are
+// deleted, and a new output.cast starts at the current output offset. It waits while
+// the writer holds back an incomplete character, so that no character is split
+// between parts (the next chunk completes it). recMu is held.
+func (e *entry) rotateLocked() error {
+	if e.partSizeLocked() < e.n.cfg.RecordingMaxBytes || e.cast.Pending() > 0 {
+		return nil
+	}
+	if err := e.cast.Close(); err != nil {
+		return err
+	}
+	if err := e.castBuf.Flush(); err != nil {
+		return err
+	}
+	if err := e.castF.Close(); err != nil {
+		return err
+	}
+	if e.rec != nil {
+		_ = e.rec.Close()
+		e.rec = nil
+	}
+	end := e.partStart + e.cast.Offset()
+	if err := os.Rename(e.castTo, partPath(e.dir, e.partStart)); err != nil {
+		return err
+	}
+	e.parts = append(e.parts, e.partStart)
+	for len(e.parts) > e.n.cfg.RecordingParts-1 {
+		if err := os.Remove(partPath(e.dir, e.parts[0])); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+		e.parts = e.parts[1:]
+	}
+	e.partStart = end
+	return e.openPartLocked()
+}
+
+// heldFromLocked is the oldest output offset the recording still holds.
+func (e *entry) heldFromLocked() int64 {
+	if len(e.parts) > 0 {
+		return e.parts[0]
+	}
+	return e.partStart
+}
+
+// readPartLocked reads [from, to) from the rotated part that holds offset from
+// (to is cut at the part's end; the caller reads on from there).
+func (e *entry) readPartLocked(from, to int64) ([]byte, error) {
+	i := sort.Search(len(e.parts), func(i int) bool { return e.parts[i] > from }) - 1
+	if i < 0 {
+		return nil, errDropped
+	}
+	start, end := e.parts[i], e.partStart
+	if i+1 < len(e.parts) {
+		end = e.parts[i+1]
+	}
+	rec, err := replay.Open(partPath(e.dir, start))
+	if err != nil {
+		return nil, err
+	}
+	defer rec.Close()
+	return rec.ReadRange(from-start, min(to, end)-start)
+}
