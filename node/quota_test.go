@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -82,6 +83,7 @@ func TestRecordingQuota(t *testing.T) {
 	s := f.create(api.CreateRequest{})
 	const last = 600000
 	f.run(s.ID, "seq 1 "+strconv.Itoa(last))
+	f.run(s.ID, "echo after-seq")
 	dir := filepath.Join(f.data, "sessions", s.ID)
 
 	from, held := f.readHeld(s.ID)
@@ -132,6 +134,23 @@ func TestRecordingQuota(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if off := rec.Header().Offset; off != from+int64(len(recorded)) {
+			t.Fatalf("%s: header offset %d, want %d", filepath.Base(p), off, from+int64(len(recorded)))
+		}
+		if p != rotated {
+			// The block index keeps session offsets: the part's header shifts them.
+			if _, err := rec.AtBlock(1); !errors.Is(err, replay.ErrRange) {
+				t.Fatalf("block 1 (started in a dropped part): %v, want ErrRange", err)
+			}
+			pos, err := rec.AtBlock(2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tail, _ := rec.ReadRange(pos.Offset(), rec.End())
+			if !bytes.HasPrefix(tail, []byte("after-seq\r\n")) {
+				t.Fatalf("block 2 of the current part starts with %q", string(tail[:min(len(tail), 40)]))
+			}
+		}
 		out, err := rec.ReadRange(0, rec.End())
 		rec.Close()
 		if err != nil {
@@ -147,7 +166,7 @@ func TestRecordingQuota(t *testing.T) {
 	}
 	// The block index still lists the block, with its whole range.
 	entries, err := replay.OpenIndex(filepath.Join(dir, "output.cast"))
-	if err != nil || len(entries) != 1 || entries[0].End-entries[0].Start < last {
+	if err != nil || len(entries) != 2 || entries[0].End-entries[0].Start < last {
 		t.Fatalf("block index: %+v, %v", entries, err)
 	}
 }

@@ -98,6 +98,7 @@ func (e *entry) rotateLocked() error {
 		e.parts = e.parts[1:]
 	}
 	e.partStart = end
+	e.hdr.Offset = end
 	return e.openPartLocked()
 }
 

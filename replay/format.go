@@ -35,6 +35,11 @@
 //
 // Next to NAME.cast, NAME.blocks.jsonl (see IndexPath) holds one JSON line per finished
 // block: its number, command, exit code, times and output range.
+//
+// A recording may be one part of a longer one (a node rotates a session's recording
+// at its quota): the header's "fleetmux_offset" (Header.Offset, a key players ignore)
+// is the session output offset of the part's first byte. The index keeps session
+// offsets; readers of a part shift them by it.
 package replay
 
 import (

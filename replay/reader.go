@@ -120,6 +120,7 @@ func parseHeader(b []byte) (Header, error) {
 		Title         *string        `json:"title"`
 		Command       *string        `json:"command"`
 		Env           map[string]any `json:"env"`
+		Offset        int64          `json:"fleetmux_offset"`
 	}
 	if err := json.Unmarshal(b, &hj); err != nil {
 		return Header{}, fmt.Errorf("bad header: %w", err)
@@ -131,7 +132,7 @@ func parseHeader(b []byte) (Header, error) {
 	case *hj.Version != 2:
 		return h, fmt.Errorf("asciicast version %d: only version 2 is supported", *hj.Version)
 	}
-	h.Width, h.Height = hj.Width, hj.Height
+	h.Width, h.Height, h.Offset = hj.Width, hj.Height, hj.Offset
 	if err := h.validate(); err != nil {
 		return h, err
 	}

@@ -181,6 +181,7 @@ func TestOpenErrors(t *testing.T) {
 		{"b without o", lines[0] + "[1, \"b\", \"0:ff\"]\n[1, \"m\", \"x\"]\n", "line 3: a \"b\" event must come right before"},
 		{"b not at U+FFFD", lines[0] + "[1, \"b\", \"0:ff\"]\n[1, \"o\", \"abc\"]\n", "line 2: \"b\" position 0 is not a U+FFFD"},
 		{"trailing junk", lines[0] + "[1, \"o\", \"x\"] x\n[2, \"o\", \"y\"]\n", "line 2: unexpected"},
+		{"negative offset", `{"version": 2, "width": 80, "height": 24, "fleetmux_offset": -5}` + "\n", "negative offset"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -401,5 +402,45 @@ func TestConcurrentReads(t *testing.T) {
 	}
 	if err := rec.Refresh(); err != nil || rec.End() != int64(len(all)) {
 		t.Errorf("Refresh %v, End %d, want %d", err, rec.End(), len(all))
+	}
+}
+
+// TestPartOffset: a part of a rotated recording keeps its first byte's session
+// offset in the header, and its block index (session offsets) is read shifted by it.
+func TestPartOffset(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "part.cast")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := NewWriter(f, Header{Width: 80, Height: 24, Offset: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Output(0, []byte("0123456789")); err != nil || w.Close() != nil || f.Close() != nil {
+		t.Fatal(err)
+	}
+	idx := `{"n":1,"command":"old","start":990,"end":1004,"t":0,"t_end":0}` + "\n" +
+		`{"n":2,"command":"new","start":1004,"end":1010,"t":0,"t_end":0}` + "\n"
+	if err := os.WriteFile(IndexPath(path), []byte(idx), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Close()
+	if got := rec.Header().Offset; got != 1000 {
+		t.Fatalf("header offset %d, want 1000", got)
+	}
+	if _, err := rec.AtBlock(1); !errors.Is(err, ErrRange) {
+		t.Fatalf("block before the part: %v, want ErrRange", err)
+	}
+	pos, err := rec.AtBlock(2)
+	if err != nil || pos.Offset() != 4 {
+		t.Fatalf("block 2 at %d (%v), want part offset 4", pos.Offset(), err)
+	}
+	if _, err := NewWriter(io.Discard, Header{Width: 80, Height: 24, Offset: -1}); err == nil {
+		t.Fatal("negative offset accepted")
 	}
 }

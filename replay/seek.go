@@ -80,7 +80,8 @@ func (r *Recording) AtOffset(off int64) (Position, error) {
 }
 
 // AtBlock is the position where block n's output starts (AtOffset of its start in the
-// block index). Without an index the error wraps ErrNoIndex; a block that is not in it
+// block index, less the header's Offset: in a part of a rotated recording, a block
+// that started in an earlier part is ErrRange). Without an index the error wraps ErrNoIndex; a block that is not in it
 // gives an error wrapping ErrNoBlock.
 func (r *Recording) AtBlock(n int) (Position, error) {
 	blocks, err := r.Blocks()
@@ -89,10 +90,14 @@ func (r *Recording) AtBlock(n int) (Position, error) {
 	}
 	for i := len(blocks) - 1; i >= 0; i-- {
 		if b := blocks[i]; b.N == n {
-			if end := r.End(); b.Start > end {
-				return Position{}, fmt.Errorf("%w: block %d starts at output offset %d, after the recording's end %d", ErrRange, n, b.Start, end)
+			start := b.Start - r.hdr.Offset
+			if start < 0 {
+				return Position{}, fmt.Errorf("%w: block %d starts at output offset %d, before this recording's first byte %d (an earlier part, dropped or in another file)", ErrRange, n, b.Start, r.hdr.Offset)
 			}
-			return r.AtOffset(b.Start)
+			if end := r.End(); start > end {
+				return Position{}, fmt.Errorf("%w: block %d starts at output offset %d, after the recording's end %d", ErrRange, n, b.Start, r.hdr.Offset+end)
+			}
+			return r.AtOffset(start)
 		}
 	}
 	have := "is empty"

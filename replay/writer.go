@@ -30,6 +30,11 @@ type Header struct {
 	// IdleTimeLimit asks players to cap pauses at this length (written in seconds as
 	// idle_time_limit; 0: absent).
 	IdleTimeLimit time.Duration
+	// Offset is the session output offset of the recording's first output byte: a
+	// part of a rotated recording starts after the output of the parts before it,
+	// and its block index (which keeps whole-session offsets) is read shifted by it
+	// (written as fleetmux_offset, a key players ignore; 0: absent).
+	Offset int64
 }
 
 // headerJSON is the header line; its field order is the file's.
@@ -42,11 +47,15 @@ type headerJSON struct {
 	Title         string            `json:"title,omitempty"`
 	Command       string            `json:"command,omitempty"`
 	Env           map[string]string `json:"env,omitempty"`
+	Offset        int64             `json:"fleetmux_offset,omitempty"`
 }
 
 func (h Header) validate() error {
 	if h.Width < 1 || h.Height < 1 || h.Width > maxDim || h.Height > maxDim {
 		return fmt.Errorf("replay: bad terminal size %dx%d: want 1…%d columns and rows", h.Width, h.Height, maxDim)
+	}
+	if h.Offset < 0 {
+		return fmt.Errorf("replay: negative offset %d", h.Offset)
 	}
 	if h.IdleTimeLimit < 0 {
 		return fmt.Errorf("replay: negative idle time limit %v", h.IdleTimeLimit)
@@ -85,7 +94,7 @@ func NewWriter(w io.Writer, h Header) (*Writer, error) {
 	if err := h.validate(); err != nil {
 		return nil, err
 	}
-	hj := headerJSON{Version: 2, Width: h.Width, Height: h.Height, Title: h.Title, Command: h.Command, Env: h.Env}
+	hj := headerJSON{Version: 2, Width: h.Width, Height: h.Height, Title: h.Title, Command: h.Command, Env: h.Env, Offset: h.Offset}
 	if !h.Timestamp.IsZero() {
 		hj.Timestamp = h.Timestamp.Unix()
 	}
