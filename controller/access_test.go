@@ -12,12 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/controller"
 	"github.com/fleetmux/fleetmux/internal/testutil"
+	"github.com/fleetmux/fleetmux/internal/testutil/stack"
 	"github.com/fleetmux/fleetmux/transport"
 	"github.com/fleetmux/fleetmux/trust"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // Roles everywhere (DESIGN.md, Trust model): api.Routes and api.Tools walked with
@@ -26,20 +28,20 @@ import (
 // newToken creates a token through the API (as the fixture's token) and returns
 // its text.
 func (f *fixture) newToken(name, role, ttl string) string {
-	f.t.Helper()
+	f.T.Helper()
 	var nt api.NewToken
-	f.must(http.StatusOK, "POST", "/v1/tokens", api.TokenRequest{Name: name, Role: role, TTL: ttl}, &nt)
+	f.Must(http.StatusOK, "POST", "/v1/tokens", api.TokenRequest{Name: name, Role: role, TTL: ttl}, &nt)
 	if nt.Secret == "" || nt.Name != name || nt.Role != role {
-		f.t.Fatalf("created token: %+v", nt)
+		f.T.Fatalf("created token: %+v", nt)
 	}
 	return nt.Secret
 }
 
 // as runs fn with the fixture's requests made with token.
 func (f *fixture) as(token string, fn func()) {
-	old := f.token
-	f.token = token
-	defer func() { f.token = old }()
+	old := f.Token
+	f.Token = token
+	defer func() { f.Token = old }()
 	fn()
 }
 
@@ -81,7 +83,7 @@ func routeCase(pattern string) (method, path string, body any) {
 // token, a wrong one, a revoked one are refused (401); the table names exactly
 // the controller's routes.
 func TestAccessRoutes(t *testing.T) {
-	f := newFixture(t, fixtureOpts{nodes: map[string]map[string]string{"n1": nil}, store: true})
+	f := newFixture(t, stack.Options{Nodes: map[string]map[string]string{"n1": nil}, Store: true})
 	tokens := map[string]string{}
 	for _, role := range api.Roles {
 		tokens[role] = f.newToken("t-"+role, role, "")
@@ -91,7 +93,7 @@ func TestAccessRoutes(t *testing.T) {
 		hdr := []string{"Accept", "application/json, text/event-stream"}
 		for _, role := range api.Roles {
 			f.as(tokens[role], func() {
-				code, b := f.do(method, path, body, hdr...)
+				code, b := f.Do(method, path, body, hdr...)
 				var env api.ErrorReply
 				json.Unmarshal(b, &env)
 				allowed := api.RoleAtLeast(role, need)
@@ -112,7 +114,7 @@ func TestAccessRoutes(t *testing.T) {
 		}
 		for name, auth := range map[string]string{"no token": "", "wrong token": "Bearer " + tokens[api.RoleAdmin] + "x", "not bearer": "Basic " + tokens[api.RoleAdmin]} {
 			f.as("", func() {
-				code, b := f.do(method, path, body, append(hdr, "Authorization", auth)...)
+				code, b := f.Do(method, path, body, append(hdr, "Authorization", auth)...)
 				if code != http.StatusUnauthorized {
 					t.Errorf("%s with %s: %d %s, want 401", pattern, name, code, b)
 				}
@@ -122,26 +124,26 @@ func TestAccessRoutes(t *testing.T) {
 	// Every route the controller serves is in the table: an unlisted one is refused
 	// to all, which the walk above would have shown as a 403 for admin. Served
 	// routes are found by what the mux answers: anything but "no route".
-	for _, pattern := range controller.Patterns(f.ctl) {
+	for _, pattern := range controller.Patterns(f.Ctl) {
 		if _, ok := api.Routes[pattern]; !ok {
 			t.Errorf("route %s is served but has no role in api.Routes", pattern)
 		}
 	}
 	// A viewer cannot manage tokens; an admin lists them (never their secrets).
 	var list api.TokenList
-	f.as(tokens[api.RoleAdmin], func() { f.must(http.StatusOK, "GET", "/v1/tokens", nil, &list) })
+	f.as(tokens[api.RoleAdmin], func() { f.Must(http.StatusOK, "GET", "/v1/tokens", nil, &list) })
 	if len(list.Tokens) != 3 || list.Tokens[0].Name != "t-admin" || list.Tokens[0].CreatedBy != "token:bootstrap" {
 		t.Errorf("token list: %+v", list)
 	}
 	f.as(tokens[api.RoleAdmin], func() {
-		f.apiErr(http.StatusConflict, api.CodeExists, "POST", "/v1/tokens", api.TokenRequest{Name: "t-viewer", Role: api.RoleAdmin}, nil...)
-		f.apiErr(http.StatusBadRequest, api.CodeBadRequest, "POST", "/v1/tokens", api.TokenRequest{Name: "bootstrap", Role: api.RoleAdmin}, nil...)
-		f.apiErr(http.StatusBadRequest, api.CodeBadRequest, "POST", "/v1/tokens", api.TokenRequest{Name: "x", Role: "root"}, nil...)
-		f.apiErr(http.StatusBadRequest, api.CodeBadRequest, "POST", "/v1/tokens", api.TokenRequest{Name: "x", Role: api.RoleViewer, TTL: "-1h"}, nil...)
-		f.must(http.StatusOK, "DELETE", "/v1/tokens/t-operator", nil, nil)
+		f.APIErr(http.StatusConflict, api.CodeExists, "POST", "/v1/tokens", api.TokenRequest{Name: "t-viewer", Role: api.RoleAdmin}, nil...)
+		f.APIErr(http.StatusBadRequest, api.CodeBadRequest, "POST", "/v1/tokens", api.TokenRequest{Name: "bootstrap", Role: api.RoleAdmin}, nil...)
+		f.APIErr(http.StatusBadRequest, api.CodeBadRequest, "POST", "/v1/tokens", api.TokenRequest{Name: "x", Role: "root"}, nil...)
+		f.APIErr(http.StatusBadRequest, api.CodeBadRequest, "POST", "/v1/tokens", api.TokenRequest{Name: "x", Role: api.RoleViewer, TTL: "-1h"}, nil...)
+		f.Must(http.StatusOK, "DELETE", "/v1/tokens/t-operator", nil, nil)
 	})
 	f.as(tokens[api.RoleOperator], func() {
-		f.apiErr(http.StatusUnauthorized, api.CodeUnauthorized, "GET", "/v1/nodes", nil)
+		f.APIErr(http.StatusUnauthorized, api.CodeUnauthorized, "GET", "/v1/nodes", nil)
 	})
 }
 
@@ -149,7 +151,7 @@ func TestAccessRoutes(t *testing.T) {
 // below the tool's (api.Tools) gets a tool error naming the role it needs, one at
 // or above it gets past the check.
 func TestAccessTools(t *testing.T) {
-	f := newFixture(t, fixtureOpts{nodes: map[string]map[string]string{"n1": nil}, store: true})
+	f := newFixture(t, stack.Options{Nodes: map[string]map[string]string{"n1": nil}, Store: true})
 	args := map[string]map[string]any{
 		"list_nodes":       {},
 		"list_sessions":    {},
@@ -207,18 +209,18 @@ func TestAccessTools(t *testing.T) {
 // token made on one works on the other; revoked on the other, it is refused by
 // both at once; an expired token is refused by both.
 func TestTokensTwoControllers(t *testing.T) {
-	f := newFixture(t, fixtureOpts{nodes: map[string]map[string]string{"n1": nil}, store: true})
+	f := newFixture(t, stack.Options{Nodes: map[string]map[string]string{"n1": nil}, Store: true})
 	ctx := context.Background()
-	conn2, err := transport.Connect(ctx, transport.NATSConfig{URL: f.srv.ClientURL(), Name: "ctl2", Logger: quiet()})
+	conn2, err := transport.Connect(ctx, transport.NATSConfig{URL: f.NATS.ClientURL(), Name: "ctl2", Logger: stack.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn2.Close() })
-	kv2, err := transport.OpenKV(ctx, conn2.NC(), transport.BucketTokens, quiet())
+	kv2, err := transport.OpenKV(ctx, conn2.NC(), transport.BucketTokens, stack.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctl2, err := controller.New(controller.Config{Name: "ctl2", Bus: conn2, Signer: f.trust.Signer, HTTPListen: "127.0.0.1:0", Tokens: kv2, Logger: quiet()})
+	ctl2, err := controller.New(controller.Config{Name: "ctl2", Bus: conn2, Signer: f.Trust.Signer, HTTPListen: "127.0.0.1:0", Tokens: kv2, Logger: stack.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,11 +228,11 @@ func TestTokensTwoControllers(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ctl2.Close() })
-	f2 := &fixture{t: t, ctl: ctl2, base: "http://" + ctl2.Addr(), http: f.http}
+	f2 := &fixture{&stack.Stack{T: t, Ctl: ctl2, Base: "http://" + ctl2.Addr(), HTTP: f.HTTP}}
 
 	status := func(f *fixture, token string) int {
 		var code int
-		f.as(token, func() { code, _ = f.do("GET", "/v1/nodes", nil) })
+		f.as(token, func() { code, _ = f.Do("GET", "/v1/nodes", nil) })
 		return code
 	}
 	ops := f.newToken("ops", api.RoleAdmin, "")
@@ -238,7 +240,7 @@ func TestTokensTwoControllers(t *testing.T) {
 		t.Fatal("a new token is refused by the controller that made it")
 	}
 	testutil.Eventually(t, 5*time.Second, func() bool { return status(f2, ops) == http.StatusOK }, "the other controller to accept the token")
-	f2.as(ops, func() { f2.must(http.StatusOK, "DELETE", "/v1/tokens/ops", nil, nil) })
+	f2.as(ops, func() { f2.Must(http.StatusOK, "DELETE", "/v1/tokens/ops", nil, nil) })
 	if status(f2, ops) != http.StatusUnauthorized {
 		t.Fatal("a revoked token still works on the controller that revoked it")
 	}
@@ -263,11 +265,11 @@ func TestTokensTwoControllers(t *testing.T) {
 // envelope): the principal is its token, the label stays a label.
 func TestAuditNamesPrincipal(t *testing.T) {
 	audit := filepath.Join(t.TempDir(), "audit.jsonl")
-	f := newFixture(t, fixtureOpts{nodes: map[string]map[string]string{"n1": nil}, store: true,
-		config: func(c *controller.Config) { c.AuditFile = audit }})
+	f := newFixture(t, stack.Options{Nodes: map[string]map[string]string{"n1": nil}, Store: true,
+		Config: func(c *controller.Config) { c.AuditFile = audit }})
 	ops := f.newToken("ops", api.RoleOperator, "")
 	nodeRecs := make(chan api.AuditRecord, 16)
-	stop, err := f.conn.Subscribe(api.Subjects{}.Audit("n1"), func(_ string, _ map[string]string, data []byte) {
+	stop, err := f.Bus.Subscribe(api.Subjects{}.Audit("n1"), func(_ string, _ map[string]string, data []byte) {
 		var r api.AuditRecord
 		if json.Unmarshal(data, &r) == nil {
 			select {
@@ -281,10 +283,10 @@ func TestAuditNamesPrincipal(t *testing.T) {
 	}
 	defer stop()
 	f.as(ops, func() {
-		f.do("POST", "/v1/sessions", api.NewSession{Node: "nope"}, api.HeaderActor, "admin")
+		f.Do("POST", "/v1/sessions", api.NewSession{Node: "nope"}, api.HeaderActor, "admin")
 		// Review #4: the client names itself a person; the node must still know
 		// it is token:ops (its policy matches the principal, not this label).
-		if code, body := f.do("POST", "/v1/sessions", api.NewSession{Node: "n1"}, api.HeaderActor, "mcp-human:alice"); code != http.StatusCreated {
+		if code, body := f.Do("POST", "/v1/sessions", api.NewSession{Node: "n1"}, api.HeaderActor, "mcp-human:alice"); code != http.StatusCreated {
 			t.Fatalf("create: %d %s", code, body)
 		}
 	})
@@ -326,8 +328,8 @@ func TestBootstrapTokenKeepsWorking(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := newFixture(t, fixtureOpts{nodes: map[string]map[string]string{}, token: boot, store: true})
+	f := newFixture(t, stack.Options{Nodes: map[string]map[string]string{}, Token: boot, Store: true})
 	other := f.newToken("dev", api.RoleViewer, "")
-	f.must(http.StatusOK, "GET", "/v1/tokens", nil, nil)
-	f.as(other, func() { f.apiErr(http.StatusForbidden, api.CodeForbidden, "GET", "/v1/tokens", nil) })
+	f.Must(http.StatusOK, "GET", "/v1/tokens", nil, nil)
+	f.as(other, func() { f.APIErr(http.StatusForbidden, api.CodeForbidden, "GET", "/v1/tokens", nil) })
 }

@@ -1,8 +1,6 @@
 package controller_test
 
 import (
-	"bufio"
-	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -10,28 +8,8 @@ import (
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/controller"
+	"github.com/fleetmux/fleetmux/internal/testutil"
 )
-
-// auditRecords reads the JSONL audit file.
-func auditRecords(t *testing.T, path string) []api.AuditRecord {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []api.AuditRecord
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 4<<20)
-	for sc.Scan() {
-		var r api.AuditRecord
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatalf("%s: a line is not a record: %v", path, err)
-		}
-		out = append(out, r)
-	}
-	return out
-}
 
 // TestAuditRotation: the audit file rotates at AuditMaxBytes and keeps
 // AuditKeep old files, through audited HTTP requests.
@@ -43,7 +21,7 @@ func TestAuditRotation(t *testing.T) {
 	})
 	bus.handle("n1", "close", reply(api.Session{Node: "n1", ID: "s1", State: api.StateExited}))
 	for range 40 {
-		f.do("DELETE", "/v1/sessions/n1/s1", nil)
+		f.Do("DELETE", "/v1/sessions/n1/s1", nil)
 	}
 	var all []api.AuditRecord
 	for _, p := range []string{path + ".2", path + ".1", path} {
@@ -54,7 +32,7 @@ func TestAuditRotation(t *testing.T) {
 		if st.Size() > 2000 || st.Mode().Perm() != 0o600 {
 			t.Errorf("%s: %d bytes, mode %v", p, st.Size(), st.Mode().Perm())
 		}
-		all = append(all, auditRecords(t, p)...)
+		all = append(all, testutil.AuditRecords(t, p)...)
 	}
 	if _, err := os.Stat(path + ".3"); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a third old file is kept: %v", err)

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/internal/testutil/stack"
 )
 
 // Terminal escapes an attacker puts in a title: OSC 52 writes the reader's
@@ -21,7 +22,7 @@ const (
 // title, description or label with control characters, through the HTTP API, and
 // changes nothing.
 func TestSessionTextRefused(t *testing.T) {
-	f := newFixture(t, fixtureOpts{nodes: map[string]map[string]string{"n1": nil}})
+	f := newFixture(t, stack.Options{Nodes: map[string]map[string]string{"n1": nil}})
 	for _, body := range []map[string]any{
 		{"node": "n1", "title": osc52},
 		{"node": "n1", "title": "ok" + c1CSI},
@@ -29,23 +30,23 @@ func TestSessionTextRefused(t *testing.T) {
 		{"node": "n1", "labels": map[string]string{"k": rlo + "v"}},
 		{"node": "n1", "labels": map[string]string{"k": "a\nb"}},
 	} {
-		e := f.apiErr(400, api.CodeBadRequest, "POST", "/v1/sessions", body)
+		e := f.APIErr(400, api.CodeBadRequest, "POST", "/v1/sessions", body)
 		if !strings.Contains(e.Message, "control character") {
 			t.Errorf("create %q: %q does not say why", body, e.Message)
 		}
 	}
 	var list api.SessionList
-	f.must(200, "GET", "/v1/sessions", nil, &list)
+	f.Must(200, "GET", "/v1/sessions", nil, &list)
 	if len(list.Sessions) != 0 {
 		t.Fatalf("refused creates left sessions: %+v", list.Sessions)
 	}
-	s := f.newSession("n1")
+	s := f.NewSession("n1")
 	path := "/v1/sessions/n1/" + s.ID
-	f.apiErr(400, api.CodeBadRequest, "PATCH", path, map[string]any{"title": eraseScreen})
-	f.apiErr(400, api.CodeBadRequest, "PATCH", path, map[string]any{"description": osc52})
-	f.apiErr(400, api.CodeBadRequest, "PATCH", path, map[string]any{"labels": map[string]string{"k": c1CSI}})
+	f.APIErr(400, api.CodeBadRequest, "PATCH", path, map[string]any{"title": eraseScreen})
+	f.APIErr(400, api.CodeBadRequest, "PATCH", path, map[string]any{"description": osc52})
+	f.APIErr(400, api.CodeBadRequest, "PATCH", path, map[string]any{"labels": map[string]string{"k": c1CSI}})
 	var got api.Session
-	f.must(200, "PATCH", path, map[string]any{"title": "fine", "description": "two\nlines\tand a tab"}, &got)
+	f.Must(200, "PATCH", path, map[string]any{"title": "fine", "description": "two\nlines\tand a tab"}, &got)
 	if got.Title != "fine" || got.Description != "two\nlines\tand a tab" {
 		t.Fatalf("a plain title and a multiline description: %+v", got)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/controller"
 	"github.com/fleetmux/fleetmux/internal/testutil"
+	"github.com/fleetmux/fleetmux/internal/testutil/stack"
 	"github.com/fleetmux/fleetmux/trust"
 )
 
@@ -26,7 +27,7 @@ func newFakeFixture(t *testing.T, nodes map[string]int, config func(*controller.
 	t.Helper()
 	bus := newFakeBus()
 	tr := testutil.NewTrust(t)
-	cfg := controller.Config{Name: "ctl", Bus: bus, Signer: tr.Signer, HTTPListen: "127.0.0.1:0", Token: testToken, Logger: quiet()}
+	cfg := controller.Config{Name: "ctl", Bus: bus, Signer: tr.Signer, HTTPListen: "127.0.0.1:0", Token: stack.Token, Logger: stack.Quiet()}
 	if config != nil {
 		config(&cfg)
 	}
@@ -47,11 +48,11 @@ func newFakeFixture(t *testing.T, nodes map[string]int, config func(*controller.
 	for name, n := range nodes {
 		ctl.Observe(controller.Member{Name: name, Addr: "127.0.0.1:1", State: api.NodeAlive, Meta: api.NodeMeta{Name: name, Sessions: n}})
 	}
-	return &fixture{t: t, ctl: ctl, base: "http://" + ctl.Addr(), token: cfg.Token, http: &http.Client{Timeout: 10 * time.Second}, trust: tr}, bus
+	return &fixture{&stack.Stack{T: t, Ctl: ctl, Base: "http://" + ctl.Addr(), Token: cfg.Token, HTTP: &http.Client{Timeout: 10 * time.Second}, Trust: tr}}, bus
 }
 
 func nodeStatus(f *fixture, name string) string {
-	for _, n := range f.ctl.Nodes() {
+	for _, n := range f.Ctl.Nodes() {
 		if n.Name == name {
 			return n.Status
 		}
@@ -67,7 +68,7 @@ func TestFakeRouting(t *testing.T) {
 	bus.handle("n1", "get", reply(s1))
 	bus.handle("n2", "get", reply(api.Session{Node: "n2", ID: "s4"}))
 	var got api.Session
-	code, body := f.do("GET", "/v1/sessions/n1/s4", nil, api.HeaderActor, "agent-7")
+	code, body := f.Do("GET", "/v1/sessions/n1/s4", nil, api.HeaderActor, "agent-7")
 	if code != 200 || json.Unmarshal(body, &got) != nil || got.Title != "from n1" {
 		t.Fatalf("get: %d %s", code, body)
 	}
@@ -81,7 +82,7 @@ func TestFakeRouting(t *testing.T) {
 	}
 	// The request is signed for the API's principal (its token), the actor it
 	// named (a label, with its address) apart, and the API token's role.
-	p, err := f.trust.NewVerifier(t).Verify(api.Subjects{}.RPC("n1", "get"), reqs[0].data, reqs[0].header[api.HeaderAuth])
+	p, err := f.Trust.NewVerifier(t).Verify(api.Subjects{}.RPC("n1", "get"), reqs[0].data, reqs[0].header[api.HeaderAuth])
 	if err != nil || !strings.HasPrefix(p.Actor, "agent-7@") || p.Principal != "token:"+trust.BootstrapName || p.Role != api.RoleAdmin || p.Controller != "ctl" {
 		t.Fatalf("signed principal %+v (%v)", p, err)
 	}
@@ -97,14 +98,14 @@ func TestFakeRouting(t *testing.T) {
 		}
 		return json.Marshal(api.Session{Node: "n2", ID: "s9", Title: cr.Title})
 	})
-	f.must(201, "POST", "/v1/sessions", api.NewSession{CreateRequest: api.CreateRequest{Title: "t"}}, &got)
+	f.Must(201, "POST", "/v1/sessions", api.NewSession{CreateRequest: api.CreateRequest{Title: "t"}}, &got)
 	if got.Node != "n2" || got.ID != "s9" {
 		t.Fatalf("create went to %s/%s", got.Node, got.ID)
 	}
 
 	// A node's error reply is the client's error, with its code and status.
 	bus.handle("n1", "run", reply(api.ErrorReply{Error: api.Errorf(api.CodeBusy, "a command is running")}))
-	if e := f.apiErr(409, api.CodeBusy, "POST", "/v1/sessions/n1/s4/run", api.RunBody{Command: "true"}); e.Message != "a command is running" {
+	if e := f.APIErr(409, api.CodeBusy, "POST", "/v1/sessions/n1/s4/run", api.RunBody{Command: "true"}); e.Message != "a command is running" {
 		t.Fatalf("busy message %q", e.Message)
 	}
 }
@@ -117,7 +118,7 @@ func TestFakeListPartial(t *testing.T) {
 	bus.handle("n2", "list", reply(api.SessionList{Sessions: []api.Session{{Node: "n2", ID: "s1"}}}))
 	// n3: no responders.
 	var l api.SessionList
-	f.must(200, "GET", "/v1/sessions", nil, &l)
+	f.Must(200, "GET", "/v1/sessions", nil, &l)
 	var ids []string
 	for _, s := range l.Sessions {
 		ids = append(ids, s.Node+"/"+s.ID)
@@ -129,7 +130,7 @@ func TestFakeListPartial(t *testing.T) {
 		t.Fatalf("n3 after no responders: %s, want suspect", st)
 	}
 	// Asking one node strictly gives its error.
-	f.apiErr(503, api.CodeUnavailable, "GET", "/v1/sessions?node=n3", nil)
+	f.APIErr(503, api.CodeUnavailable, "GET", "/v1/sessions?node=n3", nil)
 }
 
 // TestFakeFailurePaths: what the client sees when the bus or the node fails, and
@@ -145,7 +146,7 @@ func TestFakeFailurePaths(t *testing.T) {
 
 	t.Run("no responders", func(t *testing.T) {
 		start := time.Now()
-		e := f.apiErr(503, api.CodeUnavailable, "GET", "/v1/sessions/n1/s1/screen", nil)
+		e := f.APIErr(503, api.CodeUnavailable, "GET", "/v1/sessions/n1/s1/screen", nil)
 		quick(time.Since(start), "no responders")
 		if !strings.Contains(e.Message, "does not answer") {
 			t.Fatalf("message %q", e.Message)
@@ -158,14 +159,14 @@ func TestFakeFailurePaths(t *testing.T) {
 	t.Run("malformed reply", func(t *testing.T) {
 		for _, bad := range []string{`{"id":`, `[1,2]`, `{"error":{`, ``} {
 			bus.handle("n1", "get", func(context.Context, map[string]string, []byte) ([]byte, error) { return []byte(bad), nil })
-			e := f.apiErr(500, api.CodeInternal, "GET", "/v1/sessions/n1/s1", nil)
+			e := f.APIErr(500, api.CodeInternal, "GET", "/v1/sessions/n1/s1", nil)
 			if !strings.Contains(e.Message, "malformed") {
 				t.Fatalf("%q: message %q", bad, e.Message)
 			}
 		}
 		// A good reply makes the node alive again.
 		bus.handle("n1", "get", reply(api.Session{Node: "n1", ID: "s1"}))
-		f.must(200, "GET", "/v1/sessions/n1/s1", nil, nil)
+		f.Must(200, "GET", "/v1/sessions/n1/s1", nil, nil)
 		if st := nodeStatus(f, "n1"); st != api.NodeAlive {
 			t.Fatalf("n1 after an answer: %s", st)
 		}
@@ -175,7 +176,7 @@ func TestFakeFailurePaths(t *testing.T) {
 		bus.handle("n1", "screen", func(context.Context, map[string]string, []byte) ([]byte, error) {
 			return nil, errors.New("nats: connection closed")
 		})
-		e := f.apiErr(503, api.CodeUnavailable, "GET", "/v1/sessions/n1/s1/screen", nil)
+		e := f.APIErr(503, api.CodeUnavailable, "GET", "/v1/sessions/n1/s1/screen", nil)
 		if strings.Contains(e.Message, "connection closed") {
 			t.Fatalf("the bus's own error reached the client: %q", e.Message)
 		}
@@ -185,7 +186,7 @@ func TestFakeFailurePaths(t *testing.T) {
 		h := newHang()
 		bus.handle("n1", "screen", h.respond)
 		start := time.Now()
-		e := f.apiErr(504, api.CodeTimeout, "GET", "/v1/sessions/n1/s1/screen", nil)
+		e := f.APIErr(504, api.CodeTimeout, "GET", "/v1/sessions/n1/s1/screen", nil)
 		quick(time.Since(start), "a slow node")
 		if !strings.Contains(e.Message, "did not answer screen within 100ms") {
 			t.Fatalf("message %q", e.Message)
@@ -197,7 +198,7 @@ func TestFakeFailurePaths(t *testing.T) {
 	})
 
 	t.Run("node gone mid-call", func(t *testing.T) {
-		f.ctl.Observe(controller.Member{Name: "n1", Addr: "127.0.0.1:1", State: api.NodeAlive, Meta: api.NodeMeta{Name: "n1"}})
+		f.Ctl.Observe(controller.Member{Name: "n1", Addr: "127.0.0.1:1", State: api.NodeAlive, Meta: api.NodeMeta{Name: "n1"}})
 		h := newHang()
 		bus.handle("n1", "run", h.respond) // a run waits far longer than RequestTimeout
 		type result struct {
@@ -207,12 +208,12 @@ func TestFakeFailurePaths(t *testing.T) {
 		}
 		done := make(chan result, 1)
 		go func() {
-			code, body := f.do("POST", "/v1/sessions/n1/s1/run", api.RunBody{Command: "sleep 60", TimeoutMS: 60000})
+			code, body := f.Do("POST", "/v1/sessions/n1/s1/run", api.RunBody{Command: "sleep 60", TimeoutMS: 60000})
 			done <- result{code, body, time.Now()}
 		}()
 		h.waitStarted(t)
 		gone := time.Now()
-		f.ctl.Observe(controller.Member{Name: "n1", State: api.NodeDead})
+		f.Ctl.Observe(controller.Member{Name: "n1", State: api.NodeDead})
 		h.waitEnded(t, time.Second) // after the grace
 		select {
 		case r := <-done:
@@ -226,23 +227,23 @@ func TestFakeFailurePaths(t *testing.T) {
 		}
 		// Dead: refused without asking the bus.
 		before := len(bus.sent(api.Subjects{}.RPC("n1", "get")))
-		f.apiErr(503, api.CodeUnavailable, "GET", "/v1/sessions/n1/s1", nil)
+		f.APIErr(503, api.CodeUnavailable, "GET", "/v1/sessions/n1/s1", nil)
 		if after := len(bus.sent(api.Subjects{}.RPC("n1", "get"))); after != before {
 			t.Fatal("a request to a dead node reached the bus")
 		}
 	})
 
 	t.Run("client cancels", func(t *testing.T) {
-		f.ctl.Observe(controller.Member{Name: "n1", Addr: "127.0.0.1:1", State: api.NodeAlive, Meta: api.NodeMeta{Name: "n1"}})
+		f.Ctl.Observe(controller.Member{Name: "n1", Addr: "127.0.0.1:1", State: api.NodeAlive, Meta: api.NodeMeta{Name: "n1"}})
 		h := newHang()
 		bus.handle("n1", "wait", h.respond)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		req, _ := http.NewRequestWithContext(ctx, "GET", f.base+"/v1/sessions/n1/s1/wait?until=idle&timeout_ms=60000", nil)
-		req.Header.Set("Authorization", "Bearer "+f.token)
+		req, _ := http.NewRequestWithContext(ctx, "GET", f.Base+"/v1/sessions/n1/s1/wait?until=idle&timeout_ms=60000", nil)
+		req.Header.Set("Authorization", "Bearer "+f.Token)
 		errc := make(chan error, 1)
 		go func() {
-			resp, err := f.http.Do(req)
+			resp, err := f.HTTP.Do(req)
 			if err == nil {
 				resp.Body.Close()
 			}
@@ -257,7 +258,7 @@ func TestFakeFailurePaths(t *testing.T) {
 	})
 
 	t.Run("unknown node", func(t *testing.T) {
-		f.apiErr(404, api.CodeNotFound, "GET", "/v1/sessions/nobody/s1", nil)
+		f.APIErr(404, api.CodeNotFound, "GET", "/v1/sessions/nobody/s1", nil)
 		if n := len(bus.sent(api.Subjects{}.RPC("nobody", "get"))); n != 0 {
 			t.Fatal("a request to an unknown node reached the bus")
 		}
@@ -300,9 +301,9 @@ func TestFakeOutputPaging(t *testing.T) {
 		return json.Marshal(api.ReadReply{Offset: r.From, Data: out[from:to], End: end})
 	})
 	get := func(query string) (*http.Response, []byte, error) {
-		req, _ := http.NewRequest("GET", f.base+"/v1/sessions/n1/s1/output?"+query, nil)
-		req.Header.Set("Authorization", "Bearer "+f.token)
-		resp, err := f.http.Do(req)
+		req, _ := http.NewRequest("GET", f.Base+"/v1/sessions/n1/s1/output?"+query, nil)
+		req.Header.Set("Authorization", "Bearer "+f.Token)
+		resp, err := f.HTTP.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -344,7 +345,7 @@ func TestFakeOutputPaging(t *testing.T) {
 		t.Fatalf("a range cut short: status %d, %d bytes, err %v: want a short body and an error", resp.StatusCode, len(b), err)
 	}
 	// The first read's error is the reply.
-	f.apiErr(410, api.CodeGone, "GET", fmt.Sprintf("/v1/sessions/n1/s1/output?from=%d", failAt), nil)
+	f.APIErr(410, api.CodeGone, "GET", fmt.Sprintf("/v1/sessions/n1/s1/output?from=%d", failAt), nil)
 }
 
 // TestFakeBlockOutlivesRequestTimeout: rendering a large block (a grep through many MB)
@@ -368,7 +369,7 @@ func TestFakeBlockOutlivesRequestTimeout(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		code, body := f.do("GET", "/v1/sessions/n1/s1/blocks/1?grep=4242", nil)
+		code, body := f.Do("GET", "/v1/sessions/n1/s1/blocks/1?grep=4242", nil)
 		done <- result{code, body}
 	}()
 	select {
@@ -380,7 +381,7 @@ func TestFakeBlockOutlivesRequestTimeout(t *testing.T) {
 	// block request has been waiting longer than that when it is answered.
 	h := newHang()
 	bus.handle("n1", "screen", h.respond)
-	f.apiErr(504, api.CodeTimeout, "GET", "/v1/sessions/n1/s1/screen", nil)
+	f.APIErr(504, api.CodeTimeout, "GET", "/v1/sessions/n1/s1/screen", nil)
 	close(release)
 	r := <-done
 	if r.code != 200 || !strings.Contains(string(r.body), "4242: 4242") {

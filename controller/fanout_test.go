@@ -5,17 +5,18 @@ import (
 	"testing"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/internal/testutil/stack"
 )
 
 func (f *fixture) fanout(req api.FanoutRequest) api.Fanout {
-	f.t.Helper()
+	f.T.Helper()
 	var out api.Fanout
-	f.must(200, "POST", "/v1/run", req, &out)
+	f.Must(200, "POST", "/v1/run", req, &out)
 	return out
 }
 
 func TestFanout(t *testing.T) {
-	f := newFixture(t, fixtureOpts{})
+	f := newFixture(t, stack.Options{})
 
 	// All nodes, fresh sessions: one result per node, sessions closed afterwards.
 	out := f.fanout(api.FanoutRequest{Selector: api.Selector{All: true}, Command: "echo fan-$((1+1))"})
@@ -28,7 +29,7 @@ func TestFanout(t *testing.T) {
 		}
 	}
 	var list api.SessionList
-	f.must(200, "GET", "/v1/sessions", nil, &list)
+	f.Must(200, "GET", "/v1/sessions", nil, &list)
 	if len(list.Sessions) != 0 {
 		t.Fatalf("fresh fan-out sessions left behind: %+v", list.Sessions)
 	}
@@ -80,7 +81,7 @@ func TestFanout(t *testing.T) {
 	}
 	// The skipped target really did not run: its last block is still the one before.
 	var bl api.BlockList
-	f.must(200, "GET", "/v1/sessions/"+addrs[1]+"/blocks", nil, &bl)
+	f.Must(200, "GET", "/v1/sessions/"+addrs[1]+"/blocks", nil, &bl)
 	if last := bl.Blocks[len(bl.Blocks)-1]; last.Command == "false" {
 		t.Fatalf("the skipped target ran: %+v", last)
 	}
@@ -92,9 +93,9 @@ func TestFanout(t *testing.T) {
 	if out.Failed != 1 || r.Error == nil || r.Error.Code != api.CodeTimeout || r.Block == nil || r.Block.State != "running" || !strings.Contains(r.Error.Message, "kept") {
 		t.Fatalf("timeout: %+v", out)
 	}
-	f.must(200, "POST", "/v1/sessions/n1/"+r.Session+"/keys", api.KeysBody{Keys: []string{"C-c"}}, nil)
+	f.Must(200, "POST", "/v1/sessions/n1/"+r.Session+"/keys", api.KeysBody{Keys: []string{"C-c"}}, nil)
 	var w api.WaitResult
-	f.must(200, "GET", "/v1/sessions/n1/"+r.Session+"/wait?until=idle&timeout_ms=10000", nil, &w)
+	f.Must(200, "GET", "/v1/sessions/n1/"+r.Session+"/wait?until=idle&timeout_ms=10000", nil, &w)
 	if !w.OK || w.Block.ExitCode == nil || *w.Block.ExitCode != 130 {
 		t.Fatalf("after C-c: %+v", w)
 	}

@@ -43,10 +43,10 @@ func TestLongsCountPrincipalNotLabel(t *testing.T) {
 		wg.Add(1)
 		go func() { // joined below
 			defer wg.Done()
-			req, _ := http.NewRequest("GET", f.base+"/v1/sessions/n1/s1/wait?until=exited&timeout_ms=20000", nil)
-			req.Header.Set("Authorization", "Bearer "+f.token)
+			req, _ := http.NewRequest("GET", f.Base+"/v1/sessions/n1/s1/wait?until=exited&timeout_ms=20000", nil)
+			req.Header.Set("Authorization", "Bearer "+f.Token)
 			req.Header.Set(api.HeaderActor, fmt.Sprintf("agent-%d", i))
-			resp, err := f.http.Do(req)
+			resp, err := f.HTTP.Do(req)
 			if err != nil {
 				codes <- err.Error()
 				return
@@ -98,7 +98,7 @@ func TestNodeReplyCannotSpeakForOthers(t *testing.T) {
 	bus.handle("evil", "get", reply(api.Session{Node: "vm", ID: "s2", Title: "spoofed"}))
 	var list api.SessionList
 	for range 2 { // the warning is logged once
-		f.must(http.StatusOK, "GET", "/v1/sessions", nil, &list)
+		f.Must(http.StatusOK, "GET", "/v1/sessions", nil, &list)
 	}
 	var got []string
 	for _, s := range list.Sessions {
@@ -120,7 +120,7 @@ func TestNodeReplyCannotSpeakForOthers(t *testing.T) {
 		t.Errorf("%d warnings about the spoofed session, want 1: %s", n, logBuf.String())
 	}
 	// A single-session reply about another node's session is refused.
-	if code, body := f.do("GET", "/v1/sessions/evil/s2", nil); code == http.StatusOK {
+	if code, body := f.Do("GET", "/v1/sessions/evil/s2", nil); code == http.StatusOK {
 		t.Fatalf("get of evil/s2 answered with vm's session: %s", body)
 	}
 }

@@ -14,10 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/controller"
+	"github.com/fleetmux/fleetmux/internal/testutil/stack"
 	"github.com/fleetmux/fleetmux/mcpserver"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // The MCP server (package mcpserver) driven by the go-sdk's own client: over the
@@ -85,7 +87,7 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 func mcpHTTP(t *testing.T, f *fixture) *mcpc {
 	t.Helper()
 	c := &mcpc{t: t, updates: make(chan string, 64)}
-	tr := &mcp.StreamableClientTransport{Endpoint: f.base + "/mcp", HTTPClient: &http.Client{Transport: bearer{f.token}}, MaxRetries: -1}
+	tr := &mcp.StreamableClientTransport{Endpoint: f.Base + "/mcp", HTTPClient: &http.Client{Transport: bearer{f.Token}}, MaxRetries: -1}
 	cs, err := newClient(c.updates).Connect(context.Background(), tr, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -473,11 +475,11 @@ func mcpScenario(t *testing.T, f *fixture, c *mcpc) {
 }
 
 func TestMCPInMemory(t *testing.T) {
-	f := newFixture(t, fixtureOpts{})
+	f := newFixture(t, stack.Options{})
 	asAdmin := func(ctx context.Context, actor string) context.Context {
 		return controller.WithRole(controller.WithActor(ctx, actor), api.RoleAdmin)
 	}
-	c := mcpInMemory(t, controller.MCPFleet(f.ctl), mcpserver.Options{WithActor: asAdmin})
+	c := mcpInMemory(t, controller.MCPFleet(f.Ctl), mcpserver.Options{WithActor: asAdmin})
 	mcpScenario(t, f, c)
 }
 
@@ -485,14 +487,14 @@ func TestMCPInMemory(t *testing.T) {
 // with its URL and an Authorization header does.
 func TestMCPHTTP(t *testing.T) {
 	audit := filepath.Join(t.TempDir(), "audit.jsonl")
-	f := newFixture(t, fixtureOpts{token: "s3cret", config: func(c *controller.Config) { c.AuditFile = audit }})
+	f := newFixture(t, stack.Options{Token: "s3cret", Config: func(c *controller.Config) { c.AuditFile = audit }})
 
 	// The API's guard applies: token, Origin.
 	init := []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`)
-	f.token = ""
-	f.apiErr(401, "unauthorized", "POST", "/mcp", init, "Accept", "application/json, text/event-stream")
-	f.token = "s3cret"
-	f.apiErr(403, "forbidden", "POST", "/mcp", init, "Accept", "application/json, text/event-stream", "Origin", "http://evil.example")
+	f.Token = ""
+	f.APIErr(401, "unauthorized", "POST", "/mcp", init, "Accept", "application/json, text/event-stream")
+	f.Token = "s3cret"
+	f.APIErr(403, "forbidden", "POST", "/mcp", init, "Accept", "application/json, text/event-stream", "Origin", "http://evil.example")
 
 	c := mcpHTTP(t, f)
 	mcpScenario(t, f, c)
@@ -512,7 +514,7 @@ func TestMCPHTTP(t *testing.T) {
 	start := time.Now()
 	sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := f.ctl.Shutdown(sctx); err != nil {
+	if err := f.Ctl.Shutdown(sctx); err != nil {
 		t.Fatal(err)
 	}
 	if d := time.Since(start); d > 5*time.Second {

@@ -26,14 +26,14 @@ func TestMiddlewares(t *testing.T) {
 
 	// What must not be audited first: a record made by mistake would be published
 	// before those of the requests that follow.
-	f.must(200, "GET", "/v1/sessions/n1/s1", nil, nil)
-	f.apiErr(403, api.CodeForbidden, "POST", run, api.RunBody{Command: "true"}, "Origin", "http://evil.example") // the guard's
+	f.Must(200, "GET", "/v1/sessions/n1/s1", nil, nil)
+	f.APIErr(403, api.CodeForbidden, "POST", run, api.RunBody{Command: "true"}, "Origin", "http://evil.example") // the guard's
 	init := []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
-	mcpCode, _ := f.do("POST", "/mcp", init, "Accept", "application/json, text/event-stream")
-	f.do("POST", run, api.RunBody{Command: "true"}, api.HeaderActor, "agent-7")
-	f.apiErr(400, api.CodeBadRequest, "POST", run, []byte(`{`))
-	f.apiErr(409, api.CodeBusy, "POST", "/v1/sessions/n1/s1/input", api.InputBody{Data: "x"})
-	f.must(201, "POST", "/v1/sessions", api.NewSession{}, nil)
+	mcpCode, _ := f.Do("POST", "/mcp", init, "Accept", "application/json, text/event-stream")
+	f.Do("POST", run, api.RunBody{Command: "true"}, api.HeaderActor, "agent-7")
+	f.APIErr(400, api.CodeBadRequest, "POST", run, []byte(`{`))
+	f.APIErr(409, api.CodeBusy, "POST", "/v1/sessions/n1/s1/input", api.InputBody{Data: "x"})
+	f.Must(201, "POST", "/v1/sessions", api.NewSession{}, nil)
 
 	type key struct{ action, session, result string }
 	want := map[key]bool{
@@ -69,7 +69,7 @@ func TestMiddlewares(t *testing.T) {
 		}
 	}
 
-	_, b := f.do("GET", "/metrics", nil)
+	_, b := f.Do("GET", "/metrics", nil)
 	m := string(b)
 	for _, line := range []string{
 		`fleetmux_http_requests_total{code="200",route="POST /v1/sessions/{node}/{id}/run"} 1`,

@@ -11,12 +11,14 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/fleetmux/fleetmux/api"
-	"github.com/fleetmux/fleetmux/controller"
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/controller"
+	"github.com/fleetmux/fleetmux/internal/testutil/stack"
 )
 
 // loadOpenAPI loads and validates api/openapi.yaml as OpenAPI 3.1.
@@ -172,12 +174,12 @@ func (v *validator) checkError(what string, body []byte) {
 // of every route (from a real node) match their schemas.
 func TestOpenAPI(t *testing.T) {
 	doc := loadOpenAPI(t)
-	f := newFixture(t, fixtureOpts{nodes: map[string]map[string]string{"n1": {"role": "web"}}, store: true})
+	f := newFixture(t, stack.Options{Nodes: map[string]map[string]string{"n1": {"role": "web"}}, Store: true})
 
 	// The router's routes and the document's operations are the same set.
 	ops := docOps(doc)
 	var routes []string
-	for _, p := range controller.Patterns(f.ctl) {
+	for _, p := range controller.Patterns(f.Ctl) {
 		method, path, ok := strings.Cut(p, " ")
 		if !ok { // a pattern for every method: the document must list some
 			path = p
@@ -202,7 +204,7 @@ func TestOpenAPI(t *testing.T) {
 	}
 
 	v := newValidator(t, doc)
-	f.http.Transport = v
+	f.HTTP.Transport = v
 	f.exerciseAll(t)
 
 	// Every operation answered, and every one but the WebSocket and MCP's with success.
@@ -226,74 +228,74 @@ func TestOpenAPI(t *testing.T) {
 // validator checks them).
 func (f *fixture) exerciseAll(t *testing.T) {
 	var nodes api.NodeList
-	f.must(200, "GET", "/v1/nodes", nil, &nodes)
+	f.Must(200, "GET", "/v1/nodes", nil, &nodes)
 	var s api.Session
-	f.must(201, "POST", "/v1/sessions", api.NewSession{Node: "n1", CreateRequest: api.CreateRequest{
+	f.Must(201, "POST", "/v1/sessions", api.NewSession{Node: "n1", CreateRequest: api.CreateRequest{
 		Title: "t", Labels: map[string]string{"team": "a"}, Shell: "bash", Cols: 100, Rows: 30}}, &s)
 	p := "/v1/sessions/" + s.Node + "/" + s.ID
-	f.must(200, "GET", p+"/wait?until=idle&timeout_ms=10000", nil, nil)
-	f.must(200, "GET", "/v1/sessions?node=n1&label=role=web&label=team=a", nil, nil)
-	f.must(200, "GET", p, nil, nil)
-	f.must(200, "PATCH", p, map[string]any{"title": "t2", "description": "d"}, nil)
-	f.must(200, "POST", p+"/run", api.RunBody{Command: "echo hi; (exit 3)", TimeoutMS: 20000, MaxOutputBytes: 100, IdempotencyKey: "k1"}, nil)
-	f.must(200, "POST", p+"/run", api.RunBody{Command: "sleep 5", TimeoutMS: 50}, nil) // still running
-	f.apiErr(409, api.CodeBusy, "POST", p+"/run", api.RunBody{Command: "true"})
-	f.must(200, "POST", p+"/keys", api.KeysBody{Keys: []string{"C-c"}}, nil)
-	f.must(200, "GET", p+"/wait?until=idle&timeout_ms=10000", nil, nil)
-	f.must(200, "POST", p+"/input", api.InputBody{Data: "echo typed\n"}, nil)
-	f.must(200, "GET", p+"/wait?until=output&after=0&timeout_ms=100", nil, nil)
-	f.must(200, "GET", p+"/blocks", nil, nil)
-	f.must(200, "GET", p+"/blocks/1?grep=hi&offset=0&limit=5&max_bytes=-1", nil, nil)
-	f.must(200, "GET", p+"/screen", nil, nil)
-	f.must(200, "POST", p+"/resize", api.ResizeBody{Cols: 90, Rows: 20}, nil)
-	f.must(200, "GET", p+"/output?from=0&max_bytes=10", nil, nil)
-	f.apiErr(400, api.CodeBadRequest, "GET", p+"/attach", nil) // not a WebSocket upgrade
-	f.must(200, "POST", "/v1/run", api.FanoutRequest{Selector: api.Selector{Nodes: []string{"n1"}}, Command: "echo fan", TimeoutMS: 20000}, nil)
-	f.must(200, "POST", "/v1/run", api.FanoutRequest{Selector: api.Selector{Sessions: []string{"n1/nope"}}, Command: "true"}, nil)
-	f.must(200, "GET", "/v1/openapi.yaml", nil, nil)
-	f.must(200, "GET", "/healthz", nil, nil)
-	f.must(200, "GET", "/metrics", nil, nil)
-	code, b := f.do("POST", "/mcp", []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`),
+	f.Must(200, "GET", p+"/wait?until=idle&timeout_ms=10000", nil, nil)
+	f.Must(200, "GET", "/v1/sessions?node=n1&label=role=web&label=team=a", nil, nil)
+	f.Must(200, "GET", p, nil, nil)
+	f.Must(200, "PATCH", p, map[string]any{"title": "t2", "description": "d"}, nil)
+	f.Must(200, "POST", p+"/run", api.RunBody{Command: "echo hi; (exit 3)", TimeoutMS: 20000, MaxOutputBytes: 100, IdempotencyKey: "k1"}, nil)
+	f.Must(200, "POST", p+"/run", api.RunBody{Command: "sleep 5", TimeoutMS: 50}, nil) // still running
+	f.APIErr(409, api.CodeBusy, "POST", p+"/run", api.RunBody{Command: "true"})
+	f.Must(200, "POST", p+"/keys", api.KeysBody{Keys: []string{"C-c"}}, nil)
+	f.Must(200, "GET", p+"/wait?until=idle&timeout_ms=10000", nil, nil)
+	f.Must(200, "POST", p+"/input", api.InputBody{Data: "echo typed\n"}, nil)
+	f.Must(200, "GET", p+"/wait?until=output&after=0&timeout_ms=100", nil, nil)
+	f.Must(200, "GET", p+"/blocks", nil, nil)
+	f.Must(200, "GET", p+"/blocks/1?grep=hi&offset=0&limit=5&max_bytes=-1", nil, nil)
+	f.Must(200, "GET", p+"/screen", nil, nil)
+	f.Must(200, "POST", p+"/resize", api.ResizeBody{Cols: 90, Rows: 20}, nil)
+	f.Must(200, "GET", p+"/output?from=0&max_bytes=10", nil, nil)
+	f.APIErr(400, api.CodeBadRequest, "GET", p+"/attach", nil) // not a WebSocket upgrade
+	f.Must(200, "POST", "/v1/run", api.FanoutRequest{Selector: api.Selector{Nodes: []string{"n1"}}, Command: "echo fan", TimeoutMS: 20000}, nil)
+	f.Must(200, "POST", "/v1/run", api.FanoutRequest{Selector: api.Selector{Sessions: []string{"n1/nope"}}, Command: "true"}, nil)
+	f.Must(200, "GET", "/v1/openapi.yaml", nil, nil)
+	f.Must(200, "GET", "/healthz", nil, nil)
+	f.Must(200, "GET", "/metrics", nil, nil)
+	code, b := f.Do("POST", "/mcp", []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`),
 		"Accept", "application/json, text/event-stream")
 	if code != 200 {
 		t.Errorf("POST /mcp initialize: %d %s", code, b)
 	}
-	f.do("GET", "/mcp", nil)
-	f.do("DELETE", "/mcp", nil)
+	f.Do("GET", "/mcp", nil)
+	f.Do("DELETE", "/mcp", nil)
 
 	// A program that exits: its output followed to the end.
 	var e api.Session
-	f.must(201, "POST", "/v1/sessions", api.NewSession{Node: "n1", CreateRequest: api.CreateRequest{Argv: []string{"sh", "-c", "echo bye"}}}, &e)
+	f.Must(201, "POST", "/v1/sessions", api.NewSession{Node: "n1", CreateRequest: api.CreateRequest{Argv: []string{"sh", "-c", "echo bye"}}}, &e)
 	ep := "/v1/sessions/" + e.Node + "/" + e.ID
-	f.must(200, "GET", ep+"/wait?until=exited&timeout_ms=10000", nil, nil)
-	f.must(200, "GET", ep+"/output?follow=1", nil, nil)
-	f.apiErr(409, api.CodeExited, "POST", ep+"/run", api.RunBody{Command: "true"})
+	f.Must(200, "GET", ep+"/wait?until=exited&timeout_ms=10000", nil, nil)
+	f.Must(200, "GET", ep+"/output?follow=1", nil, nil)
+	f.APIErr(409, api.CodeExited, "POST", ep+"/run", api.RunBody{Command: "true"})
 
 	// Errors: each checked against the document's error shape.
-	f.apiErr(404, api.CodeNotFound, "GET", "/v1/sessions/n1/nope", nil)
-	f.apiErr(404, api.CodeNotFound, "GET", "/v1/nope", nil)
-	f.apiErr(405, api.CodeBadRequest, "PUT", "/v1/nodes", nil)
-	f.apiErr(400, api.CodeBadRequest, "GET", p+"/blocks/0", nil)
-	f.apiErr(400, api.CodeBadRequest, "POST", "/v1/sessions", []byte(`{"nope":1}`))
-	f.apiErr(413, api.CodeTooLarge, "POST", p+"/input", []byte(`{"data":"`+strings.Repeat("x", api.MaxBodyBytes)+`"}`))
-	tok := f.token
-	f.token = ""
-	f.apiErr(401, api.CodeUnauthorized, "GET", "/v1/nodes", nil)
-	f.token = tok
-	f.apiErr(403, api.CodeForbidden, "GET", "/v1/nodes", nil, "Origin", "http://evil.example")
+	f.APIErr(404, api.CodeNotFound, "GET", "/v1/sessions/n1/nope", nil)
+	f.APIErr(404, api.CodeNotFound, "GET", "/v1/nope", nil)
+	f.APIErr(405, api.CodeBadRequest, "PUT", "/v1/nodes", nil)
+	f.APIErr(400, api.CodeBadRequest, "GET", p+"/blocks/0", nil)
+	f.APIErr(400, api.CodeBadRequest, "POST", "/v1/sessions", []byte(`{"nope":1}`))
+	f.APIErr(413, api.CodeTooLarge, "POST", p+"/input", []byte(`{"data":"`+strings.Repeat("x", api.MaxBodyBytes)+`"}`))
+	tok := f.Token
+	f.Token = ""
+	f.APIErr(401, api.CodeUnauthorized, "GET", "/v1/nodes", nil)
+	f.Token = tok
+	f.APIErr(403, api.CodeForbidden, "GET", "/v1/nodes", nil, "Origin", "http://evil.example")
 
 	// Tokens: a viewer's may read, not run; a name is taken once; revoked.
 	var nt api.NewToken
-	f.must(200, "POST", "/v1/tokens", api.TokenRequest{Name: "watcher", Role: api.RoleViewer, TTL: "1h"}, &nt)
-	f.apiErr(409, api.CodeExists, "POST", "/v1/tokens", api.TokenRequest{Name: "watcher", Role: api.RoleViewer})
-	f.must(200, "GET", "/v1/tokens", nil, nil)
-	f.token = nt.Secret
-	f.must(200, "GET", p, nil, nil)
-	f.apiErr(403, api.CodeForbidden, "POST", p+"/run", api.RunBody{Command: "true"})
-	f.token = tok
-	f.must(200, "DELETE", "/v1/tokens/watcher", nil, nil)
-	f.apiErr(404, api.CodeNotFound, "DELETE", "/v1/tokens/watcher", nil)
+	f.Must(200, "POST", "/v1/tokens", api.TokenRequest{Name: "watcher", Role: api.RoleViewer, TTL: "1h"}, &nt)
+	f.APIErr(409, api.CodeExists, "POST", "/v1/tokens", api.TokenRequest{Name: "watcher", Role: api.RoleViewer})
+	f.Must(200, "GET", "/v1/tokens", nil, nil)
+	f.Token = nt.Secret
+	f.Must(200, "GET", p, nil, nil)
+	f.APIErr(403, api.CodeForbidden, "POST", p+"/run", api.RunBody{Command: "true"})
+	f.Token = tok
+	f.Must(200, "DELETE", "/v1/tokens/watcher", nil, nil)
+	f.APIErr(404, api.CodeNotFound, "DELETE", "/v1/tokens/watcher", nil)
 
-	f.must(200, "DELETE", p, nil, nil)
-	f.must(200, "DELETE", ep, nil, nil)
+	f.Must(200, "DELETE", p, nil, nil)
+	f.Must(200, "DELETE", ep, nil, nil)
 }

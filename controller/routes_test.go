@@ -13,14 +13,15 @@ import (
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/controller"
 	"github.com/fleetmux/fleetmux/internal/testutil"
+	"github.com/fleetmux/fleetmux/internal/testutil/stack"
 )
 
 // TestSessionRoutes walks every session route on a real stack.
 func TestSessionRoutes(t *testing.T) {
-	f := newFixture(t, fixtureOpts{})
+	f := newFixture(t, stack.Options{})
 
 	var nodes api.NodeList
-	f.must(200, "GET", "/v1/nodes", nil, &nodes)
+	f.Must(200, "GET", "/v1/nodes", nil, &nodes)
 	if len(nodes.Nodes) != 2 || nodes.Nodes[0].Name != "n1" || nodes.Nodes[0].Status != api.NodeAlive ||
 		nodes.Nodes[0].Labels["role"] != "web" || nodes.Nodes[0].Version != "0.1.0" || nodes.Nodes[0].Addr == "" {
 		t.Fatalf("nodes: %+v", nodes)
@@ -28,26 +29,26 @@ func TestSessionRoutes(t *testing.T) {
 
 	// Create without a node: the controller picks one; with labels and a title.
 	var s api.Session
-	f.must(201, "POST", "/v1/sessions", api.NewSession{CreateRequest: api.CreateRequest{
+	f.Must(201, "POST", "/v1/sessions", api.NewSession{CreateRequest: api.CreateRequest{
 		Title: "build", Description: "the nightly build", Labels: map[string]string{"team": "infra"}, Shell: "bash",
 	}}, &s)
 	if s.Node == "" || s.ID == "" || s.Title != "build" {
 		t.Fatalf("created %+v", s)
 	}
 	path := "/v1/sessions/" + s.Node + "/" + s.ID
-	br := f.run(s.Node, s.ID, "echo hi; false")
+	br := f.Run(s.Node, s.ID, "echo hi; false")
 	if br.Text != "hi" || br.Block.ExitCode == nil || *br.Block.ExitCode != 1 || br.Block.N != 1 || br.Session.State != "idle" {
 		t.Fatalf("run: %+v", br)
 	}
 	var got api.Session
-	f.must(200, "GET", path, nil, &got)
+	f.Must(200, "GET", path, nil, &got)
 	if got.LastExitCode == nil || *got.LastExitCode != 1 || got.Blocks != 1 {
 		t.Fatalf("get: %+v", got)
 	}
 
 	// Lists: fleet-wide, by node, by session label and by node label.
 	var list api.SessionList
-	f.must(200, "GET", "/v1/sessions", nil, &list)
+	f.Must(200, "GET", "/v1/sessions", nil, &list)
 	if len(list.Sessions) != 1 || list.Sessions[0].ID != s.ID || len(list.Unavailable) != 0 {
 		t.Fatalf("list: %+v", list)
 	}
@@ -55,100 +56,100 @@ func TestSessionRoutes(t *testing.T) {
 	if s.Node == "n1" {
 		other = "n2"
 	}
-	f.must(200, "GET", "/v1/sessions?node="+other, nil, &list)
+	f.Must(200, "GET", "/v1/sessions?node="+other, nil, &list)
 	if len(list.Sessions) != 0 {
 		t.Fatalf("list of %s: %+v", other, list)
 	}
-	f.must(200, "GET", "/v1/sessions?label=team=infra", nil, &list)
+	f.Must(200, "GET", "/v1/sessions?label=team=infra", nil, &list)
 	if len(list.Sessions) != 1 {
 		t.Fatalf("by session label: %+v", list)
 	}
 	nodeRole := map[string]string{"n1": "web", "n2": "db"}[s.Node]
-	f.must(200, "GET", "/v1/sessions?label=role="+nodeRole+"&label=team=infra", nil, &list)
+	f.Must(200, "GET", "/v1/sessions?label=role="+nodeRole+"&label=team=infra", nil, &list)
 	if len(list.Sessions) != 1 {
 		t.Fatalf("by node label: %+v", list)
 	}
-	f.must(200, "GET", "/v1/sessions?label=team=other", nil, &list)
+	f.Must(200, "GET", "/v1/sessions?label=team=other", nil, &list)
 	if len(list.Sessions) != 0 {
 		t.Fatalf("by a label nobody has: %+v", list)
 	}
 
 	// PATCH changes only what it names.
 	title := "build-2"
-	f.must(200, "PATCH", path, api.SessionPatch{Title: &title}, &got)
+	f.Must(200, "PATCH", path, api.SessionPatch{Title: &title}, &got)
 	if got.Title != "build-2" || got.Description != "the nightly build" {
 		t.Fatalf("patch: %+v", got)
 	}
 
 	// Blocks, one block with grep.
-	f.run(s.Node, s.ID, "printf 'a1\\nb2\\na3\\n'")
+	f.Run(s.Node, s.ID, "printf 'a1\\nb2\\na3\\n'")
 	var bl api.BlockList
-	f.must(200, "GET", path+"/blocks", nil, &bl)
+	f.Must(200, "GET", path+"/blocks", nil, &bl)
 	if len(bl.Blocks) != 2 || bl.Blocks[1].Command != "printf 'a1\\nb2\\na3\\n'" {
 		t.Fatalf("blocks: %+v", bl)
 	}
 	var b2 api.BlockResult
-	f.must(200, "GET", path+"/blocks/2?grep=a", nil, &b2)
+	f.Must(200, "GET", path+"/blocks/2?grep=a", nil, &b2)
 	if b2.Text != "1: a1\n3: a3" {
 		t.Fatalf("block 2 grep a: %q", b2.Text)
 	}
-	f.must(200, "GET", path+"/blocks/2?offset=1&limit=1", nil, &b2)
+	f.Must(200, "GET", path+"/blocks/2?offset=1&limit=1", nil, &b2)
 	if b2.Text != "b2" {
 		t.Fatalf("block 2 offset 1 limit 1: %q", b2.Text)
 	}
 
 	// Input, keys and the screen; wait for waiting_input.
-	f.must(200, "POST", path+"/input", api.InputBody{Data: "read -p 'name? ' x; echo got-$x\n"}, nil)
+	f.Must(200, "POST", path+"/input", api.InputBody{Data: "read -p 'name? ' x; echo got-$x\n"}, nil)
 	var w api.WaitResult
-	f.must(200, "GET", path+"/wait?until=waiting_input&timeout_ms=10000", nil, &w)
+	f.Must(200, "GET", path+"/wait?until=waiting_input&timeout_ms=10000", nil, &w)
 	if !w.OK || w.Session.State != "waiting_input" {
 		t.Fatalf("wait waiting_input: %+v", w)
 	}
 	var sc api.Screen
-	f.must(200, "GET", path+"/screen", nil, &sc)
+	f.Must(200, "GET", path+"/screen", nil, &sc)
 	if !strings.Contains(sc.Text, "name? ") || !sc.WaitingInput || sc.Cols == 0 {
 		t.Fatalf("screen: %+v", sc)
 	}
-	f.must(200, "POST", path+"/input", api.InputBody{Data: "bob"}, nil)
-	f.must(200, "POST", path+"/keys", api.KeysBody{Keys: []string{"Enter"}}, nil)
-	f.must(200, "GET", path+"/wait?until=idle&timeout_ms=10000", nil, &w)
+	f.Must(200, "POST", path+"/input", api.InputBody{Data: "bob"}, nil)
+	f.Must(200, "POST", path+"/keys", api.KeysBody{Keys: []string{"Enter"}}, nil)
+	f.Must(200, "GET", path+"/wait?until=idle&timeout_ms=10000", nil, &w)
 	if !w.OK || w.Block.N != 3 || !strings.Contains(w.Text, "got-bob") {
 		t.Fatalf("wait idle: %+v", w)
 	}
 	// A wait that times out says so (ok false) with the session as it is.
-	f.must(200, "GET", path+"/wait?until=exited&timeout_ms=50", nil, &w)
+	f.Must(200, "GET", path+"/wait?until=exited&timeout_ms=50", nil, &w)
 	if w.OK || w.Session.State != "idle" {
 		t.Fatalf("wait timeout: %+v", w)
 	}
 
 	// Resize; raw output.
-	f.must(200, "POST", path+"/resize", api.ResizeBody{Cols: 100, Rows: 30}, &got)
+	f.Must(200, "POST", path+"/resize", api.ResizeBody{Cols: 100, Rows: 30}, &got)
 	if got.Cols != 100 || got.Rows != 30 {
 		t.Fatalf("resize: %+v", got)
 	}
-	code, raw := f.do("GET", path+"/output?from=0", nil)
+	code, raw := f.Do("GET", path+"/output?from=0", nil)
 	if code != 200 || !strings.Contains(string(raw), "got-bob") {
 		t.Fatalf("output: %d %q", code, raw)
 	}
-	code, part := f.do("GET", path+"/output?from=5&max_bytes=7", nil)
+	code, part := f.Do("GET", path+"/output?from=5&max_bytes=7", nil)
 	if code != 200 || string(part) != string(raw[5:12]) {
 		t.Fatalf("output from 5 max_bytes 7: %q, want %q", part, raw[5:12])
 	}
-	f.apiErr(400, api.CodeBadRequest, "GET", path+"/output?from=5&max=7", nil) // the old name is refused, not ignored
+	f.APIErr(400, api.CodeBadRequest, "GET", path+"/output?from=5&max=7", nil) // the old name is refused, not ignored
 
 	// Close; the session is then gone.
-	f.must(200, "DELETE", path, nil, &got)
+	f.Must(200, "DELETE", path, nil, &got)
 	if got.State != "exited" {
 		t.Fatalf("close: %+v", got)
 	}
-	f.apiErr(404, api.CodeNotFound, "GET", path, nil)
+	f.APIErr(404, api.CodeNotFound, "GET", path, nil)
 }
 
 // TestBadInput: every kind of bad input gets the documented JSON error and
 // changes nothing.
 func TestBadInput(t *testing.T) {
-	f := newFixture(t, fixtureOpts{nodes: map[string]map[string]string{"n1": nil}})
-	s := f.newSession("n1")
+	f := newFixture(t, stack.Options{Nodes: map[string]map[string]string{"n1": nil}})
+	s := f.NewSession("n1")
 	p := "/v1/sessions/n1/" + s.ID
 	big := `{"command":"` + strings.Repeat("x", api.MaxBodyBytes) + `"}`
 	cases := []struct {
@@ -208,14 +209,14 @@ func TestBadInput(t *testing.T) {
 			if tc.name == "text/plain body" {
 				body = nil
 			}
-			f.t = t
-			f.apiErr(tc.status, tc.code, tc.method, tc.path, body, tc.hdr...)
+			f.T = t
+			f.APIErr(tc.status, tc.code, tc.method, tc.path, body, tc.hdr...)
 		})
 	}
-	f.t = t
+	f.T = t
 	// Nothing changed: one session, no block ran, the shell is at its prompt.
 	var list api.SessionList
-	f.must(200, "GET", "/v1/sessions", nil, &list)
+	f.Must(200, "GET", "/v1/sessions", nil, &list)
 	if len(list.Sessions) != 1 || list.Sessions[0].Blocks != 0 || list.Sessions[0].State != "idle" || list.Sessions[0].Cols != s.Cols {
 		t.Fatalf("after bad input: %+v", list)
 	}
@@ -223,47 +224,47 @@ func TestBadInput(t *testing.T) {
 
 // TestAuth: with a token every route but /healthz needs it.
 func TestAuth(t *testing.T) {
-	f := newFixture(t, fixtureOpts{nodes: map[string]map[string]string{"n1": nil}, token: "s3cret"})
-	f.must(200, "GET", "/v1/nodes", nil, nil)
-	f.token = ""
-	f.apiErr(401, api.CodeUnauthorized, "GET", "/v1/nodes", nil)
-	f.apiErr(401, api.CodeUnauthorized, "POST", "/v1/sessions", api.NewSession{Node: "n1"})
-	f.apiErr(401, api.CodeUnauthorized, "GET", "/v1/nodes", nil, "Authorization", "Bearer wrong")
-	f.apiErr(401, api.CodeUnauthorized, "GET", "/metrics", nil)
-	f.must(200, "GET", "/healthz", nil, nil)
-	f.token = "s3cret"
+	f := newFixture(t, stack.Options{Nodes: map[string]map[string]string{"n1": nil}, Token: "s3cret"})
+	f.Must(200, "GET", "/v1/nodes", nil, nil)
+	f.Token = ""
+	f.APIErr(401, api.CodeUnauthorized, "GET", "/v1/nodes", nil)
+	f.APIErr(401, api.CodeUnauthorized, "POST", "/v1/sessions", api.NewSession{Node: "n1"})
+	f.APIErr(401, api.CodeUnauthorized, "GET", "/v1/nodes", nil, "Authorization", "Bearer wrong")
+	f.APIErr(401, api.CodeUnauthorized, "GET", "/metrics", nil)
+	f.Must(200, "GET", "/healthz", nil, nil)
+	f.Token = "s3cret"
 	// With a token, a non-loopback Host is fine (the API may listen beyond loopback).
-	code, _ := f.do("GET", "/v1/nodes", nil, "Host", "fleet.example:7070")
+	code, _ := f.Do("GET", "/v1/nodes", nil, "Host", "fleet.example:7070")
 	if code != 200 {
 		t.Fatalf("non-loopback host with token: %d", code)
 	}
 	var list api.SessionList
-	f.must(200, "GET", "/v1/sessions", nil, &list)
+	f.Must(200, "GET", "/v1/sessions", nil, &list)
 	if len(list.Sessions) != 0 {
 		t.Fatalf("an unauthorized create created a session: %+v", list)
 	}
 }
 
 func TestConfig(t *testing.T) {
-	f := newFixture(t, fixtureOpts{nodes: map[string]map[string]string{}})
-	sg := f.trust.Signer
+	f := newFixture(t, stack.Options{Nodes: map[string]map[string]string{}})
+	sg := f.Trust.Signer
 	for _, tc := range []struct {
 		cfg  controller.Config
 		want error
 	}{
 		{controller.Config{}, controller.ErrConfig},
-		{controller.Config{Bus: f.conn}, controller.ErrConfig}, // no signer
-		{controller.Config{Bus: f.conn, Signer: sg, Name: "a.b"}, controller.ErrConfig},
-		{controller.Config{Bus: f.conn, Signer: sg, Prefix: "a..b"}, controller.ErrConfig},
-		{controller.Config{Bus: f.conn, Signer: sg, HTTPListen: "nope"}, controller.ErrConfig},
-		{controller.Config{Bus: f.conn, Signer: sg, HTTPListen: "0.0.0.0:7070"}, controller.ErrInsecure},
-		{controller.Config{Bus: f.conn, Signer: sg, HTTPListen: "127.0.0.1:0"}, controller.ErrInsecure}, // loopback is shared by every local user
+		{controller.Config{Bus: f.Bus}, controller.ErrConfig}, // no signer
+		{controller.Config{Bus: f.Bus, Signer: sg, Name: "a.b"}, controller.ErrConfig},
+		{controller.Config{Bus: f.Bus, Signer: sg, Prefix: "a..b"}, controller.ErrConfig},
+		{controller.Config{Bus: f.Bus, Signer: sg, HTTPListen: "nope"}, controller.ErrConfig},
+		{controller.Config{Bus: f.Bus, Signer: sg, HTTPListen: "0.0.0.0:7070"}, controller.ErrInsecure},
+		{controller.Config{Bus: f.Bus, Signer: sg, HTTPListen: "127.0.0.1:0"}, controller.ErrInsecure}, // loopback is shared by every local user
 	} {
 		if _, err := controller.New(tc.cfg); !errors.Is(err, tc.want) {
 			t.Errorf("New(%+v): %v, want %v", tc.cfg, err, tc.want)
 		}
 	}
-	if _, err := controller.New(controller.Config{Bus: f.conn, Signer: sg, HTTPListen: "0.0.0.0:0", Token: "x"}); err != nil {
+	if _, err := controller.New(controller.Config{Bus: f.Bus, Signer: sg, HTTPListen: "0.0.0.0:0", Token: "x"}); err != nil {
 		t.Errorf("non-loopback with a token: %v", err)
 	}
 }
@@ -271,13 +272,13 @@ func TestConfig(t *testing.T) {
 // TestIdempotentRun: a retry with the same key returns the same block and never
 // runs the command twice.
 func TestIdempotentRun(t *testing.T) {
-	f := newFixture(t, fixtureOpts{nodes: map[string]map[string]string{"n1": nil}})
-	s := f.newSession("n1")
+	f := newFixture(t, stack.Options{Nodes: map[string]map[string]string{"n1": nil}})
+	s := f.NewSession("n1")
 	file := filepath.Join(t.TempDir(), "count")
 	body := api.RunBody{Command: "echo x >> " + file + "; wc -l < " + file, IdempotencyKey: "deploy-42", TimeoutMS: 10000}
 	var a, b api.BlockResult
-	f.must(200, "POST", "/v1/sessions/n1/"+s.ID+"/run", body, &a)
-	f.must(200, "POST", "/v1/sessions/n1/"+s.ID+"/run", body, &b)
+	f.Must(200, "POST", "/v1/sessions/n1/"+s.ID+"/run", body, &a)
+	f.Must(200, "POST", "/v1/sessions/n1/"+s.ID+"/run", body, &b)
 	if a.Block.N != b.Block.N || a.Text != "1" || b.Text != "1" {
 		t.Fatalf("retry: first %+v, second %+v", a.Block, b.Block)
 	}
@@ -286,7 +287,7 @@ func TestIdempotentRun(t *testing.T) {
 		t.Fatalf("the command ran %q", data)
 	}
 	body.IdempotencyKey = "deploy-43"
-	f.must(200, "POST", "/v1/sessions/n1/"+s.ID+"/run", body, &b)
+	f.Must(200, "POST", "/v1/sessions/n1/"+s.ID+"/run", body, &b)
 	if b.Block.N != a.Block.N+1 || b.Text != "2" {
 		t.Fatalf("another key: %+v %q", b.Block, b.Text)
 	}
@@ -295,30 +296,30 @@ func TestIdempotentRun(t *testing.T) {
 // TestFailFast: requests to dead, unserved or unknown nodes fail fast; a request in
 // flight to a node that dies is cancelled when gossip says so.
 func TestFailFast(t *testing.T) {
-	f := newFixture(t, fixtureOpts{nodes: map[string]map[string]string{"n1": nil}})
+	f := newFixture(t, stack.Options{Nodes: map[string]map[string]string{"n1": nil}})
 	timed := func(status int, code, method, path string, body any) time.Duration {
 		start := time.Now()
-		f.apiErr(status, code, method, path, body)
+		f.APIErr(status, code, method, path, body)
 		return time.Since(start)
 	}
 	// Gossip says alive, but no agent serves it on NATS: no responders, at once.
-	f.ctl.Observe(controller.Member{Name: "ghost", Addr: "127.0.0.1:1", State: api.NodeAlive, Meta: api.NodeMeta{Name: "ghost"}})
+	f.Ctl.Observe(controller.Member{Name: "ghost", Addr: "127.0.0.1:1", State: api.NodeAlive, Meta: api.NodeMeta{Name: "ghost"}})
 	if d := timed(503, api.CodeUnavailable, "GET", "/v1/sessions/ghost/s1", nil); d > 2*time.Second {
 		t.Fatalf("no responders took %v", d)
 	}
 	var nodes api.NodeList
-	f.must(200, "GET", "/v1/nodes", nil, &nodes)
+	f.Must(200, "GET", "/v1/nodes", nil, &nodes)
 	if st := statusOf(nodes, "ghost"); st != api.NodeSuspect {
 		t.Fatalf("ghost after a failed request: %s, want suspect", st)
 	}
 	// A fleet-wide list leaves it out and says so.
 	var list api.SessionList
-	f.must(200, "GET", "/v1/sessions", nil, &list)
+	f.Must(200, "GET", "/v1/sessions", nil, &list)
 	if len(list.Unavailable) != 1 || list.Unavailable[0] != "ghost" {
 		t.Fatalf("list: %+v", list)
 	}
 	// Dead: refused without asking the bus.
-	f.ctl.Observe(controller.Member{Name: "ghost", State: api.NodeDead})
+	f.Ctl.Observe(controller.Member{Name: "ghost", State: api.NodeDead})
 	if d := timed(503, api.CodeUnavailable, "POST", "/v1/sessions/ghost/s1/run", api.RunBody{Command: "true"}); d > 2*time.Second {
 		t.Fatalf("dead node took %v", d)
 	}
@@ -326,15 +327,15 @@ func TestFailFast(t *testing.T) {
 
 	// A node that hangs: something serves its run subject but never answers. The
 	// request waits until gossip reports the node dead, then fails at once.
-	stop, err := f.conn.Subscribe(api.Subjects{}.RPC("hang", "run"), func(string, map[string]string, []byte) {})
+	stop, err := f.Bus.Subscribe(api.Subjects{}.RPC("hang", "run"), func(string, map[string]string, []byte) {})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop()
-	f.ctl.Observe(controller.Member{Name: "hang", Addr: "127.0.0.1:2", State: api.NodeAlive, Meta: api.NodeMeta{Name: "hang"}})
+	f.Ctl.Observe(controller.Member{Name: "hang", Addr: "127.0.0.1:2", State: api.NodeAlive, Meta: api.NodeMeta{Name: "hang"}})
 	done := make(chan time.Time, 1)
 	go func() {
-		f.do("POST", "/v1/sessions/hang/s1/run", api.RunBody{Command: "true", TimeoutMS: 60000})
+		f.Do("POST", "/v1/sessions/hang/s1/run", api.RunBody{Command: "true", TimeoutMS: 60000})
 		done <- time.Now()
 	}()
 	select {
@@ -343,7 +344,7 @@ func TestFailFast(t *testing.T) {
 	case <-time.After(300 * time.Millisecond): // the request must still be waiting
 	}
 	dead := time.Now()
-	f.ctl.Observe(controller.Member{Name: "hang", State: api.NodeDead})
+	f.Ctl.Observe(controller.Member{Name: "hang", State: api.NodeDead})
 	select {
 	case at := <-done:
 		if d := at.Sub(dead); d > 2*time.Second {
@@ -366,40 +367,40 @@ func statusOf(l api.NodeList, name string) string {
 // TestNodeComesBack: a node that leaves shows as left, and is accepted again when
 // it comes back under the same name.
 func TestNodeComesBack(t *testing.T) {
-	f := newFixture(t, fixtureOpts{})
-	f.nodes["n2"].stop()
-	f.waitNodes(api.NodeLeft, "n2")
-	f.apiErr(503, api.CodeUnavailable, "POST", "/v1/sessions", api.NewSession{Node: "n2"})
+	f := newFixture(t, stack.Options{})
+	f.Nodes["n2"].Stop()
+	f.WaitNodes(api.NodeLeft, "n2")
+	f.APIErr(503, api.CodeUnavailable, "POST", "/v1/sessions", api.NewSession{Node: "n2"})
 	// New sessions go to the node that is alive.
 	for range 3 {
 		var s api.Session
-		f.must(201, "POST", "/v1/sessions", api.NewSession{}, &s)
+		f.Must(201, "POST", "/v1/sessions", api.NewSession{}, &s)
 		if s.Node != "n1" {
 			t.Fatalf("created on %s", s.Node)
 		}
 	}
-	f.startNode("n2", map[string]string{"role": "db"})
-	f.waitNodes(api.NodeAlive, "n2")
-	s := f.newSession("n2")
-	if br := f.run("n2", s.ID, "echo back"); br.Text != "back" {
+	f.StartNode("n2", map[string]string{"role": "db"})
+	f.WaitNodes(api.NodeAlive, "n2")
+	s := f.NewSession("n2")
+	if br := f.Run("n2", s.ID, "echo back"); br.Text != "back" {
 		t.Fatalf("run on the node that came back: %+v", br)
 	}
 }
 
 func TestHealthAndMetrics(t *testing.T) {
-	f := newFixture(t, fixtureOpts{nodes: map[string]map[string]string{"n1": nil}})
+	f := newFixture(t, stack.Options{Nodes: map[string]map[string]string{"n1": nil}})
 	var h api.Health
-	f.must(200, "GET", "/healthz", nil, &h)
+	f.Must(200, "GET", "/healthz", nil, &h)
 	if h.Status != "ok" || !h.NATS || h.Nodes != 1 {
 		t.Fatalf("health: %+v", h)
 	}
-	s := f.newSession("n1")
-	f.run("n1", s.ID, "seq 1000")
-	f.apiErr(404, api.CodeNotFound, "GET", "/v1/sessions/nope/s1", nil)
+	s := f.NewSession("n1")
+	f.Run("n1", s.ID, "seq 1000")
+	f.APIErr(404, api.CodeNotFound, "GET", "/v1/sessions/nope/s1", nil)
 	// The node gossips its published bytes every few seconds.
 	var m string
 	testutil.Eventually(t, 20*time.Second, func() bool {
-		_, b := f.do("GET", "/metrics", nil)
+		_, b := f.Do("GET", "/metrics", nil)
 		m = string(b)
 		return strings.Contains(m, `fleetmux_node_published_bytes{node="n1"}`) && !strings.Contains(m, `fleetmux_node_published_bytes{node="n1"} 0`)
 	}, "published bytes in /metrics")
@@ -424,9 +425,9 @@ func TestHealthAndMetrics(t *testing.T) {
 // TestAudit: every mutating request is audited by the controller (refused ones
 // too) and by the node that carried it out.
 func TestAudit(t *testing.T) {
-	f := newFixture(t, fixtureOpts{nodes: map[string]map[string]string{"n1": nil}})
+	f := newFixture(t, stack.Options{Nodes: map[string]map[string]string{"n1": nil}})
 	recs := make(chan api.AuditRecord, 64)
-	stop, err := f.conn.Subscribe(api.Subjects{}.All(api.KindAudit, "*"), func(_ string, _ map[string]string, b []byte) {
+	stop, err := f.Bus.Subscribe(api.Subjects{}.All(api.KindAudit, "*"), func(_ string, _ map[string]string, b []byte) {
 		var r api.AuditRecord
 		if json.Unmarshal(b, &r) == nil {
 			select {
@@ -439,9 +440,9 @@ func TestAudit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop()
-	s := f.newSession("n1")
-	f.do("POST", "/v1/sessions/n1/"+s.ID+"/run", api.RunBody{Command: "echo audited"}, api.HeaderActor, "agent-7")
-	f.apiErr(400, api.CodeBadRequest, "POST", "/v1/sessions/n1/"+s.ID+"/run", []byte(`{`))
+	s := f.NewSession("n1")
+	f.Do("POST", "/v1/sessions/n1/"+s.ID+"/run", api.RunBody{Command: "echo audited"}, api.HeaderActor, "agent-7")
+	f.APIErr(400, api.CodeBadRequest, "POST", "/v1/sessions/n1/"+s.ID+"/run", []byte(`{`))
 	want := map[string]bool{"ctl run ok": false, "n1 run ok": false, "ctl run bad_request": false, "n1 create ok": false}
 	deadline := time.After(10 * time.Second)
 	for {

@@ -14,10 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/websocket"
+
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/controller"
 	"github.com/fleetmux/fleetmux/internal/testutil"
-	"golang.org/x/net/websocket"
+	"github.com/fleetmux/fleetmux/internal/testutil/stack"
 )
 
 // follower reads a follow stream into a buffer.
@@ -30,21 +32,21 @@ type follower struct {
 }
 
 func (f *fixture) follow(ctx context.Context, path string, from int64, slow <-chan struct{}) *follower {
-	f.t.Helper()
-	req, err := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s%s/output?from=%d&follow=1", f.base, path, from), nil)
+	f.T.Helper()
+	req, err := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s%s/output?from=%d&follow=1", f.Base, path, from), nil)
 	if err == nil {
-		req.Header.Set("Authorization", "Bearer "+f.token)
+		req.Header.Set("Authorization", "Bearer "+f.Token)
 	}
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	if resp.StatusCode != 200 {
 		b, _ := io.ReadAll(resp.Body)
-		f.t.Fatalf("follow: %d %s", resp.StatusCode, b)
+		f.T.Fatalf("follow: %d %s", resp.StatusCode, b)
 	}
 	fw := &follower{done: make(chan struct{}), hdr: resp.Header}
 	go func() {
@@ -78,19 +80,19 @@ func (fw *follower) bytes() []byte {
 
 // rawOutput reads a session's whole output with non-follow reads.
 func (f *fixture) rawOutput(path string) []byte {
-	f.t.Helper()
+	f.T.Helper()
 	var out []byte
 	for {
-		req, _ := http.NewRequest("GET", fmt.Sprintf("%s%s/output?from=%d", f.base, path, len(out)), nil)
-		req.Header.Set("Authorization", "Bearer "+f.token)
+		req, _ := http.NewRequest("GET", fmt.Sprintf("%s%s/output?from=%d", f.Base, path, len(out)), nil)
+		req.Header.Set("Authorization", "Bearer "+f.Token)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
-			f.t.Fatal(err)
+			f.T.Fatal(err)
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != 200 {
-			f.t.Fatalf("output: %d %s", resp.StatusCode, b)
+			f.T.Fatalf("output: %d %s", resp.StatusCode, b)
 		}
 		end, _ := strconv.ParseInt(resp.Header.Get(api.HeaderEnd), 10, 64)
 		out = append(out, b...)
@@ -103,20 +105,20 @@ func (f *fixture) rawOutput(path string) []byte {
 // getOutput sends GET path/output?query (not following) and returns the headers and
 // the whole body; a body shorter than its Content-Length fails the test.
 func (f *fixture) getOutput(path, query string) (http.Header, []byte) {
-	f.t.Helper()
-	req, _ := http.NewRequest("GET", f.base+path+"/output?"+query, nil)
-	req.Header.Set("Authorization", "Bearer "+f.token)
-	resp, err := f.http.Do(req)
+	f.T.Helper()
+	req, _ := http.NewRequest("GET", f.Base+path+"/output?"+query, nil)
+	req.Header.Set("Authorization", "Bearer "+f.Token)
+	resp, err := f.HTTP.Do(req)
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		f.t.Fatalf("output?%s: read after %d bytes: %v", query, len(b), err)
+		f.T.Fatalf("output?%s: read after %d bytes: %v", query, len(b), err)
 	}
 	if resp.StatusCode != 200 {
-		f.t.Fatalf("output?%s: %d %s", query, resp.StatusCode, b)
+		f.T.Fatalf("output?%s: %d %s", query, resp.StatusCode, b)
 	}
 	return resp.Header, b
 }
@@ -125,10 +127,10 @@ func (f *fixture) getOutput(path, query string) (http.Header, []byte) {
 // end as it stood when the request arrived, however many of the node's read pages
 // that takes (api.MaxReadBytes each), or exactly max_bytes of them.
 func TestOutputWholeRange(t *testing.T) {
-	f := newFixture(t, fixtureOpts{nodes: map[string]map[string]string{"n1": nil}})
-	s := f.newSession("n1")
+	f := newFixture(t, stack.Options{Nodes: map[string]map[string]string{"n1": nil}})
+	s := f.NewSession("n1")
 	path := "/v1/sessions/n1/" + s.ID
-	br := f.run("n1", s.ID, "seq 1 300000") // 2 MB with the PTY's \r\n: four pages
+	br := f.Run("n1", s.ID, "seq 1 300000") // 2 MB with the PTY's \r\n: four pages
 	if br.Block.ExitCode == nil || *br.Block.ExitCode != 0 {
 		t.Fatalf("run: %+v", br.Block)
 	}
@@ -181,7 +183,7 @@ func TestOutputWholeRange(t *testing.T) {
 	if h, past := f.getOutput(path, fmt.Sprintf("from=%d", end+10)); len(past) != 0 || h.Get(api.HeaderEnd) != strconv.Itoa(end) {
 		t.Fatalf("past the end: %d bytes, Fleetmux-End %q", len(past), h.Get(api.HeaderEnd))
 	}
-	f.apiErr(400, api.CodeBadRequest, "GET", path+"/output?max_bytes=-1", nil)
+	f.APIErr(400, api.CodeBadRequest, "GET", path+"/output?max_bytes=-1", nil)
 }
 
 // TestFollowGapFree: a follower that does not read while megabytes of output go
@@ -191,23 +193,23 @@ func TestOutputWholeRange(t *testing.T) {
 // recorder lag limit in the closing notes.)
 func TestFollowGapFree(t *testing.T) {
 	defer controller.SetFollowBuffer(4)() // a slow client overflows the live buffer at once
-	f := newFixture(t, fixtureOpts{nodes: map[string]map[string]string{"n1": nil}})
-	s := f.newSession("n1")
+	f := newFixture(t, stack.Options{Nodes: map[string]map[string]string{"n1": nil}})
+	s := f.NewSession("n1")
 	path := "/v1/sessions/n1/" + s.ID
 	slow := make(chan struct{})
 	fw := f.follow(context.Background(), path, 0, slow)
 	if fw.hdr.Get(api.HeaderOffset) != "0" {
 		t.Fatalf("offset header %q", fw.hdr.Get(api.HeaderOffset))
 	}
-	br := f.run("n1", s.ID, "seq 1 500000")
+	br := f.Run("n1", s.ID, "seq 1 500000")
 	if br.Block.ExitCode == nil || *br.Block.ExitCode != 0 {
 		t.Fatalf("run: %+v", br.Block)
 	}
 	close(slow)
-	f.run("n1", s.ID, "echo the-end")
+	f.Run("n1", s.ID, "echo the-end")
 	want := f.rawOutput(path) // the session is idle: its output is complete
 	testutil.Eventually(t, 30*time.Second, func() bool { return len(fw.bytes()) >= len(want) }, "the follower to catch up")
-	f.must(200, "DELETE", path, nil, nil)
+	f.Must(200, "DELETE", path, nil, nil)
 	select {
 	case <-fw.done:
 	case <-time.After(10 * time.Second):
@@ -237,17 +239,17 @@ func firstDiff(a, b []byte) int {
 // TestFollowResume: a follower that reconnects from the offset it reached gets the
 // rest, nothing twice.
 func TestFollowResume(t *testing.T) {
-	f := newFixture(t, fixtureOpts{nodes: map[string]map[string]string{"n1": nil}})
-	s := f.newSession("n1")
+	f := newFixture(t, stack.Options{Nodes: map[string]map[string]string{"n1": nil}})
+	s := f.NewSession("n1")
 	path := "/v1/sessions/n1/" + s.ID
 	ctx, cancel := context.WithCancel(context.Background())
 	fw := f.follow(ctx, path, 0, nil)
-	f.run("n1", s.ID, "echo first")
+	f.Run("n1", s.ID, "echo first")
 	testutil.Eventually(t, 10*time.Second, func() bool { return bytes.Contains(fw.bytes(), []byte("first\r\n")) }, "first output")
 	cancel()
 	<-fw.done
 	part := fw.bytes()
-	f.run("n1", s.ID, "echo second")
+	f.Run("n1", s.ID, "echo second")
 	fw2 := f.follow(context.Background(), path, int64(len(part)), nil)
 	if fw2.hdr.Get(api.HeaderOffset) != strconv.Itoa(len(part)) {
 		t.Fatalf("resumed at %s, asked %d", fw2.hdr.Get(api.HeaderOffset), len(part))
@@ -261,15 +263,15 @@ func TestFollowResume(t *testing.T) {
 
 // TestShutdownEndsStreams: Shutdown does not wait for streams to end by themselves.
 func TestShutdownEndsStreams(t *testing.T) {
-	f := newFixture(t, fixtureOpts{nodes: map[string]map[string]string{"n1": nil}})
-	s := f.newSession("n1")
+	f := newFixture(t, stack.Options{Nodes: map[string]map[string]string{"n1": nil}})
+	s := f.NewSession("n1")
 	fw := f.follow(context.Background(), "/v1/sessions/n1/"+s.ID, 0, nil)
 	ws := f.dialAttach(t, "/v1/sessions/n1/"+s.ID)
 	defer ws.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	start := time.Now()
-	if err := f.ctl.Shutdown(ctx); err != nil {
+	if err := f.Ctl.Shutdown(ctx); err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
 	if d := time.Since(start); d > 3*time.Second {
@@ -284,12 +286,12 @@ func TestShutdownEndsStreams(t *testing.T) {
 
 func (f *fixture) dialAttach(t *testing.T, path string) *websocket.Conn {
 	t.Helper()
-	cfg, err := websocket.NewConfig("ws"+strings.TrimPrefix(f.base, "http")+path+"/attach", f.base)
+	cfg, err := websocket.NewConfig("ws"+strings.TrimPrefix(f.Base, "http")+path+"/attach", f.Base)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.token != "" {
-		cfg.Header = http.Header{"Authorization": {"Bearer " + f.token}}
+	if f.Token != "" {
+		cfg.Header = http.Header{"Authorization": {"Bearer " + f.Token}}
 	}
 	ws, err := websocket.DialConfig(cfg)
 	if err != nil {
@@ -300,9 +302,9 @@ func (f *fixture) dialAttach(t *testing.T, path string) *websocket.Conn {
 
 // TestAttach: raw bytes both ways over the WebSocket, resize, and the exit message.
 func TestAttach(t *testing.T) {
-	f := newFixture(t, fixtureOpts{nodes: map[string]map[string]string{"n1": nil}})
-	s := f.newSession("n1")
-	f.run("n1", s.ID, "echo before-attach")
+	f := newFixture(t, stack.Options{Nodes: map[string]map[string]string{"n1": nil}})
+	s := f.NewSession("n1")
+	f.Run("n1", s.ID, "echo before-attach")
 	path := "/v1/sessions/n1/" + s.ID
 	ws := f.dialAttach(t, path)
 	defer ws.Close()
@@ -347,7 +349,7 @@ func TestAttach(t *testing.T) {
 	}
 	testutil.Eventually(t, 10*time.Second, func() bool {
 		var got api.Session
-		f.must(200, "GET", path, nil, &got)
+		f.Must(200, "GET", path, nil, &got)
 		return got.Cols == 91 && got.Rows == 27
 	}, "the resize")
 	websocket.Message.Send(ws, `{"type":"bogus"}`)

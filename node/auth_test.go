@@ -26,42 +26,11 @@ func TestAttacksRefused(t *testing.T) {
 	f.run(s.ID, "echo ready")
 	runSubj := f.subj.RPC("n1", "run")
 
-	nc, err := nats.Connect(f.srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	audits := make(chan api.AuditRecord, 64)
-	if _, err := nc.Subscribe(f.subj.Audit("n1"), func(m *nats.Msg) {
-		var r api.AuditRecord
-		if json.Unmarshal(m.Data, &r) == nil {
-			audits <- r
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
+	nc, audits := testutil.AuditSub(t, f.srv.ClientURL(), "n1")
 	// Capture a real request on the wire, as anyone who may subscribe could.
-	captured := make(chan *nats.Msg, 1)
-	spy, err := nc.Subscribe(runSubj, func(m *nats.Msg) {
-		select {
-		case captured <- m:
-		default:
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	capture := testutil.Capture(t, nc, runSubj)
 	f.run(s.ID, "echo captured")
-	var orig *nats.Msg
-	select {
-	case orig = <-captured:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no request captured")
-	}
-	spy.Unsubscribe()
+	orig := capture()
 	// The records of the requests so far (audits are published a little after the
 	// reply) end with the captured run's.
 	for seen := false; !seen; {

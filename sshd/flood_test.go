@@ -1,8 +1,6 @@
 package sshd_test
 
 import (
-	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -13,9 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetmux/fleetmux/api"
-	"github.com/fleetmux/fleetmux/sshd"
 	"golang.org/x/crypto/ssh"
+
+	"github.com/fleetmux/fleetmux/internal/testutil"
+	"github.com/fleetmux/fleetmux/sshd"
 )
 
 // dialFrom opens a TCP connection to addr from the loopback address from
@@ -50,27 +49,6 @@ func (sf *sshFixture) loginFrom(t *testing.T, from, user string, key ssh.Signer)
 	return ssh.NewClient(c, chans, reqs), nil
 }
 
-// auditRecords reads the JSONL audit file.
-func auditRecords(t *testing.T, path string) []api.AuditRecord {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []api.AuditRecord
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 4<<20)
-	for sc.Scan() {
-		var r api.AuditRecord
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatalf("%s: a line is not a record: %v", path, err)
-		}
-		out = append(out, r)
-	}
-	return out
-}
-
 // TestSSHRefusalFlood is the first attack of issue 15 #8: clients that cannot log
 // in write what they like into the audit log (a 200 KB user name per attempt,
 // with terminal escapes). Now a refused login's record holds a short, printable
@@ -93,7 +71,7 @@ func TestSSHRefusalFlood(t *testing.T) {
 	}
 	sf.srv.Close() // records how many refusals it did not record one by one
 	recorded, dropped := 0, 0
-	for _, r := range auditRecords(t, sf.audit) {
+	for _, r := range testutil.AuditRecords(t, sf.audit) {
 		if r.Result != "refused" {
 			continue
 		}

@@ -10,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/ssh"
+
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/testutil"
+	"github.com/fleetmux/fleetmux/internal/testutil/stack"
 	"github.com/fleetmux/fleetmux/sshd"
-	"golang.org/x/crypto/ssh"
 )
 
 // Terminal escapes an attacker puts in a title: OSC 52 writes the reader's
@@ -66,7 +68,7 @@ func TestSSHMenuPrintable(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv, err := sshd.Start(sshd.Config{Listen: "127.0.0.1:0", HostKeyFile: filepath.Join(dir, "host_key"), AuthorizedKeys: ak,
-		Fleet: fleet, Logger: quiet(), Exec: func(context.Context, []string, string, string, io.Reader, io.Writer, io.Writer) int { return 0 }})
+		Fleet: fleet, Logger: stack.Quiet(), Exec: func(context.Context, []string, string, string, io.Reader, io.Writer, io.Writer) int { return 0 }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,16 +16,18 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/ssh"
+
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/controller"
 	"github.com/fleetmux/fleetmux/internal/testutil"
+	"github.com/fleetmux/fleetmux/internal/testutil/stack"
 	"github.com/fleetmux/fleetmux/sshd"
-	"golang.org/x/crypto/ssh"
 )
 
 // sshFixture is a controller with its SSH front door, and keys of each role.
 type sshFixture struct {
-	*fixture
+	*stack.Stack
 	srv   *sshd.Server
 	keys  map[string]ssh.Signer // admin, operator, viewer, stranger, ca
 	audit string
@@ -57,7 +59,7 @@ func newSSHFixture(t *testing.T, opts ...sshOpt) *sshFixture {
 	dir := t.TempDir()
 	audit := filepath.Join(dir, "audit.jsonl")
 	logs := &logBuffer{}
-	f := newFixture(t, fixtureOpts{nodes: map[string]map[string]string{"n1": nil}, config: func(c *controller.Config) {
+	f := stack.New(t, stack.Options{Nodes: map[string]map[string]string{"n1": nil}, Config: func(c *controller.Config) {
 		c.AuditFile = audit
 		c.Logger = slog.New(logs)
 		for _, o := range opts {
@@ -66,7 +68,7 @@ func newSSHFixture(t *testing.T, opts ...sshOpt) *sshFixture {
 			}
 		}
 	}})
-	sf := &sshFixture{fixture: f, keys: map[string]ssh.Signer{}, audit: audit, logs: logs, execs: make(chan []string, 16)}
+	sf := &sshFixture{Stack: f, keys: map[string]ssh.Signer{}, audit: audit, logs: logs, execs: make(chan []string, 16)}
 	for _, k := range []string{"admin", "operator", "viewer", "stranger", "ca", "default"} {
 		sf.keys[k] = newSigner(t)
 	}
@@ -105,7 +107,7 @@ func newSSHFixture(t *testing.T, opts ...sshOpt) *sshFixture {
 			o.ssh(&sc)
 		}
 	}
-	sc.Fleet, sc.Logger = f.ctl, slog.New(logs)
+	sc.Fleet, sc.Logger = f.Ctl, slog.New(logs)
 	sf.srv, err = sshd.Start(sc)
 	if err != nil {
 		t.Fatal(err)
@@ -319,8 +321,8 @@ func (tm *term) has(s string) func() bool {
 
 func TestSSHAttach(t *testing.T) {
 	sf := newSSHFixture(t)
-	s := sf.newSession("n1")
-	sf.run("n1", s.ID, "echo before-attach")
+	s := sf.NewSession("n1")
+	sf.Run("n1", s.ID, "echo before-attach")
 	op := sf.attachTerm(t, sf.login(t, "n1+"+s.ID, "operator"), "", 40, 120)
 	view := sf.attachTerm(t, sf.login(t, "me", "viewer"), "attach n1/"+s.ID, 24, 80)
 	testutil.Eventually(t, 10*time.Second, op.has("before-attach"), "the operator's screen")
@@ -332,7 +334,7 @@ func TestSSHAttach(t *testing.T) {
 	}
 	testutil.Eventually(t, 10*time.Second, func() bool {
 		var got api.Session
-		sf.must(200, "GET", "/v1/sessions/n1/"+s.ID, nil, &got)
+		sf.Must(200, "GET", "/v1/sessions/n1/"+s.ID, nil, &got)
 		return got.Rows == 33 && got.Cols == 111
 	}, "the resize")
 	io.WriteString(op.in, "stty size; echo typed-$((6*7))\r")
@@ -343,9 +345,9 @@ func TestSSHAttach(t *testing.T) {
 	// A viewer's keystrokes are refused with a notice, and reach nothing.
 	io.WriteString(view.in, "echo from-viewer\r")
 	testutil.Eventually(t, 10*time.Second, view.has("read-only (viewer role)"), "the viewer's notice")
-	sf.run("n1", s.ID, "echo marker")
+	sf.Run("n1", s.ID, "echo marker")
 	var raw []byte
-	_, raw = sf.do("GET", "/v1/sessions/n1/"+s.ID+"/output?from=0", nil)
+	_, raw = sf.Do("GET", "/v1/sessions/n1/"+s.ID+"/output?from=0", nil)
 	if strings.Contains(string(raw), "from-viewer") {
 		t.Fatal("a viewer's input reached the session")
 	}
@@ -364,14 +366,14 @@ func TestSSHAttach(t *testing.T) {
 		t.Fatal("no detach notice")
 	}
 	var got api.Session
-	sf.must(200, "GET", "/v1/sessions/n1/"+s.ID, nil, &got)
+	sf.Must(200, "GET", "/v1/sessions/n1/"+s.ID, nil, &got)
 	if got.State == "exited" {
 		t.Fatal("detaching ended the session")
 	}
 	// Closing the connection detaches too.
 	op.s.Close()
 	<-op.done
-	sf.must(200, "GET", "/v1/sessions/n1/"+s.ID, nil, &got)
+	sf.Must(200, "GET", "/v1/sessions/n1/"+s.ID, nil, &got)
 	if got.State == "exited" {
 		t.Fatal("closing the connection ended the session")
 	}
@@ -408,8 +410,8 @@ func TestSSHAttach(t *testing.T) {
 
 func TestSSHMenu(t *testing.T) {
 	sf := newSSHFixture(t)
-	s := sf.newSession("n1")
-	sf.run("n1", s.ID, "echo in-menu-session")
+	s := sf.NewSession("n1")
+	sf.Run("n1", s.ID, "echo in-menu-session")
 	tm := sf.attachTerm(t, sf.login(t, "me", "operator"), "", 24, 100)
 	testutil.Eventually(t, 10*time.Second, tm.has("attach to [number]"), "the menu")
 	if !tm.has("n1/" + s.ID)() {
@@ -457,10 +459,10 @@ func TestSSHLimits(t *testing.T) {
 // key as the actor.
 func TestSSHRoleReachesTheNode(t *testing.T) {
 	sf := newSSHFixture(t)
-	_, recs := auditSub(t, sf.fixture, "n1")
-	s := sf.newSession("n1")
+	_, recs := testutil.AuditSub(t, sf.Stack.NATS.ClientURL(), "n1")
+	s := sf.NewSession("n1")
 	sf.attachTerm(t, sf.login(t, "n1+"+s.ID, "operator"), "", 40, 120) // resizes the session to its window
-	r := nextAudit(t, recs, "resize")
+	r := testutil.NextAudit(t, recs, "resize")
 	if r.Result != "ok" || r.Role != api.RoleOperator || r.Controller != "ctl" || !strings.HasPrefix(r.Actor, "ssh:") {
 		t.Fatalf("audit record of the operator's resize: %+v", r)
 	}
