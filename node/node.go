@@ -64,6 +64,16 @@ type Config struct {
 	// current one included; rotating deletes the oldest beyond it, and the output
 	// it held is gone (default DefaultRecordingParts).
 	RecordingParts int
+	// RecordingsMaxBytes caps all recordings under DIR/sessions together (default
+	// DefaultRecordingsMaxBytes; negative: no cap). Over it, the node deletes whole
+	// recordings of closed sessions, least recently written first, then the oldest
+	// rotated parts of live sessions (never their current part): checked at start,
+	// every minute and at every rotation.
+	RecordingsMaxBytes int64
+	// RecordingRetention: recordings of closed sessions last written longer ago are
+	// deleted, checked as RecordingsMaxBytes is (default DefaultRecordingRetention;
+	// negative: kept forever).
+	RecordingRetention time.Duration
 	// Logger receives operational logs (default slog.Default()).
 	Logger *slog.Logger
 	// Version is the agent's version (cmd's build version), gossiped in NodeMeta and
@@ -83,6 +93,7 @@ type Node struct {
 
 	published atomic.Int64                // output bytes published, gossiped as NodeMeta.Published
 	audits    *delay.Queue[func() []byte] // audit records (made when sent), published off the request path
+	sweep     chan struct{}               // asks the janitor for a sweep (buffered 1)
 
 	mu       sync.Mutex // guards the fields below
 	sessions map[string]*entry
@@ -128,6 +139,12 @@ func New(cfg Config) (*Node, error) {
 	if cfg.RecordingParts == 0 {
 		cfg.RecordingParts = DefaultRecordingParts
 	}
+	if cfg.RecordingsMaxBytes == 0 {
+		cfg.RecordingsMaxBytes = DefaultRecordingsMaxBytes
+	}
+	if cfg.RecordingRetention == 0 {
+		cfg.RecordingRetention = DefaultRecordingRetention
+	}
 	if cfg.DefaultShell == "" {
 		cfg.DefaultShell = "bash"
 	}
@@ -148,6 +165,7 @@ func New(cfg Config) (*Node, error) {
 		subj:     api.Subjects{Prefix: cfg.Prefix},
 		sessions: map[string]*entry{},
 		idem:     map[string]*idemRun{},
+		sweep:    make(chan struct{}, 1),
 	}
 	if n.log == nil {
 		n.log = slog.Default()
@@ -202,6 +220,8 @@ func (n *Node) Start() error {
 	}
 	n.stop = stop
 	n.gossipLocked()
+	n.wg.Add(1)
+	go n.janitor()
 	if n.cfg.Gossip != nil {
 		n.wg.Add(1)
 		go n.gossipPublished()

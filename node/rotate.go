@@ -99,6 +99,7 @@ func (e *entry) rotateLocked() error {
 	}
 	e.partStart = end
 	e.hdr.Offset = end
+	e.n.kickJanitor() // the node-wide cap may be reached
 	return e.openPartLocked()
 }
 
@@ -127,4 +128,24 @@ func (e *entry) readPartLocked(from, to int64) ([]byte, error) {
 	}
 	defer rec.Close()
 	return rec.ReadRange(from-start, min(to, end)-start)
+}
+
+// dropOldestPart deletes the session's oldest rotated part (for the node-wide cap)
+// and returns its size; 0 when there is none (the current part is never dropped).
+func (e *entry) dropOldestPart() int64 {
+	e.recMu.Lock()
+	defer e.recMu.Unlock()
+	if len(e.parts) == 0 {
+		return 0
+	}
+	p := partPath(e.dir, e.parts[0])
+	fi, err := os.Stat(p)
+	if err != nil {
+		return 0
+	}
+	if err := os.Remove(p); err != nil {
+		return 0
+	}
+	e.parts = e.parts[1:]
+	return fi.Size()
 }
