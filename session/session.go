@@ -295,7 +295,8 @@ func Start(cfg Config) (*Session, error) {
 			s.integ.remove()
 			return nil, fmt.Errorf("%w: %v", ErrStart, err)
 		}
-		cmd.ExtraFiles = []*os.File{nonceFile}
+		cmd.ExtraFiles = make([]*os.File, nonceFD-2) // ExtraFiles[i] is the child's fd 3+i
+		cmd.ExtraFiles[nonceFD-3] = nonceFile
 	}
 	err = cmd.Start()
 	if nonceFile != nil {
