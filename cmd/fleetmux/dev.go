@@ -165,7 +165,7 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 		"  NATS      %s   (URL in %s; credentials, with the CA, in %s)\n"+
 		"  node      %s   (data in %s)\n"+
 		"  SSH       %s\n"+
-		"try: fleetmux new, then fleetmux run %s/s1 -- 'echo hi; exit 3'\n",
+		"try: fleetmux new, then fleetmux run %s/s1 -- 'echo hi; (exit 3)'\n",
 		httpURL, filepath.Join(o.data, "token"), cfgFile, srv.ClientURL(), natsFile, filepath.Join(o.data, "creds", "{node,controller,subscriber}.creds"), o.name, o.data, sshLine, o.name)
 	<-ctx.Done()
 	fmt.Fprintln(stderr, "fleetmux dev: stopping")

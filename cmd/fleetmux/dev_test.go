@@ -105,7 +105,7 @@ func startDev(t *testing.T, extra ...string) string {
 }
 
 // TestDevQuickStart is the README's quick start: fleetmux dev, fleetmux new,
-// fleetmux run NODE/ID -- 'echo hi; exit 3', and the other client verbs.
+// fleetmux run NODE/ID -- 'echo hi; (exit 3)', and the other client verbs.
 func TestDevQuickStart(t *testing.T) {
 	addr := startDev(t)
 	// As a user runs it: no --addr, no --token, no environment: the CLI finds
