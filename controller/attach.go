@@ -72,13 +72,15 @@ func (c *Controller) attach(w http.ResponseWriter, r *http.Request) {
 		Handshake: func(*websocket.Config, *http.Request) error { return nil }, // Origin checked by guard
 		Handler: func(ws *websocket.Conn) {
 			ws.MaxPayloadBytes = api.MaxInputBytes // one client frame
-			c.attachConn(r.Context(), ws, who, node, id, from)
+			c.attachConn(r.Context(), ws, who, c.stillValid(r), node, id, from)
 		},
 	}
 	srv.ServeHTTP(w, r)
 }
 
-func (c *Controller) attachConn(rctx context.Context, ws *websocket.Conn, who principal, node, id string, from *int64) {
+// valid reports whether the attach's credential is still accepted: every input,
+// resize and output frame checks it first.
+func (c *Controller) attachConn(rctx context.Context, ws *websocket.Conn, who principal, valid func() bool, node, id string, from *int64) {
 	defer ws.Close()
 	ctx, cancel := context.WithCancel(rctx)
 	defer cancel()
@@ -100,6 +102,10 @@ func (c *Controller) attachConn(rctx context.Context, ws *websocket.Conn, who pr
 		for {
 			var f frame
 			if err := frameCodec.Receive(ws, &f); err != nil {
+				return
+			}
+			if !valid() {
+				sendMsg(api.AttachMsg{Type: api.AttachError, Error: errRevoked})
 				return
 			}
 			var err error
@@ -129,6 +135,9 @@ func (c *Controller) attachConn(rctx context.Context, ws *websocket.Conn, who pr
 	if err == nil {
 		var end streamEnd
 		end, err = c.follow(ctx, who, node, id, start, func(_ int64, p []byte) error {
+			if !valid() {
+				return errRevoked
+			}
 			c.metrics.streamBytes.Add(float64(len(p)))
 			return send(frame{typ: websocket.BinaryFrame, data: p})
 		})

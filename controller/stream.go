@@ -200,7 +200,11 @@ func (c *Controller) output(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	fl, _ := w.(http.Flusher)
+	valid := c.stillValid(r)
 	emit := func(_ int64, p []byte) error {
+		if !valid() {
+			return errRevoked // the token was revoked or expired while the stream was open
+		}
 		if _, err := w.Write(p); err != nil {
 			return err
 		}
