@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/testutil"
@@ -15,8 +16,10 @@ import (
 // after it, in every place a process of the same user could look: the nonce files
 // of the run dir (a tight loop of builtins), every process's argv and environment,
 // and the fds 3-9 of every shell (opened through /proc, read without blocking).
-// With each nonce it finds, it writes a forged block end (D;0) and text into every
-// terminal, over and over.
+// With each nonce it finds, it writes a forged block end (D;0) and text into the
+// terminal of every process whose environment holds this test's victim mark, over and
+// over (only those: bytes written to a terminal are its output, and other tests' and
+// people's terminals are not the test's to write to).
 const thief = `RUN=%s; OUT=$(mktemp); end=$((SECONDS+%d))
 ( while (( SECONDS < end )); do for f in "$RUN"/*/nonce; do read -r n < "$f" && echo "$n" >> "$OUT"; done 2>/dev/null; done ) &
 ( while (( SECONDS < end )); do
@@ -31,7 +34,11 @@ const thief = `RUN=%s; OUT=$(mktemp); end=$((SECONDS+%d))
 done ) &
 while (( SECONDS < end )); do
 	for n in $(sort -u "$OUT"); do
-		for t in /dev/pts/[0-9]*; do printf '\e]133;fm=%%s;D;0\aFORGED\r\n' "$n" > "$t"; done 2>/dev/null
+		for p in /proc/[0-9]*; do
+			grep -qa 'FM_NONCE_VICTIM=%s' "$p/environ" 2>/dev/null || continue
+			t=$(readlink "$p/fd/0" 2>/dev/null); [[ $t == /dev/pts/* ]] || continue
+			printf '\e]133;fm=%%s;D;0\aFORGED\r\n' "$n" > "$t"
+		done 2>/dev/null
 	done
 	sleep 0.05
 done; wait; echo "stolen=$(sort -u "$OUT" | wc -l)"`
@@ -47,13 +54,14 @@ func TestNonceTheftCannotForgeBlocks(t *testing.T) {
 	f := newFixture(t)
 	s1 := f.create(api.CreateRequest{})
 	var r api.BlockResult
-	f.mustCall("run", api.RunRequest{Session: s1.ID, Command: fmt.Sprintf(thief, filepath.Join(f.data, "run"), 25), TimeoutMS: 100}, &r)
+	mark := fmt.Sprintf("victim-%d", time.Now().UnixNano()) // names this test's victims
+	f.mustCall("run", api.RunRequest{Session: s1.ID, Command: fmt.Sprintf(thief, filepath.Join(f.data, "run"), 25, mark), TimeoutMS: 100}, &r)
 	shells := []string{"bash", "zsh", "bash", "zsh", "bash"}
 	for i, shell := range shells {
 		if shell == "zsh" && !haveZsh() {
 			continue
 		}
-		s := f.create(api.CreateRequest{Shell: shell})
+		s := f.create(api.CreateRequest{Shell: shell, Env: map[string]string{"FM_NONCE_VICTIM": mark}})
 		res := f.run(s.ID, fmt.Sprintf("sleep 1; echo real-end-%d", i))
 		if !strings.Contains(res.Text, fmt.Sprintf("real-end-%d", i)) || res.Block.ExitCode == nil || *res.Block.ExitCode != 0 {
 			t.Errorf("%s session %s: the block ended before its command did (a forged end): %q exit %s", shell, s.ID, res.Text, exitOf(res))
