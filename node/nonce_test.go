@@ -2,7 +2,6 @@ package node_test
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -58,7 +57,7 @@ func TestNonceTheftCannotForgeBlocks(t *testing.T) {
 	f.mustCall("run", api.RunRequest{Session: s1.ID, Command: fmt.Sprintf(thief, filepath.Join(f.data, "run"), 25, mark), TimeoutMS: 100}, &r)
 	shells := []string{"bash", "zsh", "bash", "zsh", "bash"}
 	for i, shell := range shells {
-		if shell == "zsh" && !haveZsh() {
+		if shell == "zsh" && !haveZsh(t) {
 			continue
 		}
 		s := f.create(api.CreateRequest{Shell: shell, Env: map[string]string{"FM_NONCE_VICTIM": mark}})
@@ -78,13 +77,9 @@ func TestNonceTheftCannotForgeBlocks(t *testing.T) {
 	}
 }
 
-func haveZsh() bool {
-	_, err := os.Stat("/bin/zsh")
-	if err != nil {
-		_, err = os.Stat("/usr/bin/zsh")
-	}
-	return err == nil
-}
+// haveZsh reports whether zsh is in PATH (testutil: logged when it is not, a failure
+// under FLEETMUX_TEST_STRICT=1).
+func haveZsh(t *testing.T) bool { return testutil.WantTool(t, "zsh") != "" }
 
 // TestSessionAsUser: --user runs the shell as another user (the answer to the
 // limit README names: same-user code can read a shell's memory), with working
@@ -93,7 +88,7 @@ func TestSessionAsUser(t *testing.T) {
 	testutil.NeedRoot(t)
 	f := newFixture(t)
 	for _, shell := range []string{"bash", "zsh"} {
-		if shell == "zsh" && !haveZsh() {
+		if shell == "zsh" && !haveZsh(t) {
 			continue
 		}
 		s := f.create(api.CreateRequest{Shell: shell, User: "nobody"})

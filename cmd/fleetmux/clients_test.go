@@ -83,6 +83,9 @@ func runClientTests(t *testing.T, dir, prog string, args ...string) {
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "FLEETMUX_ADDR=http://"+b.listen, "FLEETMUX_TOKEN="+devAdminToken,
 		"FLEETMUX_TEST_RESTART="+restart+"/restart", "PYTHONPATH="+dir, "PYTHONDONTWRITEBYTECODE=1")
+	if testutil.WantTool(t, "vim") == "" {
+		cmd.Env = append(cmd.Env, "FLEETMUX_TEST_NO_VIM=1") // the suites leave vim's screen out
+	}
 	out, err := cmd.CombinedOutput()
 	t.Logf("%s %v:\n%s", filepath.Base(prog), args, out)
 	if err != nil {

@@ -99,6 +99,8 @@ class ClientTest(unittest.TestCase):
         self.assertIn("hello-bob", w.text)
 
     def test_screen_of_vim(self):
+        if os.environ.get("FLEETMUX_TEST_NO_VIM"):
+            self.skipTest("vim not installed")
         s = self.s
         self.c.input(s.node, s.id, "vim -u NONE -N\n")
         scr = eventually("vim's screen", lambda: (lambda x: x if x.alt_screen and "~" in x.text else None)(

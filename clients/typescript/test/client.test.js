@@ -89,7 +89,7 @@ describe("fleetmux client", { skip, concurrency: 1 }, () => {
     assert.match(w.text, /hello-bob/);
   });
 
-  it("reads vim's screen", async () => {
+  it("reads vim's screen", { skip: process.env.FLEETMUX_TEST_NO_VIM ? "vim not installed" : false }, async () => {
     await c.input(s.node, s.id, "vim -u NONE -N\n");
     const scr = await eventually("vim's screen", async () => {
       const x = await c.screen(s.node, s.id);
