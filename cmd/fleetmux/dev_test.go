@@ -228,26 +228,11 @@ func TestDevSubscriberReadsOutput(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := runArgs(t, "new", "--addr", addr); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := runArgs(t, "run", "--addr", addr, "here/s1", "--", `printf 'bytes:\x01\xff\xe2\x82\xac:%s\n' done`); err != nil {
-		t.Fatal(err)
-	}
-	var want []byte
-	testutil.Eventually(t, 10*time.Second, func() bool {
-		req, _ := http.NewRequest("GET", addr+"/v1/sessions/here/s1/output?from=0", nil)
-		req.Header.Set("Authorization", "Bearer "+devAdminToken)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		want, _ = io.ReadAll(resp.Body)
+	printBytesAndMatch(t, addr, "the subscriber", func(want []byte) bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return bytes.Contains(want, []byte("bytes:\x01\xff\xe2\x82\xac:done")) && bytes.Equal(got, want)
-	}, "the subscriber's bytes to equal the session's output")
+		return bytes.Equal(got, want)
+	})
 	mu.Lock()
 	if gaps != 0 {
 		t.Errorf("%d messages out of offset order", gaps)
@@ -326,4 +311,28 @@ func TestDevAPINeedsToken(t *testing.T) {
 	if code := post(viewer); code != http.StatusUnauthorized {
 		t.Fatalf("a revoked token: %d, want 401", code)
 	}
+}
+
+// printBytesAndMatch makes session here/s1 of the dev at addr print bytes that are not
+// plain text (\x01, \xff, a multi-byte character), then waits until same, given the
+// session's whole output from the API, says a subscriber received exactly those bytes.
+func printBytesAndMatch(t *testing.T, addr, who string, same func(want []byte) bool) {
+	t.Helper()
+	if _, _, err := runArgs(t, "new", "--addr", addr); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := runArgs(t, "run", "--addr", addr, "here/s1", "--", `printf 'bytes:\x01\xff\xe2\x82\xac:%s\n' done`); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		req, _ := http.NewRequest("GET", addr+"/v1/sessions/here/s1/output?from=0", nil)
+		req.Header.Set("Authorization", "Bearer "+devAdminToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		want, _ := io.ReadAll(resp.Body)
+		return bytes.Contains(want, []byte("bytes:\x01\xff\xe2\x82\xac:done")) && same(want)
+	}, "%s's bytes to equal the session's output", who)
 }
