@@ -268,12 +268,18 @@ const (
 	CodeUnavailable = "unavailable" // the node is unreachable or dead
 	CodeGone        = "gone"        // output no longer held anywhere
 	CodeInternal    = "internal"    // anything else
+	CodeDenied      = "denied"      // a guardrail rule denied it (Error.Rule names the rule)
+	CodeHeld        = "held"        // a guardrail rule holds it for a person (Error.Approval)
 )
 
 // Error is the error of every API reply: {"error": {"code": ..., "message": ...}}.
 type Error struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// Rule names the guardrail rule behind a denied or held reply.
+	Rule string `json:"rule,omitempty"`
+	// Approval is the address ("NODE/ID") of the approval a held request waits for.
+	Approval string `json:"approval,omitempty"`
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }
