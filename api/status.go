@@ -1,6 +1,9 @@
 package api
 
-import "net/http"
+import (
+	"net/http"
+	"slices"
+)
 
 // statuses pairs each error code that an HTTP reply carries with its status: the
 // one table behind HTTPStatus (the controller's replies) and CodeForStatus (the
@@ -52,4 +55,16 @@ func CodeForStatus(status int) string {
 		return CodeBadRequest
 	}
 	return CodeInternal
+}
+
+// ErrorCodes lists every error code an API reply may carry, once each, in the order
+// of the status table.
+func ErrorCodes() []string {
+	var out []string
+	for _, s := range statuses {
+		if !slices.Contains(out, s.code) {
+			out = append(out, s.code)
+		}
+	}
+	return out
 }

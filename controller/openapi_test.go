@@ -58,8 +58,7 @@ func TestOpenAPIErrorCodes(t *testing.T) {
 	for _, v := range s.Properties["code"].Value.Enum {
 		enum = append(enum, v.(string))
 	}
-	codes := []string{api.CodeBadRequest, api.CodeUnauthorized, api.CodeForbidden, api.CodeNotFound, api.CodeBusy,
-		api.CodeExited, api.CodeGone, api.CodeTooLarge, api.CodeLimit, api.CodeUnavailable, api.CodeTimeout, api.CodeInternal, api.CodeExists}
+	codes := api.ErrorCodes()
 	slices.Sort(enum)
 	slices.Sort(codes)
 	if !slices.Equal(enum, codes) {
