@@ -29,6 +29,6 @@ const (
 )
 
 // LongVerb reports whether a node verb may hold its request up to a timeout the
-// caller chooses (up to MaxWait): run and wait. Their numbers are bounded apart
+// caller chooses (up to MaxWait): run, wait and approval (waiting for a decision). Their numbers are bounded apart
 // (per actor at the controller), so that short verbs always find room.
-func LongVerb(verb string) bool { return verb == "run" || verb == "wait" }
+func LongVerb(verb string) bool { return verb == "run" || verb == "wait" || verb == "approval" }

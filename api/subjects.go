@@ -12,6 +12,7 @@ import (
 //	<prefix>.block.<node>.<session>  BlockEvent (JSON)
 //	<prefix>.event.<node>.<session>  SessionEvent (JSON)
 //	<prefix>.audit.<node>            AuditRecord (JSON)
+//	<prefix>.approval.<node>         ApprovalEvent (JSON)
 //	<prefix>.rpc.<node>.<verb>       the node API (request/reply, NATS micro service)
 //	<prefix>.rpc.<node>.<verb>.cancel  ends a running long request (HeaderCancelID)
 const (
@@ -53,6 +54,8 @@ const (
 	KindEvent = "event"
 	KindAudit = "audit"
 	KindRPC   = "rpc"
+	// KindApproval: <prefix>.approval.<node>, the node's approval events.
+	KindApproval = "approval"
 )
 
 // Subjects builds subjects under one prefix.
@@ -83,6 +86,11 @@ func (s Subjects) Event(node, session string) string {
 // Audit is the audit subject of a node.
 func (s Subjects) Audit(node string) string { return s.prefix() + "." + KindAudit + "." + node }
 
+// Approval is the approval event subject of a node.
+func (s Subjects) Approval(node string) string {
+	return s.prefix() + "." + KindApproval + "." + node
+}
+
 // RPC is the request subject of a node API verb.
 func (s Subjects) RPC(node, verb string) string {
 	return s.prefix() + "." + KindRPC + "." + node + "." + verb
@@ -91,7 +99,7 @@ func (s Subjects) RPC(node, verb string) string {
 // All is the wildcard of one kind for one node ("*" for every node), e.g.
 // fleetmux.out.web-1.>.
 func (s Subjects) All(kind, node string) string {
-	if kind == KindAudit {
+	if kind == KindAudit || kind == KindApproval {
 		return s.prefix() + "." + kind + "." + node
 	}
 	return s.prefix() + "." + kind + "." + node + ".>"
@@ -99,7 +107,7 @@ func (s Subjects) All(kind, node string) string {
 
 // Subject is a parsed subject.
 type Subject struct {
-	Kind    string // KindOut, KindBlock, KindEvent, KindAudit or KindRPC
+	Kind    string // KindOut, KindBlock, KindEvent, KindAudit, KindApproval or KindRPC
 	Node    string
 	Session string // out, block, event
 	Verb    string // rpc
@@ -116,7 +124,7 @@ func (s Subjects) Parse(subject string) (Subject, error) {
 	switch {
 	case len(parts) == 3 && (parts[0] == KindOut || parts[0] == KindBlock || parts[0] == KindEvent):
 		out = Subject{Kind: parts[0], Node: parts[1], Session: parts[2]}
-	case len(parts) == 2 && parts[0] == KindAudit:
+	case len(parts) == 2 && (parts[0] == KindAudit || parts[0] == KindApproval):
 		out = Subject{Kind: parts[0], Node: parts[1]}
 	case len(parts) == 3 && parts[0] == KindRPC:
 		out = Subject{Kind: parts[0], Node: parts[1], Verb: parts[2]}

@@ -70,6 +70,20 @@ func (p *Policy) Decide(req Request) Decision {
 	return Decision{Action: api.ActionAllow, Version: p.Version}
 }
 
+// Approvers are the roles beside admin that may decide the requests held by the
+// named rule (its Approvers); nil for a nil policy or an unknown rule.
+func (p *Policy) Approvers(rule string) []string {
+	if p == nil {
+		return nil
+	}
+	for i := range p.Rules {
+		if p.Rules[i].Name == rule {
+			return p.Rules[i].Approvers
+		}
+	}
+	return nil
+}
+
 // fits reports whether req has everything m asks for. v caches the command's views
 // across rules.
 func (m *Match) fits(req Request, action string, v **views) bool {

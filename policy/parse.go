@@ -159,8 +159,8 @@ func (p *parser) rules(n *yaml.Node) []Rule {
 	for i, rn := range p.seq(n, "rules", MaxRules) {
 		field := fmt.Sprintf("rules[%d]", i)
 		r := Rule{Line: rn.Line}
-		var within *yaml.Node
-		for _, kv := range p.mapping(rn, field, "name", "match", "action", "approve_within") {
+		var within, approvers *yaml.Node
+		for _, kv := range p.mapping(rn, field, "name", "match", "action", "approve_within", "approvers") {
 			k, v := kv[0], kv[1]
 			switch k.Value {
 			case "name":
@@ -174,6 +174,8 @@ func (p *parser) rules(n *yaml.Node) []Rule {
 				}
 			case "approve_within":
 				within = v
+			case "approvers":
+				approvers = v
 			}
 		}
 		if p.err != nil {
@@ -203,10 +205,36 @@ func (p *parser) rules(n *yaml.Node) []Rule {
 		case r.Action == api.ActionApprove:
 			r.ApproveWithin = DefaultApproveWithin
 		}
+		if approvers != nil {
+			r.Approvers = p.approvers(approvers, field+".approvers", r.Action)
+		}
 		if p.err != nil {
 			return nil
 		}
 		out = append(out, r)
+	}
+	return out
+}
+
+// approvers reads an approve rule's approvers: roles, each once.
+func (p *parser) approvers(n *yaml.Node, field, action string) []string {
+	if action != api.ActionApprove {
+		p.fail(n, field, "only an approve rule has approvers (this one is %s)", action)
+		return nil
+	}
+	var out []string
+	for i, v := range p.seq(n, field, len(api.Roles)) {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		role := p.str(v, f)
+		switch {
+		case p.err != nil:
+			return nil
+		case !validRole(role):
+			p.fail(v, f, "unknown role %q (want %s, %s or %s)", role, api.RoleViewer, api.RoleOperator, api.RoleAdmin)
+		case slices.Contains(out, role):
+			p.fail(v, f, "role %q given twice", role)
+		}
+		out = append(out, role)
 	}
 	return out
 }

@@ -100,7 +100,11 @@ type Rule struct {
 	// ApproveWithin is how long an approve rule's request may wait for a person;
 	// undecided by then means denied. Zero unless Action is api.ActionApprove.
 	ApproveWithin time.Duration
-	Line          int // the rule's line in the document, for messages
+	// Approvers are the roles beside admin whose people may decide an approve rule's
+	// requests (`approvers: [operator]`); admin always may. Nil unless Action is
+	// api.ActionApprove.
+	Approvers []string
+	Line      int // the rule's line in the document, for messages
 }
 
 // Match is what a request must have for its rule to apply; every field given must

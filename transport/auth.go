@@ -29,7 +29,7 @@ const (
 )
 
 // KindApproval is the approval subject kind: <prefix>.approval.<node>.
-const KindApproval = "approval"
+const KindApproval = api.KindApproval
 
 // InboxRoot starts every identity's reply inbox: a process replies to requests on
 // its own inbox prefix, _INBOX.<kind>.<name> (Identity.Inbox), so that no identity
