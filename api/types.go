@@ -128,6 +128,14 @@ type AuditRecord struct {
 	Detail  string `json:"detail,omitempty"` // e.g. the command, bounded
 	Result  string `json:"result"`           // "ok" or the error code
 	Error   string `json:"error,omitempty"`
+	// Decision, Rule and PolicyVersion are the guardrail decision a node made for
+	// the request (DESIGN "Guardrails"): the action (ActionAllow, …), the rule that
+	// decided ("" when none matched) and the version (the FLEETMUX_POLICY
+	// revision) of the policy in force; 0 and absent when no policy was set. A
+	// controller's record of setting a policy names the version it stored.
+	Decision      string `json:"decision,omitempty"`
+	Rule          string `json:"rule,omitempty"`
+	PolicyVersion uint64 `json:"policy_version,omitempty"`
 }
 
 // NodeMeta is what a node gossips about itself (memberlist metadata, ≤ 512 bytes).

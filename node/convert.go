@@ -75,6 +75,12 @@ func (n *Node) auditRecord(req request, out any, aerr *api.Error) []byte {
 	if aerr != nil {
 		rec.Result, rec.Error = aerr.Code, truncate(aerr.Message, 512)
 	}
+	req.decision.fill(&rec)
+	return marshalRecord(rec)
+}
+
+// marshalRecord encodes an audit record (nil if it cannot be: nothing is published).
+func marshalRecord(rec api.AuditRecord) []byte {
 	if !utf8.ValidString(rec.Detail) {
 		rec.Detail = "(not UTF-8)"
 	}

@@ -67,6 +67,8 @@ type entry struct {
 	rec       *replay.Recording // opened lazily to serve reads older than the scrollback
 	recErr    error             // the recording stopped being exact (see recorder)
 
+	guard entryGuard // guardrail state (guard.go)
+
 	closeOnce sync.Once
 }
 

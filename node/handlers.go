@@ -33,6 +33,9 @@ type request struct {
 	// label is the request's bare api.HeaderActor, audited (as a claim) only when
 	// the request is refused before it is verified: it is never an identity.
 	label string
+	// decision is what enforce decided for a mutating request (its audit record
+	// names it); the handler's ctx carries it (decisionKey).
+	decision *decision
 }
 
 // verbs is the node API. mutating verbs are audited.
@@ -71,6 +74,10 @@ func (n *Node) handle(ctx context.Context, verb, subject string, header map[stri
 	v, ok := verbs[verb]
 	if !ok {
 		return errorReply(api.Errorf(api.CodeBadRequest, "unknown verb %q", verb))
+	}
+	if v.mutating {
+		req.decision = &decision{}
+		ctx = context.WithValue(ctx, decisionKey{}, req.decision)
 	}
 	out, err := v.h(n, ctx, req)
 	var aerr *api.Error
@@ -342,12 +349,16 @@ func (n *Node) run(ctx context.Context, req request) (any, error) {
 		return nil, api.Errorf(api.CodeBadRequest, "idempotency_key over 128 bytes")
 	}
 	opts := session.RunOptions{Timeout: waitTimeout(r.TimeoutMS), MaxOutputBytes: r.MaxOutputBytes}
+	w := writerOf(req)
 	if r.IdempotencyKey != "" {
-		res, err := n.runOnce(ctx, e, r.Command, opts, e.id+"\x00"+r.IdempotencyKey)
+		res, err := n.runOnce(ctx, e, w, r.Command, opts, e.id+"\x00"+r.IdempotencyKey)
 		if err != nil {
 			return nil, err
 		}
 		return toResult(n.cfg.Name, e.id, res), nil
+	}
+	if err := n.guardRun(ctx, e, w, r.Command); err != nil {
+		return nil, err
 	}
 	res, err := e.s.Run(ctx, r.Command, opts)
 	if err != nil {
@@ -366,7 +377,7 @@ type idemRun struct {
 // runs it; a retry (concurrent or later) waits for that run and returns the same
 // block (waiting for it to finish, within its own timeout). If the first run
 // typed nothing (busy, exited), a retry runs it.
-func (n *Node) runOnce(ctx context.Context, e *entry, command string, opts session.RunOptions, key string) (session.Result, error) {
+func (n *Node) runOnce(ctx context.Context, e *entry, w writer, command string, opts session.RunOptions, key string) (session.Result, error) {
 	for {
 		n.mu.Lock()
 		ir := n.idem[key]
@@ -379,7 +390,7 @@ func (n *Node) runOnce(ctx context.Context, e *entry, command string, opts sessi
 				n.idemKeys = n.idemKeys[1:]
 			}
 			n.mu.Unlock()
-			return n.runFirst(ctx, e, command, opts, key, ir)
+			return n.runFirst(ctx, e, w, command, opts, key, ir)
 		}
 		n.mu.Unlock()
 		timer := time.NewTimer(opts.Timeout)
@@ -403,9 +414,13 @@ func (n *Node) runOnce(ctx context.Context, e *entry, command string, opts sessi
 	}
 }
 
-func (n *Node) runFirst(ctx context.Context, e *entry, command string, opts session.RunOptions, key string, ir *idemRun) (session.Result, error) {
+func (n *Node) runFirst(ctx context.Context, e *entry, w writer, command string, opts session.RunOptions, key string, ir *idemRun) (session.Result, error) {
 	before := len(e.s.Blocks())
-	res, err := e.s.Run(ctx, command, opts)
+	err := n.guardRun(ctx, e, w, command)
+	var res session.Result
+	if err == nil {
+		res, err = e.s.Run(ctx, command, opts)
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	defer close(ir.done)
@@ -434,9 +449,15 @@ func (n *Node) input(ctx context.Context, req request) (any, error) {
 	if len(r.Data) > api.MaxInputBytes {
 		return nil, api.Errorf(api.CodeTooLarge, "input of %d bytes (limit %d)", len(r.Data), api.MaxInputBytes)
 	}
+	w := writerOf(req)
+	if err := n.guardInput(ctx, e, w, []byte(r.Data)); err != nil {
+		return nil, err
+	}
+	e.setWriter(w)
 	if err := e.s.Input([]byte(r.Data)); err != nil {
 		return nil, sessionErr(e.id, err)
 	}
+	e.typedInput([]byte(r.Data))
 	return api.Empty{}, nil
 }
 
@@ -449,9 +470,16 @@ func (n *Node) keys(ctx context.Context, req request) (any, error) {
 	if len(r.Keys) == 0 || len(r.Keys) > 1024 {
 		return nil, api.Errorf(api.CodeBadRequest, "keys: want 1 to 1024 key names, got %d", len(r.Keys))
 	}
+	typed := keyBytes(r.Keys)
+	w := writerOf(req)
+	if err := n.guardInput(ctx, e, w, typed); err != nil {
+		return nil, err
+	}
+	e.setWriter(w)
 	if err := e.s.SendKeys(r.Keys...); err != nil {
 		return nil, sessionErr(e.id, err)
 	}
+	e.typedInput(typed)
 	return api.Empty{}, nil
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/datadir"
 	"github.com/fleetmux/fleetmux/internal/delay"
+	"github.com/fleetmux/fleetmux/policy"
 )
 
 // Config configures a node. Name, DataDir and Bus are required.
@@ -79,6 +80,11 @@ type Config struct {
 	// Version is the agent's version (cmd's build version), gossiped in NodeMeta and
 	// announced by the NATS service (default api.DevVersion).
 	Version string
+	// Policy is where the guardrail policy comes from (the FLEETMUX_POLICY bucket);
+	// nil: no policy, everything is allowed. With a source, a request that needs a
+	// decision waits (bounded) until the node has read it: nothing runs unchecked
+	// while the node starts.
+	Policy PolicySource
 }
 
 // Node is a running node agent. Its methods are safe for concurrent use.
@@ -94,6 +100,9 @@ type Node struct {
 	published atomic.Int64                // output bytes published, gossiped as NodeMeta.Published
 	audits    *delay.Queue[func() []byte] // audit records (made when sent), published off the request path
 	sweep     chan struct{}               // asks the janitor for a sweep (buffered 1)
+
+	pol   atomic.Pointer[policy.Policy] // the policy in force (nil: none); see guard.go
+	guard guard
 
 	mu       sync.Mutex // guards the fields below
 	sessions map[string]*entry
@@ -166,6 +175,10 @@ func New(cfg Config) (*Node, error) {
 		sessions: map[string]*entry{},
 		idem:     map[string]*idemRun{},
 		sweep:    make(chan struct{}, 1),
+		guard:    guard{ready: make(chan struct{})},
+	}
+	if cfg.Policy == nil {
+		close(n.guard.ready) // no source: no policy, known at once
 	}
 	if n.log == nil {
 		n.log = slog.Default()
@@ -222,6 +235,10 @@ func (n *Node) Start() error {
 	n.gossipLocked()
 	n.wg.Add(1)
 	go n.janitor()
+	if n.cfg.Policy != nil {
+		n.wg.Add(1)
+		go n.watchPolicy()
+	}
 	if n.cfg.Gossip != nil {
 		n.wg.Add(1)
 		go n.gossipPublished()
