@@ -2,8 +2,10 @@
 
 The Go test TestPythonClient (cmd/fleetmux/clients_test.go) starts `fleetmux dev` and
 a second controller, and runs these against that controller with FLEETMUX_ADDR and
-FLEETMUX_TOKEN set, and FLEETMUX_TEST_RESTART: a URL whose GET restarts it (the node and
-its sessions live on). Without FLEETMUX_ADDR they skip.
+FLEETMUX_TOKEN set, and FLEETMUX_TEST_CONTROL: a URL whose GET /restart restarts that
+controller (the node and its sessions live on), /node2/start and /node2/stop start and
+stop a second node, /disk/break and /disk/fix make the dev node's next session
+directory unusable and usable again. Without FLEETMUX_ADDR they skip.
 """
 
 import os
@@ -17,6 +19,13 @@ import fleetmux
 from fleetmux import Client
 
 ADDR = os.environ.get("FLEETMUX_ADDR")
+CONTROL = os.environ.get("FLEETMUX_TEST_CONTROL")
+
+
+def control(what):
+    """Asks the harness for a change of the fleet under test; returns its answer."""
+    with urllib.request.urlopen(CONTROL + "/" + what, timeout=60) as r:
+        return r.read().decode().strip()
 
 
 def eventually(what, fn, timeout=20.0):
@@ -123,9 +132,8 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(f.results[0].error.code, "exit_status")
 
     def test_follow_across_restart(self):
-        restart = os.environ.get("FLEETMUX_TEST_RESTART")
-        if not restart:
-            self.skipTest("FLEETMUX_TEST_RESTART not set")
+        if not CONTROL:
+            self.skipTest("FLEETMUX_TEST_CONTROL not set")
         s = self.s
         start = self.c.session(s.node, s.id).output_offset
         self.c.run(s.node, s.id, "for i in $(seq 1 300); do echo line-$i; sleep 0.005; done; exit", timeout_ms=50)
@@ -136,7 +144,7 @@ class ClientTest(unittest.TestCase):
             self.assertEqual(ch.offset, start + len(buf))
             buf += ch.data
             if restarts == 0 and b"line-20\r\n" in buf:
-                urllib.request.urlopen(restart).read()
+                control("restart")
                 restarts += 1
             self.assertLess(time.monotonic(), deadline, "follow did not end")
         # The session exited: follow ended after its last byte, each line once, in order.
@@ -201,6 +209,67 @@ class ClientTest(unittest.TestCase):
         c.close_session(e2.node, e2.id)
         self.assertEqual(c.health().status, "ok")
 
+    def test_gone(self):
+        # About 11 MB: more than the 8 MiB scrollback and the two 1 MiB parts of the
+        # recording that the harness's node keeps.
+        c, s = self.c, self.s
+        r = c.run(s.node, s.id, "seq 1 1500000", timeout_ms=60000, max_output_bytes=1000)
+        self.assertEqual(r.block.exit_code, 0)
+        with self.assertRaises(fleetmux.Gone) as e:
+            c.output(s.node, s.id, from_=0)
+        self.assertEqual((e.exception.code, e.exception.status), ("gone", 410))
+        with self.assertRaises(fleetmux.Gone):
+            next(c.follow(s.node, s.id, from_=1))
+        # What is still held is served: from the oldest offset on.
+        oldest = c.output(s.node, s.id, from_=r.block.end).oldest
+        self.assertTrue(0 < oldest < r.block.end, oldest)
+        self.assertEqual(c.output(s.node, s.id, from_=oldest, max_bytes=10).offset, oldest)
+
+    @unittest.skipUnless(CONTROL, "FLEETMUX_TEST_CONTROL not set")
+    def test_unavailable(self):
+        c = self.c
+        node2 = control("node2/start")
+        t = c.create_session(node=node2, title="on-node2")
+        self.assertEqual(c.run(t.node, t.id, "echo up", timeout_ms=20000).text, "up")
+        control("node2/stop")
+        # The node is gone: requests to it fail at once, whether the controller has
+        # heard of it from gossip yet or not.
+        with self.assertRaises(fleetmux.Unavailable) as e:
+            c.session(t.node, t.id)
+        self.assertEqual((e.exception.code, e.exception.status), ("unavailable", 503))
+        self.assertIn(node2, e.exception.message)
+        with self.assertRaises(fleetmux.Unavailable):
+            c.run(t.node, t.id, "true")
+
+    def test_timeout(self):
+        # A program that never reads its terminal: the node cannot type 256 KB of
+        # lines into it, and the controller stops waiting for the node's answer.
+        c, s = self.c, self.s
+        p = c.create_session(node=s.node, argv=["sleep", "60"])
+        try:
+            with self.assertRaises(fleetmux.Timeout) as e:
+                c.input(p.node, p.id, ("x" * 63 + "\n") * 4000)
+            self.assertEqual((e.exception.code, e.exception.status), ("timeout", 504))
+        finally:
+            c.close_session(p.node, p.id)  # answered: the node is no longer suspect
+
+    @unittest.skipUnless(CONTROL, "FLEETMUX_TEST_CONTROL not set")
+    def test_internal(self):
+        # The node's data dir cannot take the new session's recording: the node
+        # fails the request and keeps the details for its log.
+        c, s = self.c, self.s
+        control("disk/break")
+        try:
+            with self.assertRaises(fleetmux.Internal) as e:
+                c.create_session(node=s.node, argv=["sleep", "60"])
+            self.assertEqual((e.exception.code, e.exception.status), ("internal", 500))
+            self.assertIn("details in its log", e.exception.message)
+            self.assertNotIn("not a directory", e.exception.message)
+        finally:
+            control("disk/fix")
+        made = c.create_session(node=s.node, argv=["sleep", "60"])
+        c.close_session(made.node, made.id)
+
     def test_limit(self):
         c, made = self.c, []
         try:
@@ -214,9 +283,8 @@ class ClientTest(unittest.TestCase):
 
 
 class ErrorsTest(unittest.TestCase):
-    """Every error code of the API (api/openapi.yaml) has its class; the ones a test
-    against a real controller cannot provoke (gone, unavailable, timeout, internal)
-    are checked here by their mapping."""
+    """Every error code of the API (api/openapi.yaml) has its class, and a reply
+    without the API's error body (a proxy's page) gets one by its HTTP status."""
 
     def test_every_code_has_a_class(self):
         doc = os.path.join(os.path.dirname(__file__), "..", "..", "..", "api", "openapi.yaml")

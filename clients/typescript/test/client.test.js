@@ -1,8 +1,10 @@
 // Tests of the fleetmux TypeScript client against a real controller. The Go test
 // TestTypeScriptClient (cmd/fleetmux/clients_test.go) starts `fleetmux dev` and a
 // second controller, and runs these against that controller with FLEETMUX_ADDR and
-// FLEETMUX_TOKEN set, and FLEETMUX_TEST_RESTART: a URL whose GET restarts it (the node
-// and its sessions live on). Without FLEETMUX_ADDR they skip.
+// FLEETMUX_TOKEN set, and FLEETMUX_TEST_CONTROL: a URL whose GET /restart restarts that
+// controller (the node and its sessions live on), /node2/start and /node2/stop start
+// and stop a second node, /disk/break and /disk/fix make the dev node's next session
+// directory unusable and usable again. Without FLEETMUX_ADDR they skip.
 
 import assert from "node:assert/strict";
 import { afterEach, beforeEach, describe, it } from "node:test";
@@ -11,6 +13,16 @@ import { createServer } from "node:http";
 import * as fm from "../index.js";
 
 const skip = !process.env.FLEETMUX_ADDR && "FLEETMUX_ADDR not set (run through go test ./cmd/fleetmux)";
+const CONTROL = process.env.FLEETMUX_TEST_CONTROL;
+const noControl = !CONTROL && "FLEETMUX_TEST_CONTROL not set";
+
+/** Asks the harness for a change of the fleet under test; returns its answer. */
+async function control(what) {
+  const r = await fetch(`${CONTROL}/${what}`);
+  const text = (await r.text()).trim();
+  assert.equal(r.status, 200, text);
+  return text;
+}
 
 async function eventually(what, fn, timeoutMs = 20000) {
   const deadline = Date.now() + timeoutMs;
@@ -114,7 +126,7 @@ describe("fleetmux client", { skip, concurrency: 1 }, () => {
     assert.equal(f.results[0].error.code, "exit_status");
   });
 
-  it("follows output across a controller restart, gap-free", { skip: !process.env.FLEETMUX_TEST_RESTART && "FLEETMUX_TEST_RESTART not set" }, async () => {
+  it("follows output across a controller restart, gap-free", { skip: noControl }, async () => {
     const start = (await c.session(s.node, s.id)).output_offset;
     await c.run(s.node, s.id, "for i in $(seq 1 300); do echo line-$i; sleep 0.005; done; exit", { timeoutMs: 50 });
     const parts = [];
@@ -126,7 +138,7 @@ describe("fleetmux client", { skip, concurrency: 1 }, () => {
       parts.push(Buffer.from(ch.data));
       n += ch.data.length;
       if (restarts === 0 && Buffer.concat(parts).includes("line-20\r\n")) {
-        await (await fetch(process.env.FLEETMUX_TEST_RESTART)).text();
+        await control("restart");
         restarts++;
       }
       assert.ok(Date.now() < deadline, "follow did not end");
@@ -175,6 +187,55 @@ describe("fleetmux client", { skip, concurrency: 1 }, () => {
     assert.equal((await c.health()).status, "ok");
   });
 
+  it("throws Gone for output no longer held", async () => {
+    // About 11 MB: more than the 8 MiB scrollback and the two 1 MiB parts of the
+    // recording that the harness's node keeps.
+    const r = await c.run(s.node, s.id, "seq 1 1500000", { timeoutMs: 60000, maxOutputBytes: 1000 });
+    assert.equal(r.block.exit_code, 0);
+    await assert.rejects(c.output(s.node, s.id, { from: 0 }), (e) => e instanceof fm.Gone && e.code === "gone" && e.status === 410);
+    await assert.rejects(c.follow(s.node, s.id, { from: 1 }).next(), fm.Gone);
+    // What is still held is served: from the oldest offset on.
+    const { oldest } = await c.output(s.node, s.id, { from: r.block.end });
+    assert.ok(oldest > 0 && oldest < r.block.end, String(oldest));
+    assert.equal((await c.output(s.node, s.id, { from: oldest, maxBytes: 10 })).offset, oldest);
+  });
+
+  it("throws Unavailable for a node that went away", { skip: noControl }, async () => {
+    const node2 = await control("node2/start");
+    const t = await c.createSession({ node: node2, title: "on-node2" });
+    assert.equal((await c.run(t.node, t.id, "echo up", { timeoutMs: 20000 })).text, "up");
+    await control("node2/stop");
+    // The node is gone: requests to it fail at once, whether the controller has
+    // heard of it from gossip yet or not.
+    await assert.rejects(c.session(t.node, t.id), (e) => e instanceof fm.Unavailable && e.code === "unavailable" && e.status === 503 && e.detail.includes(node2));
+    await assert.rejects(c.run(t.node, t.id, "true"), fm.Unavailable);
+  });
+
+  it("throws Timeout when the node does not answer in time", async () => {
+    // A program that never reads its terminal: the node cannot type 256 KB of lines
+    // into it, and the controller stops waiting for the node's answer.
+    const p = await c.createSession({ node: s.node, argv: ["sleep", "60"] });
+    try {
+      await assert.rejects(c.input(p.node, p.id, ("x".repeat(63) + "\n").repeat(4000)), (e) => e instanceof fm.Timeout && e.code === "timeout" && e.status === 504);
+    } finally {
+      await c.closeSession(p.node, p.id); // answered: the node is no longer suspect
+    }
+  });
+
+  it("throws Internal when the node fails", { skip: noControl }, async () => {
+    // The node's data dir cannot take the new session's recording: the node fails
+    // the request and keeps the details for its log.
+    await control("disk/break");
+    try {
+      await assert.rejects(c.createSession({ node: s.node, argv: ["sleep", "60"] }),
+        (e) => e instanceof fm.Internal && e.code === "internal" && e.status === 500 && e.detail.includes("details in its log") && !e.detail.includes("not a directory"));
+    } finally {
+      await control("disk/fix");
+    }
+    const made = await c.createSession({ node: s.node, argv: ["sleep", "60"] });
+    await c.closeSession(made.node, made.id);
+  });
+
   it("throws Limit past the node's session limit", async () => {
     const made = [];
     try {
@@ -187,9 +248,8 @@ describe("fleetmux client", { skip, concurrency: 1 }, () => {
   });
 });
 
-// Every error code of the API (api/openapi.yaml) has its class; the ones a test
-// against a real controller cannot provoke (gone, unavailable, timeout, internal) are
-// checked here by their mapping.
+// Every error code of the API (api/openapi.yaml) has its class, and a reply without
+// the API's error body (a proxy's page) gets one by its HTTP status.
 describe("errors", () => {
   it("has a class for every code", () => {
     const doc = readFileSync(new URL("../../../api/openapi.yaml", import.meta.url), "utf8");
