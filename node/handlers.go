@@ -57,6 +57,10 @@ var verbs = map[string]struct {
 	"block":  {(*Node).block, false},
 	"read":   {(*Node).read, false},
 	"wait":   {(*Node).wait, false},
+	// approvals (approval_verbs.go)
+	"approvals": {(*Node).listApprovals, false},
+	"approval":  {(*Node).getApproval, false},
+	"decide":    {(*Node).decideApproval, true},
 }
 
 // handle is the bus callback: it runs on its own goroutine per request. The

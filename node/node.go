@@ -100,6 +100,7 @@ type Node struct {
 	published atomic.Int64                // output bytes published, gossiped as NodeMeta.Published
 	audits    *delay.Queue[func() []byte] // audit records (made when sent), published off the request path
 	sweep     chan struct{}               // asks the janitor for a sweep (buffered 1)
+	appr      approvals                   // held commands (approval.go)
 
 	pol   atomic.Pointer[policy.Policy] // the policy in force (nil: none); see guard.go
 	guard guard
@@ -188,6 +189,9 @@ func New(cfg Config) (*Node, error) {
 	if n.nextID, err = readCounter(n.counterPath()); err != nil {
 		return nil, err
 	}
+	if err := n.initApprovals(); err != nil {
+		return nil, err
+	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	audit := n.subj.Audit(cfg.Name)
 	n.audits = delay.New(AuditDelay, func(record func() []byte) {
@@ -233,8 +237,9 @@ func (n *Node) Start() error {
 	}
 	n.stop = stop
 	n.gossipLocked()
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go n.janitor()
+	go n.expireApprovals()
 	if n.cfg.Policy != nil {
 		n.wg.Add(1)
 		go n.watchPolicy()
@@ -278,6 +283,7 @@ func (n *Node) Close() error {
 		}()
 	}
 	wg.Wait()
+	n.closeApprovals()
 	n.audits.Close() // every request has returned: its record is queued
 	n.cancel()
 	n.wg.Wait()

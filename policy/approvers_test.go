@@ -37,7 +37,8 @@ func TestParseApproversErrors(t *testing.T) {
 		{"bad role", rule("    action: approve\n    approvers: [root]\n"), `line 5: rules[0].approvers[0]: unknown role "root"`},
 		{"twice", rule("    action: approve\n    approvers: [operator, operator]\n"), `line 5: rules[0].approvers[1]: role "operator" given twice`},
 		{"not list", rule("    action: approve\n    approvers: operator\n"), `line 5: rules[0].approvers: want a list`},
-		{"too many", rule("    action: approve\n    approvers: [viewer, operator, admin, viewer]\n"), `rules[0].approvers: 4 entries, more than 3`},
+		{"viewer", rule("    action: approve\n    approvers: [viewer]\n"), `line 5: rules[0].approvers[0]: viewers only read and watch`},
+		{"too many", rule("    action: approve\n    approvers: [operator, admin, operator]\n"), `rules[0].approvers: 3 entries, more than 2`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

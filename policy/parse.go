@@ -223,14 +223,16 @@ func (p *parser) approvers(n *yaml.Node, field, action string) []string {
 		return nil
 	}
 	var out []string
-	for i, v := range p.seq(n, field, len(api.Roles)) {
+	for i, v := range p.seq(n, field, 2) {
 		f := fmt.Sprintf("%s[%d]", field, i)
 		role := p.str(v, f)
 		switch {
 		case p.err != nil:
 			return nil
 		case !validRole(role):
-			p.fail(v, f, "unknown role %q (want %s, %s or %s)", role, api.RoleViewer, api.RoleOperator, api.RoleAdmin)
+			p.fail(v, f, "unknown role %q (want %s or %s)", role, api.RoleOperator, api.RoleAdmin)
+		case role == api.RoleViewer:
+			p.fail(v, f, "viewers only read and watch: they never decide (want %s or %s)", api.RoleOperator, api.RoleAdmin)
 		case slices.Contains(out, role):
 			p.fail(v, f, "role %q given twice", role)
 		}

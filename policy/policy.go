@@ -101,8 +101,8 @@ type Rule struct {
 	// undecided by then means denied. Zero unless Action is api.ActionApprove.
 	ApproveWithin time.Duration
 	// Approvers are the roles beside admin whose people may decide an approve rule's
-	// requests (`approvers: [operator]`); admin always may. Nil unless Action is
-	// api.ActionApprove.
+	// requests (`approvers: [operator]`; viewers never decide); admin always may.
+	// Nil unless Action is api.ActionApprove.
 	Approvers []string
 	Line      int // the rule's line in the document, for messages
 }

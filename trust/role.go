@@ -5,12 +5,16 @@ import "github.com/fleetmux/fleetmux/api"
 // Verbs that a viewer may use: reading and watching.
 var viewerVerbs = map[string]bool{
 	"list": true, "get": true, "screen": true, "blocks": true, "block": true, "read": true, "wait": true,
+	"approvals": true, "approval": true,
 }
 
 // Verbs that an operator may use beyond a viewer's: creating sessions, running,
 // typing and resizing.
 var operatorVerbs = map[string]bool{
 	"create": true, "update": true, "run": true, "input": true, "keys": true, "resize": true,
+	// decide: the node checks the role against the approval too (admin, or a role
+	// its rule names as approver).
+	"decide": true,
 }
 
 // ValidRole reports whether role is one of api.RoleViewer, api.RoleOperator and

@@ -1,0 +1,367 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/internal/datadir"
+	"github.com/fleetmux/fleetmux/policy"
+	"github.com/fleetmux/fleetmux/session"
+)
+
+// Approvals (DESIGN.md "Guardrails"): a command that an approve rule matched waits
+// for a person. The node numbers it a<N> (the counter is kept in the data dir, so
+// an id is never reused while it lives), publishes each change on
+// <prefix>.approval.<node> and audits it, and:
+//
+//   - for a request (run, one target of a fan-out, input text without integration),
+//     answers held at once and keeps the command: once approved the node types it
+//     itself, as the writer who asked, marking it pre-approved (expectLine) so the
+//     shell's own check does not hold it again, and records its block and exit
+//     code; denied or expired, it is never typed;
+//   - for a line an integrated shell asks about (session.Config.Guard: enforce
+//     called without a request), blocks until a person decides or the session
+//     closes, the line waiting unexecuted at the prompt, then allows or denies it.
+//
+// Undecided after the rule's approve_within means denied (expired). At most
+// api.MaxPendingApprovals wait at once; decided approvals are kept in memory
+// (keepDecided, oldest dropped) for the approvals verb and for waiters.
+
+// keepDecided bounds the decided approvals a node remembers.
+const keepDecided = 256
+
+// approvals is the node's approval registry.
+type approvals struct {
+	mu      sync.Mutex // guards the fields below and every approval's a
+	next    int        // the next id's number (persisted before use)
+	byID    map[string]*approval
+	order   []*approval // oldest first
+	pending int
+	wake    chan struct{} // tells the expirer that a deadline changed (buffered 1)
+}
+
+// approval is one held command. Its fields but a are set at creation and never
+// change; a is guarded by approvals.mu.
+type approval struct {
+	a       api.Approval
+	e       *entry
+	w       writer
+	decided chan struct{} // closed when it is approved, denied or expired
+	done    chan struct{} // closed when a.Done is set
+}
+
+func (n *Node) approvalCounterPath() string {
+	return n.cfg.DataDir + "/next-approval-id"
+}
+
+// initApprovals prepares the registry (New).
+func (n *Node) initApprovals() error {
+	next, err := readCounter(n.approvalCounterPath())
+	if err != nil {
+		return fmt.Errorf("node: approval counter: %w", err)
+	}
+	n.appr = approvals{next: next, byID: map[string]*approval{}, wake: make(chan struct{}, 1)}
+	return nil
+}
+
+// fromRequest reports whether ctx is a request handler's (it carries the request's
+// decision slot, handle): an approve decision for a request is answered held at
+// once; one without (a line an integrated shell holds at its prompt) waits for the
+// decision.
+func fromRequest(ctx context.Context) bool {
+	_, ok := ctx.Value(decisionKey{}).(*decision)
+	return ok
+}
+
+// approve holds command for a person's decision under the approve decision d (see
+// the comment at the top of this file). For a request it returns a CodeHeld
+// *api.Error naming the approval; for a shell's line it blocks until the decision
+// (or ctx: the session closed) and returns nil (approved) or a CodeDenied error.
+// With too many approvals pending it refuses (CodeLimit): nothing runs.
+func (n *Node) approve(ctx context.Context, e *entry, w writer, command string, d policy.Decision) error {
+	kind := api.ApprovalLine
+	if fromRequest(ctx) {
+		kind = api.ApprovalRun
+	}
+	ap, err := n.hold(e, w, command, d, kind)
+	if err != nil {
+		return err
+	}
+	addr := ap.a.Addr()
+	if kind == api.ApprovalRun {
+		return &api.Error{Code: api.CodeHeld, Rule: d.Rule, Approval: addr,
+			Message: fmt.Sprintf("held by rule %s for a person's approval (approval %s, undecided by %s means denied): nothing was typed yet; once approved the node runs it in %s/%s",
+				quoteRule(d.Rule), addr, ap.a.ExpiresAt.Format(time.RFC3339), n.cfg.Name, e.id)}
+	}
+	select {
+	case <-ap.decided:
+	case <-ctx.Done():
+		n.settle(ap, api.ApprovalExpired, "", "the shell stopped waiting (the session closed)")
+		return ctx.Err()
+	}
+	a := n.snapshot(ap)
+	if a.State == api.ApprovalApproved {
+		return nil
+	}
+	return &api.Error{Code: api.CodeDenied, Rule: d.Rule, Approval: addr, Message: deniedMessage(a)}
+}
+
+// deniedMessage says why a held command did not run.
+func deniedMessage(a api.Approval) string {
+	if a.State == api.ApprovalExpired {
+		msg := "approval " + a.Addr() + " for rule " + quoteRule(a.Rule) + " expired undecided: denied"
+		if a.Reason != "" {
+			msg += " (" + a.Reason + ")"
+		}
+		return msg
+	}
+	msg := "approval " + a.Addr() + " for rule " + quoteRule(a.Rule) + " was denied by " + a.DecidedBy
+	if a.Reason != "" {
+		msg += ": " + a.Reason
+	}
+	return msg
+}
+
+// hold registers a pending approval and announces it.
+func (n *Node) hold(e *entry, w writer, command string, d policy.Decision, kind string) (*approval, error) {
+	now := time.Now().UTC()
+	within := d.ApproveWithin
+	if within <= 0 {
+		within = policy.DefaultApproveWithin
+	}
+	n.appr.mu.Lock()
+	if n.appr.pending >= api.MaxPendingApprovals {
+		n.appr.mu.Unlock()
+		return nil, api.Errorf(api.CodeLimit, "node %s already has %d approvals pending (limit %d): rule %s holds this command, which was not typed; decide some first",
+			n.cfg.Name, n.appr.pending, api.MaxPendingApprovals, quoteRule(d.Rule))
+	}
+	num := n.appr.next
+	if err := datadir.WriteFile(n.approvalCounterPath(), []byte(strconv.Itoa(num+1)+"\n"), 0o600); err != nil {
+		n.appr.mu.Unlock()
+		return nil, fmt.Errorf("approval counter: %w", err)
+	}
+	n.appr.next = num + 1
+	ap := &approval{e: e, w: w, decided: make(chan struct{}), done: make(chan struct{})}
+	ap.a = api.Approval{
+		ID: "a" + strconv.Itoa(num), Node: n.cfg.Name, Session: e.id, Kind: kind, Command: command,
+		Principal: w.Principal, Actor: w.Actor, Role: w.Role,
+		Rule: d.Rule, PolicyVersion: d.Version, Approvers: slices.Clone(n.policy().Approvers(d.Rule)),
+		State: api.ApprovalPending, RequestedAt: now, ExpiresAt: now.Add(within),
+	}
+	n.appr.byID[ap.a.ID] = ap
+	n.appr.order = append(n.appr.order, ap)
+	n.appr.pending++
+	n.dropDecidedLocked()
+	a := ap.a
+	n.appr.mu.Unlock()
+	n.wakeExpirer()
+	n.announce(api.ApprovalEventHeld, a)
+	n.log.Info("command held for approval", "session", e.id, "approval", a.ID, "rule", d.Rule, "principal", w.Principal)
+	return ap, nil
+}
+
+// dropDecidedLocked forgets the oldest decided approvals beyond keepDecided.
+func (n *Node) dropDecidedLocked() {
+	decided := len(n.appr.order) - n.appr.pending
+	if decided <= keepDecided {
+		return
+	}
+	keep := n.appr.order[:0]
+	for _, ap := range n.appr.order {
+		if decided > keepDecided && ap.a.State != api.ApprovalPending && ap.a.Done {
+			delete(n.appr.byID, ap.a.ID)
+			decided--
+			continue
+		}
+		keep = append(keep, ap)
+	}
+	clear(n.appr.order[len(keep):])
+	n.appr.order = keep
+}
+
+// snapshot is a copy of ap's approval.
+func (n *Node) snapshot(ap *approval) api.Approval {
+	n.appr.mu.Lock()
+	defer n.appr.mu.Unlock()
+	return ap.a
+}
+
+// settle moves a pending approval to state (approved, denied, expired) for by with
+// reason, announces and audits it, and starts an approved run. It reports false,
+// changing nothing, when the approval was no longer pending.
+func (n *Node) settle(ap *approval, state, by, reason string) bool {
+	now := time.Now().UTC()
+	n.appr.mu.Lock()
+	if ap.a.State != api.ApprovalPending {
+		n.appr.mu.Unlock()
+		return false
+	}
+	ap.a.State, ap.a.DecidedAt, ap.a.DecidedBy, ap.a.Reason = state, &now, by, reason
+	n.appr.pending--
+	// Denied, expired and approved lines are done now; an approved run once its
+	// block finished (runApproved).
+	runs := state == api.ApprovalApproved && ap.a.Kind == api.ApprovalRun
+	if !runs {
+		ap.a.Done = true
+	}
+	a := ap.a
+	close(ap.decided)
+	if !runs {
+		close(ap.done)
+	}
+	n.appr.mu.Unlock()
+	n.announce(state, a) // the event types of decisions are the states' words
+	n.log.Info("approval "+state, "session", a.Session, "approval", a.ID, "by", by)
+	if runs && !n.goApproved(ap) {
+		n.finish(ap, 0, nil, "the node is shutting down: it was not typed")
+	}
+	return true
+}
+
+// goApproved starts the run of an approved command, owned by the node (n.wg); false
+// when the node is closing.
+func (n *Node) goApproved(ap *approval) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return false
+	}
+	n.wg.Add(1)
+	go n.runApproved(ap)
+	return true
+}
+
+// runApproved types an approved command into its session as the writer who asked
+// and waits for its block; the approval records the block and its exit code. A
+// session busy with another command is waited for (up to api.MaxWait); one that
+// closed ends it with an error.
+func (n *Node) runApproved(ap *approval) {
+	defer n.wg.Done()
+	e, a := ap.e, n.snapshot(ap)
+	ctx := e.ctx // cancelled when the session closes (and when the node does)
+	opts := session.RunOptions{Timeout: api.MaxWait, MaxOutputBytes: 1}
+	typeIt := func() (session.Result, error) {
+		e.setWriter(ap.w)
+		if in := e.s.Info(); in.Integration == session.IntegrationOK && in.State == session.StateIdle {
+			e.expectLine(a.Command) // typed at the prompt: the shell will ask about it
+		}
+		return e.s.Run(ctx, a.Command, opts)
+	}
+	res, err := typeIt()
+	if errors.Is(err, session.ErrBusy) {
+		wctx, cancel := context.WithTimeout(ctx, api.MaxWait)
+		_, err = e.s.Wait(wctx, session.UntilIdle, 0)
+		cancel()
+		if err == nil {
+			res, err = typeIt()
+		}
+	}
+	for err == nil && res.Block.State != session.BlockDone {
+		res, err = e.s.WaitBlock(ctx, res.Block.N, opts)
+	}
+	if err != nil {
+		n.finish(ap, res.Block.N, nil, "approved, but it could not run: "+err.Error())
+		return
+	}
+	n.finish(ap, res.Block.N, res.Block.ExitCode, "")
+}
+
+// finish records the end of an approved run (its block, exit code, or why it did
+// not run), marks the approval done and announces it.
+func (n *Node) finish(ap *approval, block int, exit *int, why string) {
+	n.appr.mu.Lock()
+	if ap.a.Done {
+		n.appr.mu.Unlock()
+		return
+	}
+	ap.a.Block, ap.a.Error, ap.a.Done = block, why, true
+	if exit != nil {
+		v := *exit
+		ap.a.ExitCode = &v
+	}
+	a := ap.a
+	close(ap.done)
+	n.appr.mu.Unlock()
+	n.announce(api.ApprovalEventDone, a)
+}
+
+// announce publishes an approval event and audits it.
+func (n *Node) announce(typ string, a api.Approval) {
+	publishJSON(n.cfg.Bus, n.subj.Approval(n.cfg.Name), api.ApprovalEvent{Type: typ, Time: time.Now().UTC(), Approval: a})
+	n.auditApproval(typ, a)
+}
+
+// wakeExpirer tells the expirer that a deadline was added.
+func (n *Node) wakeExpirer() {
+	select {
+	case n.appr.wake <- struct{}{}:
+	default:
+	}
+}
+
+// expireApprovals expires pending approvals whose approve_within passed, until the
+// node closes. It is a goroutine of the node (n.wg).
+func (n *Node) expireApprovals() {
+	defer n.wg.Done()
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		next := n.expireDue(time.Now())
+		wait := time.Hour
+		if !next.IsZero() {
+			wait = max(time.Until(next), time.Millisecond)
+		}
+		t.Reset(wait)
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-n.appr.wake:
+		case <-t.C:
+		}
+	}
+}
+
+// expireDue expires the pending approvals due at now and returns the earliest
+// deadline of those still pending (zero: none).
+func (n *Node) expireDue(now time.Time) time.Time {
+	var due []*approval
+	var next time.Time
+	n.appr.mu.Lock()
+	for _, ap := range n.appr.order {
+		if ap.a.State != api.ApprovalPending {
+			continue
+		}
+		if !now.Before(ap.a.ExpiresAt) {
+			due = append(due, ap)
+		} else if next.IsZero() || ap.a.ExpiresAt.Before(next) {
+			next = ap.a.ExpiresAt
+		}
+	}
+	n.appr.mu.Unlock()
+	for _, ap := range due {
+		n.settle(ap, api.ApprovalExpired, "", "nobody decided within the rule's approve_within")
+	}
+	return next
+}
+
+// closeApprovals ends what waits on approvals when the node closes: pending ones
+// expire (a shell waiting on one is closing anyway).
+func (n *Node) closeApprovals() {
+	n.appr.mu.Lock()
+	var pending []*approval
+	for _, ap := range n.appr.order {
+		if ap.a.State == api.ApprovalPending {
+			pending = append(pending, ap)
+		}
+	}
+	n.appr.mu.Unlock()
+	for _, ap := range pending {
+		n.settle(ap, api.ApprovalExpired, "", "the node shut down")
+	}
+}

@@ -1,0 +1,230 @@
+package node_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/internal/testutil"
+)
+
+// approvalPolicy holds every command that mentions "held" for a person; one that
+// mentions "quick" expires after a second; "ops" may also be approved by operators.
+const approvalPolicy = `version: 1
+rules:
+  - name: quick
+    match: {command: 'quick'}
+    action: approve
+    approve_within: 1s
+  - name: ops-may-approve
+    match: {command: 'opsok'}
+    action: approve
+    approvers: [operator]
+  - name: needs-a-human
+    match: {command: 'held'}
+    action: approve
+`
+
+// callAs makes a request signed for actor (principal "test:"+actor) with role.
+func (f *fixture) callAs(actor, role, verb string, req, out any) error {
+	f.t.Helper()
+	data, _ := json.Marshal(req)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	reply, err := f.client.Request(ctx, f.subj.RPC("n1", verb), f.trust.Header(f.t, f.subj.RPC("n1", verb), data, actor, role), data)
+	if err != nil {
+		f.t.Fatalf("%s: request: %v", verb, err)
+	}
+	var env api.ErrorReply
+	if json.Unmarshal(reply, &env) == nil && env.Error != nil {
+		return env.Error
+	}
+	if out != nil {
+		if err := json.Unmarshal(reply, out); err != nil {
+			f.t.Fatalf("%s: reply %q: %v", verb, reply, err)
+		}
+	}
+	return nil
+}
+
+// heldRun runs cmd, which must be held, and returns its approval's id.
+func (f *fixture) heldRun(id, cmd string) string {
+	f.t.Helper()
+	err := f.call("run", api.RunRequest{Session: id, Command: cmd, TimeoutMS: 20000}, nil)
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Code != api.CodeHeld || ae.Approval == "" {
+		f.t.Fatalf("run %q: %v, want held", cmd, err)
+	}
+	node, aid, perr := api.ParseApprovalAddr(ae.Approval)
+	if perr != nil || node != "n1" {
+		f.t.Fatalf("held reply names approval %q: %v", ae.Approval, perr)
+	}
+	return aid
+}
+
+// approvalEvents collects the node's approval events.
+type approvalEvents struct {
+	mu  sync.Mutex
+	evs []api.ApprovalEvent
+}
+
+func (f *fixture) watchApprovals() *approvalEvents {
+	c := &approvalEvents{}
+	stop, err := f.client.Subscribe(f.subj.Approval("n1"), func(_ string, _ map[string]string, data []byte) {
+		var ev api.ApprovalEvent
+		if json.Unmarshal(data, &ev) == nil {
+			c.mu.Lock()
+			c.evs = append(c.evs, ev)
+			c.mu.Unlock()
+		}
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { stop() })
+	return c
+}
+
+func (c *approvalEvents) types(id string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, ev := range c.evs {
+		if ev.Approval.ID == id {
+			out = append(out, ev.Type)
+		}
+	}
+	return out
+}
+
+func TestApprovalApprovedRunsOnce(t *testing.T) {
+	f, _ := guardFixture(t, approvalPolicy, 7)
+	evs := f.watchApprovals()
+	s := f.create(api.CreateRequest{})
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "m")
+	cmd := "echo held >> " + marker + "; (exit 7)"
+	id := f.heldRun(s.ID, cmd)
+
+	var list api.ApprovalList
+	f.mustCall("approvals", api.ApprovalsRequest{State: api.ApprovalPending}, &list)
+	if len(list.Approvals) != 1 {
+		t.Fatalf("pending approvals: %+v", list)
+	}
+	a := list.Approvals[0]
+	if a.ID != id || a.Session != s.ID || a.Command != cmd || a.Rule != "needs-a-human" || a.PolicyVersion != 7 ||
+		a.Principal != "test:tester" || a.Kind != api.ApprovalRun || a.State != api.ApprovalPending {
+		t.Fatalf("approval = %+v", a)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the held command ran before anyone approved it")
+	}
+	// An operator may not approve (the rule names no approvers), nor may who asked.
+	if err := f.callAs("op", api.RoleOperator, "decide", api.DecideRequest{ID: id, DecideBody: api.DecideBody{Decision: api.DecisionApprove}}, nil); code(err) != api.CodeForbidden {
+		t.Fatalf("operator decide: %v, want forbidden", err)
+	}
+	if err := f.call("decide", api.DecideRequest{ID: id, DecideBody: api.DecideBody{Decision: api.DecisionApprove}}, nil); code(err) != api.CodeForbidden || !strings.Contains(err.Error(), "someone else") {
+		t.Fatalf("self-approval: %v, want forbidden", err)
+	}
+	var got api.Approval
+	if err := f.callAs("boss", api.RoleAdmin, "decide", api.DecideRequest{ID: id, DecideBody: api.DecideBody{Decision: api.DecisionApprove, Reason: "looks fine"}}, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.State != api.ApprovalApproved || got.DecidedBy != "test:boss" || got.Reason != "looks fine" || got.DecidedAt == nil {
+		t.Fatalf("decided = %+v", got)
+	}
+	f.mustCall("approval", api.ApprovalRequest{ID: id, TimeoutMS: 20000}, &got)
+	if !got.Done || got.Block == 0 || got.ExitCode == nil || *got.ExitCode != 7 || got.Error != "" {
+		t.Fatalf("after the run: %+v", got)
+	}
+	var br api.BlockResult
+	f.mustCall("block", api.BlockRequest{Session: s.ID, N: got.Block}, &br)
+	if br.Block.Command != cmd || br.Block.ExitCode == nil || *br.Block.ExitCode != 7 {
+		t.Fatalf("block %d = %+v", got.Block, br.Block)
+	}
+	b, err := os.ReadFile(marker)
+	if err != nil || string(b) != "held\n" {
+		t.Fatalf("marker %q, %v: want it written once", b, err)
+	}
+	// Decided once only.
+	if err := f.callAs("boss", api.RoleAdmin, "decide", api.DecideRequest{ID: id, DecideBody: api.DecideBody{Decision: api.DecisionDeny}}, nil); code(err) != api.CodeGone {
+		t.Fatalf("second decision: %v, want gone", err)
+	}
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		return strings.Join(evs.types(id), ",") == "held,approved,done"
+	}, "events held, approved, done (got %v)", evs.types(id))
+}
+
+func TestApprovalDeniedAndExpiredNeverRun(t *testing.T) {
+	f, _ := guardFixture(t, approvalPolicy, 1)
+	evs := f.watchApprovals()
+	s := f.create(api.CreateRequest{})
+	dir := t.TempDir()
+	denied, expired := filepath.Join(dir, "denied"), filepath.Join(dir, "expired")
+	id := f.heldRun(s.ID, "touch "+denied+" # held")
+	if err := f.callAs("boss", api.RoleAdmin, "decide", api.DecideRequest{ID: id, DecideBody: api.DecideBody{Decision: api.DecisionDeny, Reason: "no"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	qid := f.heldRun(s.ID, "touch "+expired+" # quick")
+	var got api.Approval
+	f.mustCall("approval", api.ApprovalRequest{ID: qid, TimeoutMS: 20000}, &got)
+	if got.State != api.ApprovalExpired || !got.Done {
+		t.Fatalf("after approve_within: %+v", got)
+	}
+	// Deciding an expired approval is refused.
+	if err := f.callAs("boss", api.RoleAdmin, "decide", api.DecideRequest{ID: qid, DecideBody: api.DecideBody{Decision: api.DecisionApprove}}, nil); code(err) != api.CodeGone || !strings.Contains(err.Error(), "expired") {
+		t.Fatalf("approving an expired approval: %v, want gone", err)
+	}
+	f.run(s.ID, "true") // the session still works, and nothing typed before this
+	for _, p := range []string{denied, expired} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s exists: a command that was not approved ran", p)
+		}
+	}
+	var bl api.BlockList
+	f.mustCall("blocks", api.SessionRequest{Session: s.ID}, &bl)
+	if len(bl.Blocks) != 1 {
+		t.Fatalf("blocks %+v: want only the true", bl.Blocks)
+	}
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		return strings.Join(evs.types(id), ",") == "held,denied" && strings.Join(evs.types(qid), ",") == "held,expired"
+	}, "events (got %v and %v)", evs.types(id), evs.types(qid))
+}
+
+func TestApprovalApprovers(t *testing.T) {
+	f, _ := guardFixture(t, approvalPolicy, 1)
+	s := f.create(api.CreateRequest{})
+	id := f.heldRun(s.ID, "true opsok")
+	if err := f.callAs("viewer", api.RoleViewer, "decide", api.DecideRequest{ID: id, DecideBody: api.DecideBody{Decision: api.DecisionApprove}}, nil); code(err) != api.CodeForbidden {
+		t.Fatalf("viewer decide: %v, want forbidden", err)
+	}
+	var got api.Approval
+	if err := f.callAs("op", api.RoleOperator, "decide", api.DecideRequest{ID: id, DecideBody: api.DecideBody{Decision: api.DecisionApprove}}, &got); err != nil {
+		t.Fatalf("an operator the rule names: %v", err)
+	}
+	f.mustCall("approval", api.ApprovalRequest{ID: id, TimeoutMS: 20000}, &got)
+	if got.ExitCode == nil || *got.ExitCode != 0 {
+		t.Fatalf("approval %+v", got)
+	}
+	// Bad requests change nothing.
+	for _, req := range []api.DecideRequest{
+		{ID: "a999", DecideBody: api.DecideBody{Decision: api.DecisionDeny}},
+		{ID: "x1", DecideBody: api.DecideBody{Decision: api.DecisionDeny}},
+		{ID: id, DecideBody: api.DecideBody{Decision: "maybe"}},
+		{ID: id, DecideBody: api.DecideBody{Decision: api.DecisionDeny, Reason: "a\x1b[2Jb"}},
+	} {
+		if err := f.call("decide", req, nil); err == nil || code(err) == api.CodeInternal {
+			t.Errorf("decide %+v: %v, want a clear refusal", req, err)
+		}
+	}
+	if err := f.call("approvals", api.ApprovalsRequest{State: "nope"}, nil); code(err) != api.CodeBadRequest {
+		t.Errorf("approvals state nope: %v", err)
+	}
+}
