@@ -89,6 +89,10 @@ export interface Screen {
 export interface ErrorInfo {
   code: string;
   message: string;
+  /** denied, held: the guardrail rule. */
+  rule?: string;
+  /** held: the approval's address, NODE/aN. */
+  approval?: string;
 }
 
 export interface FanoutResult {
@@ -197,13 +201,17 @@ export interface FanoutOptions {
 
 /** An error reply of the API, or a check made before sending (status 0). */
 export declare class FleetmuxError extends Error {
-  constructor(code: string, message: string, status?: number);
+  constructor(code: string, message: string, status?: number, extra?: { rule?: string; approval?: string });
   /** The API's error code (bad_request, not_found, busy, ...). */
   readonly code: string;
   /** The HTTP status (0 for a local check). */
   readonly status: number;
   /** The API's message. */
   readonly detail: string;
+  /** The guardrail rule behind a denied or held reply ("" otherwise). */
+  readonly rule: string;
+  /** The address (NODE/aN) of the approval a held command waits for ("" otherwise). */
+  readonly approval: string;
 }
 export declare class BadRequest extends FleetmuxError {}
 export declare class Unauthorized extends FleetmuxError {}
@@ -221,7 +229,7 @@ export declare class Internal extends FleetmuxError {}
 export declare class Denied extends Forbidden {}
 export declare class Held extends FleetmuxError {}
 export declare const ERRORS: Record<string, typeof FleetmuxError>;
-export declare function errorFor(status: number, code: string | undefined, message: string): FleetmuxError;
+export declare function errorFor(status: number, code: string | undefined, message: string, extra?: { rule?: string; approval?: string }): FleetmuxError;
 
 export declare function devConfigPath(): string;
 export declare function resolve(addr?: string, token?: string): { addr: string; token: string };

@@ -10,14 +10,20 @@ import { join } from "node:path";
 export const DEFAULT_ADDR = "http://127.0.0.1:7070";
 const NAME = /^[A-Za-z0-9_-]{1,63}$/;
 
-/** An error reply of the API, or a check made before sending (status 0). */
+/**
+ * An error reply of the API, or a check made before sending (status 0). rule names
+ * the guardrail rule behind a denied or held reply; approval is the address
+ * ("NODE/aN") of the approval a held command waits for ("" when the reply has none).
+ */
 export class FleetmuxError extends Error {
-  constructor(code, message, status = 0) {
+  constructor(code, message, status = 0, extra = {}) {
     super(`${code}: ${message}`);
     this.name = new.target.name;
     this.code = code;
     this.status = status;
     this.detail = message;
+    this.rule = extra.rule ?? "";
+    this.approval = extra.approval ?? "";
   }
 }
 export class BadRequest extends FleetmuxError {}
@@ -33,9 +39,9 @@ export class Limit extends FleetmuxError {}
 export class Unavailable extends FleetmuxError {}
 export class Timeout extends FleetmuxError {}
 export class Internal extends FleetmuxError {}
-/** A guardrail denied the command (the message names the rule). */
+/** A guardrail denied the command: .rule names the rule. */
 export class Denied extends Forbidden {}
-/** A guardrail holds the command until a person approves it. */
+/** A guardrail holds the command until a person approves it: .approval is its address (NODE/aN). */
 export class Held extends FleetmuxError {}
 
 /** The error class of each API error code. */
@@ -50,11 +56,11 @@ const STATUS_CODES = {
   409: "busy", 410: "gone", 413: "too_large", 429: "limit", 502: "unavailable", 503: "unavailable", 504: "timeout",
 };
 
-/** The error for a reply: by its code, else by its HTTP status. */
-export function errorFor(status, code, message) {
+/** The error for a reply: by its code, else by its HTTP status. extra: {rule, approval}. */
+export function errorFor(status, code, message, extra = {}) {
   if (!code) code = STATUS_CODES[status] ?? (status >= 400 && status < 500 ? "bad_request" : "internal");
   const Cls = ERRORS[code] ?? FleetmuxError;
-  return new Cls(code, message, status);
+  return new Cls(code, message, status, extra);
 }
 
 /** $XDG_CONFIG_HOME/fleetmux/dev.json (default ~/.config/...), which `fleetmux dev` writes. */
@@ -115,25 +121,34 @@ export class Client {
     this.actor = opts.actor;
   }
 
-  async #request(method, path, { query, body, accept = "application/json", signal } = {}) {
+  // body is sent as JSON; raw ({data, type}) as it is, with its content type.
+  async #request(method, path, { query, body, raw, accept = "application/json", signal } = {}) {
     const u = new URL(this.addr + path);
     for (const [k, v] of query ?? []) if (v !== undefined && v !== null) u.searchParams.append(k, String(v));
     const headers = { Accept: accept, "User-Agent": "fleetmux-typescript" };
-    if (body !== undefined) headers["Content-Type"] = "application/json";
+    let data;
+    if (body !== undefined) {
+      headers["Content-Type"] = "application/json";
+      data = JSON.stringify(body);
+    } else if (raw !== undefined) {
+      headers["Content-Type"] = raw.type;
+      data = raw.data;
+    }
     if (this.token) headers.Authorization = "Bearer " + this.token;
     if (this.actor) headers["Fleetmux-Actor"] = this.actor;
-    const resp = await fetch(u, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal });
+    const resp = await fetch(u, { method, headers, body: data, signal });
     if (resp.status >= 400) {
       const raw = await resp.text().catch(() => "");
-      let code, msg;
+      let code, msg, extra;
       try {
-        const env = JSON.parse(raw);
-        code = env.error.code;
-        msg = env.error.message;
+        const err = JSON.parse(raw).error;
+        code = err.code;
+        msg = err.message;
+        extra = { rule: err.rule, approval: err.approval };
       } catch {
         msg = `HTTP ${resp.status}: ${raw.slice(0, 200).trim()}`;
       }
-      throw errorFor(resp.status, code, msg);
+      throw errorFor(resp.status, code, msg, extra);
     }
     return resp;
   }

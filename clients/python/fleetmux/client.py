@@ -67,7 +67,8 @@ class Client:
 
     def _request(self, method: str, path: str, query: Optional[Sequence[Tuple[str, Any]]] = None,
                  body: Any = None, accept: str = "application/json",
-                 timeout: Optional[float] = None) -> http.client.HTTPResponse:
+                 timeout: Optional[float] = None, raw: Optional[Tuple[bytes, str]] = None) -> http.client.HTTPResponse:
+        """Sends a request: body as JSON, or raw as (bytes, content type)."""
         url = self.addr + path
         q = [(k, str(v)) for k, v in (query or []) if v is not None]
         if q:
@@ -77,6 +78,8 @@ class Client:
         if body is not None:
             data = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
+        elif raw is not None:
+            data, headers["Content-Type"] = raw
         if self.token:
             headers["Authorization"] = "Bearer " + self.token
         if self.actor:
@@ -87,17 +90,18 @@ class Client:
         except urllib.error.HTTPError as e:
             raw = e.read(64 << 10)
             e.close()
-            code, msg = None, ""
+            code, msg, rule, approval = None, "", "", ""
             try:
-                env = json.loads(raw)
-                code, msg = env["error"]["code"], env["error"]["message"]
-            except (ValueError, KeyError, TypeError):
+                err = json.loads(raw)["error"]
+                code, msg = err["code"], err["message"]
+                rule, approval = err.get("rule", ""), err.get("approval", "")
+            except (ValueError, KeyError, TypeError, AttributeError):
                 msg = "HTTP %d: %s" % (e.code, raw[:200].decode("utf-8", "replace").strip())
-            raise error_for(e.code, code, msg) from None
+            raise error_for(e.code, code, msg, rule, approval) from None
 
     def _json(self, method: str, path: str, query: Optional[Sequence[Tuple[str, Any]]] = None,
-              body: Any = None) -> Any:
-        with self._request(method, path, query, body) as resp:
+              body: Any = None, raw: Optional[Tuple[bytes, str]] = None) -> Any:
+        with self._request(method, path, query, body, raw=raw) as resp:
             raw = resp.read()
         return json.loads(raw) if raw.strip() else {}
 

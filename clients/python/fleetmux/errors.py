@@ -4,17 +4,22 @@ from typing import Dict, Optional, Type
 
 
 class FleetmuxError(Exception):
-    """An error reply of the API ({"error": {"code", "message"}}), or a check the
-    client made before sending (status 0)."""
+    """An error reply of the API ({"error": {"code", "message", "rule", "approval"}}),
+    or a check the client made before sending (status 0). rule names the guardrail
+    rule behind a denied or held reply; approval is the address ("NODE/aN") of the
+    approval a held command waits for ("" when the reply has none)."""
 
     code = "internal"
 
-    def __init__(self, message: str, code: Optional[str] = None, status: int = 0) -> None:
+    def __init__(self, message: str, code: Optional[str] = None, status: int = 0,
+                 rule: str = "", approval: str = "") -> None:
         super().__init__("%s: %s" % (code or self.code, message))
         if code is not None:
             self.code = code
         self.message = message
         self.status = status
+        self.rule = rule
+        self.approval = approval
 
 
 class BadRequest(FleetmuxError):
@@ -70,13 +75,14 @@ class Internal(FleetmuxError):
 
 
 class Denied(Forbidden):
-    """A guardrail denied the command (the message names the rule)."""
+    """A guardrail denied the command: rule names the rule."""
 
     code = "denied"
 
 
 class Held(FleetmuxError):
-    """A guardrail holds the command until a person approves it."""
+    """A guardrail holds the command until a person approves it: approval is its
+    address ("NODE/aN"), rule the rule that holds it."""
 
     code = "held"
 
@@ -92,9 +98,10 @@ _STATUS_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404:
                  502: "unavailable", 503: "unavailable", 504: "timeout"}
 
 
-def error_for(status: int, code: Optional[str], message: str) -> FleetmuxError:
+def error_for(status: int, code: Optional[str], message: str, rule: str = "",
+              approval: str = "") -> FleetmuxError:
     """The error for a reply: by its code, else by its HTTP status."""
     if not code:
         code = _STATUS_CODES.get(status) or ("bad_request" if 400 <= status < 500 else "internal")
     cls = ERRORS.get(code, FleetmuxError)
-    return cls(message, code=code, status=status)
+    return cls(message, code=code, status=status, rule=rule or "", approval=approval or "")

@@ -136,6 +136,8 @@ class Screen:
 class ErrorInfo:
     code: str = ""
     message: str = ""
+    rule: str = ""  # denied, held: the guardrail rule
+    approval: str = ""  # held: the approval's address, NODE/aN
 
 
 @dataclass
@@ -187,3 +189,4 @@ class Health:
     status: str = ""
     nats: bool = False
     nodes: int = 0
+

@@ -8,6 +8,7 @@ stop a second node, /disk/break and /disk/fix make the dev node's next session
 directory unusable and usable again. Without FLEETMUX_ADDR they skip.
 """
 
+import json
 import os
 import re
 import threading
@@ -300,6 +301,48 @@ class ErrorsTest(unittest.TestCase):
         for status, cls in [(410, fleetmux.Gone), (503, fleetmux.Unavailable), (504, fleetmux.Timeout),
                             (500, fleetmux.Internal), (502, fleetmux.Unavailable), (418, fleetmux.BadRequest)]:
             self.assertIsInstance(fleetmux.errors.error_for(status, None, "proxy page"), cls)
+
+    def test_guardrail_fields_of_a_reply(self):
+        # A denied or held reply names its rule, a held one its approval: the error
+        # carries both (against a fake controller with canned replies).
+        import http.server
+
+        replies = {
+            "/v1/sessions/n/s/run": (409, {"error": {"code": "held", "message": "held for a person",
+                                                     "rule": "prod-needs-a-human", "approval": "n/a7"}}),
+            "/v1/sessions/n/t/run": (403, {"error": {"code": "denied", "message": "no", "rule": "no-disk-wipes"}}),
+        }
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                status, body = replies[self.path]
+                raw = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        t = threading.Thread(target=srv.serve_forever)
+        t.start()
+        try:
+            c = Client("http://127.0.0.1:%d" % srv.server_address[1], "t")
+            with self.assertRaises(fleetmux.Held) as e:
+                c.run("n", "s", "deploy")
+            self.assertEqual((e.exception.status, e.exception.rule, e.exception.approval),
+                             (409, "prod-needs-a-human", "n/a7"))
+            with self.assertRaises(fleetmux.Denied) as d:
+                c.run("n", "t", "rm -rf /")
+            self.assertEqual((d.exception.status, d.exception.rule, d.exception.approval), (403, "no-disk-wipes", ""))
+        finally:
+            srv.shutdown()
+            srv.server_close()
+            t.join()
 
 
 if __name__ == "__main__":

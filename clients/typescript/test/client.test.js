@@ -267,6 +267,32 @@ describe("errors", () => {
   });
 });
 
+// A denied or held reply names its rule, a held one its approval: the error carries
+// both (against a fake controller with canned replies).
+describe("guardrail errors", () => {
+  it("carry the rule and the approval", async () => {
+    const replies = {
+      "/v1/sessions/n/s/run": [409, { error: { code: "held", message: "held for a person", rule: "prod-needs-a-human", approval: "n/a7" } }],
+      "/v1/sessions/n/t/run": [403, { error: { code: "denied", message: "no", rule: "no-disk-wipes" } }],
+    };
+    const srv = createServer((req, res) => {
+      req.resume();
+      const [status, body] = replies[req.url];
+      res.writeHead(status, { "Content-Type": "application/json" });
+      res.end(JSON.stringify(body));
+    });
+    await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+    try {
+      const c = new fm.Client(`http://127.0.0.1:${srv.address().port}`, "t");
+      await assert.rejects(c.run("n", "s", "deploy"), (e) => e instanceof fm.Held && e.status === 409 && e.rule === "prod-needs-a-human" && e.approval === "n/a7");
+      await assert.rejects(c.run("n", "t", "rm -rf /"), (e) => e instanceof fm.Denied && e.status === 403 && e.rule === "no-disk-wipes" && e.approval === "");
+    } finally {
+      srv.closeAllConnections?.();
+      await new Promise((r) => srv.close(r));
+    }
+  });
+});
+
 // follow resumes from the offset reached when a stream is cut abruptly (no final
 // chunk), against a fake controller: the first stream breaks after 5 bytes.
 describe("follow", () => {
