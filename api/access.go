@@ -24,6 +24,7 @@ var Routes = map[string]string{
 	"POST /v1/sessions/{node}/{id}/input":     RoleOperator,
 	"POST /v1/sessions/{node}/{id}/keys":      RoleOperator,
 	"POST /v1/sessions/{node}/{id}/resize":    RoleOperator,
+	"POST /v1/sessions/{node}/{id}/take_over": RoleOperator,
 	"GET /v1/sessions/{node}/{id}/screen":     RoleViewer,
 	"GET /v1/sessions/{node}/{id}/blocks":     RoleViewer,
 	"GET /v1/sessions/{node}/{id}/blocks/{n}": RoleViewer,

@@ -102,6 +102,10 @@ type SessionEvent struct {
 	Rows     int       `json:"rows,omitempty"`
 	ExitCode *int      `json:"exit_code,omitempty"`
 	Title    string    `json:"title,omitempty"`
+	// Holder and Previous: of an EventTakenOver, the writer that has the lease now
+	// and the one that lost it.
+	Holder   *Writer `json:"holder,omitempty"`
+	Previous *Writer `json:"previous,omitempty"`
 }
 
 // AuditRecord is published for every mutating request.
@@ -198,6 +202,9 @@ type (
 	InputRequest struct {
 		Session string `json:"session"`
 		Data    string `json:"data"`
+		// Attach: a person typing in an attach (the SSH front door, the WebSocket
+		// attach): their writer lease says so (Writer.Attach).
+		Attach bool `json:"attach,omitempty"`
 	}
 	// KeysRequest (verb keys): named keys (C-c, Enter, Up, F1, …).
 	KeysRequest struct {

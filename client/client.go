@@ -192,6 +192,14 @@ func (c *Client) Keys(ctx context.Context, node, id string, keys ...string) erro
 	return c.sessionCall(ctx, http.MethodPost, node, id, "/keys", nil, api.KeysBody{Keys: keys}, nil)
 }
 
+// TakeOver gives the session's writer lease to the caller; the writer that held it
+// is told. The reply names that writer (nil: nobody held it).
+func (c *Client) TakeOver(ctx context.Context, node, id string) (api.TakeOver, error) {
+	var out api.TakeOver
+	err := c.sessionCall(ctx, http.MethodPost, node, id, "/take_over", nil, nil, &out)
+	return out, err
+}
+
 // Resize sets a session's terminal size.
 func (c *Client) Resize(ctx context.Context, node, id string, cols, rows int) (api.Session, error) {
 	var out api.Session

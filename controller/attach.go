@@ -111,7 +111,7 @@ func (c *Controller) attachConn(rctx context.Context, ws *websocket.Conn, who pr
 			var err error
 			switch f.typ {
 			case websocket.BinaryFrame:
-				err = c.call(ctx, who, node, "input", api.InputRequest{Session: id, Data: string(f.data)}, nil, c.cfg.RequestTimeout)
+				err = c.call(ctx, who, node, "input", api.InputRequest{Session: id, Data: string(f.data), Attach: true}, nil, c.cfg.RequestTimeout)
 			case websocket.TextFrame:
 				var m api.AttachMsg
 				if json.Unmarshal(f.data, &m) != nil || m.Type != api.AttachResize {
@@ -122,7 +122,7 @@ func (c *Controller) attachConn(rctx context.Context, ws *websocket.Conn, who pr
 			}
 			if ae, ok := err.(*api.Error); ok {
 				sendMsg(api.AttachMsg{Type: api.AttachError, Error: ae})
-				if ae.Code != api.CodeBadRequest && ae.Code != api.CodeTooLarge {
+				if ae.Code != api.CodeBadRequest && ae.Code != api.CodeTooLarge && ae.Code != api.CodeBusy {
 					return
 				}
 			} else if err != nil {

@@ -3,6 +3,7 @@ package controller
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"io"
 	"time"
 
@@ -166,6 +167,41 @@ func (c *Controller) runCall(ctx context.Context, node, id string, b api.RunBody
 // Input types raw text into a session.
 func (c *Controller) Input(ctx context.Context, node, id, data string) error {
 	return c.sessionCall(ctx, node, id, "input", api.InputRequest{Session: id, Data: data}, nil, 0)
+}
+
+// AttachInput types raw text into a session for a person in an attach: their
+// writer lease says so (api.InputRequest.Attach).
+func (c *Controller) AttachInput(ctx context.Context, node, id, data string) error {
+	return c.sessionCall(ctx, node, id, "input", api.InputRequest{Session: id, Data: data, Attach: true}, nil, 0)
+}
+
+// TakeOver gives the session's writer lease to the caller; the writer that held it
+// is told (api.EventTakenOver).
+func (c *Controller) TakeOver(ctx context.Context, node, id string) (t api.TakeOver, err error) {
+	err = c.sessionCall(ctx, node, id, "take_over", api.TakeOverRequest{Session: id}, &t, 0)
+	return t, err
+}
+
+// WatchEvents calls fn with each event of the session (api.SessionEvent, from
+// the node's event subject) from now until stop is called. fn runs on the bus's
+// goroutine: it must not block.
+func (c *Controller) WatchEvents(node, id string, fn func(api.SessionEvent)) (stop func(), err error) {
+	if err := api.ValidName(node); err != nil {
+		return nil, api.Errorf(api.CodeBadRequest, "node: %v", err)
+	}
+	if err := api.ValidName(id); err != nil {
+		return nil, api.Errorf(api.CodeBadRequest, "session id: %v", err)
+	}
+	unsub, err := c.cfg.Bus.Subscribe(c.subj.Event(node, id), func(_ string, _ map[string]string, data []byte) {
+		var ev api.SessionEvent
+		if json.Unmarshal(data, &ev) == nil {
+			fn(ev)
+		}
+	})
+	if err != nil {
+		return nil, api.Errorf(api.CodeUnavailable, "cannot subscribe to the events of %s/%s", node, id)
+	}
+	return func() { _ = unsub() }, nil
 }
 
 // Keys sends named keys to a session.

@@ -44,6 +44,7 @@ func (c *Controller) routes() http.Handler {
 		{"POST " + s + "/input", c.input},
 		{"POST " + s + "/keys", c.keys},
 		{"POST " + s + "/resize", c.resize},
+		{"POST " + s + "/take_over", c.takeOver},
 		{"GET " + s + "/screen", c.screen},
 		{"GET " + s + "/blocks", c.blocks},
 		{"GET " + s + "/blocks/{n}", c.block},

@@ -247,6 +247,7 @@ func (f *fixture) exerciseAll(t *testing.T) {
 	f.Must(200, "GET", p+"/blocks/1?grep=hi&offset=0&limit=5&max_bytes=-1", nil, nil)
 	f.Must(200, "GET", p+"/screen", nil, nil)
 	f.Must(200, "POST", p+"/resize", api.ResizeBody{Cols: 90, Rows: 20}, nil)
+	f.Must(200, "POST", p+"/take_over", nil, nil)
 	f.Must(200, "GET", p+"/output?from=0&max_bytes=10", nil, nil)
 	f.APIErr(400, api.CodeBadRequest, "GET", p+"/attach", nil) // not a WebSocket upgrade
 	f.Must(200, "POST", "/v1/run", api.FanoutRequest{Selector: api.Selector{Nodes: []string{"n1"}}, Command: "echo fan", TimeoutMS: 20000}, nil)
@@ -291,6 +292,7 @@ func (f *fixture) exerciseAll(t *testing.T) {
 	f.Token = nt.Secret
 	f.Must(200, "GET", p, nil, nil)
 	f.APIErr(403, api.CodeForbidden, "POST", p+"/run", api.RunBody{Command: "true"})
+	f.APIErr(403, api.CodeForbidden, "POST", p+"/take_over", nil) // viewers never hold the writer lease
 	f.Token = tok
 	f.Must(200, "DELETE", "/v1/tokens/watcher", nil, nil)
 	f.APIErr(404, api.CodeNotFound, "DELETE", "/v1/tokens/watcher", nil)

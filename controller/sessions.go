@@ -174,6 +174,10 @@ func (c *Controller) keys(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+func (c *Controller) takeOver(w http.ResponseWriter, r *http.Request) {
+	withTarget(c, w, r, func(ctx context.Context, node, id string) (any, error) { return c.TakeOver(ctx, node, id) })
+}
+
 func (c *Controller) resize(w http.ResponseWriter, r *http.Request) {
 	withBody(c, w, r, func(ctx context.Context, node, id string, b api.ResizeBody) (any, error) {
 		return c.Resize(ctx, node, id, b.Cols, b.Rows)

@@ -247,11 +247,16 @@ func (n *Node) runApproved(ap *approval) {
 	ctx := e.ctx // cancelled when the session closes (and when the node does)
 	opts := session.RunOptions{Timeout: api.MaxWait, MaxOutputBytes: 1}
 	typeIt := func() (session.Result, error) {
-		e.setWriter(ap.w)
+		ran, err := e.awaitRun(ctx, ap.w) // the writer lease, as for any run
+		if err != nil {
+			return session.Result{}, err
+		}
 		if in := e.s.Info(); in.Integration == session.IntegrationOK && in.State == session.StateIdle {
 			e.expectLine(a.Command) // typed at the prompt: the shell will ask about it
 		}
-		return e.s.Run(ctx, a.Command, opts)
+		res, err := e.s.Run(ctx, a.Command, opts)
+		ran(res)
+		return res, err
 	}
 	res, err := typeIt()
 	if errors.Is(err, session.ErrBusy) {

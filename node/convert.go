@@ -69,6 +69,9 @@ func (n *Node) auditRecord(req request, out any, aerr *api.Error) []byte {
 	case probe.Data != "":
 		rec.Detail = "input of " + itoa(len(probe.Data)) + " bytes"
 	}
+	if t, ok := out.(api.TakeOver); ok && t.Previous != nil {
+		rec.Detail = "from " + truncate(t.Previous.Principal, 256)
+	}
 	if s, ok := out.(api.Session); ok && rec.Session == "" {
 		rec.Session = s.ID
 	}

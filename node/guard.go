@@ -259,7 +259,9 @@ func (n *Node) guardRun(ctx context.Context, e *entry, w writer, command string)
 	if err := n.enforce(ctx, e, w, command); err != nil {
 		return err
 	}
-	e.setWriter(w)
+	if err := e.stillHolds(w); err != nil {
+		return err // taken over while it was decided (an approval)
+	}
 	if in := e.s.Info(); in.Integration == session.IntegrationOK && in.State == session.StateIdle {
 		e.expectLine(command) // typed at the prompt: the shell will ask about it
 	}
@@ -318,9 +320,6 @@ func (n *Node) auditPolicy(revision uint64, err error) {
 // entryGuard is an entry's guardrail state.
 type entryGuard struct {
 	mu sync.Mutex // guards the fields below
-	// lastWriter is whose run, input or keys last typed into the session: a line
-	// an integrated shell asks about is decided for them.
-	lastWriter writer
 	// expected are lines the node decided and is about to type (run): the shell's
 	// check of exactly such a line consumes it and allows it without deciding again.
 	expected []expectedLine
@@ -339,20 +338,6 @@ const (
 	expectFor   = 30 * time.Second
 	maxExpected = 16
 )
-
-// setWriter records w as the session's last writer.
-func (e *entry) setWriter(w writer) {
-	e.guard.mu.Lock()
-	e.guard.lastWriter = w
-	e.guard.mu.Unlock()
-}
-
-// lastWriter is the session's last writer (zero when nobody has typed yet).
-func (e *entry) lastWriter() writer {
-	e.guard.mu.Lock()
-	defer e.guard.mu.Unlock()
-	return e.guard.lastWriter
-}
 
 // expectLine marks command as decided: the node is about to type it, and the
 // shell's own check of that line must not decide (or hold) it again.

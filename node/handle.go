@@ -40,6 +40,8 @@ type sessionHandle interface {
 	Screen() (session.Screen, error)
 	// Blocks lists the blocks; BlockText renders one with a budget.
 	Blocks() []session.Block
+	// Block is block n (session.ErrNoBlock when there is none).
+	Block(n int) (session.Block, error)
 	BlockText(n int, opts session.TextOptions) (session.Result, error)
 	// Read returns up to max bytes of output from offset from (session.ErrTruncated
 	// when from is older than the scrollback, nothing at or past the end); Offsets

@@ -61,6 +61,8 @@ var verbs = map[string]struct {
 	"approvals": {(*Node).listApprovals, false},
 	"approval":  {(*Node).getApproval, false},
 	"decide":    {(*Node).decideApproval, true},
+
+	"take_over": {(*Node).takeOverVerb, true},
 }
 
 // handle is the bus callback: it runs on its own goroutine per request. The
@@ -246,6 +248,7 @@ func (n *Node) create(ctx context.Context, req request) (any, error) {
 		return nil, err
 	}
 	e := &entry{n: n, id: id, num: num, s: s, started: time.Now(), dir: filepath.Join(n.cfg.DataDir, "sessions", id)}
+	e.lease.ttl = n.cfg.WriterLease
 	e.castTo = filepath.Join(e.dir, "output.cast")
 	e.ctx, e.cancel = context.WithCancel(n.ctx)
 	info := s.Info()
@@ -354,21 +357,29 @@ func (n *Node) run(ctx context.Context, req request) (any, error) {
 	}
 	opts := session.RunOptions{Timeout: waitTimeout(r.TimeoutMS), MaxOutputBytes: r.MaxOutputBytes}
 	w := writerOf(req)
-	if r.IdempotencyKey != "" {
-		res, err := n.runOnce(ctx, e, w, r.Command, opts, e.id+"\x00"+r.IdempotencyKey)
-		if err != nil {
-			return nil, err
-		}
-		return toResult(n.cfg.Name, e.id, res), nil
-	}
-	if err := n.guardRun(ctx, e, w, r.Command); err != nil {
+	ran, err := e.startRun(w)
+	if err != nil {
 		return nil, err
 	}
-	res, err := e.s.Run(ctx, r.Command, opts)
+	res, err := n.runLeased(ctx, e, w, r, opts)
+	ran(res)
 	if err != nil {
-		return nil, sessionErr(e.id, err)
+		return nil, err
 	}
 	return toResult(n.cfg.Name, e.id, res), nil
+}
+
+// runLeased is run once w holds the session's writer lease: decided, then typed
+// (at most once under an idempotency key). Errors are API errors.
+func (n *Node) runLeased(ctx context.Context, e *entry, w writer, r api.RunRequest, opts session.RunOptions) (session.Result, error) {
+	if r.IdempotencyKey != "" {
+		return n.runOnce(ctx, e, w, r.Command, opts, e.id+"\x00"+r.IdempotencyKey)
+	}
+	if err := n.guardRun(ctx, e, w, r.Command); err != nil {
+		return session.Result{}, err
+	}
+	res, err := e.s.Run(ctx, r.Command, opts)
+	return res, sessionErr(e.id, err)
 }
 
 // idemRun is a run under an idempotency key: its block number once known.
@@ -454,10 +465,12 @@ func (n *Node) input(ctx context.Context, req request) (any, error) {
 		return nil, api.Errorf(api.CodeTooLarge, "input of %d bytes (limit %d)", len(r.Data), api.MaxInputBytes)
 	}
 	w := writerOf(req)
+	if err := e.typed(w, r.Attach); err != nil {
+		return nil, err
+	}
 	if err := n.guardInput(ctx, e, w, []byte(r.Data)); err != nil {
 		return nil, err
 	}
-	e.setWriter(w)
 	if err := e.s.Input([]byte(r.Data)); err != nil {
 		return nil, sessionErr(e.id, err)
 	}
@@ -476,10 +489,12 @@ func (n *Node) keys(ctx context.Context, req request) (any, error) {
 	}
 	typed := keyBytes(r.Keys)
 	w := writerOf(req)
+	if err := e.typed(w, false); err != nil {
+		return nil, err
+	}
 	if err := n.guardInput(ctx, e, w, typed); err != nil {
 		return nil, err
 	}
-	e.setWriter(w)
 	if err := e.s.SendKeys(r.Keys...); err != nil {
 		return nil, sessionErr(e.id, err)
 	}

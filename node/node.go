@@ -75,6 +75,10 @@ type Config struct {
 	// deleted, checked as RecordingsMaxBytes is (default DefaultRecordingRetention;
 	// negative: kept forever).
 	RecordingRetention time.Duration
+	// WriterLease is how long a writer that typed into a session (input, keys, an
+	// attach's keystrokes, a take-over) keeps its writer lease past their last
+	// input (default api.WriterLease).
+	WriterLease time.Duration
 	// Logger receives operational logs (default slog.Default()).
 	Logger *slog.Logger
 	// Version is the agent's version (cmd's build version), gossiped in NodeMeta and
@@ -154,6 +158,9 @@ func New(cfg Config) (*Node, error) {
 	}
 	if cfg.RecordingRetention == 0 {
 		cfg.RecordingRetention = DefaultRecordingRetention
+	}
+	if cfg.WriterLease <= 0 {
+		cfg.WriterLease = api.WriterLease
 	}
 	if cfg.DefaultShell == "" {
 		cfg.DefaultShell = "bash"

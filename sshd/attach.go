@@ -59,15 +59,25 @@ func (sc *sshSession) attach(ctx context.Context, node, id string) int {
 	}
 	done := make(chan ended, 2)
 	in := sc.input()
+	var lost <-chan api.Writer
+	if writer {
+		var stop func()
+		lost, stop = sc.watchLease(node, id)
+		defer stop()
+	}
 	inputDone := make(chan struct{})
 	go func() { // input: ends at a detach, the end of input, or when attach returns
 		defer close(inputDone)
 		warned := false
+		lw := leaseWriter{sc: sc, node: node, id: id}
 		for {
 			var p []byte
 			var ok bool
 			select {
 			case p, ok = <-in:
+			case w := <-lost:
+				lw.lost(w)
+				continue
 			case <-ctx.Done():
 				return
 			}
@@ -77,7 +87,7 @@ func (sc *sshSession) attach(ctx context.Context, node, id string) int {
 			}
 			if i := bytes.IndexByte(p, detachKey); i >= 0 {
 				if writer && i > 0 {
-					c.Input(ctx, node, id, string(p[:i]))
+					lw.input(ctx, p[:i])
 				}
 				done <- ended{detach: true}
 				return
@@ -89,9 +99,7 @@ func (sc *sshSession) attach(ctx context.Context, node, id string) int {
 				}
 				continue
 			}
-			if err := c.Input(ctx, node, id, string(p)); err != nil && ctx.Err() == nil {
-				fmt.Fprintf(sc.ch, "\r\n[fleetmux: input refused: %s]\r\n", userError(err))
-			}
+			lw.input(ctx, p)
 		}
 	}()
 	defer func() { <-inputDone }()

@@ -23,7 +23,8 @@ var sshVerbs = map[string]string{
 	"help": api.RoleViewer, "nodes": api.RoleViewer, "ls": api.RoleViewer, "screen": api.RoleViewer, "blocks": api.RoleViewer,
 	"block": api.RoleViewer, "logs": api.RoleViewer, "wait": api.RoleViewer, "attach": api.RoleViewer,
 	"new": api.RoleOperator, "run": api.RoleOperator, "send": api.RoleOperator, "keys": api.RoleOperator,
-	"kill": api.RoleAdmin,
+	"take-over": api.RoleOperator,
+	"kill":      api.RoleAdmin,
 }
 
 // maxSSHChannels bounds the session channels open at once on one connection

@@ -43,7 +43,13 @@ func (f *fakeFleet) ListSessions(context.Context, string, map[string]string) (ap
 func (f *fakeFleet) GetSession(context.Context, string, string) (api.Session, error) {
 	return api.Session{}, errNotServed
 }
-func (f *fakeFleet) Input(context.Context, string, string, string) error { return errNotServed }
+func (f *fakeFleet) AttachInput(context.Context, string, string, string) error { return errNotServed }
+func (f *fakeFleet) TakeOver(context.Context, string, string) (api.TakeOver, error) {
+	return api.TakeOver{}, errNotServed
+}
+func (f *fakeFleet) WatchEvents(string, string, func(api.SessionEvent)) (func(), error) {
+	return nil, errNotServed
+}
 func (f *fakeFleet) Resize(context.Context, string, string, int, int) (api.Session, error) {
 	return api.Session{}, errNotServed
 }

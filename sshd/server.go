@@ -59,7 +59,15 @@ type Fleet interface {
 	ActAs(actor, role string) context.Context
 	ListSessions(ctx context.Context, node string, labels map[string]string) (api.SessionList, error)
 	GetSession(ctx context.Context, node, id string) (api.Session, error)
-	Input(ctx context.Context, node, id, data string) error
+	// AttachInput types a person's keystrokes into a session (their writer lease
+	// says they type in an attach).
+	AttachInput(ctx context.Context, node, id, data string) error
+	// TakeOver gives the session's writer lease to the caller; the writer that
+	// held it is told.
+	TakeOver(ctx context.Context, node, id string) (api.TakeOver, error)
+	// WatchEvents calls fn with each event of the session from now until stop;
+	// fn must not block.
+	WatchEvents(node, id string, fn func(api.SessionEvent)) (stop func(), err error)
 	Resize(ctx context.Context, node, id string, cols, rows int) (api.Session, error)
 	// Redraw writes to w what an attaching terminal sees first (the session's
 	// current screen) and returns the output offset live output continues from.

@@ -345,6 +345,9 @@ func TestSSHAttach(t *testing.T) {
 	// A viewer's keystrokes are refused with a notice, and reach nothing.
 	io.WriteString(view.in, "echo from-viewer\r")
 	testutil.Eventually(t, 10*time.Second, view.has("read-only (viewer role)"), "the viewer's notice")
+	// The operator typed last and holds the writer lease for a few seconds: the
+	// admin takes it over to run.
+	sf.Must(200, "POST", "/v1/sessions/n1/"+s.ID+"/take_over", nil, nil)
 	sf.Run("n1", s.ID, "echo marker")
 	var raw []byte
 	_, raw = sf.Do("GET", "/v1/sessions/n1/"+s.ID+"/output?from=0", nil)

@@ -14,7 +14,8 @@ var operatorVerbs = map[string]bool{
 	"create": true, "update": true, "run": true, "input": true, "keys": true, "resize": true,
 	// decide: the node checks the role against the approval too (admin, or a role
 	// its rule names as approver).
-	"decide": true,
+	"decide":    true,
+	"take_over": true,
 }
 
 // ValidRole reports whether role is one of api.RoleViewer, api.RoleOperator and

@@ -30,7 +30,7 @@ const (
 func clientCmds() []*cobra.Command {
 	return []*cobra.Command{
 		nodesCmd(), lsCmd(), newCmd(), runVerbCmd(), sendCmd(), keysCmd(), screenCmd(),
-		blocksCmd(), blockCmd(), waitCmd(), logsCmd(), attachCmd(), killCmd(),
+		blocksCmd(), blockCmd(), waitCmd(), logsCmd(), attachCmd(), killCmd(), takeOverCmd(),
 	}
 }
 
