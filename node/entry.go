@@ -68,7 +68,7 @@ type entry struct {
 	recErr    error             // the recording stopped being exact (see recorder)
 
 	guard entryGuard // guardrail state (guard.go)
-	lease lease // the writer lease (lease.go)
+	lease lease      // the writer lease (lease.go)
 
 	closeOnce sync.Once
 }
