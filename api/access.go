@@ -35,6 +35,9 @@ var Routes = map[string]string{
 	"GET /v1/tokens":                          RoleAdmin,
 	"POST /v1/tokens":                         RoleAdmin,
 	"DELETE /v1/tokens/{name}":                RoleAdmin,
+	"GET /v1/policy":                          RoleOperator, // the rules one works under; no secrets
+	"PUT /v1/policy":                          RoleAdmin,
+	"DELETE /v1/policy":                       RoleAdmin,
 	"GET /v1/openapi.yaml":                    RoleViewer,
 	"/mcp":                                    RoleViewer, // each tool call is checked against Tools
 }

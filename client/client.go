@@ -410,7 +410,12 @@ func checkName(what, s string) error {
 // the reply.
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, out any) error {
 	var body io.Reader
-	if in != nil {
+	ct := ""
+	switch v := in.(type) {
+	case nil:
+	case rawBody:
+		body, ct = bytes.NewReader(v.data), v.contentType
+	default:
 		b, err := json.Marshal(in)
 		if err != nil {
 			return fmt.Errorf("client: %s %s: encoding the body: %w", method, path, err)
@@ -420,6 +425,9 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, 
 	req, err := c.request(ctx, method, path, q, body)
 	if err != nil {
 		return err
+	}
+	if ct != "" {
+		req.Header.Set("Content-Type", ct)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {

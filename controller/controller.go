@@ -80,6 +80,10 @@ type Config struct {
 	// is required: every request but /healthz needs a token, even on loopback
 	// (other local users share it).
 	Tokens TokenStore
+	// Policy is the shared store of the guardrail policy (FLEETMUX_POLICY) that
+	// /v1/policy reads and writes and every node enforces. nil: the policy routes
+	// answer unavailable.
+	Policy PolicyStore
 	// Token, when set, is one admin token accepted besides the store's (the
 	// bootstrap token: --api-token, fleetmux dev's <data>/token), sent as
 	// "Authorization: Bearer TOKEN".
@@ -271,6 +275,10 @@ func (c *Controller) Start() error {
 		}
 	}()
 	c.log.Info("controller serving", "addr", ln.Addr().String())
+	if c.cfg.Policy != nil {
+		c.reqWG.Add(1)
+		go c.checkPolicy(c.cfg.HTTPListen)
+	}
 	return nil
 }
 

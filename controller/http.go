@@ -55,6 +55,9 @@ func (c *Controller) routes() http.Handler {
 		{"GET /v1/tokens", c.listTokens},
 		{"POST /v1/tokens", c.createToken},
 		{"DELETE /v1/tokens/{name}", c.revokeToken},
+		{"GET /v1/policy", c.getPolicy},
+		{"PUT /v1/policy", c.putPolicy},
+		{"DELETE /v1/policy", c.deletePolicy},
 		{"GET /v1/openapi.yaml", openAPI},
 		{"GET /healthz", c.health},
 	} {

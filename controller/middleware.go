@@ -61,6 +61,9 @@ func (a *auditLog) middleware(next http.Handler) http.Handler {
 		if n := r.PathValue("node"); n != "" && ar.Session != "" {
 			ar.Session = n + "/" + ar.Session
 		}
+		for _, f := range rec.notes {
+			f(&ar)
+		}
 		a.record(ar)
 	})
 }
@@ -72,6 +75,7 @@ type replyRecorder struct {
 	http.ResponseWriter
 	code    int
 	errCode string
+	notes   []func(*api.AuditRecord) // noteAudit's additions to the request's audit record
 }
 
 func (s *replyRecorder) WriteHeader(code int) {
@@ -81,6 +85,21 @@ func (s *replyRecorder) WriteHeader(code int) {
 
 // noteError is how writeError tells the recorders the reply's error code.
 func (s *replyRecorder) noteError(code string) { s.errCode = code }
+
+// noteAudit is how a handler adds to its request's audit record (e.g. the policy
+// version it stored): f runs on the record before it is written.
+func noteAudit(w http.ResponseWriter, f func(*api.AuditRecord)) {
+	for w != nil {
+		if rr, ok := w.(*replyRecorder); ok {
+			rr.notes = append(rr.notes, f)
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return
+		}
+		w = u.Unwrap()
+	}
+}
 
 func (s *replyRecorder) Flush() {
 	if f, ok := s.ResponseWriter.(http.Flusher); ok {

@@ -173,7 +173,7 @@ func (v *validator) checkError(what string, body []byte) {
 // of every route (from a real node) match their schemas.
 func TestOpenAPI(t *testing.T) {
 	doc := loadOpenAPI(t)
-	f := newFixture(t, stack.Options{Nodes: map[string]map[string]string{"n1": {"role": "web"}}, Store: true})
+	f := newFixture(t, stack.Options{Nodes: map[string]map[string]string{"n1": {"role": "web"}}, Store: true, Policy: true})
 
 	// The router's routes and the document's operations are the same set.
 	ops := docOps(doc)
@@ -296,6 +296,15 @@ func (f *fixture) exerciseAll(t *testing.T) {
 	f.Token = tok
 	f.Must(200, "DELETE", "/v1/tokens/watcher", nil, nil)
 	f.APIErr(404, api.CodeNotFound, "DELETE", "/v1/tokens/watcher", nil)
+
+	// The policy: none, one set (YAML), a bad one refused, removed.
+	f.Must(200, "GET", "/v1/policy", nil, nil)
+	if code, b := f.Do("PUT", "/v1/policy", []byte("version: 1\nrules:\n  - {name: default, action: allow}\n"), "Content-Type", "application/yaml"); code != 200 {
+		t.Errorf("PUT /v1/policy: %d %s", code, b)
+	}
+	f.Must(200, "GET", "/v1/policy", nil, nil)
+	f.APIErr(400, api.CodeBadRequest, "PUT", "/v1/policy", []byte(`{"version": 1, "rules": [{"name": "x", "action": "explode"}]}`))
+	f.Must(200, "DELETE", "/v1/policy", nil, nil)
 
 	f.Must(200, "DELETE", p, nil, nil)
 	f.Must(200, "DELETE", ep, nil, nil)

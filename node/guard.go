@@ -84,7 +84,11 @@ func (n *Node) applyPolicy(doc []byte, revision uint64) {
 		if known && cur == nil {
 			return
 		}
-		n.log.Warn("NO POLICY in force: every command is allowed (the policy is not set, or was removed)", "revision", revision)
+		if n.cfg.Exposed {
+			n.log.Warn("NO POLICY in force on a node reachable beyond loopback: every command is allowed (fleetmux policy set FILE)", "revision", revision)
+		} else {
+			n.log.Info("no policy in force: every command is allowed (the policy is not set, or was removed)", "revision", revision)
+		}
 		n.auditPolicy(revision, nil)
 		n.setPolicy(nil)
 		return

@@ -2,15 +2,12 @@ package node_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/testutil"
@@ -82,7 +79,7 @@ func denied(t *testing.T, err error, rule string) {
 
 func TestGuardRunDenied(t *testing.T) {
 	f, _ := guardFixture(t, markerPolicy, 7)
-	audits := f.audits(t)
+	_, audits := testutil.AuditSub(t, f.srv.ClientURL(), "n1")
 	dir := t.TempDir()
 	marker := filepath.Join(dir, "marker")
 	s := f.create(api.CreateRequest{Shell: "bash", Cwd: dir})
@@ -99,7 +96,7 @@ func TestGuardRunDenied(t *testing.T) {
 		{api.CodeDenied, api.ActionDeny, "no-markers"}, {api.CodeDenied, api.ActionDeny, "no-markers"}, {"ok", api.ActionAllow, "default"},
 	}
 	for _, w := range want {
-		r := audits.next(t, "run")
+		r := testutil.NextAudit(t, audits, "run")
 		if r.Result != w.result || r.Decision != w.decision || r.Rule != w.rule || r.PolicyVersion != 7 {
 			t.Fatalf("audit record %+v, want %+v at policy version 7", r, w)
 		}
@@ -109,7 +106,7 @@ func TestGuardRunDenied(t *testing.T) {
 func TestGuardInputWithoutIntegration(t *testing.T) {
 	testutil.NeedTool(t, "sh")
 	f, _ := guardFixture(t, markerPolicy, 3)
-	audits := f.audits(t)
+	_, audits := testutil.AuditSub(t, f.srv.ClientURL(), "n1")
 	dir := t.TempDir()
 	s := f.create(api.CreateRequest{Argv: []string{"sh"}, Cwd: dir})
 	// In one piece, in two pieces ended by Enter, and after an edit.
@@ -126,7 +123,7 @@ func TestGuardInputWithoutIntegration(t *testing.T) {
 			t.Fatalf("%s exists: a denied line ran", m)
 		}
 	}
-	r := audits.next(t, "input")
+	r := testutil.NextAudit(t, audits, "input")
 	if r.Result != api.CodeDenied || r.Rule != "no-markers" || r.PolicyVersion != 3 {
 		t.Fatalf("audit record %+v", r)
 	}
@@ -171,46 +168,6 @@ func TestGuardUnreadableFirstPolicyDeniesAll(t *testing.T) {
 	denied(t, f.call("run", api.RunRequest{Session: s.ID, Command: "true", TimeoutMS: 20000}, nil), "policy-unreadable")
 	src.set(markerPolicy, 3)
 	f.run(s.ID, "true")
-}
-
-// auditFeed follows the node's audit subject.
-type auditFeed chan api.AuditRecord
-
-func (f *fixture) audits(t *testing.T) auditFeed {
-	sub, err := nats.Connect(f.srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sub.Close)
-	ch := make(auditFeed, 256)
-	if _, err := sub.Subscribe(f.subj.Audit("n1"), func(m *nats.Msg) {
-		var r api.AuditRecord
-		if json.Unmarshal(m.Data, &r) == nil {
-			ch <- r
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := sub.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	return ch
-}
-
-// next is the next record of the verb (others are skipped).
-func (a auditFeed) next(t *testing.T, action string) api.AuditRecord {
-	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		select {
-		case r := <-a:
-			if r.Action == action {
-				return r
-			}
-		case <-deadline:
-			t.Fatalf("no audit record of %s", action)
-		}
-	}
 }
 
 func fileThere(p string) bool {

@@ -89,6 +89,9 @@ type Config struct {
 	// decision waits (bounded) until the node has read it: nothing runs unchecked
 	// while the node starts.
 	Policy PolicySource
+	// Exposed says the node listens beyond loopback (its gossip): running without
+	// a policy is then logged as a warning, not as information.
+	Exposed bool
 }
 
 // Node is a running node agent. Its methods are safe for concurrent use.

@@ -16,11 +16,12 @@ import (
 // KV is a JetStream key-value bucket (DESIGN.md: FLEETMUX_TOKENS, …) shared by every
 // controller: create, delete and watch keys. Safe for concurrent use.
 type KV struct {
-	nc     *nats.Conn
-	bucket string
-	log    *slog.Logger
-	mu     sync.Mutex // guards kv; held while binding
-	kv     jetstream.KeyValue
+	nc       *nats.Conn
+	bucket   string
+	log      *slog.Logger
+	readOnly bool       // binds to the bucket, never creates it (NewKVReader)
+	mu       sync.Mutex // guards kv; held while binding
+	kv       jetstream.KeyValue
 }
 
 // NewKV returns the bucket on nc's JetStream without waiting for it: the first
@@ -29,6 +30,17 @@ type KV struct {
 func NewKV(nc *nats.Conn, bucket string, log *slog.Logger) *KV {
 	return &KV{nc: nc, bucket: bucket, log: loggerOr(log)}
 }
+
+// NewKVReader is NewKV for a reader that may not create the bucket (a node reads
+// FLEETMUX_POLICY, which a controller creates): binding fails with an error
+// wrapping ErrNoBucket while the bucket does not exist.
+func NewKVReader(nc *nats.Conn, bucket string, log *slog.Logger) *KV {
+	return &KV{nc: nc, bucket: bucket, log: loggerOr(log), readOnly: true}
+}
+
+// ErrNoBucket is wrapped by the errors of a reader's KV whose bucket does not
+// exist (yet).
+var ErrNoBucket = errors.New("transport: kv bucket does not exist")
 
 // OpenKV is NewKV, bound at once (see bind).
 func OpenKV(ctx context.Context, nc *nats.Conn, bucket string, log *slog.Logger) (*KV, error) {
@@ -40,7 +52,8 @@ func OpenKV(ctx context.Context, nc *nats.Conn, bucket string, log *slog.Logger)
 }
 
 // bind binds to the bucket, creating it when it does not exist (file storage, one
-// revision per key). It retries while JetStream is not ready, until ctx is done.
+// revision per key; a reader only binds, see NewKVReader). It retries while
+// JetStream is not ready, until ctx is done.
 func (k *KV) bind(ctx context.Context) (jetstream.KeyValue, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -55,13 +68,21 @@ func (k *KV) bind(ctx context.Context) (jetstream.KeyValue, error) {
 	backoff := 20 * time.Millisecond
 	for {
 		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
-		kv, err := js.CreateOrUpdateKeyValue(actx, jetstream.KeyValueConfig{
-			Bucket: k.bucket, History: 1, Storage: jetstream.FileStorage,
-		})
+		var kv jetstream.KeyValue
+		if k.readOnly {
+			kv, err = js.KeyValue(actx, k.bucket)
+		} else {
+			kv, err = js.CreateOrUpdateKeyValue(actx, jetstream.KeyValueConfig{
+				Bucket: k.bucket, History: 1, Storage: jetstream.FileStorage,
+			})
+		}
 		cancel()
 		if err == nil {
 			k.kv = kv
 			return kv, nil
+		}
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			return nil, fmt.Errorf("transport: kv %s: %w", k.bucket, ErrNoBucket)
 		}
 		if !transientJSError(err) {
 			return nil, fmt.Errorf("transport: kv %s: %w", k.bucket, err)
@@ -125,11 +146,18 @@ func (k *KV) Delete(ctx context.Context, key string) error {
 // lost connection) is started again, and fn sees every value again. stop ends the
 // watch and waits until fn no longer runs.
 func (k *KV) Watch(ctx context.Context, fn func(key string, value []byte)) (stop func(), err error) {
+	return k.watchAll(ctx, func(key string, value []byte, _ uint64) { fn(key, value) }, nil)
+}
+
+// watchAll is Watch with each value's revision, and synced (when not nil) called
+// on fn's goroutine each time fn has seen every value held when a watch started
+// (the first time before watchAll returns), with the keys it saw then.
+func (k *KV) watchAll(ctx context.Context, fn func(key string, value []byte, rev uint64), synced func(keys map[string]bool)) (stop func(), err error) {
 	if _, err := k.bind(ctx); err != nil {
 		return nil, err
 	}
 	wctx, cancel := context.WithCancel(context.Background())
-	w, err := k.watch(ctx, wctx, fn)
+	w, err := k.watch(ctx, wctx, fn, synced)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -153,7 +181,7 @@ func (k *KV) Watch(ctx context.Context, fn func(key string, value []byte)) (stop
 					return
 				case <-t.C:
 				}
-				if w, err = k.watch(wctx, wctx, fn); err == nil {
+				if w, err = k.watch(wctx, wctx, fn, synced); err == nil {
 					break
 				}
 			}
@@ -162,8 +190,10 @@ func (k *KV) Watch(ctx context.Context, fn func(key string, value []byte)) (stop
 	return func() { cancel(); wg.Wait() }, nil
 }
 
-// watch starts a watcher and feeds fn the values held now (until the nil entry).
-func (k *KV) watch(ctx, wctx context.Context, fn func(string, []byte)) (jetstream.KeyWatcher, error) {
+// watch starts a watcher and feeds fn the values held now (until the nil entry),
+// then calls synced with their keys.
+func (k *KV) watch(ctx, wctx context.Context, fn func(string, []byte, uint64), synced func(map[string]bool)) (jetstream.KeyWatcher, error) {
+	keys := map[string]bool{}
 	w, err := k.kv.WatchAll(wctx) // bound by Watch
 	if err != nil {
 		return nil, fmt.Errorf("transport: kv %s: watch: %w", k.bucket, err)
@@ -178,15 +208,19 @@ func (k *KV) watch(ctx, wctx context.Context, fn func(string, []byte)) (jetstrea
 				return nil, fmt.Errorf("transport: kv %s: watch ended", k.bucket)
 			}
 			if e == nil {
+				if synced != nil {
+					synced(keys)
+				}
 				return w, nil
 			}
+			keys[e.Key()] = true
 			deliver(e, fn)
 		}
 	}
 }
 
 // follow feeds fn the changes of w until its updates end or ctx is done.
-func (k *KV) follow(ctx context.Context, w jetstream.KeyWatcher, fn func(string, []byte)) {
+func (k *KV) follow(ctx context.Context, w jetstream.KeyWatcher, fn func(string, []byte, uint64)) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -202,14 +236,14 @@ func (k *KV) follow(ctx context.Context, w jetstream.KeyWatcher, fn func(string,
 	}
 }
 
-func deliver(e jetstream.KeyValueEntry, fn func(string, []byte)) {
+func deliver(e jetstream.KeyValueEntry, fn func(string, []byte, uint64)) {
 	if e.Operation() != jetstream.KeyValuePut {
-		fn(e.Key(), nil)
+		fn(e.Key(), nil, e.Revision())
 		return
 	}
 	v := e.Value()
 	if v == nil {
 		v = []byte{}
 	}
-	fn(e.Key(), v)
+	fn(e.Key(), v, e.Revision())
 }

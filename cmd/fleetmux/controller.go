@@ -203,7 +203,8 @@ func (o *controllerOptions) run(ctx context.Context, stdout, stderr io.Writer) e
 		return err
 	}
 	tokens := openTokens(conn, log)
-	c, _, err := startController(ctx, &st, conn, controller.Config{Name: o.name, Prefix: o.prefix, HTTPListen: o.httpListen, Token: token, Tokens: tokens, Signer: signer, Logger: log,
+	c, _, err := startController(ctx, &st, conn, controller.Config{Name: o.name, Prefix: o.prefix, HTTPListen: o.httpListen, Token: token, Tokens: tokens,
+		Policy: transport.NewPolicy(conn.NC(), log), Signer: signer, Logger: log,
 		AuditFile: filepath.Join(o.data, "audit.jsonl")}, o.gossip)
 	if err != nil {
 		return err

@@ -130,7 +130,7 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	tokens := openTokens(conn, log)
 	c, g, err := startController(ctx, &st, conn, controller.Config{Name: ctlName, Prefix: o.prefix, HTTPListen: o.httpListen, Signer: signer, Logger: log,
-		Token: token, Tokens: tokens, AuditFile: filepath.Join(o.data, "audit.jsonl")},
+		Token: token, Tokens: tokens, Policy: transport.NewPolicy(conn.NC(), log), AuditFile: filepath.Join(o.data, "audit.jsonl")},
 		gossipOptions{listen: o.gossipListen, key: gkey})
 	if err != nil {
 		return err
@@ -165,14 +165,30 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 		"  NATS      %s   (URL in %s; credentials, with the CA, in %s)\n"+
 		"  node      %s   (data in %s)\n"+
 		"  SSH       %s\n"+
+		"  policy    %s\n"+
 		"try: fleetmux new, then fleetmux run %s/s1 -- 'echo hi; (exit 3)'\n",
-		httpURL, filepath.Join(o.data, "token"), cfgFile, srv.ClientURL(), natsFile, filepath.Join(o.data, "creds", "{node,controller,subscriber}.creds"), o.name, o.data, sshLine, o.name)
+		httpURL, filepath.Join(o.data, "token"), cfgFile, srv.ClientURL(), natsFile, filepath.Join(o.data, "creds", "{node,controller,subscriber}.creds"), o.name, o.data, sshLine,
+		policyLine(ctx, c), o.name)
 	<-ctx.Done()
 	fmt.Fprintln(stderr, "fleetmux dev: stopping")
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c.Shutdown(sctx)
 	return n.Close()
+}
+
+// policyLine is the banner's word on the guardrail policy.
+func policyLine(ctx context.Context, c *controller.Controller) string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	pi, err := c.Policy(ctx)
+	switch {
+	case err != nil:
+		return "unknown (" + err.Error() + ")"
+	case pi.Version == 0:
+		return "none: every command is allowed (set one: fleetmux policy set FILE)"
+	}
+	return fmt.Sprintf("version %d, %d rules (fleetmux policy show)", pi.Version, pi.Rules)
 }
 
 // waitNodeAlive waits until the controller sees the node, so that the first

@@ -156,7 +156,8 @@ func (o *nodeOptions) run(ctx context.Context, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	n, err := startNode(ctx, &st, conn, o.recording.apply(node.Config{Name: o.name, Labels: labels, DataDir: o.data, Prefix: o.prefix, MaxSessions: o.maxSessions, Verifier: verifier, Logger: log}),
+	exposed := o.gossipListen != "" && !api.IsLoopbackAddr(o.gossipListen)
+	n, err := startNode(ctx, &st, conn, o.recording.apply(node.Config{Name: o.name, Labels: labels, DataDir: o.data, Prefix: o.prefix, MaxSessions: o.maxSessions, Verifier: verifier, Logger: log, Exposed: exposed}),
 		gossipOptions{listen: o.gossipListen, key: gkey, join: o.join})
 	if err != nil {
 		return err
@@ -180,6 +181,7 @@ func ensureStreams(ctx context.Context, conn *transport.Conn, prefix string, log
 // registered on st; the caller may call it earlier.
 func startNode(ctx context.Context, st *stack, conn *transport.Conn, cfg node.Config, g gossipOptions) (*node.Node, error) {
 	cfg.Bus, cfg.Version = conn, buildVersion()
+	cfg.Policy = transport.NewPolicyReader(conn.NC(), cfg.Logger)
 	join := func() {}
 	if g.listen != "" {
 		gs, j, err := startGossip(ctx, st, cfg.Name, g,

@@ -23,10 +23,15 @@ func AuditSub(t testing.TB, url, node string) (*nats.Conn, chan api.AuditRecord)
 	}
 	t.Cleanup(nc.Close)
 	recs := make(chan api.AuditRecord, 64)
+	done := make(chan struct{}) // closed at cleanup: a full channel no longer blocks the callback
+	t.Cleanup(func() { close(done) })
 	if _, err := nc.Subscribe(api.Subjects{}.Audit(node), func(m *nats.Msg) {
 		var r api.AuditRecord
 		if json.Unmarshal(m.Data, &r) == nil {
-			recs <- r
+			select {
+			case recs <- r:
+			case <-done:
+			}
 		}
 	}); err != nil {
 		t.Fatal(err)

@@ -41,6 +41,7 @@ type Stack struct {
 	Token  string // the bearer token the helpers send ("" sends none)
 	HTTP   *http.Client
 	Trust  *testutil.Trust // the fleet root; the controller signs as "ctl"
+	Policy bool            // nodes watch FLEETMUX_POLICY (Options.Policy)
 }
 
 // Node is one node agent of a Stack, on its own bus connection and gossip member.
@@ -56,6 +57,7 @@ type Options struct {
 	Nodes  map[string]map[string]string // name → labels; nil: n1 and n2
 	Token  string                       // the bootstrap (admin) token; "": Token
 	Store  bool                         // tokens in the FLEETMUX_TOKENS bucket of the stack's NATS
+	Policy bool                         // the guardrail policy in the FLEETMUX_POLICY bucket: /v1/policy sets it, the nodes enforce it
 	Config func(*controller.Config)     // changes the controller's config before New
 }
 
@@ -81,7 +83,7 @@ func New(t *testing.T, o Options) *Stack {
 	if o.Token == "" {
 		o.Token = Token
 	}
-	f := &Stack{T: t, Nodes: map[string]*Node{}, Token: o.Token, HTTP: &http.Client{Timeout: 60 * time.Second}, Trust: testutil.NewTrust(t)}
+	f := &Stack{T: t, Nodes: map[string]*Node{}, Token: o.Token, HTTP: &http.Client{Timeout: 60 * time.Second}, Trust: testutil.NewTrust(t), Policy: o.Policy}
 	f.NATS = testutil.StartNATS(t, t.TempDir())
 	ctx := context.Background()
 	var err error
@@ -97,6 +99,9 @@ func New(t *testing.T, o Options) *Stack {
 			t.Fatal(err)
 		}
 		cfg.Tokens = kv
+	}
+	if o.Policy {
+		cfg.Policy = transport.NewPolicy(f.Bus.NC(), Quiet())
 	}
 	if o.Config != nil {
 		o.Config(&cfg)
@@ -155,7 +160,11 @@ func (f *Stack) StartNode(name string, labels map[string]string) *Node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := node.New(node.Config{Name: name, Labels: labels, DataDir: t.TempDir(), Bus: conn, Verifier: f.Trust.NewVerifier(t), Gossip: g, Logger: Quiet(), Version: "0.1.0"})
+	cfg := node.Config{Name: name, Labels: labels, DataDir: t.TempDir(), Bus: conn, Verifier: f.Trust.NewVerifier(t), Gossip: g, Logger: Quiet(), Version: "0.1.0"}
+	if f.Policy {
+		cfg.Policy = transport.NewPolicyReader(conn.NC(), Quiet())
+	}
+	n, err := node.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
