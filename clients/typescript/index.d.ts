@@ -47,6 +47,20 @@ export interface SessionList {
   unavailable?: string[];
 }
 
+/** Who writes into a session: the verified principal, its actor label and role; attach: a person in an attach. */
+export interface Writer {
+  principal: string;
+  actor?: string;
+  role?: Role;
+  attach?: boolean;
+}
+
+/** The reply of takeOver: the session, and the writer that held its lease before (absent: nobody did). */
+export interface TakeOver {
+  session: Session;
+  previous?: Writer;
+}
+
 export interface Block {
   n: number;
   command: string;
@@ -248,6 +262,7 @@ export declare class Client {
   run(node: string, id: string, command: string, opts?: RunOptions): Promise<BlockResult>;
   input(node: string, id: string, data: string): Promise<void>;
   keys(node: string, id: string, ...keys: string[]): Promise<void>;
+  takeOver(node: string, id: string): Promise<TakeOver>;
   resize(node: string, id: string, cols: number, rows: number): Promise<Session>;
   screen(node: string, id: string): Promise<Screen>;
   blocks(node: string, id: string): Promise<Block[]>;

@@ -205,6 +205,15 @@ export class Client {
     await this.#json("POST", this.#spath(node, id, "/keys"), { body: { keys } });
   }
 
+  /**
+   * Takes the session's writer lease (operator or admin): one writer per session at a
+   * time, others get Busy naming the holder. The writer that held it is told;
+   * .previous names it (absent: nobody held it).
+   */
+  async takeOver(node, id) {
+    return this.#json("POST", this.#spath(node, id, "/take_over"));
+  }
+
   async resize(node, id, cols, rows) {
     return this.#json("POST", this.#spath(node, id, "/resize"), { body: { cols, rows } });
   }

@@ -11,8 +11,8 @@ import urllib.request
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from .errors import FleetmuxError, Gone, NotFound, error_for
-from .types import (Block, BlockResult, Chunk, Fanout, Health, NewToken, Node, Screen, Session,
-                    SessionList, Token, WaitResult, from_json)
+from .types import (Block, BlockResult, Chunk, Fanout, Health, NewToken, Node, Screen, Session, SessionList,
+                    TakeOver, Token, WaitResult, from_json)
 
 DEFAULT_ADDR = "http://127.0.0.1:7070"
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
@@ -158,6 +158,12 @@ class Client:
     def keys(self, node: str, id: str, *keys: str) -> None:
         """Sends named keys: C-c, Enter, Up, Tab, Esc, F1, ..."""
         self._json("POST", self._spath(node, id, "/keys"), body={"keys": list(keys)})
+
+    def take_over(self, node: str, id: str) -> TakeOver:
+        """Takes the session's writer lease (operator or admin): one writer per session
+        at a time, others get Busy naming the holder. The writer that held it is told;
+        .previous names it (None: nobody held it)."""
+        return from_json(TakeOver, self._json("POST", self._spath(node, id, "/take_over")))
 
     def resize(self, node: str, id: str, cols: int, rows: int) -> Session:
         return from_json(Session, self._json("POST", self._spath(node, id, "/resize"), body={"cols": cols, "rows": rows}))

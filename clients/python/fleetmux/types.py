@@ -83,6 +83,27 @@ class SessionList:
 
 
 @dataclass
+class Writer:
+    """Who writes into a session: the verified principal ("token:NAME",
+    "ssh:SHA256:..."), the actor label it gave itself, its role; attach is set for
+    a person typing in an attach."""
+
+    principal: str = ""
+    actor: str = ""
+    role: str = ""
+    attach: bool = False
+
+
+@dataclass
+class TakeOver:
+    """The reply of take_over: the session, and the writer that held its lease
+    before (None: nobody did)."""
+
+    session: Session = field(default_factory=Session)
+    previous: Optional[Writer] = None
+
+
+@dataclass
 class Block:
     n: int = 0
     command: str = ""

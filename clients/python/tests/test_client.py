@@ -271,6 +271,26 @@ class ClientTest(unittest.TestCase):
         made = c.create_session(node=s.node, argv=["sleep", "60"])
         c.close_session(made.node, made.id)
 
+    def test_take_over(self):
+        # One writer per session: while A's command runs, B is busy until it takes
+        # the session over; then A is the one who is busy.
+        c, s = self.c, self.s
+        names = ["py-a-%d" % os.getpid(), "py-b-%d" % os.getpid()]
+        a, b = (Client(token=c.create_token(n, "operator", ttl="1h").secret) for n in names)
+        for n in names:
+            self.addCleanup(c.revoke_token, n)
+        self.assertEqual(a.run(s.node, s.id, "sleep 30", timeout_ms=50).block.state, "running")
+        with self.assertRaises(fleetmux.Busy) as e:
+            b.keys(s.node, s.id, "C-c")
+        self.assertIn("token:" + names[0], e.exception.message)
+        t = b.take_over(s.node, s.id)
+        self.assertEqual((t.session.id, t.previous.principal, t.previous.role), (s.id, "token:" + names[0], "operator"))
+        b.keys(s.node, s.id, "C-c")
+        self.assertEqual(c.wait(s.node, s.id, until="idle", timeout_ms=15000).block.exit_code, 130)
+        with self.assertRaises(fleetmux.Busy) as e:
+            a.run(s.node, s.id, "true")
+        self.assertIn("token:" + names[1], e.exception.message)
+
     def test_limit(self):
         c, made = self.c, []
         try:

@@ -236,6 +236,24 @@ describe("fleetmux client", { skip, concurrency: 1 }, () => {
     await c.closeSession(made.node, made.id);
   });
 
+  it("takes a session's writer lease over", async () => {
+    // One writer per session: while A's command runs, B is busy until it takes the
+    // session over; then A is the one who is busy.
+    const names = [`ts-a-${process.pid}`, `ts-b-${process.pid}`];
+    const [a, b] = await Promise.all(names.map(async (n) => new fm.Client(undefined, (await c.createToken(n, "operator", "1h")).secret)));
+    try {
+      assert.equal((await a.run(s.node, s.id, "sleep 30", { timeoutMs: 50 })).block.state, "running");
+      await assert.rejects(b.keys(s.node, s.id, "C-c"), (e) => e instanceof fm.Busy && e.detail.includes(`token:${names[0]}`));
+      const t = await b.takeOver(s.node, s.id);
+      assert.deepEqual([t.session.id, t.previous?.principal, t.previous?.role], [s.id, `token:${names[0]}`, "operator"]);
+      await b.keys(s.node, s.id, "C-c");
+      assert.equal((await c.wait(s.node, s.id, { until: "idle", timeoutMs: 15000 })).block.exit_code, 130);
+      await assert.rejects(a.run(s.node, s.id, "true"), (e) => e instanceof fm.Busy && e.detail.includes(`token:${names[1]}`));
+    } finally {
+      for (const n of names) await c.revokeToken(n);
+    }
+  });
+
   it("throws Limit past the node's session limit", async () => {
     const made = [];
     try {
