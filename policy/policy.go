@@ -38,7 +38,9 @@
 //
 // Redacting: a Redactor replaces matches of the redact patterns in a stream with
 // "[REDACTED:name]", also when a secret is split across writes, holding back at most
-// the longest match a pattern can have (MaxMatchBytes). Redaction changes lengths, so
+// the longest match a pattern can have (MaxMatchBytes), and only while a secret may
+// still start in the tail (output that ends where none can, a prompt, goes at once).
+// Redaction changes lengths, so
 // the node redacts before output offsets are assigned: the stream, `read` and the
 // recording all see the same redacted bytes and the same offsets; the unredacted bytes
 // never get an offset.

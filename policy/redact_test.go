@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func redactors(t testing.TB, pats ...string) []Redact {
@@ -24,14 +25,42 @@ func redactors(t testing.TB, pats ...string) []Redact {
 // redactChunks writes in to a new redactor in the given chunks and returns all output.
 func redactChunks(rs []Redact, chunks ...[]byte) []byte {
 	r := NewRedactor(rs)
+	bound := 1
+	for _, p := range rs {
+		bound = max(bound, p.max)
+	}
 	var out []byte
 	for _, c := range chunks {
 		out = append(out, r.Write(c)...)
-		if len(r.held) >= max(r.max, 1) {
-			panic(fmt.Sprintf("held %d bytes, bound %d", len(r.held), r.max))
+		// a partial match is shorter than the longest match; a cut rune adds at most 3
+		if r.Held() >= bound+utf8.UTFMax-1 {
+			panic(fmt.Sprintf("held %d bytes, bound %d", r.Held(), bound))
 		}
 	}
 	return append(out, r.Flush()...)
+}
+
+// reference redacts in at once with one regexp of all patterns as alternatives,
+// the semantics Redactor promises (leftmost, then the first pattern).
+func reference(rs []Redact, in []byte) []byte {
+	var alts []string
+	for _, p := range rs {
+		alts = append(alts, "("+p.re.String()+")")
+	}
+	re := regexp.MustCompile(strings.Join(alts, "|"))
+	var out []byte
+	pos := 0
+	for _, m := range re.FindAllSubmatchIndex(in, -1) {
+		out = append(out, in[pos:m[0]]...)
+		for g := range rs {
+			if m[2+2*g] >= 0 {
+				out = append(out, "[REDACTED:"+rs[g].Name+"]"...)
+				break
+			}
+		}
+		pos = m[1]
+	}
+	return append(out, in[pos:]...)
 }
 
 const fakeKey = "AKIAIOSFODNN7EXAMPLE"
@@ -80,32 +109,83 @@ func TestRedactSplit(t *testing.T) {
 	}
 }
 
-// TestRedactReleases checks that Write holds back less than the longest match, so
-// output keeps flowing.
+// TestRedactReleases checks that Write holds back only a tail where a secret may
+// still start, so a prompt or the end of any other output is not delayed.
 func TestRedactReleases(t *testing.T) {
-	rs := redactors(t, "aws-key", `AKIA[0-9A-Z]{16}`)
-	r := NewRedactor(rs)
-	in := bytes.Repeat([]byte("x"), 1000)
-	out := r.Write(in)
-	if len(out) != len(in)-(rs[0].max-1) {
-		t.Fatalf("released %d of %d bytes, want all but %d", len(out), len(in), rs[0].max-1)
+	rs := redactors(t, "aws-key", `AKIA[0-9A-Z]{16}`, "token", `tok_[a-z]+`, "pw", `password=[^ \n]{1,64}`)
+	tests := []struct{ in, out, held string }{
+		{strings.Repeat("x", 1000), strings.Repeat("x", 1000), ""},
+		{"build ok\nuser@host:~$ ", "build ok\nuser@host:~$ ", ""},
+		{"id = AKIA", "id = ", "AKIA"},
+		{"id = AK", "id = ", "AK"},
+		{"id = AKIB", "id = AKIB", ""},
+		{"AKIAIOSFODNN7EXAMPL", "", "AKIAIOSFODNN7EXAMPL"},
+		{"AKIAIOSFODNN7EXAMPLE", "[REDACTED:aws-key]", ""}, // complete, and cannot grow
+		{"x tok_abc", "x ", "tok_abc"},                     // complete, but may grow
+		{"x tok_abc y", "x [REDACTED:token] y", ""},        // grown no further
+		{"password=hunter2", "", "password=hunter2"},       // may grow
+		{"AKIAtok_ab", "AKIA", "tok_ab"},                   // AKIA is dead at t
+		{"caf\xc3", "caf", "\xc3"},                         // a rune cut in two
+		{"AKIA" + strings.Repeat("A", 15) + "\xc3", "", "AKIA" + strings.Repeat("A", 15) + "\xc3"},
 	}
-	if rest := r.Flush(); len(out)+len(rest) != len(in) {
-		t.Fatalf("flush released %d", len(rest))
+	for _, tt := range tests {
+		r := NewRedactor(rs)
+		out := string(r.Write([]byte(tt.in)))
+		if out != tt.out || string(r.held) != tt.held || r.Held() != len(tt.held) {
+			t.Errorf("Write(%q) = %q holding %q, want %q holding %q", tt.in, out, r.held, tt.out, tt.held)
+		}
+		if rest := string(r.Flush()); out+rest != string(reference(rs, []byte(tt.in))) {
+			t.Errorf("Write(%q) then Flush = %q, want %q", tt.in, out+rest, reference(rs, []byte(tt.in)))
+		}
+		if r.Held() != 0 {
+			t.Errorf("Flush left %d bytes held", r.Held())
+		}
 	}
-	if got := NewRedactor(nil).Write(in); !bytes.Equal(got, in) {
-		t.Fatal("no patterns changed the stream")
+	in := []byte(strings.Repeat("y", 100))
+	if got := NewRedactor(nil).Write(in); !bytes.Equal(got, in) || &got[0] == &in[0] {
+		t.Fatal("no patterns: not a copy of the stream")
 	}
 }
 
+func TestRedactText(t *testing.T) {
+	rs := redactors(t, "aws-key", `AKIA[0-9A-Z]{16}`)
+	r := NewRedactor(rs)
+	_ = r.Write([]byte("AKIA")) // Text leaves the stream alone
+	if got := r.Text("echo " + fakeKey); got != "echo [REDACTED:aws-key]" {
+		t.Errorf("Text = %q", got)
+	}
+	if got := r.Text("echo AKIA"); got != "echo AKIA" {
+		t.Errorf("Text of a partial key = %q", got)
+	}
+	if got := string(r.Write([]byte("IOSFODNN7EXAMPLE"))); got != "[REDACTED:aws-key]" {
+		t.Errorf("the stream after Text: %q", got)
+	}
+	var p *Policy
+	if p.RedactText(fakeKey) != fakeKey {
+		t.Error("nil policy redacted")
+	}
+	if (&Policy{Redacts: rs}).RedactText("k="+fakeKey) != "k=[REDACTED:aws-key]" {
+		t.Error("policy RedactText")
+	}
+}
+
+// FuzzRedact checks the streaming redactor against the one-regexp reference: any
+// chunking gives the reference's output, no secret survives, and a newline (which
+// no pattern here can read or start with) leaves nothing held back.
 func FuzzRedact(f *testing.F) {
 	f.Add([]byte("id = "+fakeKey+" and tok_abc"), uint8(3), uint8(7))
 	f.Add([]byte("AKIAAKIA0123456789ABCDEFGH"), uint8(1), uint8(1))
 	f.Add([]byte("\xf0\x9f\x98\x80sk-ABCDEFGHIJKLMNOPQRST\xe2\x82"), uint8(2), uint8(5))
-	rs := redactors(f, "aws-key", `AKIA[0-9A-Z]{16}`, "token", `tok_[a-z]+`, "sk", `sk-[A-Za-z0-9]{20}`, "any", `pw=.{4}`)
+	f.Add([]byte("pw=\xe2\x82\xac\xe2\x82\xacab"), uint8(4), uint8(1))
+	f.Add([]byte("\xe2\x82AKIA\xc3\xa9KIAIOSFODNN7EXAMPLEE"), uint8(1), uint8(2))
+	rs := redactors(f, "aws-key", `AKIA[0-9A-Z]{16}`, "token", `tok_[a-z]+`, "sk", `sk-[A-Za-z0-9]{20}`,
+		"any", `pw=.{4}`, "fold", `(?i)secret:[a-z]{3,5}`, "uni", `é[0-9]{2}`)
 	survivors := regexp.MustCompile(`AKIA[0-9A-Z]{16}|sk-[A-Za-z0-9]{20}`)
 	f.Fuzz(func(t *testing.T, in []byte, a, b uint8) {
-		want := redactChunks(rs, in)
+		want := reference(rs, in)
+		if got := redactChunks(rs, in); !bytes.Equal(got, want) {
+			t.Fatalf("at once:\n got %q\nwant %q", got, want)
+		}
 		// chunk sizes alternate between a and b (at least 1)
 		var chunks [][]byte
 		rest, sizes := in, []int{int(a)%64 + 1, int(b)%64 + 1}
@@ -119,6 +199,18 @@ func FuzzRedact(f *testing.F) {
 		}
 		if m := survivors.Find(want); m != nil {
 			t.Fatalf("secret %q survived in %q", m, want)
+		}
+		r := NewRedactor(rs)
+		var out []byte
+		for _, c := range chunks {
+			out = append(out, r.Write(c)...)
+		}
+		out = append(out, r.Write([]byte("\n"))...)
+		if r.Held() != 0 {
+			t.Fatalf("%q then a newline: %d bytes held", in, r.Held())
+		}
+		if full := reference(rs, append(append([]byte(nil), in...), '\n')); !bytes.Equal(out, full) {
+			t.Fatalf("with a newline:\n got %q\nwant %q", out, full)
 		}
 	})
 }
