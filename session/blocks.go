@@ -363,7 +363,7 @@ func (s *Session) altAtLocked(off int64) (on, ok bool) {
 func (s *Session) newBlockLocked(command string, off int64) *Block {
 	b := &Block{
 		N:         len(s.blocks) + 1,
-		Command:   command,
+		Command:   s.redactTextLocked(command),
 		Cwd:       s.cwd,
 		State:     BlockRunning,
 		StartedAt: time.Now().UTC(),

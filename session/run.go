@@ -47,7 +47,7 @@ func (s *Session) Info() Info {
 func (s *Session) infoLocked() Info {
 	in := Info{
 		ID: s.cfg.ID, Title: s.title, Description: s.description, Labels: copyLabels(s.labels),
-		Shell: s.shell, Argv: append([]string(nil), s.argv...), Cwd: s.cwd, Cols: s.cols, Rows: s.rows,
+		Shell: s.shell, Argv: s.redactArgvLocked(s.argv), Cwd: s.cwd, Cols: s.cols, Rows: s.rows,
 		State: s.state, CreatedAt: s.createdAt, OutputOffset: s.ring.end, Pid: s.pid,
 		Integrated: s.integrated, WaitingInput: s.waiting && !s.exited, Echo: s.echo, Blocks: len(s.blocks),
 		Integration: IntegrationNone,

@@ -82,6 +82,9 @@ type Config struct {
 	Labels             map[string]string
 	// Logger receives operational logs; default slog.Default().
 	Logger *slog.Logger
+	// Redactor, when set, replaces secrets in the output from the first byte on,
+	// before it gets offsets, and in command text (see SetRedactor, redact.go).
+	Redactor Redactor
 }
 
 // Session is one running PTY session. All methods are safe for concurrent use.
@@ -147,8 +150,12 @@ type Session struct {
 	events       []Event
 	eventSeq     uint64
 
+	redact       Redactor // nil: none; see redact.go
+	releaseArmed bool     // the poller was told to release held-back bytes (pollHeld)
+
 	pollWake chan struct{} // input or a submission: sample soon
 	pollOut  chan struct{} // output: sample soon after a quiet spell
+	pollHeld chan struct{} // the redactor holds bytes back: release them after a quiet spell
 	stop     chan struct{}
 	wg       sync.WaitGroup
 }
@@ -222,6 +229,8 @@ func Start(cfg Config) (*Session, error) {
 	s.follow.init()
 	s.pollWake = make(chan struct{}, 1)
 	s.pollOut = make(chan struct{}, 1)
+	s.pollHeld = make(chan struct{}, 1)
+	s.redact = cfg.Redactor
 	s.stop = make(chan struct{})
 	s.title, s.description, s.labels = cfg.Title, cfg.Description, copyLabels(cfg.Labels)
 	s.cwd = dir
@@ -358,11 +367,13 @@ func (s *Session) readLoop() {
 			s.inflight.Store(true) // cleared under s.mu once ingested: see sample
 			s.mu.Lock()
 			marks, offs = marks[:0], offs[:0]
-			s.scanner.scan(buf[:n], func(p []byte) { s.ring.write(p) }, func(m mark) {
+			s.scanner.scan(buf[:n], s.outputLocked, func(m mark) {
+				s.flushRedactLocked() // a mark ends the redactor's stream: see redact.go
 				marks = append(marks, m)
 				offs = append(offs, s.ring.end)
 			})
 			s.ingestLocked(marks, offs)
+			s.armReleaseLocked()
 			// Tell the poller about plain output at most once per minPoll: under a
 			// flood, a wake-up per read cost 8% of the CPU of reading (it only backs
 			// off). A chunk with marks always tells it: a C mark makes a typed
@@ -377,7 +388,8 @@ func (s *Session) readLoop() {
 		}
 		if err != nil {
 			s.mu.Lock()
-			s.scanner.flush(func(p []byte) { s.ring.write(p) })
+			s.scanner.flush(s.outputLocked)
+			s.flushRedactLocked()
 			s.readDone = true
 			s.broadcastLocked()
 			s.mu.Unlock()
@@ -440,6 +452,7 @@ drain:
 		}
 	}
 	s.mu.Lock()
+	s.flushRedactLocked() // the program's last output belongs to its blocks
 	s.exited = true
 	if code >= 0 {
 		s.exitCode = &code

@@ -28,10 +28,21 @@ func (s *Session) pollLoop() {
 	var last time.Time
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	release := time.NewTimer(RedactQuiet) // releases what the redactor holds back (redact.go)
+	release.Stop()
+	defer release.Stop()
 	for {
 		select {
 		case <-s.stop:
 			return
+		case <-s.pollHeld:
+			release.Reset(RedactQuiet)
+			continue
+		case <-release.C:
+			if at := s.releaseHeld(); !at.IsZero() {
+				release.Reset(time.Until(at))
+			}
+			continue
 		case <-s.pollWake:
 			// Input or a submission: sample soon, but at most every minPoll.
 			interval = minPoll
@@ -206,6 +217,7 @@ func (s *Session) sample() bool {
 			quietSince = fb.submitted
 		}
 		if time.Since(quietSince) >= s.cfg.Settle {
+			s.flushRedactLocked() // the output has settled: what is held back is the block's
 			b := fb.block
 			s.finishBlockLocked(b, s.ring.end, nil, s.fallbackNoteLocked())
 			s.fallback = nil
