@@ -62,7 +62,7 @@ func (n *Node) auditRecord(req request, out any, aerr *api.Error) []byte {
 	rec.Session = probe.Session
 	switch {
 	case probe.Command != "":
-		rec.Detail = truncate(probe.Command, 512)
+		rec.Detail = truncate(n.redactText(probe.Command), 512) // redacted whole, then cut
 	case len(probe.Keys) > 0:
 		b, _ := json.Marshal(probe.Keys)
 		rec.Detail = "keys " + truncate(string(b), 256)
@@ -76,7 +76,7 @@ func (n *Node) auditRecord(req request, out any, aerr *api.Error) []byte {
 		rec.Session = s.ID
 	}
 	if aerr != nil {
-		rec.Result, rec.Error = aerr.Code, truncate(aerr.Message, 512)
+		rec.Result, rec.Error = aerr.Code, truncate(n.redactText(aerr.Message), 512)
 	}
 	req.decision.fill(&rec)
 	return marshalRecord(rec)

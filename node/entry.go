@@ -13,6 +13,7 @@ import (
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/datadir"
+	"github.com/fleetmux/fleetmux/policy"
 	"github.com/fleetmux/fleetmux/replay"
 	"github.com/fleetmux/fleetmux/session"
 )
@@ -69,6 +70,9 @@ type entry struct {
 
 	guard entryGuard // guardrail state (guard.go)
 	lease lease      // the writer lease (lease.go)
+	// redactFor is the policy whose redactor the session has (redact.go); guarded
+	// by n.redaction.mu.
+	redactFor *policy.Policy
 
 	closeOnce sync.Once
 }

@@ -296,7 +296,7 @@ func quoteRule(s string) string {
 // asked about before running it).
 func (n *Node) auditLine(e *entry, w writer, command string, d policy.Decision, err error) {
 	rec := api.AuditRecord{Time: time.Now().UTC(), Node: n.cfg.Name, Session: e.id, Actor: w.Actor, Principal: w.Principal, Role: w.Role,
-		Action: auditTyped, Detail: truncate(command, 512), Result: "ok", Decision: d.Action, Rule: d.Rule, PolicyVersion: d.Version}
+		Action: auditTyped, Detail: truncate(n.redactText(command), 512), Result: "ok", Decision: d.Action, Rule: d.Rule, PolicyVersion: d.Version}
 	if err != nil {
 		rec.Result, rec.Error = api.CodeInternal, truncate(err.Error(), 512)
 		if ae, ok := err.(*api.Error); ok {

@@ -35,6 +35,9 @@ type sessionHandle interface {
 	SendKeys(names ...string) error
 	// Resize sets the terminal size.
 	Resize(cols, rows int) error
+	// SetRedactor replaces the redactor of the output (nil: none), releasing what
+	// the old one holds back first.
+	SetRedactor(r session.Redactor)
 
 	// Screen renders the current screen.
 	Screen() (session.Screen, error)

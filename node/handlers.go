@@ -229,10 +229,12 @@ func (n *Node) create(ctx context.Context, req request) (any, error) {
 	}
 	n.mu.Unlock()
 
+	red, redFrom := n.newSessionRedactor()
 	s, err := startSession(session.Config{
 		Shell: r.Shell, Argv: r.Argv, Dir: r.Cwd, Env: env, Cols: r.Cols, Rows: r.Rows, User: r.User,
 		ScrollbackBytes: n.cfg.ScrollbackBytes, RuntimeDir: filepath.Join(n.cfg.DataDir, "run"),
 		Title: r.Title, Description: r.Description, Labels: r.Labels, Logger: n.log,
+		Redactor: red,
 	})
 	if err != nil {
 		return nil, sessionErr("", err)
@@ -264,6 +266,7 @@ func (n *Node) create(ctx context.Context, req request) (any, error) {
 	n.gossipLocked()
 	n.wg.Add(1)
 	n.mu.Unlock()
+	n.redactStarted(e, redFrom)
 	go func() { // the entry's goroutines are the node's
 		defer n.wg.Done()
 		e.run()

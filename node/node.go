@@ -109,8 +109,9 @@ type Node struct {
 	sweep     chan struct{}               // asks the janitor for a sweep (buffered 1)
 	appr      approvals                   // held commands (approval.go)
 
-	pol   atomic.Pointer[policy.Policy] // the policy in force (nil: none); see guard.go
-	guard guard
+	pol       atomic.Pointer[policy.Policy] // the policy in force (nil: none); see guard.go
+	guard     guard
+	redaction redaction // redact.go
 
 	mu       sync.Mutex // guards the fields below
 	sessions map[string]*entry
@@ -191,6 +192,7 @@ func New(cfg Config) (*Node, error) {
 	if cfg.Policy == nil {
 		close(n.guard.ready) // no source: no policy, known at once
 	}
+	n.onPolicy(n.followRedaction)
 	if n.log == nil {
 		n.log = slog.Default()
 	}
