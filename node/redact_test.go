@@ -109,14 +109,14 @@ func TestRedactEverywhere(t *testing.T) {
 	for _, shell := range shells {
 		t.Run(shell, func(t *testing.T) {
 			f, _ := guardFixture(t, redactPolicy, 3)
-			audits := f.audits(t)
+			_, audits := testutil.AuditSub(t, f.srv.ClientURL(), "n1")
 			feed := f.follow(t)
 			s := f.create(api.CreateRequest{Shell: shell, Argv: nil})
 
 			r := f.run(s.ID, "echo "+fakeKey)
 			noKey(t, "run reply", r.Text, true)
 			noKey(t, "run block command", r.Block.Command, true)
-			rec := audits.next(t, "run")
+			rec := testutil.NextAudit(t, audits, "run")
 			noKey(t, "audit record", rec.Detail, true)
 			r = f.run(s.ID, "printf 'AKIAABCD'; printf 'EFGHIJKLMNOP\\n'")
 			if strings.TrimSpace(r.Text) != redacted {
