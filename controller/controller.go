@@ -253,6 +253,7 @@ func (c *Controller) Start() error {
 	if err := c.watchTokens(); err != nil {
 		return err
 	}
+	c.checkPolicy(c.cfg.HTTPListen)
 	ln, err := net.Listen("tcp", c.cfg.HTTPListen)
 	if err != nil {
 		return fmt.Errorf("controller: listen: %w", err)
@@ -275,10 +276,6 @@ func (c *Controller) Start() error {
 		}
 	}()
 	c.log.Info("controller serving", "addr", ln.Addr().String())
-	if c.cfg.Policy != nil {
-		c.reqWG.Add(1)
-		go c.checkPolicy(c.cfg.HTTPListen)
-	}
 	return nil
 }
 

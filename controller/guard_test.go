@@ -62,6 +62,13 @@ func TestGuardDenies(t *testing.T) {
 	// A policy change applies on the running nodes within a second.
 	start := time.Now()
 	version := f.setPolicy(t, guardPolicy)
+	stored := time.Since(start)
+	for r := testutil.NextAudit(t, nodeAudit, "policy"); r.PolicyVersion != version; r = testutil.NextAudit(t, nodeAudit, "policy") {
+	}
+	applied := time.Since(start)
+	if applied > time.Second {
+		t.Errorf("the node put the policy in force %v after PUT /v1/policy, want within 1s", applied)
+	}
 	var took time.Duration
 	for {
 		code, b := f.Do("POST", path(bash)+"/run", api.RunBody{Command: "touch " + filepath.Join(dir, "marker1"), TimeoutMS: 20000})
@@ -78,7 +85,7 @@ func TestGuardDenies(t *testing.T) {
 		// It ran: undo, so the marker check below stays meaningful.
 		os.Remove(filepath.Join(dir, "marker1"))
 	}
-	t.Logf("policy applied on the node %v after PUT /v1/policy", took)
+	t.Logf("PUT /v1/policy (and GET) took %v; the node's audit record of the new version came %v after the PUT began; a run was denied %v after it", stored, applied, took)
 	if r := testutil.NextAudit(t, ctlAudit, "PUT /v1/policy"); r.PolicyVersion != version || r.Principal != "token:bootstrap" || r.Result != "ok" {
 		t.Errorf("controller's audit of the policy: %+v, want version %d", r, version)
 	}

@@ -127,11 +127,14 @@ func (c *Controller) DeletePolicy(ctx context.Context) (api.PolicyInfo, error) {
 	return old, nil
 }
 
-// checkPolicy looks at the policy once the controller serves (binding the store,
-// which creates the bucket the nodes watch) and warns loudly when none is set and
-// the API listens beyond loopback. It is a goroutine of the controller (reqWG).
+// checkPolicy looks at the policy as the controller starts (binding the store,
+// which creates the bucket the nodes watch, so they follow it from then on), and
+// warns loudly when none is set and the API listens beyond loopback. A store it
+// cannot read is logged, not fatal: the policy routes then fail on their own.
 func (c *Controller) checkPolicy(addr string) {
-	defer c.reqWG.Done()
+	if c.cfg.Policy == nil {
+		return
+	}
 	ctx, cancel := context.WithTimeout(c.ctx, 30*time.Second)
 	defer cancel()
 	doc, rev, err := c.cfg.Policy.Get(ctx)

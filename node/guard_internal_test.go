@@ -59,14 +59,15 @@ func TestExpectLine(t *testing.T) {
 
 func FuzzEditLine(f *testing.F) {
 	f.Add([]byte("rm"), []byte(" -rf /\r\n\x1b[A\x7f"))
-	f.Fuzz(func(t *testing.T, pending, data []byte) {
+	f.Fuzz(func(t *testing.T, before, data []byte) {
+		_, pending := editLine(nil, before) // a pending line is what typing left
 		lines, rest := editLine(pending, data)
-		if len(rest) > maxPending+len(pending) && len(rest) > maxPending {
+		if len(rest) > maxPending {
 			t.Fatalf("pending line of %d bytes", len(rest))
 		}
-		for _, l := range lines {
-			if strings.ContainsAny(l, "\r\n") {
-				t.Fatalf("line %q holds a line end", l)
+		for _, l := range append(lines, string(rest)) {
+			if strings.ContainsAny(l, "\r\n\x1b\x7f\x03\x15\x17") {
+				t.Fatalf("line %q holds a line end or an editing key", l)
 			}
 		}
 	})
