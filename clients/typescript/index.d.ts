@@ -159,6 +159,14 @@ export interface Health {
   nodes: number;
 }
 
+/** The guardrail policy in force: the document as stored and its version (0: none is set). */
+export interface PolicyInfo {
+  version: number;
+  document: string;
+  rules: number;
+  redacts: number;
+}
+
 export interface NewSession {
   node?: string;
   title?: string;
@@ -271,6 +279,9 @@ export declare class Client {
   output(node: string, id: string, opts?: { from?: number; maxBytes?: number }): Promise<Chunk>;
   follow(node: string, id: string, opts?: FollowOptions): AsyncGenerator<Chunk, void, undefined>;
   fanout(command: string, opts: FanoutOptions): Promise<Fanout>;
+  policy(): Promise<PolicyInfo>;
+  setPolicy(document: string): Promise<PolicyInfo>;
+  deletePolicy(): Promise<PolicyInfo>;
   tokens(): Promise<Token[]>;
   createToken(name: string, role: Role, ttl?: string): Promise<NewToken>;
   revokeToken(name: string): Promise<Token>;

@@ -345,6 +345,25 @@ export class Client {
     return this.#json("POST", "/v1/run", { body });
   }
 
+  /** The guardrail policy in force (version 0: none is set, everything is allowed). */
+  async policy() {
+    return this.#json("GET", "/v1/policy");
+  }
+
+  /**
+   * Stores a policy document (YAML, or JSON) as the one in force (admin); every node
+   * applies it within a second. A document that does not parse is a BadRequest
+   * naming its line and field, and changes nothing.
+   */
+  async setPolicy(document) {
+    return this.#json("PUT", "/v1/policy", { raw: { data: document, type: "application/yaml" } });
+  }
+
+  /** Removes the policy (admin): every node then allows every command. Returns the policy that was in force. */
+  async deletePolicy() {
+    return this.#json("DELETE", "/v1/policy");
+  }
+
   async tokens() {
     return (await this.#json("GET", "/v1/tokens")).tokens;
   }

@@ -11,8 +11,8 @@ import urllib.request
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from .errors import FleetmuxError, Gone, NotFound, error_for
-from .types import (Block, BlockResult, Chunk, Fanout, Health, NewToken, Node, Screen, Session, SessionList,
-                    TakeOver, Token, WaitResult, from_json)
+from .types import (Block, BlockResult, Chunk, Fanout, Health, NewToken, Node, PolicyInfo, Screen, Session,
+                    SessionList, TakeOver, Token, WaitResult, from_json)
 
 DEFAULT_ADDR = "http://127.0.0.1:7070"
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
@@ -289,6 +289,24 @@ class Client:
                                timeout_ms=timeout_ms, max_output_bytes=max_output_bytes, batch=batch,
                                stop_on_failure=stop_on_failure or None, idempotency_key=idempotency_key))
         return from_json(Fanout, self._json("POST", "/v1/run", body=body))
+
+    # -- guardrails
+
+    def policy(self) -> PolicyInfo:
+        """The guardrail policy in force (version 0: none is set, everything is
+        allowed)."""
+        return from_json(PolicyInfo, self._json("GET", "/v1/policy"))
+
+    def set_policy(self, document: str) -> PolicyInfo:
+        """Stores a policy document (YAML, or JSON) as the one in force (admin); every
+        node applies it within a second. A document that does not parse is a
+        BadRequest naming its line and field, and changes nothing."""
+        return from_json(PolicyInfo, self._json("PUT", "/v1/policy", raw=(document.encode(), "application/yaml")))
+
+    def delete_policy(self) -> PolicyInfo:
+        """Removes the policy (admin): every node then allows every command. Returns
+        the policy that was in force."""
+        return from_json(PolicyInfo, self._json("DELETE", "/v1/policy"))
 
     # -- tokens and the rest
 

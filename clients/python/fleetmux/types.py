@@ -211,3 +211,14 @@ class Health:
     nats: bool = False
     nodes: int = 0
 
+
+@dataclass
+class PolicyInfo:
+    """The guardrail policy in force: the document as stored and its version (0:
+    none is set), which every decision and audit record names."""
+
+    version: int = 0
+    document: str = ""
+    rules: int = 0
+    redacts: int = 0
+

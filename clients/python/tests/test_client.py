@@ -11,6 +11,8 @@ directory unusable and usable again. Without FLEETMUX_ADDR they skip.
 import json
 import os
 import re
+import shutil
+import tempfile
 import threading
 import time
 import unittest
@@ -290,6 +292,63 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(fleetmux.Busy) as e:
             a.run(s.node, s.id, "true")
         self.assertIn("token:" + names[1], e.exception.message)
+
+    def test_policy_denies(self):
+        c, s = self.c, self.s
+        doc = ("version: 1\n"
+               "rules:\n"
+               "  - name: no-py-marker\n"
+               "    match: {command: 'fm-deny-py'}\n"
+               "    action: deny\n"
+               "  - name: default\n"
+               "    action: allow\n")
+        before = c.policy()
+        info = c.set_policy(doc)
+        try:
+            self.assertGreater(info.version, before.version)
+            self.assertEqual((info.document, info.rules, info.redacts), (doc, 2, 0))
+            self.assertEqual(c.policy().version, info.version)
+            # Each node applies it within a second: a harmless command that the
+            # rule matches is denied once it did.
+            probe = lambda: self._denied(lambda: c.run(s.node, s.id, "echo fm-deny-py", timeout_ms=20000))
+            e = eventually("the node to apply the policy", probe, timeout=10)
+            self.assertEqual((e.code, e.status, e.rule), ("denied", 403, "no-py-marker"))
+            self.assertIsInstance(e, fleetmux.Forbidden)
+            marker = os.path.join(self.tmp(), "fm-deny-py")
+            with self.assertRaises(fleetmux.Denied) as d:
+                c.run(s.node, s.id, "touch " + marker, timeout_ms=20000)
+            self.assertEqual(d.exception.rule, "no-py-marker")
+            f = c.fanout("touch " + marker, sessions=[s.address], timeout_ms=20000)
+            self.assertEqual((f.ok, f.failed), (0, 1))
+            self.assertEqual((f.results[0].error.code, f.results[0].error.rule), ("denied", "no-py-marker"))
+            self.assertFalse(os.path.exists(marker))
+            self.assertEqual(c.run(s.node, s.id, "echo allowed", timeout_ms=20000).text, "allowed")
+            # A document that does not parse changes nothing.
+            with self.assertRaises(fleetmux.BadRequest) as b:
+                c.set_policy("version: 1\nrules:\n  - name: x\n    action: explode\n")
+            self.assertIn("line", b.exception.message)
+            self.assertEqual(c.policy().version, info.version)
+        finally:
+            gone = c.delete_policy()
+        self.assertEqual(gone.version, info.version)
+        self.assertEqual(c.policy().version, 0)
+        eventually("the node to drop the policy", lambda: self._denied(
+            lambda: c.run(s.node, s.id, "echo fm-deny-py", timeout_ms=20000)) is None, timeout=10)
+
+    @staticmethod
+    def _denied(fn):
+        """The Denied error fn raises, or None when it returns."""
+        try:
+            fn()
+        except fleetmux.Denied as e:
+            return e
+        return None
+
+    def tmp(self):
+        """A directory of this test's, removed after it."""
+        d = tempfile.mkdtemp(prefix="fleetmux-py-")
+        self.addCleanup(shutil.rmtree, d, True)
+        return d
 
     def test_limit(self):
         c, made = self.c, []

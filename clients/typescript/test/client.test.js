@@ -8,7 +8,9 @@
 
 import assert from "node:assert/strict";
 import { afterEach, beforeEach, describe, it } from "node:test";
-import { readFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { createServer } from "node:http";
 import * as fm from "../index.js";
 
@@ -252,6 +254,48 @@ describe("fleetmux client", { skip, concurrency: 1 }, () => {
     } finally {
       for (const n of names) await c.revokeToken(n);
     }
+  });
+
+  it("sets a policy whose rule denies, and removes it", async () => {
+    const doc = "version: 1\nrules:\n  - name: no-ts-marker\n    match: {command: 'fm-deny-ts'}\n    action: deny\n  - name: default\n    action: allow\n";
+    const denied = async (fn) => {
+      try {
+        await fn();
+      } catch (e) {
+        if (e instanceof fm.Denied) return e;
+        throw e;
+      }
+      return null;
+    };
+    const before = await c.policy();
+    const info = await c.setPolicy(doc);
+    const dir = mkdtempSync(join(tmpdir(), "fleetmux-ts-"));
+    try {
+      assert.ok(info.version > before.version);
+      assert.deepEqual([info.document, info.rules, info.redacts], [doc, 2, 0]);
+      assert.equal((await c.policy()).version, info.version);
+      // Each node applies it within a second: a harmless command that the rule
+      // matches is denied once it did.
+      const e = await eventually("the node to apply the policy", () => denied(() => c.run(s.node, s.id, "echo fm-deny-ts", { timeoutMs: 20000 })), 10000);
+      assert.deepEqual([e.code, e.status, e.rule], ["denied", 403, "no-ts-marker"]);
+      assert.ok(e instanceof fm.Forbidden);
+      const marker = join(dir, "fm-deny-ts");
+      await assert.rejects(c.run(s.node, s.id, `touch ${marker}`, { timeoutMs: 20000 }), (x) => x instanceof fm.Denied && x.rule === "no-ts-marker");
+      const f = await c.fanout(`touch ${marker}`, { selector: { sessions: [`${s.node}/${s.id}`] }, timeoutMs: 20000 });
+      assert.deepEqual([f.ok, f.failed], [0, 1]);
+      assert.deepEqual([f.results[0].error.code, f.results[0].error.rule], ["denied", "no-ts-marker"]);
+      assert.ok(!existsSync(marker));
+      assert.equal((await c.run(s.node, s.id, "echo allowed", { timeoutMs: 20000 })).text, "allowed");
+      // A document that does not parse changes nothing.
+      await assert.rejects(c.setPolicy("version: 1\nrules:\n  - name: x\n    action: explode\n"), (x) => x instanceof fm.BadRequest && x.detail.includes("line"));
+      assert.equal((await c.policy()).version, info.version);
+    } finally {
+      const old = await c.deletePolicy();
+      assert.equal(old.version, info.version);
+      rmSync(dir, { recursive: true, force: true });
+    }
+    assert.equal((await c.policy()).version, 0);
+    await eventually("the node to drop the policy", async () => (await denied(() => c.run(s.node, s.id, "echo fm-deny-ts", { timeoutMs: 20000 }))) === null, 10000);
   });
 
   it("throws Limit past the node's session limit", async () => {
