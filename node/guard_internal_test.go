@@ -1,6 +1,11 @@
 package node
 
 import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
 	"reflect"
 	"strings"
 	"testing"
@@ -54,6 +59,22 @@ func TestExpectLine(t *testing.T) {
 	}
 	if len(e.guard.expected) != maxExpected {
 		t.Fatalf("%d lines expected, want at most %d", len(e.guard.expected), maxExpected)
+	}
+}
+
+// TestPolicyNotLoadedRefuses: until the node has read its policy source once,
+// nothing is decided: a request that needs a decision is refused, never allowed.
+func TestPolicyNotLoadedRefuses(t *testing.T) {
+	n := &Node{cfg: Config{Name: "n1"}, guard: guard{ready: make(chan struct{})}}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	var e *api.Error
+	if err := n.enforce(ctx, nil, writer{}, "true"); !errors.As(err, &e) || e.Code != api.CodeUnavailable {
+		t.Fatalf("enforce before the policy is known = %v, want unavailable", err)
+	}
+	n.setPolicy(nil)
+	if err := n.policyLoaded(context.Background()); err != nil {
+		t.Fatalf("once known: %v", err)
 	}
 }
 

@@ -131,13 +131,19 @@ func TestGuardInputWithoutIntegration(t *testing.T) {
 
 func TestGuardInputAtIntegratedPrompt(t *testing.T) {
 	f, _ := guardFixture(t, markerPolicy, 1)
-	dir := t.TempDir()
-	s := f.create(api.CreateRequest{Shell: "bash", Cwd: dir})
-	f.run(s.ID, "true") // at the prompt, integrated
-	denied(t, f.call("input", api.InputRequest{Session: s.ID, Data: "touch marker\n"}, nil), "no-markers")
-	f.run(s.ID, "touch done")
-	if fileThere(filepath.Join(dir, "marker")) || !fileThere(filepath.Join(dir, "done")) {
-		t.Fatal("the denied line ran, or the allowed one did not")
+	shells := []string{"bash"}
+	if testutil.WantTool(t, "zsh") != "" {
+		shells = append(shells, "zsh")
+	}
+	for _, shell := range shells {
+		dir := t.TempDir()
+		s := f.create(api.CreateRequest{Shell: shell, Cwd: dir})
+		f.run(s.ID, "true") // at the prompt, integrated
+		denied(t, f.call("input", api.InputRequest{Session: s.ID, Data: "touch marker\n"}, nil), "no-markers")
+		f.run(s.ID, "touch done")
+		if fileThere(filepath.Join(dir, "marker")) || !fileThere(filepath.Join(dir, "done")) {
+			t.Fatalf("%s: the denied line ran, or the allowed one did not", shell)
+		}
 	}
 }
 
