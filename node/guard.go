@@ -27,10 +27,11 @@ import (
 type PolicySource interface {
 	// Watch calls fn with the policy document in force and its revision (doc nil:
 	// no policy is set), first the one held now, before Watch returns, then every
-	// change until stop is called or ctx ends. fn runs on one goroutine owned by
-	// the watch, never twice at once, and must not block for long; it may see a
+	// change until stop is called. ctx bounds only the wait for the first value:
+	// Watch returns its error when ctx ends first. fn runs on one goroutine owned
+	// by the watch, never twice at once, and must not block for long; it may see a
 	// revision again (a watch started again after a lost connection). stop waits
-	// until fn no longer runs. Watch blocks until the first value or ctx.
+	// until fn no longer runs.
 	Watch(ctx context.Context, fn func(doc []byte, revision uint64)) (stop func(), err error)
 }
 
@@ -168,13 +169,20 @@ func (n *Node) policyLoaded(ctx context.Context) error {
 	return api.Errorf(api.CodeUnavailable, "node %s has not loaded its policy yet: try again", n.cfg.Name)
 }
 
+// policyWatchTimeout bounds one attempt to read the policy source.
+const policyWatchTimeout = 15 * time.Second
+
 // watchPolicy follows the policy source until the node closes, starting the watch
 // again when it fails. It is a goroutine of the node (n.wg).
 func (n *Node) watchPolicy() {
 	defer n.wg.Done()
 	backoff := 100 * time.Millisecond
 	for {
-		stop, err := n.cfg.Policy.Watch(n.ctx, n.applyPolicy)
+		// Bounded, so a source that cannot be read (no JetStream, no permission)
+		// is logged below instead of retried in silence.
+		wctx, cancel := context.WithTimeout(n.ctx, policyWatchTimeout)
+		stop, err := n.cfg.Policy.Watch(wctx, n.applyPolicy)
+		cancel()
 		if err == nil {
 			<-n.ctx.Done()
 			stop()
