@@ -32,6 +32,9 @@ var Routes = map[string]string{
 	"GET /v1/sessions/{node}/{id}/wait":       RoleViewer,
 	"GET /v1/sessions/{node}/{id}/attach":     RoleViewer, // typing needs operator: the node checks input
 	"POST /v1/run":                            RoleOperator,
+	"GET /v1/approvals":                       RoleViewer,
+	"GET /v1/approvals/{node}/{id}":           RoleViewer,
+	"POST /v1/approvals/{node}/{id}":          RoleOperator, // the node checks the approval's approvers (admin by default)
 	"GET /v1/tokens":                          RoleAdmin,
 	"POST /v1/tokens":                         RoleAdmin,
 	"DELETE /v1/tokens/{name}":                RoleAdmin,

@@ -18,6 +18,9 @@ type Error struct {
 	Status  int
 	Code    string
 	Message string
+	// Rule names the guardrail rule of a denied or held reply; Approval is the
+	// approval (NODE/ID) a held request waits for.
+	Rule, Approval string
 
 	health *api.Health // a 503 reply of /healthz that carried a health body
 }
@@ -39,7 +42,9 @@ func (e *Error) Is(target error) bool {
 
 // Unwrap gives the same error as an *api.Error, so errors.As(err, &apiErr) and
 // errors.Is(err, &api.Error{Code: ...}) work too.
-func (e *Error) Unwrap() error { return &api.Error{Code: e.Code, Message: e.Message} }
+func (e *Error) Unwrap() error {
+	return &api.Error{Code: e.Code, Message: e.Message, Rule: e.Rule, Approval: e.Approval}
+}
 
 // Sentinels for errors.Is; they match by code.
 var (
@@ -55,6 +60,8 @@ var (
 	ErrInternal     = &Error{Code: api.CodeInternal}
 	ErrUnavailable  = &Error{Code: api.CodeUnavailable}
 	ErrTimeout      = &Error{Code: api.CodeTimeout}
+	ErrDenied       = &Error{Code: api.CodeDenied}
+	ErrHeld         = &Error{Code: api.CodeHeld}
 )
 
 // readError turns an error response into an *Error.
@@ -73,7 +80,7 @@ func parseError(status int, body []byte) *Error {
 	}
 	if err := json.Unmarshal(body, &env); err == nil {
 		if env.Error != nil && env.Error.Code != "" {
-			return &Error{Status: status, Code: env.Error.Code, Message: env.Error.Message}
+			return &Error{Status: status, Code: env.Error.Code, Message: env.Error.Message, Rule: env.Error.Rule, Approval: env.Error.Approval}
 		}
 		if status == http.StatusServiceUnavailable && env.Status != "" {
 			var h api.Health

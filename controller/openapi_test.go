@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/controller"
+	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/fleetmux/fleetmux/internal/testutil/stack"
 )
 
@@ -304,6 +306,23 @@ func (f *fixture) exerciseAll(t *testing.T) {
 	}
 	f.Must(200, "GET", "/v1/policy", nil, nil)
 	f.APIErr(400, api.CodeBadRequest, "PUT", "/v1/policy", []byte(`{"version": 1, "rules": [{"name": "x", "action": "explode"}]}`))
+
+	// Approvals: a run held by an approve rule (409 held), listed, read, withdrawn.
+	f.Must(200, "PUT", "/v1/policy", []byte(`{"version": 1, "rules": [{"name": "hold", "match": {"command": "needs-ok"}, "action": "approve"}]}`), nil)
+	var held api.ErrorReply
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		code, b := f.Do("POST", p+"/run", api.RunBody{Command: "true # needs-ok", TimeoutMS: 5000})
+		return code == 409 && json.Unmarshal(b, &held) == nil && held.Error != nil && held.Error.Approval != ""
+	}, "a run held by the policy")
+	ap := "/v1/approvals/" + held.Error.Approval
+	f.Must(200, "GET", "/v1/approvals", nil, nil)
+	f.Must(200, "GET", "/v1/approvals?state=all&node=n1", nil, nil)
+	f.Must(200, "GET", ap+"?wait_ms=10", nil, nil)
+	f.APIErr(403, api.CodeForbidden, "POST", ap, api.DecideBody{Decision: api.DecisionApprove}) // who asked never approves
+	f.Must(200, "POST", ap, api.DecideBody{Decision: api.DecisionDeny, Reason: "withdrawn"}, nil)
+	f.APIErr(410, api.CodeGone, "POST", ap, api.DecideBody{Decision: api.DecisionDeny})
+	f.APIErr(404, api.CodeNotFound, "GET", "/v1/approvals/n1/a999", nil)
+	f.APIErr(400, api.CodeBadRequest, "GET", "/v1/approvals?state=maybe", nil)
 	f.Must(200, "DELETE", "/v1/policy", nil, nil)
 
 	f.Must(200, "DELETE", p, nil, nil)

@@ -76,9 +76,10 @@ func (n *Node) getApproval(ctx context.Context, req request) (any, error) {
 	return n.snapshot(ap), nil
 }
 
-// decideApproval (verb decide) approves or denies a pending approval. Deciding needs the admin role or
-// one of the approvers the rule named; nobody approves what they asked for
-// themselves (the principal that asked may deny it: withdraw).
+// decideApproval (verb decide) approves or denies a pending approval. Deciding
+// needs the admin role or one of the approvers the rule named; nobody approves what
+// they asked for themselves, and the principal that asked may always deny it
+// (withdraw).
 func (n *Node) decideApproval(ctx context.Context, req request) (any, error) {
 	var r api.DecideRequest
 	if err := decode(req, &r); err != nil {
@@ -108,7 +109,8 @@ func (n *Node) decideApproval(ctx context.Context, req request) (any, error) {
 	if who == "" {
 		who = req.actor
 	}
-	if req.role != api.RoleAdmin && !slices.Contains(a.Approvers, req.role) {
+	withdraw := state == api.ApprovalDenied && who != "" && who == a.Principal
+	if !withdraw && req.role != api.RoleAdmin && !slices.Contains(a.Approvers, req.role) {
 		need := "the admin role"
 		if len(a.Approvers) > 0 {
 			need += " or one of the roles rule " + quoteRule(a.Rule) + " names (" + strings.Join(a.Approvers, ", ") + ")"
