@@ -103,6 +103,7 @@ func (sc *sshSession) attach(ctx context.Context, node, id string) int {
 		}
 	}()
 	defer func() { <-inputDone }()
+	defer sc.watchNotices(ctx, node, id, sc.ch)() // stops with ctx (cancelled below)
 	outputDone := make(chan struct{})
 	go func() { // output: ends with the session, an error, or when attach returns
 		defer close(outputDone)

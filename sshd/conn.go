@@ -25,6 +25,9 @@ var sshVerbs = map[string]string{
 	"new": api.RoleOperator, "run": api.RoleOperator, "send": api.RoleOperator, "keys": api.RoleOperator,
 	"take-over": api.RoleOperator,
 	"kill":      api.RoleAdmin,
+	// approvals; approve and deny: the node checks the decider (admin, or a role the
+	// rule names as approver)
+	"approvals": api.RoleViewer, "approve": api.RoleOperator, "deny": api.RoleOperator,
 }
 
 // maxSSHChannels bounds the session channels open at once on one connection

@@ -31,6 +31,7 @@ func clientCmds() []*cobra.Command {
 	return []*cobra.Command{
 		nodesCmd(), lsCmd(), newCmd(), runVerbCmd(), sendCmd(), keysCmd(), screenCmd(),
 		blocksCmd(), blockCmd(), waitCmd(), logsCmd(), attachCmd(), killCmd(), takeOverCmd(),
+		approvalsCmd(), approveCmd(), denyCmd(),
 	}
 }
 
