@@ -67,6 +67,10 @@ func (f mcpFleet) Wait(ctx context.Context, node, id string, q api.WaitQuery) (a
 	return f.c.Wait(ctx, node, id, q.Until, q.After, q.TimeoutMS)
 }
 
+func (f mcpFleet) Approval(ctx context.Context, node, id string, waitMS int) (api.Approval, error) {
+	return f.c.Approval(ctx, node, id, waitMS)
+}
+
 func (f mcpFleet) Fanout(ctx context.Context, req api.FanoutRequest) (api.Fanout, error) {
 	return f.c.Fanout(ctx, req)
 }

@@ -141,7 +141,7 @@ type Block struct {
 	Node    string `json:"node" jsonschema:"the session's node"`
 	Session string `json:"session" jsonschema:"the session id"`
 	// State is what happened: done, running, waiting_input, exited or no_block.
-	State string `json:"state" jsonschema:"done: the command finished; running: still running (call wait_for); waiting_input: the command waits for input (call send_input); exited: the session's process exited; no_block: nothing has run yet"`
+	State string `json:"state" jsonschema:"done: the command finished; running: still running (call wait_for); waiting_input: the command waits for input (call send_input); exited: the session's process exited; no_block: nothing has run yet; held: a person must approve it first (call wait_for with approval); denied: it was denied or not approved in time and did not run; not_run: approved but it could not be typed"`
 	N     int    `json:"n,omitempty" jsonschema:"the block (command) number in the session, for read_block"`
 	// Command is the block's command.
 	Command      string `json:"command,omitempty" jsonschema:"the command of the block"`
@@ -154,6 +154,10 @@ type Block struct {
 	LostBytes    int64  `json:"lost_bytes,omitempty" jsonschema:"bytes of output no longer held by the node"`
 	// OK is wait_for's answer: whether the condition held before the timeout.
 	OK *bool `json:"ok,omitempty" jsonschema:"wait_for only: whether the condition held before the timeout"`
+	// Approval, Rule and ApprovalState describe a command the policy held.
+	Approval      string `json:"approval,omitempty" jsonschema:"the approval (NODE/ID) a held command waits for: pass it to wait_for"`
+	Rule          string `json:"rule,omitempty" jsonschema:"the policy rule that held (or denied) the command"`
+	ApprovalState string `json:"approval_state,omitempty" jsonschema:"pending, approved, denied or expired"`
 }
 
 // blockView is what a block result is made from.

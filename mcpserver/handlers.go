@@ -244,6 +244,10 @@ func (m *Server) runCommand(ctx context.Context, in runCommandIn) (*mcp.CallTool
 	} else {
 		err = run(ctx) // a program waiting for input (typed into), or busy
 	}
+	if ae, held := heldError(err); held {
+		res, out := heldResult(in.Node, in.Session, in.Command, ae)
+		return res, out, nil
+	}
 	if err != nil {
 		return nil, Block{}, m.explain(err, in.Node, in.Session)
 	}
@@ -273,6 +277,9 @@ func (m *Server) waitFor(ctx context.Context, in waitForIn) (*mcp.CallToolResult
 	}
 	if in.MaxOutputBytes < 0 || in.After < 0 {
 		return nil, Block{}, toolErrf("max_output_bytes and after must not be negative")
+	}
+	if in.Approval != "" {
+		return m.waitApproval(ctx, in, timeout)
 	}
 	v := blockView{node: in.Node, id: in.Session, budget: m.budget(in.MaxOutputBytes)}
 	s, err := m.f.Session(ctx, in.Node, in.Session)
@@ -513,7 +520,7 @@ func (m *Server) fanoutRun(ctx context.Context, in fanoutRunIn) (*mcp.CallToolRe
 	for _, r := range fo.Results {
 		t := FanoutTarget{Node: r.Node, Session: r.Session, ExitCode: r.ExitCode, DurationMS: r.DurationMS, OmittedBytes: r.OmittedBytes, Result: "ok"}
 		if r.Error != nil {
-			t.Result, t.Error = r.Error.Code, r.Error.Message
+			t.Result, t.Error, t.Approval = r.Error.Code, r.Error.Message, r.Error.Approval
 		}
 		out.Results = append(out.Results, t)
 		where := r.Node
@@ -532,6 +539,9 @@ func (m *Server) fanoutRun(ctx context.Context, in fanoutRunIn) (*mcp.CallToolRe
 			what = r.Error.Message
 		case r.Error.Code == api.CodeSkipped:
 			what = "skipped (" + r.Error.Message + ")"
+		case r.Error.Code == api.CodeHeld:
+			what = fmt.Sprintf("held for approval %s by rule %q: nothing ran yet; call wait_for %s for its result once a person decides",
+				r.Error.Approval, r.Error.Rule, jsonArgs("node", r.Node, "session", r.Session, "approval", r.Error.Approval))
 		default:
 			what = r.Error.Code + ": " + r.Error.Message
 		}

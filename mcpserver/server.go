@@ -49,6 +49,10 @@ type Fleet interface {
 	// its last block.
 	Wait(ctx context.Context, node, id string, q api.WaitQuery) (api.WaitResult, error)
 	Fanout(ctx context.Context, req api.FanoutRequest) (api.Fanout, error)
+	// Approval reads an approval of node (a held command); with waitMS > 0 it first
+	// waits, up to waitMS, until the approval is done (decided, and an approved
+	// run's block finished).
+	Approval(ctx context.Context, node, id string, waitMS int) (api.Approval, error)
 }
 
 // DefaultTextBytes is the default text budget of one tool result.

@@ -29,6 +29,8 @@ type fake struct {
 	mu     sync.Mutex
 	err    error
 	run    api.BlockResult // Run's reply
+	runErr error           // Run's error, when set (a held command)
+	appr   api.Approval    // Approval's reply
 	actors []string        // one per call
 	calls  []string        // method names, in order
 }
@@ -100,7 +102,14 @@ func (f *fake) Run(ctx context.Context, node, id string, body api.RunBody) (api.
 	if err := f.called(ctx, "Run"); err != nil {
 		return api.BlockResult{}, err
 	}
-	return f.run, nil
+	return f.run, f.runErr
+}
+
+func (f *fake) Approval(ctx context.Context, node, id string, waitMS int) (api.Approval, error) {
+	if err := f.called(ctx, "Approval"); err != nil {
+		return api.Approval{}, err
+	}
+	return f.appr, nil
 }
 
 func (f *fake) Input(ctx context.Context, node, id, data string) error {

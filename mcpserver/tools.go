@@ -54,6 +54,7 @@ type (
 		TimeoutMS      int    `json:"timeout_ms,omitempty" jsonschema:"how long to wait, in ms (default 30000, at most 600000)"`
 		After          int64  `json:"after,omitempty" jsonschema:"with until output: an output offset to pass (default: the session's output end now)"`
 		MaxOutputBytes int    `json:"max_output_bytes,omitempty" jsonschema:"the output budget of the result in bytes (default 8192)"`
+		Approval       string `json:"approval,omitempty" jsonschema:"the approval (NODE/ID) run_command or fanout_run said a held command waits for: wait until a person decides and, once approved, until the node ran it (its exit code and output); until is then ignored"`
 	}
 	sendInputIn struct {
 		Node    string `json:"node" jsonschema:"the session's node"`
@@ -141,6 +142,7 @@ type (
 		DurationMS   int64  `json:"duration_ms" jsonschema:"how long the target took"`
 		Error        string `json:"error,omitempty" jsonschema:"what went wrong"`
 		OmittedBytes int64  `json:"omitted_bytes,omitempty" jsonschema:"output bytes left out of the text"`
+		Approval     string `json:"approval,omitempty" jsonschema:"result held: the approval (NODE/ID) the command waits for (wait_for with it)"`
 	}
 	// Fanout is fanout_run's structured content.
 	Fanout struct {
@@ -310,7 +312,8 @@ func (m *Server) addTools() {
 		Name: "wait_for",
 		Description: "Wait until a session is idle (its command finished; the default), waiting_input, exited, or has new output (until: output), for at most timeout_ms (default 30 s). " +
 			"Returns the session's last block like run_command: header (exit code, duration, cwd, state) and output; ok false in the structured content when the timeout passed first. " +
-			"Use it after run_command said running, or after send_input.",
+			"Use it after run_command said running, or after send_input. " +
+			"After run_command said held, call it with approval: it waits until a person decides and returns the command's result once the node ran it (or that it was denied).",
 		Annotations: annRead("Wait for a session"),
 		InputSchema: inputSchema[waitForIn](func(p map[string]*jsonschema.Schema) {
 			p["until"].Enum = []any{api.UntilIdle, api.UntilWaitingInput, api.UntilExited, api.UntilOutput}
