@@ -96,7 +96,7 @@ func (n *Node) approve(ctx context.Context, e *entry, w writer, command string, 
 	addr := ap.a.Addr()
 	if kind == api.ApprovalRun {
 		return &api.Error{Code: api.CodeHeld, Rule: d.Rule, Approval: addr,
-			Message: fmt.Sprintf("held by rule %s for a person's approval (approval %s, undecided by %s means denied): nothing was typed yet; once approved the node runs it in %s/%s",
+			Message: fmt.Sprintf("rule %s holds this command for a person's approval: approval %s (undecided by %s means denied); nothing was typed yet, and once approved the node runs it in %s/%s",
 				quoteRule(d.Rule), addr, ap.a.ExpiresAt.Format(time.RFC3339), n.cfg.Name, e.id)}
 	}
 	select {
