@@ -49,7 +49,8 @@ type approvals struct {
 // approval is one held command. Its fields but a are set at creation and never
 // change; a is guarded by approvals.mu.
 type approval struct {
-	a       api.Approval
+	a       api.Approval // its Command redacted (it leaves the node)
+	command string       // the command as asked, which an approved run types
 	e       *entry
 	w       writer
 	decided chan struct{} // closed when it is approved, denied or expired
@@ -147,9 +148,9 @@ func (n *Node) hold(e *entry, w writer, command string, d policy.Decision, kind 
 		return nil, fmt.Errorf("approval counter: %w", err)
 	}
 	n.appr.next = num + 1
-	ap := &approval{e: e, w: w, decided: make(chan struct{}), done: make(chan struct{})}
+	ap := &approval{command: command, e: e, w: w, decided: make(chan struct{}), done: make(chan struct{})}
 	ap.a = api.Approval{
-		ID: "a" + strconv.Itoa(num), Node: n.cfg.Name, Session: e.id, Kind: kind, Command: command,
+		ID: "a" + strconv.Itoa(num), Node: n.cfg.Name, Session: e.id, Kind: kind, Command: n.redactText(command),
 		Principal: w.Principal, Actor: w.Actor, Role: w.Role,
 		Rule: d.Rule, PolicyVersion: d.Version, Approvers: slices.Clone(n.policy().Approvers(d.Rule)),
 		State: api.ApprovalPending, RequestedAt: now, ExpiresAt: now.Add(within),
@@ -243,7 +244,7 @@ func (n *Node) goApproved(ap *approval) bool {
 // closed ends it with an error.
 func (n *Node) runApproved(ap *approval) {
 	defer n.wg.Done()
-	e, a := ap.e, n.snapshot(ap)
+	e := ap.e
 	ctx := e.ctx // cancelled when the session closes (and when the node does)
 	opts := session.RunOptions{Timeout: api.MaxWait, MaxOutputBytes: 1}
 	typeIt := func() (session.Result, error) {
@@ -252,9 +253,9 @@ func (n *Node) runApproved(ap *approval) {
 			return session.Result{}, err
 		}
 		if in := e.s.Info(); in.Integration == session.IntegrationOK && in.State == session.StateIdle {
-			e.expectLine(a.Command) // typed at the prompt: the shell will ask about it
+			e.expectLine(ap.command) // typed at the prompt: the shell will ask about it
 		}
-		res, err := e.s.Run(ctx, a.Command, opts)
+		res, err := e.s.Run(ctx, ap.command, opts)
 		ran(res)
 		return res, err
 	}

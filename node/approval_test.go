@@ -228,3 +228,40 @@ func TestApprovalApprovers(t *testing.T) {
 		t.Errorf("approvals state nope: %v", err)
 	}
 }
+
+// TestApprovalRedacted: the command of an approval leaves the node redacted (the
+// approvals verb, events), while the approved run types it as it was asked.
+func TestApprovalRedacted(t *testing.T) {
+	const key = "AKIAIOSFODNN7EXAMPLE"
+	f, _ := guardFixture(t, approvalPolicy+"redact:\n  - {name: aws-key, pattern: 'AKIA[0-9A-Z]{16}'}\n", 3)
+	evs := f.watchApprovals()
+	s := f.create(api.CreateRequest{})
+	marker := filepath.Join(t.TempDir(), "key")
+	id := f.heldRun(s.ID, "printf %s "+key+" > "+marker+" # held")
+	var list api.ApprovalList
+	f.mustCall("approvals", api.ApprovalsRequest{}, &list)
+	if len(list.Approvals) != 1 || strings.Contains(list.Approvals[0].Command, key) || !strings.Contains(list.Approvals[0].Command, "[REDACTED:aws-key]") {
+		t.Fatalf("approvals: %+v", list.Approvals)
+	}
+	if err := f.callAs("boss", api.RoleAdmin, "decide", api.DecideRequest{ID: id, DecideBody: api.DecideBody{Decision: api.DecisionApprove}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var got api.Approval
+	f.mustCall("approval", api.ApprovalRequest{ID: id, TimeoutMS: 20000}, &got)
+	if got.ExitCode == nil || *got.ExitCode != 0 {
+		t.Fatalf("approval %+v", got)
+	}
+	if b, err := os.ReadFile(marker); err != nil || string(b) != key {
+		t.Fatalf("the approved run typed %q (%v), want the command as asked", b, err)
+	}
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		return strings.Join(evs.types(id), ",") == "held,approved,done"
+	}, "events held, approved, done (got %v)", evs.types(id))
+	evs.mu.Lock()
+	defer evs.mu.Unlock()
+	for _, ev := range evs.evs {
+		if strings.Contains(ev.Approval.Command, key) {
+			t.Errorf("event %s carries the key: %q", ev.Type, ev.Approval.Command)
+		}
+	}
+}
