@@ -167,6 +167,43 @@ export interface PolicyInfo {
   redacts: number;
 }
 
+export type ApprovalState = "pending" | "approved" | "denied" | "expired";
+
+/**
+ * A command held by a guardrail rule until a person decides. kind: "run" (the node
+ * types it once approved, then block and exit_code) or "line" (a line typed at a
+ * shell's prompt, which runs it once approved).
+ */
+export interface Approval {
+  /** a<N>; the approval's address is node/id. */
+  id: string;
+  node: string;
+  session: string;
+  kind: "run" | "line";
+  command: string;
+  principal?: string;
+  actor?: string;
+  role?: string;
+  rule: string;
+  policy_version: number;
+  approvers?: string[];
+  state: ApprovalState;
+  requested_at: string;
+  expires_at: string;
+  decided_at?: string;
+  decided_by?: string;
+  reason?: string;
+  block?: number;
+  exit_code?: number;
+  error?: string;
+  done: boolean;
+}
+
+export interface ApprovalList {
+  approvals: Approval[];
+  unavailable?: string[];
+}
+
 export interface NewSession {
   node?: string;
   title?: string;
@@ -282,6 +319,12 @@ export declare class Client {
   policy(): Promise<PolicyInfo>;
   setPolicy(document: string): Promise<PolicyInfo>;
   deletePolicy(): Promise<PolicyInfo>;
+  approvals(opts?: { node?: string; state?: ApprovalState | "all" }): Promise<ApprovalList>;
+  /** By node and id, or by the address alone (node "NODE/aN", id undefined). */
+  approval(node: string, id?: string, opts?: { waitMs?: number; signal?: AbortSignal }): Promise<Approval>;
+  decide(node: string, id: string | undefined, decision: "approve" | "deny", opts?: { reason?: string }): Promise<Approval>;
+  approve(node: string, id?: string, opts?: { reason?: string }): Promise<Approval>;
+  deny(node: string, id?: string, opts?: { reason?: string }): Promise<Approval>;
   tokens(): Promise<Token[]>;
   createToken(name: string, role: Role, ttl?: string): Promise<NewToken>;
   revokeToken(name: string): Promise<Token>;

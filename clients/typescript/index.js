@@ -96,6 +96,18 @@ function checkName(what, s) {
   }
 }
 
+const APPROVAL_ID = /^a[1-9][0-9]*$/;
+
+// approvalPath is /v1/approvals/NODE/ID, from node and id or from an address NODE/ID alone.
+function approvalPath(node, id) {
+  if (id === undefined && typeof node === "string" && node.includes("/")) [node, id] = node.split("/", 2);
+  checkName("node", node);
+  if (typeof id !== "string" || !APPROVAL_ID.test(id)) {
+    throw new BadRequest("bad_request", `approval id ${JSON.stringify(id)}: want a1, a2, ...`);
+  }
+  return `/v1/approvals/${node}/${id}`;
+}
+
 function dropUndefined(o) {
   return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined && v !== null));
 }
@@ -362,6 +374,44 @@ export class Client {
   /** Removes the policy (admin): every node then allows every command. Returns the policy that was in force. */
   async deletePolicy() {
     return this.#json("DELETE", "/v1/policy");
+  }
+
+  /**
+   * Approvals fleet-wide (or of opts.node), oldest first: pending ones by default;
+   * opts.state: pending, approved, denied, expired, or "all". Nodes that did not
+   * answer are listed in .unavailable.
+   */
+  async approvals(opts = {}) {
+    if (opts.node !== undefined) checkName("node", opts.node);
+    return this.#json("GET", "/v1/approvals", { query: [["node", opts.node], ["state", opts.state]] });
+  }
+
+  /**
+   * One approval, by node and id or by its address ("NODE/aN", as Held's .approval
+   * gives it; id then undefined). With opts.waitMs it waits (up to that, at most 10
+   * min) until the approval is done: decided, and when an approved run was typed by
+   * the node, until its block finished (.block, .exit_code).
+   */
+  async approval(node, id, opts = {}) {
+    return this.#json("GET", approvalPath(node, id), { query: [["wait_ms", opts.waitMs]], signal: opts.signal });
+  }
+
+  /**
+   * Approves ("approve") or denies ("deny") a pending approval: admin, or a role its
+   * rule names as approvers; never the one who asked.
+   */
+  async decide(node, id, decision, opts = {}) {
+    return this.#json("POST", approvalPath(node, id), { body: dropUndefined({ decision, reason: opts.reason }) });
+  }
+
+  /** Approves a pending approval (see decide): a held run is then typed by the node. */
+  async approve(node, id, opts = {}) {
+    return this.decide(node, id, "approve", opts);
+  }
+
+  /** Denies a pending approval (see decide): the command never runs. */
+  async deny(node, id, opts = {}) {
+    return this.decide(node, id, "deny", opts);
   }
 
   async tokens() {

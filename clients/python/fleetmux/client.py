@@ -11,11 +11,12 @@ import urllib.request
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from .errors import FleetmuxError, Gone, NotFound, error_for
-from .types import (Block, BlockResult, Chunk, Fanout, Health, NewToken, Node, PolicyInfo, Screen, Session,
-                    SessionList, TakeOver, Token, WaitResult, from_json)
+from .types import (Approval, ApprovalList, Block, BlockResult, Chunk, Fanout, Health, NewToken, Node,
+                    PolicyInfo, Screen, Session, SessionList, TakeOver, Token, WaitResult, from_json)
 
 DEFAULT_ADDR = "http://127.0.0.1:7070"
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
+_APPROVAL_ID = re.compile(r"^a[1-9][0-9]*$")
 _RETRYABLE = (urllib.error.URLError, ConnectionError, http.client.HTTPException, OSError)
 
 
@@ -47,6 +48,16 @@ def resolve(addr: Optional[str] = None, token: Optional[str] = None) -> Tuple[st
 def _check_name(what: str, s: str) -> None:
     if not isinstance(s, str) or not _NAME.match(s):
         raise error_for(0, "bad_request", "%s %r: want [A-Za-z0-9_-]{1,63}" % (what, s))
+
+
+def _approval_path(node: str, id: Optional[str]) -> str:
+    """/v1/approvals/NODE/ID, from node and id or from an address NODE/ID alone."""
+    if id is None and isinstance(node, str) and "/" in node:
+        node, id = node.split("/", 1)
+    _check_name("node", node)
+    if not isinstance(id, str) or not _APPROVAL_ID.match(id):
+        raise error_for(0, "bad_request", "approval id %r: want a1, a2, ..." % (id,))
+    return "/v1/approvals/%s/%s" % (node, id)
 
 
 def _drop_none(d: Dict[str, Any]) -> Dict[str, Any]:
@@ -307,6 +318,35 @@ class Client:
         """Removes the policy (admin): every node then allows every command. Returns
         the policy that was in force."""
         return from_json(PolicyInfo, self._json("DELETE", "/v1/policy"))
+
+    def approvals(self, node: Optional[str] = None, state: Optional[str] = None) -> ApprovalList:
+        """Approvals fleet-wide (or of node), oldest first: pending ones by default;
+        state: pending, approved, denied, expired, or "all". Nodes that did not
+        answer are listed in .unavailable."""
+        if node is not None:
+            _check_name("node", node)
+        return from_json(ApprovalList, self._json("GET", "/v1/approvals", [("node", node), ("state", state)]))
+
+    def approval(self, node: str, id: Optional[str] = None, wait_ms: Optional[int] = None) -> Approval:
+        """One approval, by node and id or by its address ("NODE/aN", as Held.approval
+        gives it). With wait_ms it waits (up to that, at most 10 min) until the
+        approval is done: decided, and when an approved run was typed by the node,
+        until its block finished (.block, .exit_code)."""
+        return from_json(Approval, self._json("GET", _approval_path(node, id), [("wait_ms", wait_ms)]))
+
+    def decide(self, node: str, id: Optional[str], decision: str, reason: Optional[str] = None) -> Approval:
+        """Approves ("approve") or denies ("deny") a pending approval: admin, or a role
+        its rule names as approvers; never the one who asked."""
+        body = _drop_none(dict(decision=decision, reason=reason))
+        return from_json(Approval, self._json("POST", _approval_path(node, id), body=body))
+
+    def approve(self, node: str, id: Optional[str] = None, reason: Optional[str] = None) -> Approval:
+        """Approves a pending approval (see decide): a held run is then typed by the node."""
+        return self.decide(node, id, "approve", reason)
+
+    def deny(self, node: str, id: Optional[str] = None, reason: Optional[str] = None) -> Approval:
+        """Denies a pending approval (see decide): the command never runs."""
+        return self.decide(node, id, "deny", reason)
 
     # -- tokens and the rest
 

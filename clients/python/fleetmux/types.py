@@ -222,3 +222,42 @@ class PolicyInfo:
     rules: int = 0
     redacts: int = 0
 
+
+@dataclass
+class Approval:
+    """A command held by a guardrail rule until a person decides (GET /v1/approvals).
+    kind: "run" (the node types it once approved, then .block and .exit_code) or
+    "line" (a line typed at a shell's prompt, which runs it once approved)."""
+
+    id: str = ""  # a<N>
+    node: str = ""
+    session: str = ""
+    kind: str = ""
+    command: str = ""
+    principal: str = ""
+    actor: str = ""
+    role: str = ""
+    rule: str = ""
+    policy_version: int = 0
+    approvers: List[str] = field(default_factory=list)
+    state: str = ""  # pending, approved, denied, expired
+    requested_at: str = ""
+    expires_at: str = ""
+    decided_at: Optional[str] = None
+    decided_by: str = ""
+    reason: str = ""
+    block: int = 0
+    exit_code: Optional[int] = None
+    error: str = ""
+    done: bool = False
+
+    @property
+    def address(self) -> str:
+        """NODE/ID."""
+        return "%s/%s" % (self.node, self.id)
+
+
+@dataclass
+class ApprovalList:
+    approvals: List[Approval] = field(default_factory=list)
+    unavailable: List[str] = field(default_factory=list)

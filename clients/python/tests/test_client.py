@@ -335,6 +335,68 @@ class ClientTest(unittest.TestCase):
         eventually("the node to drop the policy", lambda: self._denied(
             lambda: c.run(s.node, s.id, "echo fm-deny-py", timeout_ms=20000)) is None, timeout=10)
 
+    def test_policy_holds_for_a_person(self):
+        c, s = self.c, self.s
+        doc = ("version: 1\n"
+               "rules:\n"
+               "  - name: py-needs-a-human\n"
+               "    match: {command: 'fm-hold-py'}\n"
+               "    action: approve\n"
+               "    approve_within: 1m\n")
+        # The one who asked may not approve: a second admin decides.
+        name = "py-approver-%d" % os.getpid()
+        approver = Client(token=c.create_token(name, "admin", ttl="1h").secret)
+        self.addCleanup(c.revoke_token, name)
+        info = c.set_policy(doc)
+        try:
+            cmd = "echo fm-hold-py; (exit 4)"
+            held = eventually("the node to apply the policy", lambda: self._held(
+                lambda: c.run(s.node, s.id, cmd, timeout_ms=20000)), timeout=10)
+            self.assertEqual((held.code, held.status, held.rule), ("held", 409, "py-needs-a-human"))
+            self.assertTrue(held.approval.startswith(s.node + "/a"), held.approval)
+            self.assertIn(held.approval, [a.address for a in c.approvals().approvals])
+            a = c.approval(held.approval)
+            self.assertEqual((a.state, a.kind, a.session, a.command, a.rule, a.policy_version, a.done),
+                             ("pending", "run", s.id, cmd, "py-needs-a-human", info.version, False))
+            with self.assertRaises(fleetmux.Forbidden):
+                c.approve(held.approval)
+            node, aid = held.approval.split("/")
+            d = approver.approve(node, aid, reason="looks fine")
+            self.assertEqual((d.state, d.reason), ("approved", "looks fine"))
+            # Approved: the node types it once; its block has the real exit code.
+            done = c.approval(held.approval, wait_ms=20000)
+            self.assertTrue(done.done)
+            self.assertEqual(done.exit_code, 4)
+            b = c.block(s.node, s.id, done.block)
+            self.assertEqual((b.block.exit_code, b.block.command, b.text), (4, cmd, "fm-hold-py"))
+            # Denied: it never runs.
+            marker = os.path.join(self.tmp(), "fm-hold-py")
+            with self.assertRaises(fleetmux.Held) as h:
+                c.run(s.node, s.id, "touch " + marker, timeout_ms=20000)
+            self.assertEqual(approver.deny(h.exception.approval, reason="no").state, "denied")
+            self.assertTrue(c.approval(h.exception.approval, wait_ms=20000).done)
+            self.assertIn(h.exception.approval, [x.address for x in c.approvals(state="denied").approvals])
+            self.assertNotIn(h.exception.approval, [x.address for x in c.approvals().approvals])
+            with self.assertRaises(fleetmux.Gone):
+                approver.approve(h.exception.approval)
+            # A fan-out target is held the same way, its result naming the approval.
+            f = c.fanout("touch " + marker, sessions=[s.address], timeout_ms=20000)
+            err = f.results[0].error
+            self.assertEqual((f.failed, err.code, err.rule), (1, "held", "py-needs-a-human"))
+            self.assertEqual(c.deny(err.approval).state, "denied")  # the asker may deny
+            self.assertFalse(os.path.exists(marker))
+        finally:
+            c.delete_policy()
+
+    @staticmethod
+    def _held(fn):
+        """The Held error fn raises, or None when it returns."""
+        try:
+            fn()
+        except fleetmux.Held as e:
+            return e
+        return None
+
     @staticmethod
     def _denied(fn):
         """The Denied error fn raises, or None when it returns."""

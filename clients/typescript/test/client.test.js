@@ -298,6 +298,62 @@ describe("fleetmux client", { skip, concurrency: 1 }, () => {
     await eventually("the node to drop the policy", async () => (await denied(() => c.run(s.node, s.id, "echo fm-deny-ts", { timeoutMs: 20000 }))) === null, 10000);
   });
 
+  it("holds a command for a person, who approves or denies it", async () => {
+    const doc = "version: 1\nrules:\n  - name: ts-needs-a-human\n    match: {command: 'fm-hold-ts'}\n    action: approve\n    approve_within: 1m\n";
+    // The one who asked may not approve: a second admin decides.
+    const name = `ts-approver-${process.pid}`;
+    const approver = new fm.Client(undefined, (await c.createToken(name, "admin", "1h")).secret);
+    const info = await c.setPolicy(doc);
+    const dir = mkdtempSync(join(tmpdir(), "fleetmux-ts-"));
+    try {
+      const cmd = "echo fm-hold-ts; (exit 4)";
+      const held = await eventually("the node to apply the policy", async () => {
+        try {
+          await c.run(s.node, s.id, cmd, { timeoutMs: 20000 });
+        } catch (e) {
+          if (e instanceof fm.Held) return e;
+          throw e;
+        }
+        return null;
+      }, 10000);
+      assert.deepEqual([held.code, held.status, held.rule], ["held", 409, "ts-needs-a-human"]);
+      assert.ok(held.approval.startsWith(`${s.node}/a`), held.approval);
+      assert.ok((await c.approvals()).approvals.some((x) => `${x.node}/${x.id}` === held.approval));
+      const a = await c.approval(held.approval);
+      assert.deepEqual([a.state, a.kind, a.session, a.command, a.rule, a.policy_version, a.done],
+        ["pending", "run", s.id, cmd, "ts-needs-a-human", info.version, false]);
+      await assert.rejects(c.approve(held.approval), fm.Forbidden);
+      const [node, id] = held.approval.split("/");
+      const d = await approver.approve(node, id, { reason: "looks fine" });
+      assert.deepEqual([d.state, d.reason], ["approved", "looks fine"]);
+      // Approved: the node types it once; its block has the real exit code.
+      const done = await c.approval(held.approval, undefined, { waitMs: 20000 });
+      assert.ok(done.done);
+      assert.equal(done.exit_code, 4);
+      const b = await c.block(s.node, s.id, done.block);
+      assert.deepEqual([b.block.exit_code, b.block.command, b.text], [4, cmd, "fm-hold-ts"]);
+      // Denied: it never runs.
+      const marker = join(dir, "fm-hold-ts");
+      const h = await c.run(s.node, s.id, `touch ${marker}`, { timeoutMs: 20000 }).then(() => null, (e) => e);
+      assert.ok(h instanceof fm.Held, String(h));
+      assert.equal((await approver.deny(h.approval, undefined, { reason: "no" })).state, "denied");
+      assert.ok((await c.approval(h.approval, undefined, { waitMs: 20000 })).done);
+      assert.ok((await c.approvals({ state: "denied" })).approvals.some((x) => `${x.node}/${x.id}` === h.approval));
+      assert.ok(!(await c.approvals()).approvals.some((x) => `${x.node}/${x.id}` === h.approval));
+      await assert.rejects(approver.approve(h.approval), fm.Gone);
+      // A fan-out target is held the same way, its result naming the approval.
+      const f = await c.fanout(`touch ${marker}`, { selector: { sessions: [`${s.node}/${s.id}`] }, timeoutMs: 20000 });
+      const err = f.results[0].error;
+      assert.deepEqual([f.failed, err?.code, err?.rule], [1, "held", "ts-needs-a-human"]);
+      assert.equal((await c.deny(err.approval)).state, "denied"); // the asker may deny
+      assert.ok(!existsSync(marker));
+    } finally {
+      await c.deletePolicy();
+      await c.revokeToken(name);
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it("throws Limit past the node's session limit", async () => {
     const made = [];
     try {

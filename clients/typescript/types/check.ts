@@ -1,5 +1,5 @@
 // A type check of index.d.ts (npm run check): the README's agent loop, typed.
-import { Client, Busy, Held, type BlockResult, type Chunk } from "../index.js";
+import { Client, Busy, Held, type Approval, type BlockResult, type Chunk } from "../index.js";
 
 async function agent(): Promise<number | undefined> {
   const c = new Client();
@@ -18,7 +18,10 @@ async function agent(): Promise<number | undefined> {
     await c.run(s.node, s.id, "true");
   } catch (e) {
     if (e instanceof Busy) console.log(e.code, e.status, e.detail);
-    if (e instanceof Held) console.log(e.approval, e.rule);
+    if (e instanceof Held) {
+      const a: Approval = await c.approval(e.approval, undefined, { waitMs: 60_000 });
+      console.log(a.state, a.exit_code, e.rule);
+    }
   }
   const f = await c.fanout("uptime", { selector: { labels: { role: "web" } } });
   return f.results[0]?.block?.exit_code;
