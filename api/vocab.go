@@ -46,6 +46,8 @@ const (
 	NoteNotTyped  = "the command could not be typed into the session"
 	NoteMarkMixup = "the shell integration's marks for this command were inconsistent: the exit code is not known"
 	NoteRejected  = "the shell went back to its prompt without running the line and set no exit status (e.g. a failed ! history expansion)"
+	// NoteDenied: the guard denied the line before it ran; the rule's name follows.
+	NoteDenied = "denied by policy rule"
 )
 
 // Block event types (BlockEvent.Type).

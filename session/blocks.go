@@ -152,6 +152,10 @@ func (s *Session) applyMarkLocked(m mark, off int64) {
 	if m.kind == markDone || m.kind == markNoRun {
 		s.lost = false // our prompt hook reports the ends of commands again
 	}
+	var denied *denial // the guard's "no" for the line that ends here (guard.go)
+	if m.kind == markDone || m.kind == markNoRun || m.kind == markReprompt {
+		denied, s.denied = s.denied, nil
+	}
 	switch m.kind {
 	case markMode:
 		if m.mode == 2004 {
@@ -207,6 +211,10 @@ func (s *Session) applyMarkLocked(m mark, off int64) {
 			note = NoteMarkMixup
 		}
 		switch {
+		case s.cur != nil && denied.is(s.cur):
+			// The line's first command ran in a subshell, which the guard's
+			// "no" skipped; the shell reports that subshell's status.
+			s.endOpenLocked(off, nil, denied.note)
 		case s.cur != nil:
 			s.endOpenLocked(off, code, note)
 			if s.fallback != nil { // e.g. input typed into `read x`
@@ -230,8 +238,13 @@ func (s *Session) applyMarkLocked(m mark, off int64) {
 		prev := s.shellStatus
 		s.shellStatus = code
 		switch {
+		case s.cur != nil && denied.is(s.cur): // bash: the guard said no
+			s.endOpenLocked(off, nil, denied.note)
 		case s.cur != nil: // C said a command started, the shell says none did
 			s.endOpenLocked(off, nil, NoteMarkMixup)
+		case s.pending != nil && denied.is(s.pending): // zsh: the guard said no
+			s.finishBlockLocked(s.pending, off, nil, denied.note)
+			s.pending = nil
 		case s.pending != nil:
 			// The shell read the submitted line and ran nothing: a parse error,
 			// an interrupted continuation (Ctrl-C at PS2), or nothing to run.
@@ -245,6 +258,13 @@ func (s *Session) applyMarkLocked(m mark, off int64) {
 		case s.fallback != nil:
 			s.finishBlockLocked(s.fallback.block, off, nil, s.fallbackNoteLocked())
 			s.fallback = nil
+		case denied != nil && denied.block == 0 && s.atPrompt:
+			// zsh: a line typed at the prompt that the guard denied; nothing ran.
+			cmd := strings.TrimSpace(denied.line)
+			b := s.newBlockLocked(cmd, s.inputOff)
+			b.echoFrom = b.Start
+			s.emitLocked(Event{Kind: EventBlockStarted, Block: b})
+			s.finishBlockLocked(b, off, nil, denied.note)
 		case code != nil && prev != nil && *code != *prev && *code != 130 && s.atPrompt:
 			// A line a person typed that the shell rejected (it changed $? without
 			// running anything; 130 is Ctrl-C at the prompt, which discards the line).
@@ -413,6 +433,8 @@ func (s *Session) computeStateLocked() State {
 	switch {
 	case s.exited || s.closed:
 		return StateExited
+	case s.guarding > 0: // the shell waits for the guard's answer about a line
+		return StateRunning
 	case s.integrated && s.cur == nil && s.fallback == nil && s.pending == nil && s.atPrompt:
 		return StateIdle
 	case s.integrated && !s.seenPrompt && !s.waiting:

@@ -65,8 +65,9 @@ func newNonce() (string, error) {
 	return hex.EncodeToString(b[:]), nil
 }
 
-// writeIntegration creates the startup files for shell (bash or zsh) under parent.
-func writeIntegration(parent, shell string) (*integrationDir, error) {
+// writeIntegration creates the startup files for shell (bash or zsh) under parent;
+// guarded adds the guard's hooks (guard.go, guardhooks.go).
+func writeIntegration(parent, shell string, guarded bool) (*integrationDir, error) {
 	nonce, err := newNonce()
 	if err != nil {
 		return nil, err
@@ -79,10 +80,17 @@ func writeIntegration(parent, shell string) (*integrationDir, error) {
 	switch shell {
 	case "bash":
 		files["bashrc"] = bashRC
+		if guarded {
+			files["bashrc"] = bashRC + bashGuard
+		}
 	case "zsh":
 		files[".zshenv"] = zshEnv
 		files[".zprofile"] = zshUser(".zprofile")
-		files[".zshrc"] = zshUser(".zshrc") + zshHooks + "if [[ ! -o login ]]; then\n" + zshRestore + "fi\n"
+		hooks := zshHooks
+		if guarded {
+			hooks += zshGuard
+		}
+		files[".zshrc"] = zshUser(".zshrc") + hooks + "if [[ ! -o login ]]; then\n" + zshRestore + "fi\n"
 		files[".zlogin"] = zshUser(".zlogin") + zshRestore
 	}
 	for name, content := range files {
@@ -101,7 +109,7 @@ func writeIntegration(parent, shell string) (*integrationDir, error) {
 // It is for benchmarks that measure fleetmux's shell hooks without a Session; the
 // caller removes the files with parent.
 func BashRC(parent string) (rcfile, nonce string, nonceFile *os.File, err error) {
-	d, err := writeIntegration(parent, "bash")
+	d, err := writeIntegration(parent, "bash", false)
 	if err != nil {
 		return "", "", nil, err
 	}
@@ -158,7 +166,8 @@ __fm_arrays=0
 (( BASH_VERSINFO[0] > 5 || BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] >= 1 )) && __fm_arrays=1
 __fm_end() {
 	local __fm_k=N
-	if [[ $__fm_running == 1 ]]; then __fm_k=D; fi
+	# A line the guard denied (guarded sessions only) ran nothing: N.
+	if [[ $__fm_running == 1 ]] && [[ -z $__fm_gdeny || ${__fm_gdeny%%:*} != "${__fm_hash@P}" ]]; then __fm_k=D; fi
 	__fm_running=0 __fm_pc=1
 	builtin printf '\e]133;fm=%s;%s;%s\a\e]7;fm=%s;file://%s%s\a' "$__fm_nonce" "$__fm_k" "$1" "$__fm_nonce" "$HOSTNAME" "$PWD"
 }
@@ -176,6 +185,10 @@ __fm_guard() {
 	# precmd ran, first in element 0, unless that element was replaced.
 	[[ ${PROMPT_COMMAND[0]} == __fm_precmd* ]] || __fm_end "$__fm_ec"
 	__fm_arm
+	if [[ -n $__fm_gfd ]]; then
+		builtin shopt -q extdebug || builtin shopt -s extdebug
+		__fm_garm
+	fi
 	return $__fm_ec
 }
 __fm_arm() {
@@ -266,6 +279,8 @@ __fm_wrap() {
 		PS1=$'%{\e]133;fm='$__fm_nonce$';A\a%}'$PS1$'%{\e]133;fm='$__fm_nonce$';B\a%}'
 	fi
 	typeset +x PS1
+	(( ${+__fm_gfd} )) && __fm_garm
+	return 0
 }
 __fm_precmd() {
 	local __fm_ec=$?

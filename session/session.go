@@ -2,17 +2,19 @@
 // offset-addressed stream, command blocks (with shell integration) and a screen.
 //
 // A Session owns four goroutines: the PTY read loop, the process waiter, the kernel
-// state poller and the screen feeder. The read loop never waits on anyone: it appends
+// state poller and the screen feeder (and two more with a Guard: guard.go). The read loop never waits on anyone: it appends
 // to the scrollback ring under a short lock and wakes whoever is interested; viewers,
 // the screen emulator and waiters each catch up at their own pace. Close stops all of
 // them and waits.
 package session
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -85,6 +87,15 @@ type Config struct {
 	// Redactor, when set, replaces secrets in the output from the first byte on,
 	// before it gets offsets, and in command text (see SetRedactor, redact.go).
 	Redactor Redactor
+	// Guard, when set, is asked whether each command line typed at an integrated
+	// shell's prompt (bash, zsh) may run, before any of it runs; a line it denies
+	// does not run, the shell says why, and its block ends without an exit code
+	// (Note: api.NoteDenied and the rule). It is called from a goroutine of the
+	// session, one line at a time, and may block (an approval) until ctx ends: the
+	// shell asked about a newer line, or the session closes. nil: no checks, and the
+	// shells run without the guard's hooks. Programs without integration are not
+	// checked. See guard.go for the channel and what it does not stop.
+	Guard func(ctx context.Context, line string) GuardVerdict
 }
 
 // Session is one running PTY session. All methods are safe for concurrent use.
@@ -126,6 +137,11 @@ type Session struct {
 	alt          []altToggle // recent alternate screen switches, oldest first (bounded)
 	seenPrompt   bool
 	integRemoved bool
+	guard        *guard             // nil without Config.Guard
+	guarding     int                // guard requests received and not answered yet
+	guardKey     uint64             // the newest line the shell asked the guard about
+	guardAbort   context.CancelFunc // ends the decision for guardKey, while one runs
+	denied       *denial            // the guard's latest "no", until the line's end mark
 	atPrompt     bool
 	inputOff     int64 // offset of the latest B (or A) mark: where typed input echoes
 	blocks       []*Block
@@ -245,7 +261,7 @@ func Start(cfg Config) (*Session, error) {
 		if rt, err = filepath.Abs(rt); err != nil {
 			return nil, fmt.Errorf("%w: runtime dir: %w", ErrBadConfig, err)
 		}
-		if s.integ, err = writeIntegration(rt, shell); err != nil {
+		if s.integ, err = writeIntegration(rt, shell, cfg.Guard != nil); err != nil {
 			return nil, err
 		}
 		if as != nil {
@@ -295,7 +311,8 @@ func Start(cfg Config) (*Session, error) {
 			return nil, err
 		}
 	}
-	var nonceFile *os.File // the shell's fd nonceFD (see integration.go); ours closes after Start
+	var nonceFile, guardFile *os.File // the shell's fds nonceFD and guardFD (integration.go, guard.go); ours close after Start
+	var guardConn *net.UnixConn
 	if s.integrated {
 		if nonceFile, err = nonceSocket(s.integ.nonce); err != nil {
 			ptmx.Close()
@@ -305,12 +322,29 @@ func Start(cfg Config) (*Session, error) {
 		}
 		cmd.ExtraFiles = make([]*os.File, nonceFD-2) // ExtraFiles[i] is the child's fd 3+i
 		cmd.ExtraFiles[nonceFD-3] = nonceFile
+		if cfg.Guard != nil {
+			if guardConn, guardFile, err = guardSocket(); err != nil {
+				nonceFile.Close()
+				ptmx.Close()
+				tty.Close()
+				s.integ.remove()
+				return nil, fmt.Errorf("%w: %v", ErrStart, err)
+			}
+			cmd.ExtraFiles = append(cmd.ExtraFiles, make([]*os.File, guardFD-2-len(cmd.ExtraFiles))...)
+			cmd.ExtraFiles[guardFD-3] = guardFile
+		}
 	}
 	err = cmd.Start()
 	if nonceFile != nil {
 		nonceFile.Close()
 	}
+	if guardFile != nil {
+		guardFile.Close()
+	}
 	if err != nil {
+		if guardConn != nil {
+			guardConn.Close()
+		}
 		ptmx.Close()
 		tty.Close()
 		s.integ.remove()
@@ -327,6 +361,9 @@ func Start(cfg Config) (*Session, error) {
 	if err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
+		if guardConn != nil {
+			guardConn.Close()
+		}
 		s.integ.remove()
 		return nil, fmt.Errorf("%w: %v", ErrStart, err)
 	}
@@ -338,6 +375,12 @@ func Start(cfg Config) (*Session, error) {
 	go s.waitLoop()
 	go s.pollLoop()
 	go s.screen.feedLoop()
+	if guardConn != nil {
+		s.guard = newGuard(s, guardConn, s.integ.nonce, cfg.Guard)
+		s.wg.Add(2)
+		go s.guard.readLoop()
+		go s.guard.workLoop()
+	}
 	s.log.Debug("session started", "pid", s.pid, "argv", argv, "tty", s.tty)
 	return s, nil
 }
@@ -502,6 +545,9 @@ func (s *Session) Close() error {
 	killSession(s.pid, syscall.SIGKILL)
 	close(s.stop)
 	s.master.Close()
+	if s.guard != nil {
+		s.guard.stop()
+	}
 	s.wg.Wait()
 	s.screen.close()
 	s.integ.remove()

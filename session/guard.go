@@ -1,0 +1,414 @@
+package session
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+	"unicode"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fleetmux/fleetmux/api"
+)
+
+// The guard: an integrated shell asks, before a command line typed at its prompt runs,
+// whether it may run (Config.Guard), and does not run it when the answer is no.
+//
+// The channel. The shell inherits one end of a socket pair as fd guardFD, which its rc
+// moves to a descriptor of its own; the session holds the other end. A shell cannot
+// keep a descriptor from the programs it starts (bash and zsh have no close-on-exec
+// for their own fds), so every child holds the shell's end too. The protocol is built
+// so that holding it gains a child nothing but the power to make the shell wait:
+//
+//   - A request is "Q NONCE KEY CHALLENGE KIND\n" and the line, ended by a NUL. The
+//     nonce is the session's (in the shell's memory only: never in argv, environ or a
+//     file, so a program the shell started does not know it); the session ignores a
+//     request without it. The shell's subshells (a line starting with `( … )` is first
+//     checked in one) are the shell's own code and know it.
+//   - The session reads with SO_PASSCRED, so the kernel tells it which process wrote
+//     each byte and never merges two writers' bytes in one read. A request is
+//     reassembled from one process's bytes only: a child writing into the socket while
+//     the shell writes a request (to splice words into it) only fills a buffer of its
+//     own, which never holds the nonce.
+//   - An answer is "fm\tCHALLENGE\tVERDICT\tRULE\tMESSAGE\n". Only the session writes
+//     to the shell's read side, so a child cannot forge an answer; it can read (steal)
+//     one, and then the shell waits for an answer that never comes: the line does not
+//     run. The challenge is random per request (and the shell skips answers for other
+//     challenges), so a late answer to an abandoned request never answers a newer one.
+//   - Fail closed: the shell runs the line only on an answer "allow" with its
+//     challenge; end of file, a write error, or an answer it cannot parse deny it, and
+//     the shell says why.
+//
+// What this does not stop: a line the policy allowed runs with the shell's full power,
+// and may disable the check for later lines (trap - DEBUG is put back at the next
+// prompt, but `exec bash`, or replacing every hook of the integration at once, is not
+// undone; a session whose integration is lost says so). Code running as the session's
+// user can read the shell's memory where the kernel lets it ptrace; root can forge
+// SCM_CREDENTIALS. Sessions for code that must not get around a policy run as another
+// user with a policy that denies what it must (README).
+
+// GuardVerdict is a Guard's answer for one command line.
+type GuardVerdict struct {
+	// Allow lets the line run.
+	Allow bool
+	// Rule names the policy rule that decided (shown when the line is denied).
+	Rule string
+	// Message says why, for the person or agent at the terminal.
+	Message string
+}
+
+// guardFD is the shell's fd that carries the guard channel (exec.Cmd.ExtraFiles[1]).
+const guardFD = 4
+
+const (
+	// maxGuardLine bounds one checked line: longer lines are denied (fail closed).
+	maxGuardLine = api.MaxInputBytes + 1024
+	// maxGuardWriters bounds the partial requests kept, one per writing process.
+	maxGuardWriters = 16
+	// guardAnswerTimeout bounds how long an answer may wait for room in the socket.
+	guardAnswerTimeout = 5 * time.Second
+	// guardRecent is how many keys' verdicts are kept, so that the shell and its
+	// subshells asking about the same line get one decision.
+	guardRecent = 8
+)
+
+// guardRequest is one parsed request.
+type guardRequest struct {
+	key       uint64 // the line's number in the shell (bash \#, zsh a counter)
+	challenge string
+	line      string
+}
+
+// parseGuardRequest parses one request frame (without its NUL). ok is false for a
+// frame that is not a well-formed request carrying nonce.
+func parseGuardRequest(frame []byte, nonce string) (req guardRequest, ok bool) {
+	head, body, found := bytes.Cut(frame, []byte("\n"))
+	if !found {
+		return req, false
+	}
+	f := strings.Split(string(head), " ")
+	if len(f) != 5 || f[0] != "Q" || nonce == "" ||
+		subtle.ConstantTimeCompare([]byte(f[1]), []byte(nonce)) != 1 {
+		return req, false
+	}
+	key, err := strconv.ParseUint(f[2], 10, 64)
+	if err != nil || f[3] == "" || len(f[3]) > 64 || strings.ContainsFunc(f[3], func(r rune) bool { return r < '0' || r > '9' }) {
+		return req, false
+	}
+	req.key, req.challenge = key, f[3]
+	switch f[4] {
+	case "l": // the line itself
+		req.line = string(body)
+	case "h": // bash's `history 1`: "  NUM  LINE\n" (HISTTIMEFORMAT empty)
+		line, ok := historyLine(body)
+		if !ok {
+			return req, false
+		}
+		req.line = line
+	default:
+		return req, false
+	}
+	return req, true
+}
+
+// historyLine takes the line out of one entry as bash's `history 1` prints it.
+func historyLine(b []byte) (string, bool) {
+	s := strings.TrimLeft(string(b), " ")
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	if i == 0 {
+		return "", false
+	}
+	s = s[i:]
+	// After the number: '*' for an entry edited in the history list, else a space;
+	// then a space.
+	if !strings.HasPrefix(s, "  ") && !strings.HasPrefix(s, "* ") {
+		return "", false
+	}
+	return strings.TrimSuffix(s[2:], "\n"), true
+}
+
+// guardAnswer formats the answer to challenge.
+func guardAnswer(challenge string, v GuardVerdict) []byte {
+	verdict, rule := "allow", "-"
+	if !v.Allow {
+		verdict = "deny"
+		if r := guardField(v.Rule, 100); r != "" {
+			rule = r
+		}
+	}
+	return []byte("fm\t" + challenge + "\t" + verdict + "\t" + rule + "\t" + guardField(v.Message, 300) + "\n")
+}
+
+// guardField makes s safe for one tab-separated field shown on a terminal: control
+// characters (tabs and newlines too) become spaces, and it is cut to max runes.
+func guardField(s string, max int) string {
+	var b strings.Builder
+	n := 0
+	for _, r := range strings.TrimSpace(s) {
+		if n == max {
+			b.WriteString("…")
+			break
+		}
+		if unicode.IsControl(r) || r == unicode.ReplacementChar {
+			r = ' '
+		}
+		b.WriteRune(r)
+		n++
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// deniedNote is the note of a block whose line the guard denied.
+func deniedNote(v GuardVerdict) string {
+	if v.Rule != "" {
+		return api.NoteDenied + " " + guardField(v.Rule, 100)
+	}
+	return api.NoteDenied
+}
+
+// guardSocket returns our end (SO_PASSCRED set) and the shell's end of the channel.
+func guardSocket() (ours *net.UnixConn, theirs *os.File, err error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("session: guard socket: %w", err)
+	}
+	if err := unix.SetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_PASSCRED, 1); err != nil {
+		syscall.Close(fds[0])
+		syscall.Close(fds[1])
+		return nil, nil, fmt.Errorf("session: guard socket: %w", err)
+	}
+	f := os.NewFile(uintptr(fds[0]), "guard")
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		syscall.Close(fds[1])
+		return nil, nil, fmt.Errorf("session: guard socket: %w", err)
+	}
+	return c.(*net.UnixConn), os.NewFile(uintptr(fds[1]), "guard"), nil
+}
+
+// guard serves the channel of one session: a reader (requests in) and a worker
+// (decisions, answers out), both owned by the Session and stopped by Close (which
+// closes conn and cancels ctx).
+type guard struct {
+	s      *Session
+	conn   *net.UnixConn
+	nonce  string
+	decide func(ctx context.Context, line string) GuardVerdict
+	ctx    context.Context // ended by Close
+	cancel context.CancelFunc
+	reqs   chan guardRequest // reader → worker
+	forged bool              // a bad request was logged at warn (owned by the reader)
+}
+
+func newGuard(s *Session, conn *net.UnixConn, nonce string, decide func(context.Context, string) GuardVerdict) *guard {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &guard{s: s, conn: conn, nonce: nonce, decide: decide, ctx: ctx, cancel: cancel,
+		reqs: make(chan guardRequest, 16)}
+}
+
+// stop ends both goroutines (a Guard blocked in a decision sees its ctx end).
+func (g *guard) stop() {
+	g.cancel()
+	g.conn.Close()
+}
+
+// readLoop reassembles requests per writing process and hands well-formed ones to the
+// worker. It ends when the connection is closed.
+func (g *guard) readLoop() {
+	defer g.s.wg.Done()
+	defer close(g.reqs)
+	buf := make([]byte, 64<<10)
+	oob := make([]byte, unix.CmsgSpace(unix.SizeofUcred))
+	type partial struct {
+		pid  int32
+		data []byte
+		bad  bool // over the limit: skip to its NUL
+	}
+	var parts []*partial // newest last
+	for {
+		n, oobn, _, _, err := g.conn.ReadMsgUnix(buf, oob)
+		if n > 0 {
+			pid := int32(-1) // unknown writer: its bytes only ever meet unknown writers'
+			if msgs, perr := unix.ParseSocketControlMessage(oob[:oobn]); perr == nil {
+				for _, m := range msgs {
+					if cred, cerr := unix.ParseUnixCredentials(&m); cerr == nil {
+						pid = cred.Pid
+					}
+				}
+			}
+			var p *partial
+			for i, q := range parts {
+				if q.pid == pid {
+					p = q
+					parts = append(parts[:i], parts[i+1:]...)
+					break
+				}
+			}
+			if p == nil {
+				p = &partial{pid: pid}
+				if len(parts) >= maxGuardWriters {
+					parts = parts[1:] // the oldest writer's partial request is dropped
+				}
+			}
+			parts = append(parts, p)
+			data := buf[:n]
+			for len(data) > 0 {
+				i := bytes.IndexByte(data, 0)
+				if i < 0 {
+					if !p.bad {
+						p.data = append(p.data, data...)
+						if len(p.data) > maxGuardLine {
+							p.data, p.bad = nil, true
+						}
+					}
+					break
+				}
+				if !p.bad {
+					p.data = append(p.data, data[:i]...)
+					g.frame(p.data)
+				}
+				p.data, p.bad = p.data[:0], false
+				data = data[i+1:]
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// frame handles one complete frame from one writer.
+func (g *guard) frame(frame []byte) {
+	if len(frame) > maxGuardLine {
+		return
+	}
+	req, ok := parseGuardRequest(frame, g.nonce)
+	if !ok {
+		// Once at warn: a program could write a flood of them.
+		lvl := slog.LevelDebug
+		if !g.forged {
+			g.forged, lvl = true, slog.LevelWarn
+		}
+		g.s.log.Log(context.Background(), lvl, "guard: a request without the session's nonce, or malformed: ignored (a program in the session writing to the shell's guard socket?)", "bytes", len(frame))
+		return
+	}
+	g.s.mu.Lock()
+	g.s.guarding++
+	if g.s.guardKey < req.key {
+		// The shell asks about a newer line: the one still being decided was
+		// abandoned (Ctrl-C while it waited).
+		g.s.guardKey = req.key
+		if g.s.guardAbort != nil {
+			g.s.guardAbort()
+		}
+	}
+	g.s.updateStateLocked()
+	g.s.broadcastLocked()
+	g.s.mu.Unlock()
+	select {
+	case g.reqs <- req:
+	case <-g.ctx.Done():
+	}
+}
+
+// workLoop decides requests one at a time and answers them.
+func (g *guard) workLoop() {
+	defer g.s.wg.Done()
+	type decided struct {
+		key uint64
+		v   GuardVerdict
+	}
+	var recent []decided
+	for req := range g.reqs {
+		v, known := GuardVerdict{}, false
+		for _, d := range recent {
+			if d.key == req.key {
+				v, known = d.v, true
+			}
+		}
+		if !known {
+			// An older key than the newest asked about comes from a subshell of an
+			// earlier line (a background job): it is decided like any other.
+			ctx, cancel := context.WithCancel(g.ctx)
+			g.s.mu.Lock()
+			if req.key == g.s.guardKey {
+				g.s.guardAbort = cancel
+			}
+			g.s.mu.Unlock()
+			v = g.call(ctx, req.line)
+			cancel()
+			if ctx.Err() != nil && g.ctx.Err() == nil && !v.Allow && v.Message == "" {
+				v.Message = "the line was abandoned before it was decided"
+			}
+			recent = append(recent, decided{req.key, v})
+			if len(recent) > guardRecent {
+				recent = recent[1:]
+			}
+		}
+		g.s.mu.Lock()
+		g.s.guardAbort = nil
+		if !v.Allow && !known {
+			g.s.denied = &denial{note: deniedNote(v), line: req.line, block: g.s.openBlockLocked()}
+		}
+		g.s.mu.Unlock()
+		_ = g.conn.SetWriteDeadline(time.Now().Add(guardAnswerTimeout))
+		_, err := g.conn.Write(guardAnswer(req.challenge, v))
+		g.s.mu.Lock()
+		g.s.guarding--
+		g.s.updateStateLocked()
+		g.s.broadcastLocked()
+		g.s.mu.Unlock()
+		if err != nil && !errors.Is(err, net.ErrClosed) {
+			g.s.log.Warn("guard: answer not written", "err", err)
+		}
+	}
+}
+
+// call runs the Guard; a Guard that panics denies.
+func (g *guard) call(ctx context.Context, line string) (v GuardVerdict) {
+	defer func() {
+		if r := recover(); r != nil {
+			g.s.log.Error("guard panicked: line denied", "panic", r)
+			v = GuardVerdict{Message: "the guard failed"}
+		}
+	}()
+	return g.decide(ctx, line)
+}
+
+// denial is the guard's latest "no", kept until the shell reports the line's end.
+type denial struct {
+	note  string
+	line  string
+	block int // the open block when it was denied (0: none, at the prompt)
+}
+
+// openBlockLocked is the number of the block the shell runs or was given, 0 if none.
+func (s *Session) openBlockLocked() int {
+	switch {
+	case s.cur != nil:
+		return s.cur.N
+	case s.pending != nil:
+		return s.pending.N
+	}
+	return 0
+}
+
+// is reports whether d is about block b: the block open when the guard said no, or
+// any block when none was (bash prints the C mark before it asks, and the read loop
+// may not have taken it in yet when the answer is given).
+func (d *denial) is(b *Block) bool {
+	return d != nil && (d.block == b.N || d.block == 0)
+}

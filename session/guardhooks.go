@@ -1,0 +1,210 @@
+package session
+
+// The shells' side of the guard (see guard.go for the channel and its threat model).
+// Only sessions with a Guard get these hooks: without one the shells run exactly the
+// integration of integration.go, at its cost.
+
+// bashGuard follows bashRC in a guarded session's rc.
+//
+// extdebug and a DEBUG trap: the trap runs before every simple command, and when it
+// returns non-zero bash skips the command. A line typed at the prompt is checked at
+// the first command of it that runs, wherever that is (the shell, or a subshell when
+// the line starts with `( … )`, a command or process substitution: with extdebug they
+// inherit the trap); the line is "new" when bash's command number (\#) changed since
+// the last check, which it does once per line that runs commands (not during
+// PROMPT_COMMAND or the prompt's own expansions). When the answer is no, every later
+// command with the same command number and history number is skipped too: nothing of
+// the line can run to change either, and PROMPT_COMMAND, which runs with the next
+// history number, is not skipped. The prompt hook then sends N (nothing ran), not D.
+//
+// The line is `history 1`: bash has no other record of the whole line before it runs.
+// So at every prompt the guard keeps every line in the history, whole and once
+// (cmdhist, lithist; HISTCONTROL and HISTIGNORE emptied: ignorespace, ignoredups or a
+// pattern would leave an older line there), notes the number the next entry gets
+// ($HISTCMD), and denies a line whose number is not that one: it was not recorded, so
+// `history 1` is not it. `set +o history` cannot be undone from a hook (bash restores
+// its history state after PROMPT_COMMAND and traps), and a line typed then cannot be
+// checked, `set -o history` included: a guarded shell whose history was turned off
+// runs nothing more (fail closed; the shell says so).
+//
+// A user's DEBUG trap (at startup or set later, e.g. by bash-preexec) runs from ours,
+// with $_ as it was. The trap records the command it last saw; at each prompt
+// __fm_garm, run by the guard, checks that our trap saw that very call, and puts it
+// back (keeping the new one as the user's) when it did not.
+const bashGuard = `# fleetmux guard (generated): lines typed at the prompt are checked before they run
+exec {__fm_gfd}<&4 4<&-
+__fm_hash='\#'
+__fm_gkey=${__fm_hash@P}
+__fm_gdeny= __fm_udbg= __fm_dlast= __fm_hnext=$HISTCMD
+__fm_gsay() { builtin printf 'fleetmux: %s\n' "$1" >&2; }
+__fm_dbg() {
+	__fm_dlast=$BASH_COMMAND
+	local __fm_n=${__fm_hash@P}
+	if [[ $__fm_n != "$__fm_gkey" ]]; then
+		__fm_gkey=$__fm_n
+		if [[ $HISTCMD != "$__fm_hnext" || $HISTCMD == 0 ]]; then
+			# Not in the history as its newest entry: history 1 is an older line.
+			__fm_gdeny=$__fm_n:$HISTCMD
+			__fm_gsay "this line cannot be checked, so it does not run: the shell did not keep it in its history (after set +o history, a guarded shell runs nothing more: start a new session)"
+			return 1
+		fi
+		__fm_check || __fm_gdeny=$__fm_n:$HISTCMD
+	fi
+	[[ $__fm_gdeny == "$__fm_n:$HISTCMD" ]] && return 1
+	if [[ -n $__fm_udbg ]]; then
+		: "$1"
+		builtin eval "$__fm_udbg"
+		return
+	fi
+	return 0
+}
+__fm_check() {
+	local __fm_c=${SRANDOM:-$RANDOM$RANDOM}$RANDOM __fm_a __fm_cc __fm_v __fm_r __fm_m
+	# Late answers to abandoned lines go; end of file means the session's end is
+	# closed (writing would then kill the shell with SIGPIPE).
+	while builtin read -t 0 -u "$__fm_gfd"; do
+		IFS= builtin read -r -u "$__fm_gfd" __fm_a || {
+			__fm_gsay "the guard is gone, so the line does not run"
+			return 1
+		}
+	done
+	{ builtin printf 'Q %s %s %s h\n' "$__fm_nonce" "$__fm_gkey" "$__fm_c" && HISTTIMEFORMAT= builtin history 1 && builtin printf '\0'; } >&"$__fm_gfd" 2>/dev/null || {
+		__fm_gsay "the guard cannot be asked, so the line does not run"
+		return 1
+	}
+	while :; do
+		IFS=$'\t' builtin read -r __fm_a __fm_cc __fm_v __fm_r __fm_m <&"$__fm_gfd" || {
+			__fm_gsay "the guard did not answer, so the line does not run"
+			return 1
+		}
+		if [[ $__fm_a != fm ]]; then
+			__fm_gsay "the guard's answer is garbled, so the line does not run"
+			return 1
+		fi
+		[[ $__fm_cc == "$__fm_c" ]] && break
+	done
+	case $__fm_v in
+	allow) return 0 ;;
+	deny)
+		if [[ $__fm_r == - ]]; then __fm_gsay "denied${__fm_m:+: $__fm_m}"; else __fm_gsay "denied by rule $__fm_r${__fm_m:+: $__fm_m}"; fi ;;
+	*) __fm_gsay "the guard's answer is garbled, so the line does not run" ;;
+	esac
+	return 1
+}
+__fm_garm() {
+	if [[ $__fm_dlast != __fm_garm ]]; then
+		local __fm_t
+		# (A function sees the DEBUG trap only with extdebug on when it is called.)
+		__fm_t=$(trap -p DEBUG)
+		if [[ -n $__fm_t && $__fm_t != *__fm_dbg* ]]; then
+			__fm_t=${__fm_t#trap -- }
+			builtin eval "__fm_udbg=${__fm_t% DEBUG}"
+		fi
+		builtin trap '__fm_dbg "$_"' DEBUG
+	fi
+	__fm_dlast=
+	builtin shopt -q extdebug || builtin shopt -s extdebug
+	builtin shopt -q cmdhist || builtin shopt -s cmdhist
+	builtin shopt -q lithist || builtin shopt -s lithist
+	[[ -n $HISTCONTROL ]] && HISTCONTROL=
+	[[ -n ${HISTIGNORE-} ]] && HISTIGNORE=
+	[[ ${HISTSIZE-} == 0 ]] && HISTSIZE=500
+	__fm_hnext=$HISTCMD
+	return 0
+}
+__fm_dlast=x
+builtin shopt -s extdebug
+__fm_garm
+builtin readonly -f __fm_dbg __fm_check __fm_gsay __fm_garm
+builtin readonly __fm_gfd __fm_hash
+`
+
+// zshGuard follows zshHooks in a guarded session's .zshrc.
+//
+// The accept widgets (accept-line and its kin) are wrapped: before the line is
+// accepted, $PREBUFFER$BUFFER (the whole command so far, continuation lines too) is
+// sent to the session; when the answer is no, the shell says why and drops the line
+// (send-break: the continuation too), so nothing of it runs and the prompt hook sends
+// N. A user's widget of the same name (a plugin's accept-line wrapper) runs from ours;
+// at each prompt __fm_garm wraps the widgets again when something replaced them.
+const zshGuard = `# fleetmux guard (generated): lines are checked before they are accepted
+zmodload -i zsh/zleparameter zsh/system 2>/dev/null
+exec {__fm_gfd}<&4 4<&-
+typeset -gi __fm_gkey=0
+typeset -ga __fm_gwidgets
+__fm_gwidgets=(accept-line accept-and-hold accept-line-and-down-history accept-and-infer-next-history)
+# Output from a widget: zle -I moves below the line typed, and redraws after.
+__fm_gsay() {
+	zle -I
+	builtin print -ru2 -- "fleetmux: $1"
+}
+__fm_check() {
+	local __fm_c=$RANDOM$RANDOM$RANDOM$RANDOM __fm_a __fm_cc __fm_v __fm_r __fm_m
+	if [[ $1 == *$'\0'* ]]; then
+		__fm_gsay "a line with a NUL byte cannot be checked, so it does not run"
+		return 1
+	fi
+	# Late answers to abandoned lines go; end of file means the session's end is
+	# closed (writing would then kill the shell with SIGPIPE).
+	local -i __fm_st
+	while :; do
+		sysread -t 0 -i $__fm_gfd __fm_a
+		__fm_st=$?
+		(( __fm_st == 0 )) || break
+	done
+	if (( __fm_st == 5 )); then
+		__fm_gsay "the guard is gone, so the line does not run"
+		return 1
+	fi
+	(( __fm_gkey++ ))
+	{ builtin print -rn -- "Q $__fm_nonce $__fm_gkey $__fm_c l"$'\n'"$1"$'\0' } 2>/dev/null >&$__fm_gfd || {
+		__fm_gsay "the guard cannot be asked, so the line does not run"
+		return 1
+	}
+	while :; do
+		IFS=$'\t' builtin read -r __fm_a __fm_cc __fm_v __fm_r __fm_m <&$__fm_gfd || {
+			__fm_gsay "the guard did not answer, so the line does not run"
+			return 1
+		}
+		if [[ $__fm_a != fm ]]; then
+			__fm_gsay "the guard's answer is garbled, so the line does not run"
+			return 1
+		fi
+		[[ $__fm_cc == $__fm_c ]] && break
+	done
+	case $__fm_v in
+	(allow) return 0 ;;
+	(deny)
+		if [[ $__fm_r == - ]]; then __fm_gsay "denied${__fm_m:+: $__fm_m}"; else __fm_gsay "denied by rule $__fm_r${__fm_m:+: $__fm_m}"; fi ;;
+	(*) __fm_gsay "the guard's answer is garbled, so the line does not run" ;;
+	esac
+	return 1
+}
+__fm_accept() {
+	# A wrapper that calls the widget it replaced, which is ours, while we accept.
+	if (( __fm_gin )); then
+		zle .$__fm_gw
+		return
+	fi
+	local __fm_l=$PREBUFFER$BUFFER __fm_gw=$WIDGET
+	local -i __fm_gin=1
+	(( ${__fm_gwidgets[(Ie)$__fm_gw]} )) || __fm_gw=accept-line
+	if [[ $__fm_l == *[^[:space:]]* ]] && ! __fm_check "$__fm_l"; then
+		BUFFER=
+		zle send-break
+		return 1
+	fi
+	zle __fm_orig_$__fm_gw
+}
+__fm_garm() {
+	local __fm_w
+	for __fm_w in $__fm_gwidgets; do
+		[[ ${widgets[$__fm_w]-} == user:__fm_accept ]] && continue
+		zle -A $__fm_w __fm_orig_$__fm_w 2>/dev/null || zle -A .$__fm_w __fm_orig_$__fm_w
+		zle -N $__fm_w __fm_accept
+	done
+	return 0
+}
+__fm_garm
+typeset -gr __fm_gfd
+`
