@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"sort"
+	"sync/atomic"
 	"strings"
 	"time"
 
@@ -230,11 +231,16 @@ func (n *Node) create(ctx context.Context, req request) (any, error) {
 	n.mu.Unlock()
 
 	red, redFrom := n.newSessionRedactor()
+	var ep atomic.Pointer[entry] // the shell's guard reaches the entry once it is registered
+	var guard func(context.Context, string) session.GuardVerdict
+	if n.cfg.Policy != nil { // without a source no policy ever comes: no checks, no cost
+		guard = n.shellGuard(&ep)
+	}
 	s, err := startSession(session.Config{
 		Shell: r.Shell, Argv: r.Argv, Dir: r.Cwd, Env: env, Cols: r.Cols, Rows: r.Rows, User: r.User,
 		ScrollbackBytes: n.cfg.ScrollbackBytes, RuntimeDir: filepath.Join(n.cfg.DataDir, "run"),
 		Title: r.Title, Description: r.Description, Labels: r.Labels, Logger: n.log,
-		Redactor: red,
+		Redactor: red, Guard: guard,
 	})
 	if err != nil {
 		return nil, sessionErr("", err)
@@ -263,6 +269,7 @@ func (n *Node) create(ctx context.Context, req request) (any, error) {
 		return nil, fmt.Errorf("recording of %s: %w", id, err)
 	}
 	n.sessions[id] = e
+	ep.Store(e)
 	n.gossipLocked()
 	n.wg.Add(1)
 	n.mu.Unlock()
