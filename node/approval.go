@@ -252,7 +252,7 @@ func (n *Node) runApproved(ap *approval) {
 		if err != nil {
 			return session.Result{}, err
 		}
-		if in := e.s.Info(); in.Integration == session.IntegrationOK && in.State == session.StateIdle {
+		if e.shellAsks() {
 			e.expectLine(ap.command) // typed at the prompt: the shell will ask about it
 		}
 		res, err := e.s.Run(ctx, ap.command, opts)

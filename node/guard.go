@@ -10,7 +10,6 @@ import (
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/policy"
-	"github.com/fleetmux/fleetmux/session"
 )
 
 // Guardrails at the node (DESIGN.md "Guardrails"): the node holds the policy in
@@ -274,7 +273,7 @@ func (n *Node) guardRun(ctx context.Context, e *entry, w writer, command string)
 	if err := e.stillHolds(w); err != nil {
 		return err // taken over while it was decided (an approval)
 	}
-	if in := e.s.Info(); in.Integration == session.IntegrationOK && in.State == session.StateIdle {
+	if e.shellAsks() {
 		e.expectLine(command) // typed at the prompt: the shell will ask about it
 	}
 	return nil

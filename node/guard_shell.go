@@ -49,3 +49,11 @@ func (n *Node) guardLine(ctx context.Context, e *entry, line string) session.Gua
 	}
 	return v
 }
+
+// shellAsks reports whether a command Run types now goes to an integrated shell's
+// prompt, which asks about it before it runs (at the prompt, or before the first one:
+// Run waits for it): the node marks such a command pre-approved (expectLine).
+func (e *entry) shellAsks() bool {
+	in := e.s.Info()
+	return in.Integration == session.IntegrationOK && (in.State == session.StateIdle || in.State == session.StateStarting)
+}

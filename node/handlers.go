@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"sort"
-	"sync/atomic"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
