@@ -84,6 +84,10 @@ type Config struct {
 	// /v1/policy reads and writes and every node enforces. nil: the policy routes
 	// answer unavailable.
 	Policy PolicyStore
+	// Exposed says something of this controller's besides HTTPListen listens beyond
+	// loopback (its SSH front door, embedded NATS or gossip): like an HTTP API
+	// beyond loopback, it makes running with no policy a loud warning at Start.
+	Exposed bool
 	// Token, when set, is one admin token accepted besides the store's (the
 	// bootstrap token: --api-token, fleetmux dev's <data>/token), sent as
 	// "Authorization: Bearer TOKEN".
@@ -253,7 +257,7 @@ func (c *Controller) Start() error {
 	if err := c.watchTokens(); err != nil {
 		return err
 	}
-	c.checkPolicy(c.cfg.HTTPListen)
+	c.checkPolicy()
 	ln, err := net.Listen("tcp", c.cfg.HTTPListen)
 	if err != nil {
 		return fmt.Errorf("controller: listen: %w", err)

@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/controller"
 	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/fleetmux/fleetmux/internal/testutil/stack"
 )
@@ -184,4 +186,20 @@ func TestGuardBadPolicy(t *testing.T) {
 		f.APIErr(403, api.CodeForbidden, "DELETE", "/v1/policy", nil)
 	})
 	f.as(viewer, func() { f.APIErr(403, api.CodeForbidden, "GET", "/v1/policy", nil) })
+}
+
+// TestGuardWarnsWithoutPolicy: a controller reachable beyond loopback says loudly
+// that no policy is set; one on loopback only says it.
+func TestGuardWarnsWithoutPolicy(t *testing.T) {
+	for _, exposed := range []bool{true, false} {
+		var logs testutil.Buffer
+		newFixture(t, stack.Options{Nodes: map[string]map[string]string{"n1": nil}, Policy: true, Config: func(c *controller.Config) {
+			c.Exposed = exposed
+			c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		}})
+		warned := strings.Contains(logs.String(), "level=WARN msg=\"NO POLICY SET")
+		if warned != exposed || !strings.Contains(strings.ToLower(logs.String()), "no policy set") {
+			t.Errorf("exposed %v: warned %v; log:\n%s", exposed, warned, logs.String())
+		}
+	}
 }

@@ -131,7 +131,7 @@ func (c *Controller) DeletePolicy(ctx context.Context) (api.PolicyInfo, error) {
 // which creates the bucket the nodes watch, so they follow it from then on), and
 // warns loudly when none is set and the API listens beyond loopback. A store it
 // cannot read is logged, not fatal: the policy routes then fail on their own.
-func (c *Controller) checkPolicy(addr string) {
+func (c *Controller) checkPolicy() {
 	if c.cfg.Policy == nil {
 		return
 	}
@@ -145,8 +145,8 @@ func (c *Controller) checkPolicy(addr string) {
 		}
 	case doc != nil:
 		c.log.Info("policy in force", "version", rev)
-	case !api.IsLoopbackAddr(addr):
-		c.log.Warn("NO POLICY SET: every node allows every command, and this API listens beyond loopback; set one with: fleetmux policy set FILE", "addr", addr)
+	case c.cfg.Exposed || !api.IsLoopbackAddr(c.cfg.HTTPListen):
+		c.log.Warn("NO POLICY SET: every node allows every command, and this controller listens beyond loopback; set one with: fleetmux policy set FILE", "http", c.cfg.HTTPListen)
 	default:
 		c.log.Info("no policy set: every command is allowed (fleetmux policy set FILE)")
 	}

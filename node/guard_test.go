@@ -3,8 +3,10 @@ package node_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -179,4 +181,21 @@ func TestGuardUnreadableFirstPolicyDeniesAll(t *testing.T) {
 func fileThere(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
+}
+
+// TestGuardWarnsWithoutPolicy: a node reachable beyond loopback says loudly that
+// no policy is in force; one on loopback only says it.
+func TestGuardWarnsWithoutPolicy(t *testing.T) {
+	for _, exposed := range []bool{true, false} {
+		var logs testutil.Buffer
+		newFixture(t, func(c *node.Config) {
+			c.Policy, c.Exposed = &docSource{}, exposed
+			c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		})
+		testutil.Eventually(t, 5*time.Second, func() bool { return strings.Contains(strings.ToLower(logs.String()), "no policy in force") },
+			"the node to say it has no policy")
+		if warned := strings.Contains(logs.String(), "level=WARN msg=\"NO POLICY in force"); warned != exposed {
+			t.Errorf("exposed %v: warned %v; log:\n%s", exposed, warned, logs.String())
+		}
+	}
 }

@@ -106,6 +106,17 @@ func controllerCmd() *cobra.Command {
 	return c
 }
 
+// exposed reports whether the controller's SSH front door, embedded NATS or
+// gossip listens beyond loopback (the HTTP API is the controller's own check).
+func (o *controllerOptions) exposed() bool {
+	for _, addr := range []string{o.ssh.listen, o.natsListen, o.gossip.listen} {
+		if addr != "" && addr != "off" && !api.IsLoopbackAddr(addr) {
+			return true
+		}
+	}
+	return false
+}
+
 func hostname() string {
 	h, _ := os.Hostname()
 	return h
@@ -204,7 +215,7 @@ func (o *controllerOptions) run(ctx context.Context, stdout, stderr io.Writer) e
 	}
 	tokens := openTokens(conn, log)
 	c, _, err := startController(ctx, &st, conn, controller.Config{Name: o.name, Prefix: o.prefix, HTTPListen: o.httpListen, Token: token, Tokens: tokens,
-		Policy: transport.NewPolicy(conn.NC(), log), Signer: signer, Logger: log,
+		Policy: transport.NewPolicy(conn.NC(), log), Exposed: o.exposed(), Signer: signer, Logger: log,
 		AuditFile: filepath.Join(o.data, "audit.jsonl")}, o.gossip)
 	if err != nil {
 		return err
