@@ -39,13 +39,13 @@ type PolicySource interface {
 // version arrives (a node never falls back to allowing everything silently).
 const unreadablePolicy = "policy-unreadable"
 
-// guard is the node's policy state.
+// guard is the node's policy state; the policy in force itself is Node.pol (nil:
+// none), read lock-free by policy() and stored only under mu (setPolicy).
 type guard struct {
-	mu  sync.Mutex // guards fns and serialises set, so every follower sees every version in order
+	mu  sync.Mutex // guards fns and serialises setPolicy, so every follower sees every version in order
 	fns []func(*policy.Policy)
-	// cur is the policy in force (nil: none): read lock-free by policy().
-	// Written only under mu.
-	ready     chan struct{} // closed once the first state is known (set or none)
+	// ready is closed once the first state is known (a policy, or none).
+	ready     chan struct{}
 	readyOnce sync.Once
 }
 
