@@ -203,3 +203,28 @@ func TestGuardWarnsWithoutPolicy(t *testing.T) {
 		}
 	}
 }
+
+// TestGuardMCP: an agent's run_command and fanout_run (MCP over HTTP, the Go SDK
+// client) are denied by the node under the policy: a tool error naming the rule,
+// and nothing runs.
+func TestGuardMCP(t *testing.T) {
+	f := newFixture(t, stack.Options{Policy: true})
+	dir := t.TempDir()
+	s := f.NewSession("n1")
+	f.setPolicy(t, guardPolicy)
+	c := mcpHTTP(t, f)
+	c.fail("run_command", map[string]any{"node": "n1", "session": s.ID, "command": "touch " + filepath.Join(dir, "marker")}, "denied", "no-markers")
+	text := c.ok("fanout_run", map[string]any{"nodes": []string{"n1", "n2"}, "command": "touch " + filepath.Join(dir, "fan-marker")}, nil)
+	if !strings.Contains(text, "failed=2") || strings.Count(text, `denied by rule "no-markers"`) != 2 {
+		t.Errorf("fanout_run result does not name the rule:\n%s", text)
+	}
+	c.ok("run_command", map[string]any{"node": "n1", "session": s.ID, "command": "touch " + filepath.Join(dir, "done")}, nil)
+	for _, m := range []string{"marker", "fan-marker"} {
+		if markerThere(filepath.Join(dir, m)) {
+			t.Errorf("%s exists: a denied command ran through MCP", m)
+		}
+	}
+	if !markerThere(filepath.Join(dir, "done")) {
+		t.Error("the allowed command did not run")
+	}
+}
