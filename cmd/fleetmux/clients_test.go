@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -51,7 +52,9 @@ func clientDir(t *testing.T, name string) string {
 // FLEETMUX_ADDR and FLEETMUX_TOKEN name it. FLEETMUX_TEST_CONTROL is the URL of
 // fleetControl, through which the suite provokes what a client cannot by itself:
 // a controller restart (the follow tests), a node that goes away (unavailable) and
-// a node whose data dir refuses a session (internal).
+// a node whose data dir refuses a session (internal). The suite writes the error
+// codes the controller answered it to the file FLEETMUX_TEST_CODES: each of the
+// API's codes must be there.
 //
 // The dev node keeps a session's recording in two parts of 1 MiB, so output beyond
 // its 8 MiB scrollback and those parts is gone for good (gone).
@@ -80,12 +83,13 @@ func runClientTests(t *testing.T, dir, prog string, args ...string) {
 	t.Cleanup(fc.node2.stop)
 	control := httpOn(t, fc)
 	t.Cleanup(fc.wg.Wait)
+	codes := filepath.Join(t.TempDir(), "codes")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, prog, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "FLEETMUX_ADDR=http://"+listen, "FLEETMUX_TOKEN="+devAdminToken,
-		"FLEETMUX_TEST_CONTROL="+control, "PYTHONPATH="+dir, "PYTHONDONTWRITEBYTECODE=1")
+		"FLEETMUX_TEST_CONTROL="+control, "FLEETMUX_TEST_CODES="+codes, "PYTHONPATH="+dir, "PYTHONDONTWRITEBYTECODE=1")
 	if testutil.WantTool(t, "vim") == "" {
 		cmd.Env = append(cmd.Env, "FLEETMUX_TEST_NO_VIM=1") // the suites leave vim's screen out
 	}
@@ -93,6 +97,17 @@ func runClientTests(t *testing.T, dir, prog string, args ...string) {
 	t.Logf("%s %v:\n%s", filepath.Base(prog), args, out)
 	if err != nil {
 		t.Fatalf("%s: %v", filepath.Base(prog), err)
+	}
+	// Every error code the API has came back from the controller at least once: the
+	// suite writes the codes of the error replies it got, one a line.
+	seen, err := os.ReadFile(codes)
+	if err != nil {
+		t.Errorf("the suite did not write the error codes it saw: %v", err)
+	}
+	for _, code := range api.ErrorCodes() {
+		if !slices.Contains(strings.Fields(string(seen)), code) {
+			t.Errorf("the suite never got error code %s from the controller", code)
+		}
 	}
 	fc.mu.Lock()
 	defer fc.mu.Unlock()

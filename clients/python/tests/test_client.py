@@ -25,6 +25,31 @@ ADDR = os.environ.get("FLEETMUX_ADDR")
 CONTROL = os.environ.get("FLEETMUX_TEST_CONTROL")
 
 
+# The error codes the controller under test answered, written to FLEETMUX_TEST_CODES
+# once the tests ran (the harness checks that each of the API's codes is there).
+SEEN_CODES = set()
+_request = Client._request
+
+
+def _recording_request(self, *args, **kwargs):
+    try:
+        return _request(self, *args, **kwargs)
+    except fleetmux.FleetmuxError as e:
+        if e.status and ADDR and self.addr == fleetmux.resolve(ADDR, "-")[0]:
+            SEEN_CODES.add(e.code)
+        raise
+
+
+Client._request = _recording_request  # type: ignore[method-assign]
+
+
+def tearDownModule():
+    path = os.environ.get("FLEETMUX_TEST_CODES")
+    if path:
+        with open(path, "w") as f:
+            f.write("".join(c + "\n" for c in sorted(SEEN_CODES)))
+
+
 def control(what):
     """Asks the harness for a change of the fleet under test; returns its answer."""
     with urllib.request.urlopen(CONTROL + "/" + what, timeout=60) as r:

@@ -7,8 +7,8 @@
 // directory unusable and usable again. Without FLEETMUX_ADDR they skip.
 
 import assert from "node:assert/strict";
-import { afterEach, beforeEach, describe, it } from "node:test";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { after, afterEach, beforeEach, describe, it } from "node:test";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createServer } from "node:http";
@@ -17,6 +17,23 @@ import * as fm from "../index.js";
 const skip = !process.env.FLEETMUX_ADDR && "FLEETMUX_ADDR not set (run through go test ./cmd/fleetmux)";
 const CONTROL = process.env.FLEETMUX_TEST_CONTROL;
 const noControl = !CONTROL && "FLEETMUX_TEST_CONTROL not set";
+
+// The error codes the controller under test answered, written to
+// FLEETMUX_TEST_CODES once the tests ran (the harness checks that each of the API's
+// codes is there).
+const seenCodes = new Set();
+const fetch0 = globalThis.fetch;
+globalThis.fetch = async (input, init) => {
+  const resp = await fetch0(input, init);
+  if (resp.status >= 400 && process.env.FLEETMUX_ADDR && String(input).startsWith(fm.resolve(process.env.FLEETMUX_ADDR, "-").addr + "/")) {
+    const code = await resp.clone().json().then((b) => b?.error?.code, () => undefined);
+    if (code) seenCodes.add(code);
+  }
+  return resp;
+};
+after(() => {
+  if (process.env.FLEETMUX_TEST_CODES) writeFileSync(process.env.FLEETMUX_TEST_CODES, [...seenCodes].sort().map((c) => c + "\n").join(""));
+});
 
 /** Asks the harness for a change of the fleet under test; returns its answer. */
 async function control(what) {
