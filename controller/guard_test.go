@@ -39,6 +39,22 @@ func (f *fixture) setPolicy(t *testing.T, doc string) uint64 {
 	return pi.Version
 }
 
+// setPolicyEverywhere stores doc and waits until every node of the stack has put
+// it in force (its audit record of the new version).
+func (f *fixture) setPolicyEverywhere(t *testing.T, doc string) uint64 {
+	t.Helper()
+	feeds := map[string]chan api.AuditRecord{}
+	for name := range f.Nodes {
+		_, feeds[name] = testutil.AuditSub(t, f.NATS.ClientURL(), name)
+	}
+	v := f.setPolicy(t, doc)
+	for _, feed := range feeds {
+		for r := testutil.NextAudit(t, feed, "policy"); r.PolicyVersion != v; r = testutil.NextAudit(t, feed, "policy") {
+		}
+	}
+	return v
+}
+
 func markerThere(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
@@ -211,7 +227,7 @@ func TestGuardMCP(t *testing.T) {
 	f := newFixture(t, stack.Options{Policy: true})
 	dir := t.TempDir()
 	s := f.NewSession("n1")
-	f.setPolicy(t, guardPolicy)
+	f.setPolicyEverywhere(t, guardPolicy)
 	c := mcpHTTP(t, f)
 	c.fail("run_command", map[string]any{"node": "n1", "session": s.ID, "command": "touch " + filepath.Join(dir, "marker")}, "denied", "no-markers")
 	text := c.ok("fanout_run", map[string]any{"nodes": []string{"n1", "n2"}, "command": "touch " + filepath.Join(dir, "fan-marker")}, nil)
