@@ -115,7 +115,7 @@ func (s *Session) redactTextLocked(text string) string {
 	return s.redact.Text(text)
 }
 
-// redactArgvLocked redacts each argument of argv (a copy when anything changed).
+// redactArgvLocked returns a copy of argv with each argument redacted.
 func (s *Session) redactArgvLocked(argv []string) []string {
 	out := append([]string(nil), argv...)
 	if s.redact == nil {
