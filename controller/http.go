@@ -61,6 +61,9 @@ func (c *Controller) routes() http.Handler {
 		{"GET /v1/policy", c.getPolicy},
 		{"PUT /v1/policy", c.putPolicy},
 		{"DELETE /v1/policy", c.deletePolicy},
+		{"GET /v1/nodes/{node}/secrets", c.listSecrets},
+		{"PUT /v1/nodes/{node}/secrets/{name}", c.putSecret},
+		{"DELETE /v1/nodes/{node}/secrets/{name}", c.deleteSecret},
 		{"GET /v1/openapi.yaml", openAPI},
 		{"GET /healthz", c.health},
 	} {

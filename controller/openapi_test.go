@@ -250,6 +250,11 @@ func (f *fixture) exerciseAll(t *testing.T) {
 	f.Must(200, "GET", p+"/screen", nil, nil)
 	f.Must(200, "POST", p+"/resize", api.ResizeBody{Cols: 90, Rows: 20}, nil)
 	f.Must(200, "POST", p+"/take_over", nil, nil)
+	f.Must(200, "PUT", "/v1/nodes/n1/secrets/sudo-x", api.SecretBody{Value: "s3cret"}, nil)
+	f.Must(200, "GET", "/v1/nodes/n1/secrets", nil, nil)
+	f.Must(200, "DELETE", "/v1/nodes/n1/secrets/sudo-x", nil, nil)
+	f.APIErr(404, api.CodeNotFound, "DELETE", "/v1/nodes/n1/secrets/sudo-x", nil)
+	f.APIErr(400, api.CodeBadRequest, "PUT", "/v1/nodes/n1/secrets/sudo-x", api.SecretBody{Value: "two\nlines"})
 	f.Must(200, "GET", p+"/output?from=0&max_bytes=10", nil, nil)
 	f.APIErr(400, api.CodeBadRequest, "GET", p+"/attach", nil) // not a WebSocket upgrade
 	f.Must(200, "POST", "/v1/run", api.FanoutRequest{Selector: api.Selector{Nodes: []string{"n1"}}, Command: "echo fan", TimeoutMS: 20000}, nil)
@@ -295,6 +300,7 @@ func (f *fixture) exerciseAll(t *testing.T) {
 	f.Must(200, "GET", p, nil, nil)
 	f.APIErr(403, api.CodeForbidden, "POST", p+"/run", api.RunBody{Command: "true"})
 	f.APIErr(403, api.CodeForbidden, "POST", p+"/take_over", nil) // viewers never hold the writer lease
+	f.APIErr(403, api.CodeForbidden, "GET", "/v1/nodes/n1/secrets", nil)
 	f.Token = tok
 	f.Must(200, "DELETE", "/v1/tokens/watcher", nil, nil)
 	f.APIErr(404, api.CodeNotFound, "DELETE", "/v1/tokens/watcher", nil)

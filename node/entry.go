@@ -70,6 +70,7 @@ type entry struct {
 
 	guard entryGuard // guardrail state (guard.go)
 	lease lease      // the writer lease (lease.go)
+	sudo  entrySudo  // answering password prompts (sudo.go)
 	// redactFor is the policy whose redactor the session has (redact.go); guarded
 	// by n.redaction.mu.
 	redactFor *policy.Policy
@@ -273,6 +274,9 @@ func (e *entry) handleEvent(node, id string, ev session.Event) {
 		e.recMu.Unlock()
 	}
 	publishJSON(bus, e.n.subj.Event(node, id), se)
+	if ev.Kind == session.EventState && ev.State == session.StateWaitingInput {
+		e.answerPrompt()
+	}
 }
 
 // recorded reports the oldest output offset the recording holds, and whether the

@@ -33,6 +33,8 @@ type sessionHandle interface {
 	// Input writes raw bytes to the PTY; SendKeys writes named keys.
 	Input(p []byte) error
 	SendKeys(names ...string) error
+	// Reader is the foreground process blocked reading the terminal, if any.
+	Reader() (pid int, ok bool)
 	// Resize sets the terminal size.
 	Resize(cols, rows int) error
 	// SetRedactor replaces the redactor of the output (nil: none), releasing what

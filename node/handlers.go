@@ -64,6 +64,10 @@ var verbs = map[string]struct {
 	"decide":    {(*Node).decideApproval, true},
 
 	"take_over": {(*Node).takeOverVerb, true},
+	// secrets (secret.go): admin only (trust.Allows)
+	"secret_set": {(*Node).secretSet, true},
+	"secret_ls":  {(*Node).secretList, false},
+	"secret_rm":  {(*Node).secretRemove, true},
 }
 
 // handle is the bus callback: it runs on its own goroutine per request. The

@@ -109,9 +109,10 @@ type Node struct {
 	sweep     chan struct{}               // asks the janitor for a sweep (buffered 1)
 	appr      approvals                   // held commands (approval.go)
 
-	pol       atomic.Pointer[policy.Policy] // the policy in force (nil: none); see guard.go
-	guard     guard
-	redaction redaction // redact.go
+	pol        atomic.Pointer[policy.Policy] // the policy in force (nil: none); see guard.go
+	guard      guard
+	redaction  redaction  // redact.go
+	secretLits secretLits // the stored secrets as literal redact patterns (secret.go)
 
 	mu       sync.Mutex // guards the fields below
 	sessions map[string]*entry
@@ -197,6 +198,7 @@ func New(cfg Config) (*Node, error) {
 		n.log = slog.Default()
 	}
 	n.log = n.log.With("node", cfg.Name)
+	n.secretsChanged() // before any session: secrets stored before a restart are redacted too
 	var err error
 	if n.nextID, err = readCounter(n.counterPath()); err != nil {
 		return nil, err

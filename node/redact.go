@@ -49,9 +49,13 @@ func sameRedacts(a, b *policy.Policy) bool {
 
 // followRedaction makes every session follow the policy in force (registered once,
 // by New, with onPolicy).
-func (n *Node) followRedaction(p *policy.Policy) {
+func (n *Node) followRedaction(*policy.Policy) {
 	n.redaction.mu.Lock()
 	defer n.redaction.mu.Unlock()
+	// The policy in force now (onPolicy's argument, or a newer one), with the
+	// stored secrets (secret.go): read under the lock, so a secret's change and a
+	// new version never apply out of order.
+	p := n.withSecrets(n.policy())
 	n.mu.Lock()
 	entries := make([]*entry, 0, len(n.sessions))
 	for _, e := range n.sessions {
@@ -77,7 +81,7 @@ func (e *entry) redactUnder(p *policy.Policy) {
 // newSessionRedactor is the redactor a session starts with, and the policy it is
 // from (pass both to redactStarted once the session is registered).
 func (n *Node) newSessionRedactor() (session.Redactor, *policy.Policy) {
-	p := n.policy()
+	p := n.withSecrets(n.policy())
 	return sessionRedactor(p), p
 }
 
@@ -88,8 +92,8 @@ func (n *Node) redactStarted(e *entry, p *policy.Policy) {
 	n.redaction.mu.Lock()
 	defer n.redaction.mu.Unlock()
 	e.redactFor = p
-	e.redactUnder(n.policy())
+	e.redactUnder(n.withSecrets(n.policy()))
 }
 
 // redactText redacts command text under the policy in force (audit records).
-func (n *Node) redactText(s string) string { return n.policy().RedactText(s) }
+func (n *Node) redactText(s string) string { return n.withSecrets(n.policy()).RedactText(s) }

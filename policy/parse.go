@@ -117,7 +117,7 @@ func (p *parser) document(root *yaml.Node) *Policy {
 	}
 	pol := &Policy{}
 	var haveVersion bool
-	for _, kv := range p.mapping(root.Content[0], "", "version", "rules", "redact") {
+	for _, kv := range p.mapping(root.Content[0], "", "version", "rules", "redact", "secrets") {
 		k, v := kv[0], kv[1]
 		switch k.Value {
 		case "version":
@@ -130,6 +130,8 @@ func (p *parser) document(root *yaml.Node) *Policy {
 			pol.Rules = p.rules(v)
 		case "redact":
 			pol.Redacts = p.redacts(v)
+		case "secrets":
+			pol.Secrets = p.secrets(v)
 		}
 	}
 	if p.err == nil && !haveVersion {

@@ -67,7 +67,7 @@ func TestParseErrors(t *testing.T) {
 		{"two docs", "version: 1\n---\nversion: 1\n", "line 2: more than one document"},
 		{"no version", "rules: []\n", "line 1: version: missing (want version: 1)"},
 		{"bad version", "version: 2\n", `line 1: version: unknown format version "2" (want 1)`},
-		{"unknown top", "version: 1\nrulez: []\n", "line 2: rulez: unknown field (want one of version, rules, redact)"},
+		{"unknown top", "version: 1\nrulez: []\n", "line 2: rulez: unknown field (want one of version, rules, redact, secrets)"},
 		{"dup key", "version: 1\nversion: 1\n", "line 2: version: given twice (first at line 1)"},
 		{"rules not list", "version: 1\nrules: {}\n", "line 2: rules: want a list, got a mapping"},
 		{"unknown rule field", rule("    action: deny\n    acton: deny\n"), "line 5: rules[0].acton: unknown field"},
@@ -122,6 +122,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(designExample))
 	f.Add([]byte(`{"version": 1, "rules": [{"name": "x", "action": "deny"}]}`))
 	f.Add([]byte("version: 1\nrules:\n  - &a {name: r, action: deny}\n  - *a\n"))
+	f.Add([]byte(secretsDoc))
 	f.Fuzz(func(t *testing.T, doc []byte) {
 		p, err := Parse(doc)
 		if err != nil {
@@ -134,6 +135,9 @@ func FuzzParse(f *testing.F) {
 		d := p.Decide(Request{Command: string(doc), Actor: "mcp:x", Role: api.RoleOperator, Node: "n"})
 		if d.Action != api.ActionAllow && d.Action != api.ActionDeny && d.Action != api.ActionApprove {
 			t.Fatalf("action %q", d.Action)
+		}
+		for _, s := range p.Secrets {
+			p.SecretFor(SecretRequest{Node: "n", Role: api.RoleOperator, Program: "sudo", Prompt: s.Prompt})
 		}
 		r := p.NewRedactor()
 		_ = append(r.Write(doc), r.Flush()...)

@@ -92,6 +92,9 @@ type Policy struct {
 	Rules []Rule
 	// Redacts are the redact patterns, in document order.
 	Redacts []Redact
+	// Secrets say who may have a node type which stored secret, where and at
+	// which prompt (secret.go).
+	Secrets []Secret
 }
 
 // Rule is one rule of a policy.

@@ -53,7 +53,7 @@ func cliRoot() *cobra.Command {
 	root.AddCommand(replayCmd())
 	root.AddCommand(nodeCmd(), controllerCmd(), devCmd(), enrollCmd())
 	root.AddCommand(clientCmds()...)
-	root.AddCommand(mcpCmd(), tokenCmd(), policyCmd())
+	root.AddCommand(mcpCmd(), tokenCmd(), policyCmd(), secretCmd())
 	return root
 }
 

@@ -1,0 +1,223 @@
+package node_test
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/internal/testutil"
+)
+
+// sudoUser creates a local user whose password is secret and who may run anything
+// with sudo after typing it (a sudoers.d entry), and removes both at t's cleanup.
+func sudoUser(t *testing.T, secret string) string {
+	t.Helper()
+	testutil.NeedRoot(t)
+	testutil.NeedTool(t, "sudo")
+	testutil.NeedTool(t, "useradd")
+	testutil.NeedTool(t, "chpasswd")
+	var b [4]byte
+	rand.Read(b[:])
+	user := "fmsudo" + hex.EncodeToString(b[:])
+	sh := func(stdin string, name string, args ...string) {
+		t.Helper()
+		cmd := exec.Command(name, args...)
+		cmd.Stdin = strings.NewReader(stdin)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s %v: %v: %s", name, args, err, out)
+		}
+	}
+	sh("", "useradd", "--no-create-home", "--shell", "/bin/bash", user)
+	t.Cleanup(func() { exec.Command("userdel", "--force", user).Run() })
+	sh(user+":"+secret+"\n", "chpasswd")
+	sudoers := filepath.Join("/etc/sudoers.d", "fleetmux-test-"+user)
+	if err := os.WriteFile(sudoers, []byte(user+" ALL=(ALL) ALL\n"), 0o440); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(sudoers) })
+	return user
+}
+
+// everything records every message the node publishes under the fleetmux prefix
+// (output, events, blocks, audit, approvals; not the requests to it) for grepping.
+type everything struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (f *fixture) everything(t *testing.T) *everything {
+	nc, err := nats.Connect(f.srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ev := &everything{}
+	if _, err := nc.Subscribe(api.DefaultPrefix+".>", func(m *nats.Msg) {
+		if strings.HasPrefix(m.Subject, api.DefaultPrefix+".rpc.") {
+			return // a request (secret_set carries the secret to the node)
+		}
+		ev.mu.Lock()
+		ev.buf.Write(m.Data)
+		ev.buf.WriteByte('\n')
+		ev.mu.Unlock()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+func (e *everything) bytes() []byte {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return bytes.Clone(e.buf.Bytes())
+}
+
+// TestSudoSecret: `sudo -k; sudo id -u` as a user who must type their password
+// prints 0 with the password typed by the node from a stored secret, because the
+// policy lets the run's writer use it; the secret's bytes appear nowhere: not in a
+// reply, the NATS messages (stream, events, audit), the recording, the screen. A
+// prompt a program of the user prints is not answered, and a wrong secret is typed
+// once, not again at the next prompt.
+func TestSudoSecret(t *testing.T) {
+	var b [12]byte
+	rand.Read(b[:])
+	secret := "Fm-" + hex.EncodeToString(b[:])
+	user := sudoUser(t, secret)
+	f, _ := guardFixture(t, "version: 1\nsecrets:\n  - {name: sudo-test, roles: [admin]}\n", 1)
+	all := f.everything(t)
+	_, audits := testutil.AuditSub(t, f.srv.ClientURL(), "n1")
+	var replies bytes.Buffer
+	call := func(verb string, req, out any) {
+		t.Helper()
+		var raw json.RawMessage
+		f.mustCall(verb, req, &raw)
+		replies.Write(raw)
+		if out != nil {
+			json.Unmarshal(raw, out)
+		}
+	}
+
+	var info api.SecretInfo
+	call("secret_set", api.SecretSetRequest{Name: "sudo-test", Value: secret}, &info)
+	if info.Name != "sudo-test" || info.Node != "n1" {
+		t.Fatalf("secret_set: %+v", info)
+	}
+	st, err := os.Stat(filepath.Join(f.data, "secrets", "sudo-test"))
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("the stored secret: %v %v", st, err)
+	}
+	if d, err := os.Stat(filepath.Join(f.data, "secrets")); err != nil || d.Mode().Perm() != 0o700 {
+		t.Fatalf("the secrets dir: %v %v", d, err)
+	}
+	var list api.SecretList
+	call("secret_ls", struct{}{}, &list)
+	if len(list.Secrets) != 1 || list.Secrets[0].Name != "sudo-test" {
+		t.Fatalf("secret_ls: %+v", list)
+	}
+
+	s := f.create(api.CreateRequest{Shell: "bash", User: user})
+	var res api.BlockResult
+	call("run", api.RunRequest{Session: s.ID, Command: "sudo -k; sudo id -u", TimeoutMS: 20000}, &res)
+	lines := strings.Split(strings.TrimSpace(res.Text), "\n")
+	if res.Block.ExitCode == nil || *res.Block.ExitCode != 0 || lines[len(lines)-1] != "0" {
+		t.Fatalf("sudo id -u: %q exit %s", res.Text, exitOf(res))
+	}
+	if rec := testutil.NextAudit(t, audits, "secret"); rec.Result != "ok" || rec.Session != s.ID || rec.Principal == "" ||
+		!strings.Contains(rec.Detail, "sudo-test") || !strings.Contains(rec.Detail, "sudo") {
+		t.Fatalf("the secret's audit record: %+v", rec)
+	}
+
+	// A stored secret that reaches the output anyway (typed where echo is on) is
+	// redacted as a literal.
+	call("run", api.RunRequest{Session: s.ID, Command: "echo " + secret, TimeoutMS: 20000}, &res)
+	if res.Text != "[REDACTED:secret-sudo-test]" {
+		t.Fatalf("a secret echoed: %q", res.Text)
+	}
+
+	// A prompt the user's own program prints (echo off too) is not answered, even
+	// when that program is named sudo: it does not run set-user-ID.
+	call("run", api.RunRequest{Session: s.ID, Command: "d=$(mktemp -d); cp /bin/bash $d/sudo; $d/sudo -c \"read -s -p '[sudo] password for " + user + ": ' v; echo got-\\${#v}\"", TimeoutMS: 1500}, &res)
+	if res.Block.State != api.BlockRunning {
+		t.Fatalf("a fake prompt was answered: %+v %q", res.Block, res.Text)
+	}
+	f.mustCall("keys", api.KeysRequest{Session: s.ID, Keys: []string{"C-c"}}, nil)
+	var wr api.WaitReply
+	call("wait", api.WaitRequest{Session: s.ID, Until: api.UntilIdle, TimeoutMS: 10000}, &wr)
+
+	// A wrong secret is typed once: sudo's second prompt waits for a person.
+	call("secret_set", api.SecretSetRequest{Name: "sudo-test", Value: "wrong-" + secret[:8]}, nil)
+	call("run", api.RunRequest{Session: s.ID, Command: "sudo -k; sudo id -u", TimeoutMS: 1000}, nil)
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		var scr api.Screen
+		f.mustCall("screen", api.SessionRequest{Session: s.ID}, &scr)
+		return strings.Count(scr.Text, "password for "+user) >= 2 && scr.WaitingInput
+	}, "sudo's second prompt")
+	if rec := testutil.NextAudit(t, audits, "secret"); rec.Result != "ok" {
+		t.Fatalf("the wrong secret's audit record: %+v", rec)
+	}
+	f.mustCall("keys", api.KeysRequest{Session: s.ID, Keys: []string{"C-c"}}, nil)
+	call("wait", api.WaitRequest{Session: s.ID, Until: api.UntilIdle, TimeoutMS: 10000}, &wr)
+	select {
+	case rec := <-audits:
+		if rec.Action == "secret" {
+			t.Fatalf("the wrong secret was typed again: %+v", rec)
+		}
+	default:
+	}
+
+	// A writer the policy does not name gets no secret: the policy names admins
+	// only, and the runs below are an operator's.
+	call("secret_set", api.SecretSetRequest{Name: "sudo-test", Value: secret}, nil)
+	f.role = api.RoleOperator
+	call("take_over", api.TakeOverRequest{Session: s.ID}, nil) // the admin's C-c holds the lease
+	call("run", api.RunRequest{Session: s.ID, Command: "sudo -k; sudo id -u", TimeoutMS: 1500}, &res)
+	if res.Block.State != api.BlockRunning {
+		t.Fatalf("an operator's sudo was answered: %+v %q", res.Block, res.Text)
+	}
+	f.mustCall("keys", api.KeysRequest{Session: s.ID, Keys: []string{"C-c"}}, nil)
+	f.role = api.RoleAdmin
+
+	// Nowhere: replies (runs, screens, reads, blocks), every NATS message, the
+	// recording, the log of audit records.
+	var scr api.Screen
+	call("screen", api.SessionRequest{Session: s.ID}, &scr)
+	var rr api.ReadReply
+	call("read", api.ReadRequest{Session: s.ID, From: 0}, &rr)
+	replies.Write(rr.Data)
+	var bl api.BlockList
+	call("blocks", api.SessionRequest{Session: s.ID}, &bl)
+	for _, blk := range bl.Blocks {
+		call("block", api.BlockRequest{Session: s.ID, N: blk.N, MaxBytes: -1}, nil)
+	}
+	f.mustCall("close", api.SessionRequest{Session: s.ID}, nil)
+	var rec []byte
+	filepath.Walk(filepath.Join(f.data, "sessions", s.ID), func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() {
+			b, _ := os.ReadFile(p)
+			rec = append(rec, b...)
+		}
+		return nil
+	})
+	if !bytes.Contains(rec, []byte("password for "+user)) || !bytes.Contains(all.bytes(), []byte("password for "+user)) {
+		t.Fatal("the recording or the stream misses sudo's prompt: the search below would prove nothing")
+	}
+	for what, b := range map[string][]byte{"a reply": replies.Bytes(), "a NATS message": all.bytes(), "the recording": rec} {
+		if bytes.Contains(b, []byte(secret)) || bytes.Contains(b, []byte(secret[3:])) {
+			t.Errorf("the secret is in %s", what)
+		}
+	}
+}
