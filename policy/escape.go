@@ -25,24 +25,23 @@ func escapeLen(b []byte) (n int, whole bool) {
 	if len(b) < 2 {
 		return 0, false
 	}
-	c := b[1]
-	var body func(x byte) (more, final bool)
-	switch {
-	case c == '[':
-		body = func(x byte) (bool, bool) { return x >= 0x20 && x <= 0x3f, x >= 0x40 && x <= 0x7e }
+	// A sequence goes on with bytes in [more, moreHi] and ends with one in [final, 0x7e].
+	var more, moreHi, final byte
+	switch c := b[1]; {
+	case c == '[': // CSI: parameters and intermediates, then a final byte
+		more, moreHi, final = 0x20, 0x3f, 0x40
 	case c >= 0x20 && c <= 0x2f: // intermediates, then a final byte (ESC ( B)
-		body = func(x byte) (bool, bool) { return x >= 0x20 && x <= 0x2f, x >= 0x30 && x <= 0x7e }
+		more, moreHi, final = 0x20, 0x2f, 0x30
 	case c >= 0x30 && c <= 0x7e && c != ']' && c != 'P' && c != 'X' && c != '^' && c != '_':
 		return 2, true // ESC = , ESC 7, ESC M …; OSC, DCS, SOS, PM, APC are text
 	default:
 		return 0, true
 	}
 	for k := 2; k < len(b) && k < maxEscape; k++ {
-		more, final := body(b[k])
-		switch {
-		case final:
+		switch x := b[k]; {
+		case x >= final && x <= 0x7e:
 			return k + 1, true
-		case !more:
+		case x < more || x > moreHi:
 			return 0, true
 		}
 	}
@@ -68,12 +67,17 @@ type projection struct {
 }
 
 // project splits buf into visible bytes and transparent sequences. Without an ESC
-// in buf, vis is buf itself.
-func project(buf []byte, final bool) projection {
+// in buf, vis is buf itself; otherwise vis and gaps reuse scratch's memory when it
+// is given (pooled: they must not outlive the caller's use).
+func project(buf []byte, final bool, scratch *machine) projection {
 	if bytes.IndexByte(buf, 0x1b) < 0 {
 		return projection{vis: buf, cut: len(buf)}
 	}
-	pr := projection{vis: make([]byte, 0, len(buf)), cut: len(buf)}
+	pr := projection{cut: len(buf)}
+	if scratch != nil {
+		pr.vis, pr.gaps = scratch.vis[:0], scratch.gaps[:0]
+		defer func() { scratch.vis, scratch.gaps = pr.vis[:0], pr.gaps[:0] }()
+	}
 	shift := 0
 	for i := 0; ; {
 		j := bytes.IndexByte(buf[i:], 0x1b)

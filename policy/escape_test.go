@@ -41,7 +41,7 @@ func FuzzProject(f *testing.F) {
 	f.Add([]byte("\x1b[01;31mAKIA\x1b[m\x1b[KIOSF\x1b(B\x1b]0;t\x07\x1b"), uint16(9))
 	f.Add([]byte("\x1b[27me\x1b[27mc\x1b[27mh\x1b[27mo"), uint16(3))
 	f.Fuzz(func(t *testing.T, in []byte, k uint16) {
-		pr := project(in, true)
+		pr := project(in, true, nil)
 		var rebuilt []byte
 		v := 0
 		for _, g := range pr.gaps {
@@ -62,7 +62,7 @@ func FuzzProject(f *testing.F) {
 			t.Fatalf("orig(end) = %d, want %d", pr.orig(len(pr.vis)), len(in))
 		}
 		cut := int(k) % (len(in) + 1)
-		p1 := project(in[:cut], false)
+		p1 := project(in[:cut], false, nil)
 		if !bytes.HasPrefix(pr.vis, p1.vis) || p1.orig(len(p1.vis)) != p1.cut {
 			t.Fatalf("prefix %q projects to %q, not a prefix of %q", in[:cut], p1.vis, pr.vis)
 		}

@@ -141,7 +141,11 @@ func (q *queue) has(pc uint32) bool {
 
 // machine is the scratch space of a liveness run; pooled, so a redactor per
 // session costs no memory for it.
-type machine struct{ a, b queue }
+type machine struct {
+	a, b queue
+	vis  []byte // projection scratch (escape.go)
+	gaps []gap
+}
 
 var machines = sync.Pool{New: func() any { return new(machine) }}
 

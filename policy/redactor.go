@@ -115,13 +115,12 @@ func (r *Redactor) Text(s string) string {
 // on its own (a literal prefix makes that fast), which finds the same matches as one
 // regexp of all patterns as alternatives: leftmost first, then the first pattern.
 func (r *Redactor) replace(out, buf []byte, final bool) ([]byte, int, int) {
-	pr := project(buf, final)
+	vm := machines.Get().(*machine)
+	defer machines.Put(vm)
+	pr := project(buf, final, vm)
 	vis := pr.vis
 	hold := len(vis)
-	var vm *machine
 	if !final {
-		vm = machines.Get().(*machine)
-		defer machines.Put(vm)
 		hold = r.live(vis, 0, vm)
 	}
 	for i := range r.pats {
