@@ -162,8 +162,11 @@ func TestGuardDenies(t *testing.T) {
 		t.Error("the command run before the policy did not run")
 	}
 
-	// Removed: allowed again.
+	// Removed: allowed again; the controller's audit names the version removed.
 	f.Must(200, "DELETE", "/v1/policy", nil, nil)
+	if r := testutil.NextAudit(t, ctlAudit, "DELETE /v1/policy"); r.PolicyVersion != version || r.Result != "ok" {
+		t.Errorf("controller's audit of the removal: %+v, want version %d", r, version)
+	}
 	testutil.Eventually(t, 5*time.Second, func() bool {
 		code, _ := f.Do("POST", path(bash)+"/run", api.RunBody{Command: "touch " + filepath.Join(dir, "marker4"), TimeoutMS: 20000})
 		return code == 200

@@ -110,6 +110,9 @@ func (c *Controller) SetPolicy(ctx context.Context, doc []byte) (api.PolicyInfo,
 
 func (c *Controller) deletePolicy(w http.ResponseWriter, r *http.Request) {
 	out, err := c.DeletePolicy(r.Context())
+	if err == nil {
+		noteAudit(w, func(rec *api.AuditRecord) { rec.PolicyVersion = out.Version }) // the version removed
+	}
 	c.reply(w, r, out, err)
 }
 
