@@ -51,7 +51,7 @@ func cliRoot() *cobra.Command {
 	}
 	root.AddCommand(versionCmd(), tryCmd())
 	root.AddCommand(replayCmd())
-	root.AddCommand(nodeCmd(), controllerCmd(), devCmd(), enrollCmd())
+	root.AddCommand(nodeCmd(), controllerCmd(), devCmd(), enrollCmd(), holderCmd())
 	root.AddCommand(clientCmds()...)
 	root.AddCommand(mcpCmd(), tokenCmd(), policyCmd(), secretCmd())
 	return root

@@ -212,7 +212,7 @@ func TestSSHShowsNoSecrets(t *testing.T) {
 		}
 	}
 	// The server verbs are not in the front door's tree at all.
-	for _, v := range []string{"controller", "dev", "node", "mcp", "try", "replay", "version"} {
+	for _, v := range []string{"controller", "dev", "node", "holder", "mcp", "try", "replay", "version"} {
 		if out, code := ssh(v, "--help"); code == 0 {
 			t.Errorf("ssh %s --help: exit 0:\n%s", v, out)
 		}

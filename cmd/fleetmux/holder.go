@@ -1,0 +1,57 @@
+package main
+
+import (
+	"context"
+	"io"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/fleetmux/fleetmux/holder"
+	"github.com/spf13/cobra"
+)
+
+// holderDir is where a node's holder listens, under its data dir.
+func holderDir(data string) string { return filepath.Join(data, "holder") }
+
+func holderCmd() *cobra.Command {
+	var data string
+	var verbose bool
+	c := &cobra.Command{
+		Use:   "holder [--data DIR]",
+		Short: "Keep this host's session PTYs so they outlive the node agent",
+		Long: "holder keeps the PTYs, programs and recent raw output of the node agent's\n" +
+			"sessions, so a crash, restart or upgrade of the agent leaves them running; the\n" +
+			"agent reattaches when it starts. It listens on DIR/holder/holder.sock (0600, its\n" +
+			"directory 0700; only its own user may connect). The node agent starts one itself\n" +
+			"when none runs (detached: its own session and process group); under systemd run\n" +
+			"it as a service of its own (or give the agent's unit KillMode=process) so stopping\n" +
+			"the agent does not stop it. SIGTERM or SIGINT ends it and every session it holds.",
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return runHolder(c.Context(), data, verbose, c.ErrOrStderr())
+		},
+	}
+	c.Flags().StringVar(&data, "data", ".fleetmux", "data directory (the holder uses DIR/holder/)")
+	c.Flags().BoolVar(&verbose, "verbose", false, "debug logs")
+	return c
+}
+
+func runHolder(ctx context.Context, data string, verbose bool, stderr io.Writer) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	// SIGHUP is ignored: a holder launched from a terminal outlives it.
+	signal.Ignore(syscall.SIGHUP)
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	log := newLogger(&lockedWriter{w: stderr}, verbose)
+	srv, err := holder.Listen(holder.Config{Dir: holderDir(data), Version: buildVersion(), Logger: log})
+	if err != nil {
+		return err
+	}
+	log.Info("holder listening", "socket", srv.Path())
+	err = srv.Serve(ctx)
+	srv.Close()
+	return err
+}

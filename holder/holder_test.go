@@ -1,0 +1,458 @@
+package holder
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestMain doubles as the "other user" of TestPeerRefused: with HOLDER_TEST_PEER set
+// the binary connects to that socket, says hello and lists, and exits 0 when the
+// holder refused it, 3 when it was served.
+func TestMain(m *testing.M) {
+	if p := os.Getenv("HOLDER_TEST_PEER"); p != "" {
+		os.Exit(peerAttack(p))
+	}
+	os.Exit(m.Run())
+}
+
+func peerAttack(path string) int {
+	nc, err := net.Dial("unixpacket", path)
+	if err != nil {
+		return 4
+	}
+	c := newConn(nc.(*net.UnixConn))
+	if err := c.sendJSON(kindHello, hello{Proto: Proto}); err != nil {
+		return 0
+	}
+	_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
+	kind, _, _, err := c.recv()
+	if err != nil || kind != kindHello {
+		return 0
+	}
+	return 3
+}
+
+func startHolder(t *testing.T) (*Server, string) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "holder")
+	srv, err := Listen(Config{Dir: dir, Version: "test", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		srv.Close()
+	})
+	return srv, dir
+}
+
+func dialT(t *testing.T, dir string) *Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func spawnT(t *testing.T, c *Client, id string, argv ...string) (Info, *os.File) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	info, master, err := c.Spawn(ctx, Spawn{ID: id, Argv: argv, Dir: "/", Env: []string{"PATH=/usr/bin:/bin", "TERM=dumb"}, Cols: 80, Rows: 24})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { master.Close() })
+	return info, master
+}
+
+// collect reads st until its output contains want (or, with want "", the exit);
+// it checks that offsets follow each other from st.From.
+func collect(t *testing.T, st *Stream, want string) (out []byte, end int64, exit *Chunk) {
+	t.Helper()
+	off := st.From
+	timer := time.AfterFunc(10*time.Second, func() { st.Close() })
+	defer timer.Stop()
+	for {
+		ch, err := st.Next()
+		if err != nil {
+			t.Fatalf("stream ended before %q: %v; got %q", want, err, out)
+		}
+		if ch.Exited {
+			if ch.Off != off {
+				t.Fatalf("exit at %d, output ended at %d", ch.Off, off)
+			}
+			return out, off, &ch
+		}
+		if ch.Off != off {
+			t.Fatalf("chunk at %d, want %d (gap or repeat)", ch.Off, off)
+		}
+		out = append(out, ch.Data...)
+		off += int64(len(ch.Data))
+		if want != "" && bytes.Contains(out, []byte(want)) {
+			return out, off, nil
+		}
+	}
+}
+
+// TestReattach is the holder's promise: the agent goes away (its connections
+// close), the program keeps running and its output keeps being kept; the next
+// agent attaches from where it was and gets the rest exactly once, the exit code,
+// and a master it can write to and ask the kernel about.
+func TestReattach(t *testing.T) {
+	_, dir := startHolder(t)
+	c := dialT(t, dir)
+	info, master := spawnT(t, c, "s1", "/bin/sh", "-c", `echo one; read x; i=0; while [ $i -lt 50 ]; do echo "line-$i-$x"; i=$((i+1)); done; sleep 0.3; exit 7`)
+	if info.PID <= 0 || info.ID != "s1" {
+		t.Fatalf("spawn info %+v", info)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := c.Attach(ctx, "s1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, off, _ := collect(t, st, "one\r\n")
+	// The agent writes input to its copy of the master; the holder reads the echo.
+	if _, err := master.Write([]byte("hi\n")); err != nil {
+		t.Fatal(err)
+	}
+	// The foreground process group, asked on the passed master, is the child's.
+	pg, err := unix.IoctlGetInt(int(st.Master.Fd()), unix.TIOCGPGRP)
+	if err != nil || pg != info.PID {
+		t.Fatalf("TIOCGPGRP on the passed master = %d, %v; want %d", pg, err, info.PID)
+	}
+	// The agent dies: all its connections close, nothing reads for a while.
+	st.Close()
+	st.Master.Close()
+	c.Close()
+	time.Sleep(50 * time.Millisecond) // not synchronisation: output piles up in the ring meanwhile
+
+	c2 := dialT(t, dir)
+	list, err := c2.List(ctx)
+	if err != nil || len(list) != 1 || list[0].ID != "s1" || list[0].PID != info.PID {
+		t.Fatalf("list after the agent went: %+v, %v", list, err)
+	}
+	st2, err := c2.Attach(ctx, "s1", off)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st2.Close()
+	defer st2.Master.Close()
+	if st2.From != off {
+		t.Fatalf("reattach from %d, want %d", st2.From, off)
+	}
+	rest, end, exit := collect(t, st2, "")
+	all := string(out) + string(rest)
+	for i := range 50 {
+		if n := strings.Count(all, "line-"+strconv.Itoa(i)+"-hi\r\n"); n != 1 {
+			t.Fatalf("line-%d seen %d times in %q", i, n, all)
+		}
+	}
+	if exit.Code == nil || *exit.Code != 7 {
+		t.Fatalf("exit code %v, want 7", exit.Code)
+	}
+	// The whole output is still in the ring: a read from 0 is the same bytes.
+	st3, err := c2.Attach(ctx, "s1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, end3, _ := collect(t, st3, "")
+	st3.Close()
+	st3.Master.Close()
+	if string(again) != all || end3 != end {
+		t.Fatalf("a second read of the ring differs:\n%q\n%q", again, all)
+	}
+	got, err := c2.CloseSession(ctx, "s1")
+	if err != nil || !got.Exited || got.Code == nil || *got.Code != 7 {
+		t.Fatalf("close: %+v, %v", got, err)
+	}
+	if list, _ := c2.List(ctx); len(list) != 0 {
+		t.Fatalf("closed session still listed: %+v", list)
+	}
+	if _, err := c2.Attach(ctx, "s1", 0); !errors.Is(err, ErrNoSession) {
+		t.Fatalf("attach of a closed session: %v, want ErrNoSession", err)
+	}
+}
+
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), syscall.SIGTERM)
+}
+
+// TestNewestAttachWins: a second attach (the restarted agent) ends the first
+// stream, so two agents never consume one session.
+func TestNewestAttachWins(t *testing.T) {
+	_, dir := startHolder(t)
+	c := dialT(t, dir)
+	spawnT(t, c, "s1", "/bin/sh", "-c", "echo ready; exec sleep 60")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	a, err := c.Attach(ctx, "s1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	collect(t, a, "ready")
+	b, err := c.Attach(ctx, "s1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	collect(t, b, "ready")
+	if _, err := a.Next(); err == nil {
+		t.Fatal("the older stream still delivers after a newer attach")
+	}
+	if _, err := c.CloseSession(ctx, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if ch, err := b.Next(); err == nil && !ch.Exited {
+		t.Fatalf("stream of a closed session delivered %+v", ch)
+	}
+}
+
+// TestChildFDsAndKept: files passed with a spawn reach the child at the asked fd
+// numbers; the kept one comes back on every attach, and still works after the
+// agent's copy closed (a guard question survives the agent).
+func TestChildFDsAndKept(t *testing.T) {
+	_, dir := startHolder(t)
+	c := dialT(t, dir)
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "ours"), os.NewFile(uintptr(fds[1]), "theirs")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, master, err := c.Spawn(ctx, Spawn{ID: "g1", Argv: []string{"/bin/sh", "-c", "echo asked >&4; read a <&4; echo answer=$a"},
+		Dir: "/", Env: []string{"PATH=/usr/bin:/bin"}, Cols: 80, Rows: 24, ChildFDs: []int{4}, Keep: true, Nonce: "n0nce"}, theirs, ours)
+	theirs.Close()
+	ours.Close() // the agent's copy: only the holder's remains
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer master.Close()
+	st, err := c.Attach(ctx, "g1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	defer st.Master.Close()
+	if st.Kept == nil || st.Nonce != "n0nce" {
+		t.Fatalf("attach: kept %v nonce %q", st.Kept, st.Nonce)
+	}
+	defer st.Kept.Close()
+	_ = st.Kept.SetDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 16)
+	n, err := st.Kept.Read(buf)
+	if err != nil || string(buf[:n]) != "asked\n" {
+		t.Fatalf("kept end read %q, %v", buf[:n], err)
+	}
+	if _, err := st.Kept.Write([]byte("yes\n")); err != nil {
+		t.Fatal(err)
+	}
+	_, _, exit := collect(t, st, "")
+	if exit.Code == nil || *exit.Code != 0 {
+		t.Fatalf("exit %v", exit.Code)
+	}
+}
+
+// TestVersionRefused: a holder refuses an agent of another protocol, and an agent
+// refuses a holder of another, each with ErrVersion and a message naming both.
+func TestVersionRefused(t *testing.T) {
+	_, dir := startHolder(t)
+	nc, err := net.Dial("unixpacket", filepath.Join(dir, SocketName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	c := newConn(nc.(*net.UnixConn))
+	if err := c.sendJSON(kindHello, hello{Proto: Proto + 1}); err != nil {
+		t.Fatal(err)
+	}
+	var r reply
+	if _, err := c.recvJSON(kindReply, &r); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(r.Error, "protocol 1, the agent 2") {
+		t.Fatalf("refusal %q", r.Error)
+	}
+
+	// A fake holder of protocol 2.
+	fdir := t.TempDir()
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: filepath.Join(fdir, SocketName), Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		uc, err := ln.AcceptUnix()
+		if err != nil {
+			return
+		}
+		defer uc.Close()
+		fc := newConn(uc)
+		var hi hello
+		if _, err := fc.recvJSON(kindHello, &hi); err == nil {
+			_ = fc.sendJSON(kindHello, hello{Proto: Proto + 1})
+		}
+		_, _, _, _ = fc.recv()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = Dial(ctx, fdir)
+	if !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), "restart the holder") {
+		t.Fatalf("dial of a protocol-2 holder: %v", err)
+	}
+}
+
+// TestPeerRefused performs the attack: another local user reaches the socket (its
+// directory and mode opened up by mistake) and asks for the sessions; SO_PEERCRED
+// refuses it before any hello.
+func TestPeerRefused(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run a process as another user")
+	}
+	srv, dir := startHolder(t)
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := os.MkdirTemp("", "holder-peer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(pub)
+	copyExe(t, bin, filepath.Join(pub, "peer"))
+	for _, p := range []string{pub, filepath.Dir(filepath.Dir(dir)), filepath.Dir(dir), dir} {
+		os.Chmod(p, 0o755)
+	}
+	os.Chmod(srv.Path(), 0o777)
+	cmd := exec.Command(filepath.Join(pub, "peer"))
+	cmd.Env = []string{"HOLDER_TEST_PEER=" + srv.Path()}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee) && ee.ExitCode() == 3:
+		t.Fatalf("another user was served by the holder: %s", out)
+	default:
+		t.Fatalf("peer: %v: %s", err, out)
+	}
+}
+
+func copyExe(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSecondHolderRefused: one holder per directory.
+func TestSecondHolderRefused(t *testing.T) {
+	_, dir := startHolder(t)
+	if _, err := Listen(Config{Dir: dir}); err == nil || !strings.Contains(err.Error(), "another holder") {
+		t.Fatalf("second holder: %v", err)
+	}
+}
+
+// TestBadSpawns: a bad spawn is refused and changes nothing.
+func TestBadSpawns(t *testing.T) {
+	_, dir := startHolder(t)
+	c := dialT(t, dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, sp := range []Spawn{
+		{ID: "a.b", Argv: []string{"/bin/true"}, Cols: 80, Rows: 24},
+		{ID: "x", Cols: 80, Rows: 24},
+		{ID: "x", Argv: []string{"/bin/true"}, Cols: 0, Rows: 24},
+		{ID: "x", Argv: []string{"/bin/true"}, Cols: 80, Rows: 24, Ring: 10},
+		{ID: "x", Argv: []string{"/nonexistent"}, Cols: 80, Rows: 24},
+		{ID: "x", Argv: []string{"/bin/true"}, Cols: 80, Rows: 24, ChildFDs: []int{3}},
+	} {
+		if _, _, err := c.Spawn(ctx, sp); err == nil {
+			t.Errorf("spawn %+v accepted", sp)
+		}
+	}
+	if list, err := c.List(ctx); err != nil || len(list) != 0 {
+		t.Fatalf("list after bad spawns: %+v, %v", list, err)
+	}
+	spawnT(t, c, "x", "/bin/sh", "-c", "exec sleep 60")
+	if _, _, err := c.Spawn(ctx, Spawn{ID: "x", Argv: []string{"/bin/true"}, Cols: 80, Rows: 24}); err == nil {
+		t.Fatal("a second session x was accepted")
+	}
+}
+
+// TestEnsureLaunches: Ensure starts a detached holder when none answers (here the
+// test binary's own holder mode is not available, so a fake holder command: this
+// test binary run with HOLDER_TEST_SERVE), and returns a client of it.
+func TestEnsureLaunches(t *testing.T) {
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "holder")
+	t.Setenv("HOLDER_TEST_DIR", dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := Ensure(ctx, dir, []string{bin, "-test.run=^TestServeHelper$"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, pid := c.HolderVersion()
+	if pid <= 0 || pid == os.Getpid() {
+		t.Fatalf("holder pid %d", pid)
+	}
+	// It runs in a session of its own: a signal to our process group spares it.
+	if sid, _ := unix.Getsid(pid); sid != pid {
+		t.Fatalf("launched holder's session %d, want its own (%d)", sid, pid)
+	}
+	_ = syscall.Kill(pid, syscall.SIGTERM)
+}
+
+// TestServeHelper is the holder TestEnsureLaunches launches (it does nothing in a
+// normal run).
+func TestServeHelper(t *testing.T) {
+	dir := os.Getenv("HOLDER_TEST_DIR")
+	if dir == "" {
+		t.Skip("helper of TestEnsureLaunches")
+	}
+	srv, err := Listen(Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	_ = srv.Serve(ctx)
+	srv.Close()
+}

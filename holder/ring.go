@@ -1,0 +1,64 @@
+package holder
+
+// ring holds the newest raw output of one session, addressed by absolute offset.
+// It grows as output arrives, up to its size, and then wraps: an idle session with
+// little output costs little. Not safe for concurrent use: the session's mutex
+// guards it.
+type ring struct {
+	buf  []byte
+	size int   // the most bytes held
+	end  int64 // absolute offset one past the newest byte
+}
+
+func newRing(size int) *ring { return &ring{size: size} }
+
+// start is the oldest offset still held.
+func (r *ring) start() int64 { return r.end - int64(len(r.buf)) }
+
+// write appends p, overwriting the oldest bytes once the ring is full.
+func (r *ring) write(p []byte) {
+	if len(r.buf) < r.size { // still growing: append what fits
+		k := min(len(p), r.size-len(r.buf))
+		r.buf = append(r.buf, p[:k]...)
+		r.end += int64(k)
+		p = p[k:]
+		if len(p) == 0 {
+			return
+		}
+	}
+	n := len(r.buf)
+	if len(p) >= n {
+		r.end += int64(len(p))
+		p = p[len(p)-n:]
+		pos := int(r.end % int64(n))
+		copy(r.buf[pos:], p)
+		copy(r.buf, p[n-pos:])
+		return
+	}
+	pos := int(r.end % int64(n))
+	k := copy(r.buf[pos:], p)
+	copy(r.buf, p[k:])
+	r.end += int64(len(p))
+}
+
+// read copies up to max bytes from offset from into a new slice. from below start
+// reads from start; the offset of the first byte is returned.
+func (r *ring) read(from int64, max int) (int64, []byte) {
+	from = clamp(from, r.start(), r.end)
+	to := min(r.end, from+int64(max))
+	out := make([]byte, 0, to-from)
+	if len(r.buf) < r.size { // not wrapped yet: buf[0] is offset start
+		s := from - r.start()
+		return from, append(out, r.buf[s:s+(to-from)]...)
+	}
+	n := int64(len(r.buf))
+	for o := from; o < to; {
+		pos := o % n
+		k := min(to-o, n-pos)
+		out = append(out, r.buf[pos:pos+k]...)
+		o += k
+	}
+	return from, out
+}
+
+func clamp(v, lo, hi int64) int64 { return max(lo, min(v, hi)) }

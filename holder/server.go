@@ -1,0 +1,315 @@
+// Package holder keeps the PTYs of a node's sessions in a small process of its own
+// (`fleetmux holder`), so the sessions outlive the node agent: its crash, restart
+// or upgrade. The holder owns the PTY master fds, the children (it is their parent
+// and reaps them) and a raw output ring per session; the agent (session's holder
+// backend) does everything else and reattaches after a restart. See proto.go for the
+// protocol and README "Sessions that outlive the agent" for what survives what.
+//
+// Who reads the master: the holder, only. The agent gets the output from the
+// holder's ring (an attach stream from an offset), and gets a copy of the master fd
+// (SCM_RIGHTS) for the ioctls it needs (foreground process group, termios, queued
+// bytes, window size) and for writing input, which the kernel serializes; it never
+// reads it.
+package holder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/internal/datadir"
+)
+
+// SocketName is the holder's socket in its directory.
+const SocketName = "holder.sock"
+
+// closeGrace is how long a closed session's program has after SIGHUP before SIGKILL.
+const closeGrace = 2 * time.Second
+
+// Config configures a Server.
+type Config struct {
+	// Dir is the holder's directory (created 0700; typically DATA/holder); the
+	// socket is Dir/holder.sock (0600). Required.
+	Dir string
+	// Version is the binary's version, told to agents (logs only).
+	Version string
+	// Logger receives operational logs; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Server is a running holder. Its sessions live until they exit and an agent closes
+// them, or until Close.
+type Server struct {
+	cfg  Config
+	log  *slog.Logger
+	ln   *net.UnixListener
+	path string
+
+	mu       sync.Mutex // guards sessions, conns and closed
+	sessions map[string]*held
+	conns    map[*conn]struct{}
+	closed   bool
+	wg       sync.WaitGroup // connection goroutines
+}
+
+// Listen validates cfg, makes the directory and listens on its socket. A stale
+// socket (nobody answers) is replaced; a live one is an error (another holder runs).
+func Listen(cfg Config) (*Server, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("holder: Config.Dir is required")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := datadir.Ensure(cfg.Dir); err != nil {
+		return nil, fmt.Errorf("holder: %w", err)
+	}
+	path := filepath.Join(cfg.Dir, SocketName)
+	if c, err := net.DialTimeout("unixpacket", path, time.Second); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("holder: another holder listens on %s", path)
+	}
+	_ = os.Remove(path)
+	old := syscall.Umask(0o177)
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	syscall.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("holder: listen: %w", err)
+	}
+	ln.SetUnlinkOnClose(false) // a holder exiting leaves it; the next one replaces it
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("holder: %w", err)
+	}
+	return &Server{cfg: cfg, log: log, ln: ln, path: path, sessions: map[string]*held{}, conns: map[*conn]struct{}{}}, nil
+}
+
+// Path is the socket's path.
+func (s *Server) Path() string { return s.path }
+
+// Serve accepts agents until ctx ends or Close; it then stops listening and returns
+// (the sessions stay until Close).
+func (s *Server) Serve(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, func() { s.ln.Close() })
+	defer stop()
+	for {
+		c, err := s.ln.AcceptUnix()
+		if err != nil {
+			if ctx.Err() != nil || s.isClosed() {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return fmt.Errorf("holder: accept: %w", err)
+		}
+		if err := checkPeer(c); err != nil {
+			s.log.Warn("holder refused a connection", "err", err)
+			c.Close()
+			continue
+		}
+		hc := newConn(c)
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			c.Close()
+			return nil
+		}
+		s.conns[hc] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serveConn(hc)
+	}
+}
+
+func (s *Server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// Close stops listening, ends every session (SIGHUP, SIGKILL after a grace) and
+// every connection, and waits for them.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	sessions := s.sessions
+	s.sessions = map[string]*held{}
+	for c := range s.conns {
+		c.close()
+	}
+	s.mu.Unlock()
+	s.ln.Close()
+	var wg sync.WaitGroup
+	for _, h := range sessions {
+		wg.Go(func() { h.close(closeGrace) })
+	}
+	wg.Wait()
+	s.wg.Wait()
+	return nil
+}
+
+// serveConn does the hello, then answers requests until the connection closes; an
+// attach turns the connection into that session's stream.
+func (s *Server) serveConn(c *conn) {
+	defer s.wg.Done()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		c.close()
+	}()
+	var hi hello
+	files, err := c.recvJSON(kindHello, &hi)
+	closeAll(files)
+	if err != nil {
+		return
+	}
+	if hi.Proto != Proto {
+		_ = c.sendJSON(kindReply, reply{Error: fmt.Sprintf("%v: this holder speaks protocol %d, the agent %d: run an agent that speaks %d, or restart the holder with the new binary (that ends its sessions)", ErrVersion, Proto, hi.Proto, Proto)})
+		return
+	}
+	if err := c.sendJSON(kindHello, hello{Proto: Proto, Version: s.cfg.Version, PID: os.Getpid()}); err != nil {
+		return
+	}
+	for {
+		var req request
+		files, err := c.recvJSON(kindRequest, &req)
+		if err != nil {
+			return
+		}
+		if req.Op == "attach" {
+			closeAll(files)
+			s.attach(c, req)
+			return
+		}
+		if err := s.answer(c, req, files); err != nil {
+			return
+		}
+	}
+}
+
+// answer does one request and replies.
+func (s *Server) answer(c *conn, req request, files []*os.File) error {
+	if req.Op != "spawn" {
+		closeAll(files)
+	}
+	fail := func(err error) error {
+		return c.sendJSON(kindReply, reply{Error: err.Error(), NotFound: errors.Is(err, ErrNoSession)})
+	}
+	switch req.Op {
+	case "list":
+		s.mu.Lock()
+		list := make([]Info, 0, len(s.sessions))
+		for _, h := range s.sessions {
+			list = append(list, h.info())
+		}
+		s.mu.Unlock()
+		return c.sendJSON(kindReply, reply{List: list})
+	case "spawn":
+		sp := req.Spawn
+		if sp == nil || api.ValidName(sp.ID) != nil {
+			closeAll(files)
+			return fail(fmt.Errorf("%w: spawn needs a valid id", ErrProtocol))
+		}
+		s.mu.Lock()
+		_, dup := s.sessions[sp.ID]
+		s.mu.Unlock()
+		if dup {
+			closeAll(files)
+			return fail(fmt.Errorf("holder: session %s exists", sp.ID))
+		}
+		h, err := spawn(sp, files)
+		if err != nil {
+			return fail(err)
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			go h.close(closeGrace)
+			return fail(ErrClosed)
+		}
+		s.sessions[sp.ID] = h
+		s.mu.Unlock()
+		s.log.Info("holder started a session", "session", sp.ID, "pid", h.pid)
+		info := h.info()
+		return c.sendJSON(kindReply, reply{Info: &info, FDs: 1}, h.master)
+	case "signal":
+		h, err := s.session(req.ID)
+		if err != nil {
+			return fail(err)
+		}
+		h.signal(syscall.Signal(req.Signal))
+		return c.sendJSON(kindReply, reply{})
+	case "close":
+		h, err := s.session(req.ID)
+		if err != nil {
+			return fail(err)
+		}
+		h.close(closeGrace)
+		s.mu.Lock()
+		if s.sessions[req.ID] == h {
+			delete(s.sessions, req.ID)
+		}
+		s.mu.Unlock()
+		info := h.info()
+		s.log.Info("holder closed a session", "session", req.ID)
+		return c.sendJSON(kindReply, reply{Info: &info})
+	}
+	return fail(fmt.Errorf("%w: unknown op %q", ErrProtocol, req.Op))
+}
+
+func (s *Server) session(id string) (*held, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, ok := s.sessions[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrNoSession, id)
+	}
+	return h, nil
+}
+
+// attach replies with the session's info, nonce and fds, then streams its output
+// from req.From until the exit, or until the agent goes or attaches again.
+func (s *Server) attach(c *conn, req request) {
+	h, err := s.session(req.ID)
+	if err != nil {
+		_ = c.sendJSON(kindReply, reply{Error: err.Error(), NotFound: true})
+		return
+	}
+	info, from := h.attach(c, req.From)
+	defer h.detach(c)
+	files := []*os.File{h.master}
+	if h.kept != nil {
+		files = append(files, h.kept)
+	}
+	if err := c.sendJSON(kindReply, reply{Info: &info, Nonce: h.nonce, From: from, FDs: len(files)}, files...); err != nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() { // the agent never writes on a stream: a read ends when it goes
+		defer close(done)
+		for {
+			if _, _, _, err := c.recv(); err != nil {
+				return
+			}
+		}
+	}()
+	h.serve(c, from, done)
+	c.close()
+	<-done
+}
