@@ -204,6 +204,13 @@ export interface ApprovalList {
   unavailable?: string[];
 }
 
+/** What anyone learns of a secret stored on a node: never its value. */
+export interface SecretInfo {
+  node: string;
+  name: string;
+  updated_at: string;
+}
+
 export interface NewSession {
   node?: string;
   title?: string;
@@ -325,6 +332,9 @@ export declare class Client {
   decide(node: string, id: string | undefined, decision: "approve" | "deny", opts?: { reason?: string }): Promise<Approval>;
   approve(node: string, id?: string, opts?: { reason?: string }): Promise<Approval>;
   deny(node: string, id?: string, opts?: { reason?: string }): Promise<Approval>;
+  setSecret(node: string, name: string, value: string): Promise<SecretInfo>;
+  secrets(node: string): Promise<SecretInfo[]>;
+  deleteSecret(node: string, name: string): Promise<SecretInfo>;
   tokens(): Promise<Token[]>;
   createToken(name: string, role: Role, ttl?: string): Promise<NewToken>;
   revokeToken(name: string): Promise<Token>;

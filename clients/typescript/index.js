@@ -414,6 +414,30 @@ export class Client {
     return this.decide(node, id, "deny", opts);
   }
 
+  /**
+   * Stores a secret on a node (admin), replacing one of the same name; the node types
+   * it at a password prompt (sudo) that a policy `secrets` entry names. No call
+   * returns a value back.
+   */
+  async setSecret(node, name, value) {
+    checkName("node", node);
+    checkName("secret", name);
+    return this.#json("PUT", `/v1/nodes/${node}/secrets/${name}`, { body: { value } });
+  }
+
+  /** The names of a node's secrets (admin); never a value. */
+  async secrets(node) {
+    checkName("node", node);
+    return (await this.#json("GET", `/v1/nodes/${node}/secrets`)).secrets;
+  }
+
+  /** Removes a secret from a node (admin). */
+  async deleteSecret(node, name) {
+    checkName("node", node);
+    checkName("secret", name);
+    return this.#json("DELETE", `/v1/nodes/${node}/secrets/${name}`);
+  }
+
   async tokens() {
     return (await this.#json("GET", "/v1/tokens")).tokens;
   }

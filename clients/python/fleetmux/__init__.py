@@ -12,7 +12,7 @@ from .client import DEFAULT_ADDR, Client, dev_config_path, resolve
 from .errors import (ERRORS, BadRequest, Busy, Denied, Exists, Exited, FleetmuxError, Forbidden, Gone,
                      Held, Internal, Limit, NotFound, Timeout, TooLarge, Unauthorized, Unavailable)
 from .types import (Approval, ApprovalList, Block, BlockResult, Chunk, Cursor, ErrorInfo, Fanout, FanoutResult,
-                    Health, NewToken, Node, PolicyInfo, Screen, Session, SessionList, TakeOver, Token, WaitResult,
+                    Health, NewToken, Node, PolicyInfo, Screen, SecretInfo, Session, SessionList, TakeOver, Token, WaitResult,
                     Writer)
 
 __all__ = [
@@ -20,6 +20,6 @@ __all__ = [
     "ERRORS", "FleetmuxError", "BadRequest", "Busy", "Denied", "Exists", "Exited", "Forbidden", "Gone",
     "Held", "Internal", "Limit", "NotFound", "Timeout", "TooLarge", "Unauthorized", "Unavailable",
     "Approval", "ApprovalList", "Block", "BlockResult", "Chunk", "Cursor", "ErrorInfo", "Fanout", "FanoutResult",
-    "Health", "NewToken", "Node", "PolicyInfo", "Screen", "Session", "SessionList", "TakeOver", "Token",
+    "Health", "NewToken", "Node", "PolicyInfo", "Screen", "SecretInfo", "Session", "SessionList", "TakeOver", "Token",
     "WaitResult", "Writer",
 ]

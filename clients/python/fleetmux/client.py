@@ -12,7 +12,8 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from .errors import FleetmuxError, Gone, NotFound, error_for
 from .types import (Approval, ApprovalList, Block, BlockResult, Chunk, Fanout, Health, NewToken, Node,
-                    PolicyInfo, Screen, Session, SessionList, TakeOver, Token, WaitResult, from_json)
+                    PolicyInfo, Screen, SecretInfo, Session, SessionList, TakeOver, Token, WaitResult,
+                    from_json)
 
 DEFAULT_ADDR = "http://127.0.0.1:7070"
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
@@ -347,6 +348,25 @@ class Client:
     def deny(self, node: str, id: Optional[str] = None, reason: Optional[str] = None) -> Approval:
         """Denies a pending approval (see decide): the command never runs."""
         return self.decide(node, id, "deny", reason)
+
+    def set_secret(self, node: str, name: str, value: str) -> SecretInfo:
+        """Stores a secret on a node (admin), replacing one of the same name; the node
+        types it at a password prompt (sudo) that a policy `secrets` entry names. No
+        call returns a value back."""
+        _check_name("node", node)
+        _check_name("secret", name)
+        return from_json(SecretInfo, self._json("PUT", "/v1/nodes/%s/secrets/%s" % (node, name), body={"value": value}))
+
+    def secrets(self, node: str) -> List[SecretInfo]:
+        """The names of a node's secrets (admin); never a value."""
+        _check_name("node", node)
+        return [from_json(SecretInfo, x) for x in self._json("GET", "/v1/nodes/%s/secrets" % node)["secrets"]]
+
+    def delete_secret(self, node: str, name: str) -> SecretInfo:
+        """Removes a secret from a node (admin)."""
+        _check_name("node", node)
+        _check_name("secret", name)
+        return from_json(SecretInfo, self._json("DELETE", "/v1/nodes/%s/secrets/%s" % (node, name)))
 
     # -- tokens and the rest
 

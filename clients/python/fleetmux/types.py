@@ -261,3 +261,12 @@ class Approval:
 class ApprovalList:
     approvals: List[Approval] = field(default_factory=list)
     unavailable: List[str] = field(default_factory=list)
+
+
+@dataclass
+class SecretInfo:
+    """What anyone learns of a secret stored on a node: never its value."""
+
+    node: str = ""
+    name: str = ""
+    updated_at: str = ""

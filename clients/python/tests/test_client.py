@@ -413,6 +413,35 @@ class ClientTest(unittest.TestCase):
         finally:
             c.delete_policy()
 
+    def test_secrets(self):
+        # A secret goes to one node and never comes back: only its name is listed.
+        c, s = self.c, self.s
+        name = "py-secret-%d" % os.getpid()
+        info = c.set_secret(s.node, name, "hunter2-py")
+
+        def forget():
+            if name in [x.name for x in c.secrets(s.node)]:
+                c.delete_secret(s.node, name)
+        self.addCleanup(forget)
+        self.assertEqual((info.node, info.name), (s.node, name))
+        self.assertTrue(info.updated_at)
+        listed = [x for x in c.secrets(s.node) if x.name == name]
+        self.assertEqual(len(listed), 1)
+        self.assertNotIn("hunter2-py", repr(listed))
+        with self.assertRaises(fleetmux.BadRequest):
+            c.set_secret(s.node, name, "line\nend")
+        op = "py-op-secret-%d" % os.getpid()
+        operator = Client(token=c.create_token(op, "operator", ttl="1h").secret)
+        self.addCleanup(c.revoke_token, op)
+        with self.assertRaises(fleetmux.Forbidden):
+            operator.secrets(s.node)
+        with self.assertRaises(fleetmux.Forbidden):
+            operator.set_secret(s.node, name, "x")
+        self.assertEqual(c.delete_secret(s.node, name).name, name)
+        self.assertNotIn(name, [x.name for x in c.secrets(s.node)])
+        with self.assertRaises(fleetmux.NotFound):
+            c.delete_secret(s.node, name)
+
     @staticmethod
     def _held(fn):
         """The Held error fn raises, or None when it returns."""

@@ -371,6 +371,29 @@ describe("fleetmux client", { skip, concurrency: 1 }, () => {
     }
   });
 
+  it("stores a secret on a node and never gets it back", async () => {
+    const name = `ts-secret-${process.pid}`;
+    const op = `ts-op-secret-${process.pid}`;
+    const operator = new fm.Client(undefined, (await c.createToken(op, "operator", "1h")).secret);
+    try {
+      const info = await c.setSecret(s.node, name, "hunter2-ts");
+      assert.deepEqual([info.node, info.name], [s.node, name]);
+      assert.ok(info.updated_at);
+      const listed = (await c.secrets(s.node)).filter((x) => x.name === name);
+      assert.equal(listed.length, 1);
+      assert.ok(!JSON.stringify(listed).includes("hunter2-ts"));
+      await assert.rejects(c.setSecret(s.node, name, "line\nend"), fm.BadRequest);
+      await assert.rejects(operator.secrets(s.node), fm.Forbidden);
+      await assert.rejects(operator.setSecret(s.node, name, "x"), fm.Forbidden);
+      assert.equal((await c.deleteSecret(s.node, name)).name, name);
+      assert.ok(!(await c.secrets(s.node)).some((x) => x.name === name));
+      await assert.rejects(c.deleteSecret(s.node, name), fm.NotFound);
+    } finally {
+      await c.revokeToken(op);
+      if ((await c.secrets(s.node)).some((x) => x.name === name)) await c.deleteSecret(s.node, name);
+    }
+  });
+
   it("throws Limit past the node's session limit", async () => {
     const made = [];
     try {
