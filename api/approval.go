@@ -28,6 +28,10 @@ const (
 	// ApprovalLine: a line typed at an integrated shell's prompt (input, keys, an
 	// attach); the shell waits with the line unexecuted and runs it once approved.
 	ApprovalLine = "line"
+	// ApprovalInput: an input or keys request into a program without shell
+	// integration (a REPL, a nested shell), held whole: nothing of it was written;
+	// once approved the node writes it as it was asked (no block is recorded).
+	ApprovalInput = "input"
 )
 
 // Decisions (DecideBody.Decision).
@@ -51,7 +55,7 @@ type Approval struct {
 	ID      string `json:"id"` // a<N>
 	Node    string `json:"node"`
 	Session string `json:"session"`
-	Kind    string `json:"kind"` // ApprovalRun or ApprovalLine
+	Kind    string `json:"kind"` // ApprovalRun, ApprovalLine or ApprovalInput
 	Command string `json:"command"`
 	// Who asked: the verified principal, the actor label and the role of the writer
 	// the command came from.

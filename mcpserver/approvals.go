@@ -89,6 +89,14 @@ func (m *Server) waitApproval(ctx context.Context, in waitForIn, timeout int) (*
 		out.State = resultNotRun
 		return textResult(fmt.Sprintf("[%s] approval %s approved%s, but the node could not run it: %s · $ %s",
 			addr(a.Node, a.Session), a.Addr(), who, a.Error, api.OneLine(a.Command, 120))), out, nil
+	case a.Kind == api.ApprovalLine:
+		out.State = api.BlockRunning
+		return textResult(fmt.Sprintf("[%s] approval %s approved%s: the shell runs the line it held · $ %s\nCall wait_for %s for its result.",
+			addr(a.Node, a.Session), a.Addr(), who, api.OneLine(a.Command, 120), jsonArgs("node", a.Node, "session", a.Session))), out, nil
+	case a.Kind == api.ApprovalInput && a.Done:
+		out.State = api.BlockDone
+		return textResult(fmt.Sprintf("[%s] approval %s approved%s: the node typed the held input · $ %s\nCall read_screen or wait_for %s to see what the program did.",
+			addr(a.Node, a.Session), a.Addr(), who, api.OneLine(a.Command, 120), jsonArgs("node", a.Node, "session", a.Session))), out, nil
 	case a.Block == 0:
 		out.State = api.BlockRunning
 		return textResult(fmt.Sprintf("[%s] approval %s approved%s; the node is about to run it · $ %s\nCall wait_for %s again for its result.",

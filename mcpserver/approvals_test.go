@@ -47,6 +47,9 @@ func TestHeldCommand(t *testing.T) {
 		{"approved and ran", func(a *api.Approval) {
 			a.State, a.DecidedBy, a.Block, a.ExitCode, a.Done = api.ApprovalApproved, "token:ops", 4, &seven, true
 		}, api.BlockDone, true, "[n1/s1 #4] exit 7"},
+		{"approved line", func(a *api.Approval) {
+			a.State, a.DecidedBy, a.Kind, a.Done = api.ApprovalApproved, "token:ops", api.ApprovalLine, true
+		}, api.BlockRunning, true, "the shell runs the line it held"},
 		{"approved, not run", func(a *api.Approval) {
 			a.State, a.DecidedBy, a.Error, a.Done = api.ApprovalApproved, "token:ops", "session closed", true
 		}, resultNotRun, true, "could not run it: session closed"},

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -51,6 +52,7 @@ type approvals struct {
 type approval struct {
 	a       api.Approval // its Command redacted (it leaves the node)
 	command string       // the command as asked, which an approved run types
+	replay  heldReq      // what approving it types
 	e       *entry
 	w       writer
 	decided chan struct{} // closed when it is approved, denied or expired
@@ -71,13 +73,42 @@ func (n *Node) initApprovals() error {
 	return nil
 }
 
-// fromRequest reports whether ctx is a request handler's (it carries the request's
-// decision slot, handle): an approve decision for a request is answered held at
-// once; one without (a line an integrated shell holds at its prompt) waits for the
-// decision.
-func fromRequest(ctx context.Context) bool {
-	_, ok := ctx.Value(decisionKey{}).(*decision)
-	return ok
+// requestKey carries a request in the ctx of its handler (handle).
+type requestKey struct{}
+
+// requestOf is the request whose handler ctx is, if any: an approve decision for a
+// request is answered held at once, and what the approval replays once approved
+// comes from it; without one (a line an integrated shell holds at its prompt) the
+// decision is waited for.
+func requestOf(ctx context.Context) (request, bool) {
+	req, ok := ctx.Value(requestKey{}).(request)
+	return req, ok
+}
+
+// heldReq is what an approved request types: a run's command, or an input's or a
+// keys request's exact input (text for a program without shell integration: the
+// whole request was held, nothing of it written).
+type heldReq struct {
+	verb string   // "run", "input" or "keys"
+	data string   // input
+	keys []string // keys
+}
+
+// replayOf is what approving req types.
+func replayOf(req request) heldReq {
+	switch req.verb {
+	case "input":
+		var r api.InputRequest
+		if json.Unmarshal(req.data, &r) == nil {
+			return heldReq{verb: req.verb, data: r.Data}
+		}
+	case "keys":
+		var r api.KeysRequest
+		if json.Unmarshal(req.data, &r) == nil {
+			return heldReq{verb: req.verb, keys: r.Keys}
+		}
+	}
+	return heldReq{verb: "run"}
 }
 
 // approve holds command for a person's decision under the approve decision d (see
@@ -86,16 +117,19 @@ func fromRequest(ctx context.Context) bool {
 // (or ctx: the session closed) and returns nil (approved) or a CodeDenied error.
 // With too many approvals pending it refuses (CodeLimit): nothing runs.
 func (n *Node) approve(ctx context.Context, e *entry, w writer, command string, d policy.Decision) error {
-	kind := api.ApprovalLine
-	if fromRequest(ctx) {
-		kind = api.ApprovalRun
+	kind, rp := api.ApprovalLine, heldReq{}
+	if req, ok := requestOf(ctx); ok {
+		kind, rp = api.ApprovalRun, replayOf(req)
+		if rp.verb != "run" {
+			kind = api.ApprovalInput
+		}
 	}
-	ap, err := n.hold(e, w, command, d, kind)
+	ap, err := n.hold(e, w, command, d, kind, rp)
 	if err != nil {
 		return err
 	}
 	addr := ap.a.Addr()
-	if kind == api.ApprovalRun {
+	if kind != api.ApprovalLine {
 		return &api.Error{Code: api.CodeHeld, Rule: d.Rule, Approval: addr,
 			Message: fmt.Sprintf("rule %s holds this command for a person's approval: approval %s (undecided by %s means denied); nothing was typed yet, and once approved the node runs it in %s/%s",
 				quoteRule(d.Rule), addr, ap.a.ExpiresAt.Format(time.RFC3339), n.cfg.Name, e.id)}
@@ -130,7 +164,7 @@ func deniedMessage(a api.Approval) string {
 }
 
 // hold registers a pending approval and announces it.
-func (n *Node) hold(e *entry, w writer, command string, d policy.Decision, kind string) (*approval, error) {
+func (n *Node) hold(e *entry, w writer, command string, d policy.Decision, kind string, rp heldReq) (*approval, error) {
 	now := time.Now().UTC()
 	within := d.ApproveWithin
 	if within <= 0 {
@@ -148,7 +182,7 @@ func (n *Node) hold(e *entry, w writer, command string, d policy.Decision, kind 
 		return nil, fmt.Errorf("approval counter: %w", err)
 	}
 	n.appr.next = num + 1
-	ap := &approval{command: command, e: e, w: w, decided: make(chan struct{}), done: make(chan struct{})}
+	ap := &approval{command: command, replay: rp, e: e, w: w, decided: make(chan struct{}), done: make(chan struct{})}
 	ap.a = api.Approval{
 		ID: "a" + strconv.Itoa(num), Node: n.cfg.Name, Session: e.id, Kind: kind, Command: n.redactText(command),
 		Principal: w.Principal, Actor: w.Actor, Role: w.Role,
@@ -207,7 +241,7 @@ func (n *Node) settle(ap *approval, state, by, reason string) bool {
 	n.appr.pending--
 	// Denied, expired and approved lines are done now; an approved run once its
 	// block finished (runApproved).
-	runs := state == api.ApprovalApproved && ap.a.Kind == api.ApprovalRun
+	runs := state == api.ApprovalApproved && ap.a.Kind != api.ApprovalLine
 	if !runs {
 		ap.a.Done = true
 	}
@@ -244,6 +278,10 @@ func (n *Node) goApproved(ap *approval) bool {
 // closed ends it with an error.
 func (n *Node) runApproved(ap *approval) {
 	defer n.wg.Done()
+	if ap.replay.verb == "input" || ap.replay.verb == "keys" {
+		n.typeApproved(ap)
+		return
+	}
 	e := ap.e
 	ctx := e.ctx // cancelled when the session closes (and when the node does)
 	opts := session.RunOptions{Timeout: api.MaxWait, MaxOutputBytes: 1}
@@ -276,6 +314,45 @@ func (n *Node) runApproved(ap *approval) {
 		return
 	}
 	n.finish(ap, res.Block.N, res.Block.ExitCode, "")
+}
+
+// typeApproved writes an approved input or keys request as it was asked, as the
+// writer who asked (waiting, up to api.MaxWait, while another writer holds the
+// session's lease). No block is recorded: the program was not at a shell prompt.
+func (n *Node) typeApproved(ap *approval) {
+	e := ap.e
+	var typed []byte
+	if ap.replay.verb == "input" {
+		typed = []byte(ap.replay.data)
+	} else {
+		typed = keyBytes(ap.replay.keys)
+	}
+	deadline := time.Now().Add(api.MaxWait)
+	err := e.typed(ap.w, false)
+	for errors.Is(err, &api.Error{Code: api.CodeBusy}) && time.Now().Before(deadline) {
+		t := time.NewTimer(leaseRetry)
+		select {
+		case <-e.ctx.Done():
+			t.Stop()
+			n.finish(ap, 0, nil, "approved, but the session closed before it could be typed")
+			return
+		case <-t.C:
+		}
+		err = e.typed(ap.w, false)
+	}
+	if err == nil {
+		if ap.replay.verb == "input" {
+			err = e.s.Input(typed)
+		} else {
+			err = e.s.SendKeys(ap.replay.keys...)
+		}
+	}
+	if err != nil {
+		n.finish(ap, 0, nil, "approved, but it could not be typed: "+err.Error())
+		return
+	}
+	e.typedInput(typed)
+	n.finish(ap, 0, nil, "")
 }
 
 // finish records the end of an approved run (its block, exit code, or why it did

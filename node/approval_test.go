@@ -265,3 +265,58 @@ func TestApprovalRedacted(t *testing.T) {
 		}
 	}
 }
+
+// TestApprovalInputWithoutIntegration: input and keys into a program without shell
+// integration that end a held line are held whole (nothing written); approved, the
+// node writes them as they were asked, so a line typed in pieces ends up whole.
+func TestApprovalInputWithoutIntegration(t *testing.T) {
+	testutil.NeedTool(t, "sh")
+	f, _ := guardFixture(t, approvalPolicy, 1)
+	dir := t.TempDir()
+	s := f.create(api.CreateRequest{Argv: []string{"sh"}, Cwd: dir})
+	heldInput := func(verb string, req any) string {
+		t.Helper()
+		err := f.call(verb, req, nil)
+		var ae *api.Error
+		if !errors.As(err, &ae) || ae.Code != api.CodeHeld {
+			t.Fatalf("%s: %v, want held", verb, err)
+		}
+		_, id, _ := api.ParseApprovalAddr(ae.Approval)
+		return id
+	}
+	var got api.Approval
+	approve := func(id string) {
+		t.Helper()
+		if err := f.callAs("boss", api.RoleAdmin, "decide", api.DecideRequest{ID: id, DecideBody: api.DecideBody{Decision: api.DecisionApprove}}, nil); err != nil {
+			t.Fatal(err)
+		}
+		f.mustCall("approval", api.ApprovalRequest{ID: id, TimeoutMS: 20000}, &got)
+		if !got.Done || got.Error != "" {
+			t.Fatalf("approval %s: %+v", id, got)
+		}
+	}
+	one := heldInput("input", api.InputRequest{Session: s.ID, Data: "touch one # held\n"})
+	if fileThere(filepath.Join(dir, "one")) {
+		t.Fatal("held input ran")
+	}
+	approve(one)
+	f.mustCall("input", api.InputRequest{Session: s.ID, Data: "touch tw"}, nil)
+	f.mustCall("input", api.InputRequest{Session: s.ID, Data: "o # held"}, nil)
+	two := heldInput("keys", api.KeysRequest{Session: s.ID, Keys: []string{"Enter"}})
+	f.mustCall("approval", api.ApprovalRequest{ID: two}, &got)
+	if got.Kind != api.ApprovalInput || got.Command != "touch two # held" {
+		t.Fatalf("the keys' approval: %+v", got)
+	}
+	approve(two)
+	no := heldInput("input", api.InputRequest{Session: s.ID, Data: "touch never # held\n"})
+	if err := f.callAs("boss", api.RoleAdmin, "decide", api.DecideRequest{ID: no, DecideBody: api.DecideBody{Decision: api.DecisionDeny}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.mustCall("input", api.InputRequest{Session: s.ID, Data: "touch done\n"}, nil)
+	testutil.Eventually(t, 10*time.Second, func() bool { return fileThere(filepath.Join(dir, "done")) }, "the last line to run")
+	for m, want := range map[string]bool{"one": true, "two": true, "never": false} {
+		if fileThere(filepath.Join(dir, m)) != want {
+			t.Errorf("%s there: %v, want %v", m, !want, want)
+		}
+	}
+}

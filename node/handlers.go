@@ -90,6 +90,7 @@ func (n *Node) handle(ctx context.Context, verb, subject string, header map[stri
 		req.decision = &decision{}
 		ctx = context.WithValue(ctx, decisionKey{}, req.decision)
 	}
+	ctx = context.WithValue(ctx, requestKey{}, req) // what an approval keeps (approval.go)
 	out, err := v.h(n, ctx, req)
 	var aerr *api.Error
 	if err != nil && !errors.As(err, &aerr) {
