@@ -137,7 +137,7 @@ func (n *Node) approve(ctx context.Context, e *entry, w writer, command string, 
 	select {
 	case <-ap.decided:
 	case <-ctx.Done():
-		n.settle(ap, api.ApprovalExpired, "", "the shell stopped waiting (the session closed)")
+		n.settle(ap, api.ApprovalExpired, "", "the shell stopped waiting for it (the line was abandoned, or the session closed)")
 		return ctx.Err()
 	}
 	a := n.snapshot(ap)

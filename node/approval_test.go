@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -318,5 +319,114 @@ func TestApprovalInputWithoutIntegration(t *testing.T) {
 		if fileThere(filepath.Join(dir, m)) != want {
 			t.Errorf("%s there: %v, want %v", m, !want, want)
 		}
+	}
+}
+
+// TestApprovalHeldLine: a line typed at an integrated shell's prompt that an
+// approve rule matches waits there, unexecuted, until a person decides: approved,
+// the shell runs it (its block has the real exit code); denied, it never runs and
+// the block says why. A run that an approval let through is not held again by the
+// shell's own check.
+func TestApprovalHeldLine(t *testing.T) {
+	for _, shell := range []string{"bash", "zsh"} {
+		t.Run(shell, func(t *testing.T) {
+			if _, err := exec.LookPath(shell); err != nil {
+				t.Skipf("%s: %v", shell, err)
+			}
+			f, _ := guardFixture(t, approvalPolicy, 2)
+			evs := f.watchApprovals()
+			dir := t.TempDir()
+			s := f.create(api.CreateRequest{Shell: shell, Cwd: dir})
+			f.run(s.ID, "true")
+			marker := filepath.Join(dir, "typed")
+			// Typed, not run: the node's own check of the input passes it to the shell,
+			// whose check holds it.
+			f.mustCall("input", api.InputRequest{Session: s.ID, Data: "echo x > " + marker + "; : held; (exit 6)\r"}, nil)
+			var pending api.Approval
+			testutil.Eventually(t, 15*time.Second, func() bool {
+				var list api.ApprovalList
+				f.mustCall("approvals", api.ApprovalsRequest{State: api.ApprovalPending}, &list)
+				if len(list.Approvals) != 1 {
+					return false
+				}
+				pending = list.Approvals[0]
+				return true
+			}, "the typed line to be held")
+			if pending.Kind != api.ApprovalLine || pending.Principal != "test:tester" || !strings.Contains(pending.Command, marker) {
+				t.Fatalf("the held line: %+v", pending)
+			}
+			if fileThere(marker) {
+				t.Fatal("the held line ran before anyone approved it")
+			}
+			var got api.Approval
+			if err := f.callAs("boss", api.RoleAdmin, "decide", api.DecideRequest{ID: pending.ID, DecideBody: api.DecideBody{Decision: api.DecisionApprove}}, &got); err != nil {
+				t.Fatal(err)
+			}
+			var b api.Block
+			testutil.Eventually(t, 15*time.Second, func() bool {
+				var list api.BlockList
+				if err := f.call("blocks", api.SessionRequest{Session: s.ID}, &list); err != nil || len(list.Blocks) < 2 {
+					return false
+				}
+				b = list.Blocks[1]
+				return b.State == api.BlockDone
+			}, "the approved line's block to finish")
+			if b.ExitCode == nil || *b.ExitCode != 6 || !fileThere(marker) {
+				var sc api.Screen
+				f.mustCall("screen", api.SessionRequest{Session: s.ID}, &sc)
+				f.mustCall("approval", api.ApprovalRequest{ID: pending.ID}, &got)
+				t.Fatalf("the approved line's block: %+v exit %v (marker there: %v)\napproval %+v\n%s", b, b.ExitCode, fileThere(marker), got, sc.Text)
+			}
+
+			// Denied: never runs; the block says why.
+			f.mustCall("wait", api.WaitRequest{Session: s.ID, Until: api.UntilIdle, TimeoutMS: 10000}, nil)
+			never := filepath.Join(dir, "never")
+			f.mustCall("input", api.InputRequest{Session: s.ID, Data: "touch " + never + "; : held\r"}, nil)
+			testutil.Eventually(t, 15*time.Second, func() bool {
+				var list api.ApprovalList
+				f.mustCall("approvals", api.ApprovalsRequest{State: api.ApprovalPending}, &list)
+				if len(list.Approvals) != 1 {
+					return false
+				}
+				pending = list.Approvals[0]
+				return true
+			}, "the second line to be held")
+			if err := f.callAs("boss", api.RoleAdmin, "decide", api.DecideRequest{ID: pending.ID, DecideBody: api.DecideBody{Decision: api.DecisionDeny, Reason: "no"}}, nil); err != nil {
+				t.Fatal(err)
+			}
+			testutil.Eventually(t, 15*time.Second, func() bool {
+				var list api.BlockList
+				if err := f.call("blocks", api.SessionRequest{Session: s.ID}, &list); err != nil || len(list.Blocks) < 3 {
+					return false
+				}
+				b = list.Blocks[2]
+				return b.State == api.BlockDone
+			}, "the denied line's block to finish")
+			if fileThere(never) || b.ExitCode != nil {
+				t.Fatalf("the denied line: %+v (ran: %v)", b, fileThere(never))
+			}
+
+			// An approved run is held once, not again by the shell.
+			id := f.heldRun(s.ID, ": held; (exit 3)")
+			if err := f.callAs("boss", api.RoleAdmin, "decide", api.DecideRequest{ID: id, DecideBody: api.DecideBody{Decision: api.DecisionApprove}}, nil); err != nil {
+				t.Fatal(err)
+			}
+			f.mustCall("approval", api.ApprovalRequest{ID: id, TimeoutMS: 20000}, &got)
+			if got.ExitCode == nil || *got.ExitCode != 3 {
+				var br api.BlockResult
+				f.mustCall("block", api.BlockRequest{Session: s.ID, N: got.Block}, &br)
+				var sc api.Screen
+				f.mustCall("screen", api.SessionRequest{Session: s.ID}, &sc)
+				t.Fatalf("the approved run: %+v\nblock %+v\n%s", got, br.Block, sc.Text)
+			}
+			var list api.ApprovalList
+			f.mustCall("approvals", api.ApprovalsRequest{State: api.ApprovalPending}, &list)
+			if len(list.Approvals) != 0 {
+				t.Fatalf("approvals pending after the approved run: %+v", list.Approvals)
+			}
+			testutil.Eventually(t, 5*time.Second, func() bool {
+				return strings.Join(evs.types(pending.ID), ",") == "held,denied"
+			}, "events of the denied line (got %v)", evs.types(pending.ID))
+		})
 	}
 }
