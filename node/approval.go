@@ -124,15 +124,15 @@ func (n *Node) approve(ctx context.Context, e *entry, w writer, command string, 
 			kind = api.ApprovalInput
 		}
 	}
-	ap, err := n.hold(e, w, command, d, kind, rp)
+	ap, held, err := n.hold(e, w, command, d, kind, rp)
 	if err != nil {
 		return err
 	}
-	addr := ap.a.Addr()
+	addr := held.Addr()
 	if kind != api.ApprovalLine {
 		return &api.Error{Code: api.CodeHeld, Rule: d.Rule, Approval: addr,
 			Message: fmt.Sprintf("rule %s holds this command for a person's approval: approval %s (undecided by %s means denied); nothing was typed yet, and once approved the node runs it in %s/%s",
-				quoteRule(d.Rule), addr, ap.a.ExpiresAt.Format(time.RFC3339), n.cfg.Name, e.id)}
+				quoteRule(d.Rule), addr, held.ExpiresAt.Format(time.RFC3339), n.cfg.Name, e.id)}
 	}
 	select {
 	case <-ap.decided:
@@ -163,8 +163,9 @@ func deniedMessage(a api.Approval) string {
 	return msg
 }
 
-// hold registers a pending approval and announces it.
-func (n *Node) hold(e *entry, w writer, command string, d policy.Decision, kind string, rp heldReq) (*approval, error) {
+// hold registers a pending approval and announces it; it returns the approval as
+// it was registered (ap.a may change as soon as hold returns).
+func (n *Node) hold(e *entry, w writer, command string, d policy.Decision, kind string, rp heldReq) (*approval, api.Approval, error) {
 	now := time.Now().UTC()
 	within := d.ApproveWithin
 	if within <= 0 {
@@ -173,13 +174,13 @@ func (n *Node) hold(e *entry, w writer, command string, d policy.Decision, kind 
 	n.appr.mu.Lock()
 	if n.appr.pending >= api.MaxPendingApprovals {
 		n.appr.mu.Unlock()
-		return nil, api.Errorf(api.CodeLimit, "node %s already has %d approvals pending (limit %d): rule %s holds this command, which was not typed; decide some first",
+		return nil, api.Approval{}, api.Errorf(api.CodeLimit, "node %s already has %d approvals pending (limit %d): rule %s holds this command, which was not typed; decide some first",
 			n.cfg.Name, n.appr.pending, api.MaxPendingApprovals, quoteRule(d.Rule))
 	}
 	num := n.appr.next
 	if err := datadir.WriteFile(n.approvalCounterPath(), []byte(strconv.Itoa(num+1)+"\n"), 0o600); err != nil {
 		n.appr.mu.Unlock()
-		return nil, fmt.Errorf("approval counter: %w", err)
+		return nil, api.Approval{}, fmt.Errorf("approval counter: %w", err)
 	}
 	n.appr.next = num + 1
 	ap := &approval{command: command, replay: rp, e: e, w: w, decided: make(chan struct{}), done: make(chan struct{})}
@@ -194,11 +195,11 @@ func (n *Node) hold(e *entry, w writer, command string, d policy.Decision, kind 
 	n.appr.pending++
 	n.dropDecidedLocked()
 	a := ap.a
+	n.announce(api.ApprovalEventHeld, a) // under the lock: events keep the order of changes
 	n.appr.mu.Unlock()
 	n.wakeExpirer()
-	n.announce(api.ApprovalEventHeld, a)
 	n.log.Info("command held for approval", "session", e.id, "approval", a.ID, "rule", d.Rule, "principal", w.Principal)
-	return ap, nil
+	return ap, a, nil
 }
 
 // dropDecidedLocked forgets the oldest decided approvals beyond keepDecided.
@@ -250,8 +251,8 @@ func (n *Node) settle(ap *approval, state, by, reason string) bool {
 	if !runs {
 		close(ap.done)
 	}
-	n.appr.mu.Unlock()
 	n.announce(state, a) // the event types of decisions are the states' words
+	n.appr.mu.Unlock()
 	n.log.Info("approval "+state, "session", a.Session, "approval", a.ID, "by", by)
 	if runs && !n.goApproved(ap) {
 		n.finish(ap, 0, nil, "the node is shutting down: it was not typed")
@@ -290,8 +291,11 @@ func (n *Node) runApproved(ap *approval) {
 		if err != nil {
 			return session.Result{}, err
 		}
-		if e.shellAsks() {
-			e.expectLine(ap.command) // typed at the prompt: the shell will ask about it
+		// Typed at an integrated shell's prompt, the shell asks about it: it was
+		// decided. Marked whatever the state now: the prompt may come back between
+		// this check and Run (an unused mark lapses; it passes only this line).
+		if e.s.Info().Integration == session.IntegrationOK {
+			e.expectLine(ap.command)
 		}
 		res, err := e.s.Run(ctx, ap.command, opts)
 		ran(res)
@@ -370,11 +374,13 @@ func (n *Node) finish(ap *approval, block int, exit *int, why string) {
 	}
 	a := ap.a
 	close(ap.done)
-	n.appr.mu.Unlock()
 	n.announce(api.ApprovalEventDone, a)
+	n.appr.mu.Unlock()
 }
 
-// announce publishes an approval event and audits it.
+// announce publishes an approval event and audits it. Its callers hold
+// n.appr.mu, so an approval's events go out in the order of its changes; neither
+// the bus's Publish nor the audit queue blocks.
 func (n *Node) announce(typ string, a api.Approval) {
 	publishJSON(n.cfg.Bus, n.subj.Approval(n.cfg.Name), api.ApprovalEvent{Type: typ, Time: time.Now().UTC(), Approval: a})
 	n.auditApproval(typ, a)

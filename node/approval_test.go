@@ -413,11 +413,11 @@ func TestApprovalHeldLine(t *testing.T) {
 			}
 			f.mustCall("approval", api.ApprovalRequest{ID: id, TimeoutMS: 20000}, &got)
 			if got.ExitCode == nil || *got.ExitCode != 3 {
-				var br api.BlockResult
-				f.mustCall("block", api.BlockRequest{Session: s.ID, N: got.Block}, &br)
 				var sc api.Screen
 				f.mustCall("screen", api.SessionRequest{Session: s.ID}, &sc)
-				t.Fatalf("the approved run: %+v\nblock %+v\n%s", got, br.Block, sc.Text)
+				var bl api.BlockList
+				f.mustCall("blocks", api.SessionRequest{Session: s.ID}, &bl)
+				t.Fatalf("the approved run: %+v\nblocks %+v\n%s", got, bl.Blocks, sc.Text)
 			}
 			var list api.ApprovalList
 			f.mustCall("approvals", api.ApprovalsRequest{State: api.ApprovalPending}, &list)

@@ -70,7 +70,7 @@ func (n *Node) getApproval(ctx context.Context, req request) (any, error) {
 		case <-ap.done:
 		case <-t.C:
 		case <-ctx.Done():
-			return nil, sessionErr(ap.a.Session, ctx.Err())
+			return nil, sessionErr(n.snapshot(ap).Session, ctx.Err())
 		}
 	}
 	return n.snapshot(ap), nil
