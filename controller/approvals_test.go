@@ -157,7 +157,7 @@ func TestApprovalsFanout(t *testing.T) {
 	f, agent := approvalFixture(t)
 	var fo api.Fanout
 	f.as(agent, func() {
-		f.Must(http.StatusOK, "POST", "/v1/run", api.FanoutRequest{Selector: api.Selector{Nodes: []string{"n1"}}, Command: "(exit 4) # needs-ok", TimeoutMS: 20000}, &fo)
+		f.Must(http.StatusOK, "POST", "/v1/run", api.FanoutRequest{Selector: api.Selector{Nodes: []string{"n1"}}, Command: ": needs-ok; (exit 4)", TimeoutMS: 20000}, &fo)
 	})
 	if len(fo.Results) != 1 || fo.Results[0].Error == nil || fo.Results[0].Error.Code != api.CodeHeld || fo.Results[0].Error.Approval == "" {
 		t.Fatalf("fan-out: %+v", fo)
