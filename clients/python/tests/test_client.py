@@ -497,6 +497,24 @@ class ErrorsTest(unittest.TestCase):
                             (500, fleetmux.Internal), (502, fleetmux.Unavailable), (418, fleetmux.BadRequest)]:
             self.assertIsInstance(fleetmux.errors.error_for(status, None, "proxy page"), cls)
 
+    def test_every_operation_has_a_method(self):
+        # Each operation of api/openapi.yaml is a Client method: its operationId in
+        # snake_case, or renamed here, or left out here with the reason.
+        renamed = {"listNodes": "nodes", "listSessions": "sessions", "getSession": "session",
+                   "listApprovals": "approvals", "getApproval": "approval", "decideApproval": "decide",
+                   "listTokens": "tokens", "getPolicy": "policy", "listSecrets": "secrets"}
+        left_out = {"attach": "a WebSocket", "metrics": "Prometheus text", "mcpPost": "MCP's own clients",
+                    "mcpGet": "MCP's own clients", "mcpDelete": "MCP's own clients"}
+        doc = os.path.join(os.path.dirname(__file__), "..", "..", "..", "api", "openapi.yaml")
+        with open(doc) as f:
+            ops = re.findall(r"operationId: (\w+)", f.read())
+        self.assertIn("run", ops)
+        for op in ops:
+            if op in left_out:
+                continue
+            name = re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), renamed.get(op, op))
+            self.assertTrue(callable(getattr(Client, name, None)), "operation %s: no Client.%s" % (op, name))
+
     def test_guardrail_fields_of_a_reply(self):
         # A denied or held reply names its rule, a held one its approval: the error
         # carries both (against a fake controller with canned replies).

@@ -425,6 +425,26 @@ describe("errors", () => {
   });
 });
 
+// Each operation of api/openapi.yaml is a Client method: its operationId, or renamed
+// here, or left out here with the reason.
+describe("operations", () => {
+  it("each has a method", () => {
+    const renamed = {
+      listNodes: "nodes", listSessions: "sessions", getSession: "session", listApprovals: "approvals",
+      getApproval: "approval", decideApproval: "decide", listTokens: "tokens", getPolicy: "policy", listSecrets: "secrets",
+    };
+    const leftOut = { attach: "a WebSocket", metrics: "Prometheus text", mcpPost: "MCP's own clients", mcpGet: "MCP's own clients", mcpDelete: "MCP's own clients" };
+    const doc = readFileSync(new URL("../../../api/openapi.yaml", import.meta.url), "utf8");
+    const ops = [...doc.matchAll(/operationId: (\w+)/g)].map((m) => m[1]);
+    assert.ok(ops.includes("run"));
+    for (const op of ops) {
+      if (op in leftOut) continue;
+      const name = renamed[op] ?? op;
+      assert.equal(typeof fm.Client.prototype[name], "function", `operation ${op}: no Client.${name}`);
+    }
+  });
+});
+
 // A denied or held reply names its rule, a held one its approval: the error carries
 // both (against a fake controller with canned replies).
 describe("guardrail errors", () => {
