@@ -40,11 +40,18 @@ func TestSSHApprovalNotices(t *testing.T) {
 	sf := &sshFixture{Stack: f, srv: srv, keys: map[string]ssh.Signer{"viewer": key}}
 	s := f.NewSession("n1")
 	tm := sf.attachTerm(t, sf.login(t, "n1+"+s.ID, "viewer"), "", 24, 100)
+	// Attached (and so following the approval events) once it shows new output.
+	f.Run("n1", s.ID, "echo attached-$((6*7))")
+	if !waitFor(10*time.Second, tm.has("attached-42")) {
+		t.Fatalf("the attach does not follow the session:\n%s", tm.text())
+	}
 	testutil.Eventually(t, 10*time.Second, func() bool {
-		code, _ := f.Do("POST", "/v1/sessions/n1/"+s.ID+"/run", api.RunBody{Command: "true # needs-ok", TimeoutMS: 5000})
-		return code == http.StatusConflict
+		code, b := f.Do("POST", "/v1/sessions/n1/"+s.ID+"/run", api.RunBody{Command: "true # needs-ok", TimeoutMS: 5000})
+		return code == http.StatusConflict && strings.Contains(string(b), `"held"`)
 	}, "the node to hold commands under the policy")
-	testutil.Eventually(t, 10*time.Second, tm.has("is held for approval by rule needs-a-human: true # needs-ok (asked by token:"), "the held notice:\n%s", tm.text())
+	if !waitFor(10*time.Second, tm.has("is held for approval by rule needs-a-human: true # needs-ok (asked by token:")) {
+		t.Fatalf("no held notice:\n%s", tm.text())
+	}
 	var list api.ApprovalList
 	f.Must(http.StatusOK, "GET", "/v1/approvals?node=n1", nil, &list)
 	if len(list.Approvals) == 0 {
@@ -52,10 +59,24 @@ func TestSSHApprovalNotices(t *testing.T) {
 	}
 	a := list.Approvals[len(list.Approvals)-1]
 	f.Must(http.StatusOK, "POST", "/v1/approvals/"+a.Addr(), api.DecideBody{Decision: api.DecisionDeny, Reason: "not now"}, nil)
-	testutil.Eventually(t, 10*time.Second, tm.has(a.Addr()+" denied by token:"), "the decision notice:\n%s", tm.text())
+	if !waitFor(10*time.Second, tm.has(a.Addr()+" denied by token:")) {
+		t.Fatalf("no decision notice:\n%s", tm.text())
+	}
 	if !strings.Contains(tm.text(), "(not now)") {
 		t.Errorf("the notice does not give the reason:\n%s", tm.text())
 	}
+}
+
+// waitFor polls cond until it holds or d passed.
+func waitFor(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
 }
 
 func (tm *term) text() string {
