@@ -36,8 +36,8 @@ func approvalFixture(t *testing.T) (*fixture, string) {
 	s := f.NewSession("n1")
 	f.as(agent, func() {
 		testutil.Eventually(t, 5*time.Second, func() bool {
-			code, _ := f.Do("POST", "/v1/sessions/n1/"+s.ID+"/run", api.RunBody{Command: "true # needs-ok probe", TimeoutMS: 5000})
-			return code == http.StatusConflict
+			code, b := f.Do("POST", "/v1/sessions/n1/"+s.ID+"/run", api.RunBody{Command: "true # needs-ok probe", TimeoutMS: 5000})
+			return code == http.StatusConflict && strings.Contains(string(b), `"code":"held"`)
 		}, "the node to hold commands under the new policy")
 	})
 	return f, agent
