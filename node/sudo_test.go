@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -18,36 +17,6 @@ import (
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/testutil"
 )
-
-// sudoUser creates a local user whose password is secret and who may run anything
-// with sudo after typing it (a sudoers.d entry), and removes both at t's cleanup.
-func sudoUser(t *testing.T, secret string) string {
-	t.Helper()
-	testutil.NeedRoot(t)
-	testutil.NeedTool(t, "sudo")
-	testutil.NeedTool(t, "useradd")
-	testutil.NeedTool(t, "chpasswd")
-	var b [4]byte
-	rand.Read(b[:])
-	user := "fmsudo" + hex.EncodeToString(b[:])
-	sh := func(stdin string, name string, args ...string) {
-		t.Helper()
-		cmd := exec.Command(name, args...)
-		cmd.Stdin = strings.NewReader(stdin)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("%s %v: %v: %s", name, args, err, out)
-		}
-	}
-	sh("", "useradd", "--no-create-home", "--shell", "/bin/bash", user)
-	t.Cleanup(func() { exec.Command("userdel", "--force", user).Run() })
-	sh(user+":"+secret+"\n", "chpasswd")
-	sudoers := filepath.Join("/etc/sudoers.d", "fleetmux-test-"+user)
-	if err := os.WriteFile(sudoers, []byte(user+" ALL=(ALL) ALL\n"), 0o440); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.Remove(sudoers) })
-	return user
-}
 
 // everything records every message the node publishes under the fleetmux prefix
 // (output, events, blocks, audit, approvals; not the requests to it) for grepping.
@@ -96,7 +65,7 @@ func TestSudoSecret(t *testing.T) {
 	var b [12]byte
 	rand.Read(b[:])
 	secret := "Fm-" + hex.EncodeToString(b[:])
-	user := sudoUser(t, secret)
+	user := testutil.SudoUser(t, secret)
 	f, _ := guardFixture(t, "version: 1\nsecrets:\n  - {name: sudo-test, roles: [admin]}\n", 1)
 	all := f.everything(t)
 	_, audits := testutil.AuditSub(t, f.srv.ClientURL(), "n1")
