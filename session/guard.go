@@ -349,10 +349,10 @@ func (g *guard) workLoop() {
 			}
 			g.s.mu.Unlock()
 			v = g.call(ctx, req.line)
-			cancel()
 			if ctx.Err() != nil && g.ctx.Err() == nil && !v.Allow && v.Message == "" {
 				v.Message = "the line was abandoned before it was decided"
 			}
+			cancel()
 			recent = append(recent, decided{req.key, v})
 			if len(recent) > guardRecent {
 				recent = recent[1:]
