@@ -156,6 +156,12 @@ func (s *Session) applyMarkLocked(m mark, off int64) {
 	if m.kind == markDone || m.kind == markNoRun || m.kind == markReprompt {
 		denied, s.denied = s.denied, nil
 	}
+	if m.kind == markOutput || m.kind == markDone || m.kind == markNoRun || m.kind == markReprompt {
+		// The shell acted on the guard's answer. (Not A or B: zsh redraws its
+		// prompt after printing a denial, before it drops the line.)
+		s.guardAwait = false
+		s.guardMarks++
+	}
 	switch m.kind {
 	case markMode:
 		if m.mode == 2004 {
@@ -435,7 +441,7 @@ func (s *Session) computeStateLocked() State {
 		return StateExited
 	case s.guarding > 0: // the shell waits for the guard's answer about a line
 		return StateRunning
-	case s.integrated && s.cur == nil && s.fallback == nil && s.pending == nil && s.atPrompt:
+	case s.integrated && s.cur == nil && s.fallback == nil && s.pending == nil && s.atPrompt && !s.guardAwait:
 		return StateIdle
 	case s.integrated && !s.seenPrompt && !s.waiting:
 		return StateStarting

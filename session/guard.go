@@ -86,6 +86,7 @@ type guardRequest struct {
 	key       uint64 // the line's number in the shell (bash \#, zsh a counter)
 	challenge string
 	line      string
+	marks     uint64 // Session.guardMarks when it came
 }
 
 // parseGuardRequest parses one request frame (without its NUL). ok is false for a
@@ -306,6 +307,7 @@ func (g *guard) frame(frame []byte) {
 		return
 	}
 	g.s.mu.Lock()
+	req.marks = g.s.guardMarks
 	g.s.guarding++
 	if g.s.guardKey < req.key {
 		// The shell asks about a newer line: the one still being decided was
@@ -358,19 +360,22 @@ func (g *guard) workLoop() {
 				recent = recent[1:]
 			}
 		}
+		// Decided: the session is no longer waiting for the guard once the shell can
+		// go on, so the state and the denial are in place before it is told.
 		g.s.mu.Lock()
 		g.s.guardAbort = nil
 		if !v.Allow && !known {
 			g.s.denied = &denial{note: deniedNote(v), line: req.line, block: g.s.openBlockLocked()}
 		}
-		g.s.mu.Unlock()
-		_ = g.conn.SetWriteDeadline(time.Now().Add(guardAnswerTimeout))
-		_, err := g.conn.Write(guardAnswer(req.challenge, v))
-		g.s.mu.Lock()
 		g.s.guarding--
+		// Unless the shell already moved on (it gave up on this answer), it acts
+		// on it next: not idle until it does.
+		g.s.guardAwait = g.s.guardMarks == req.marks
 		g.s.updateStateLocked()
 		g.s.broadcastLocked()
 		g.s.mu.Unlock()
+		_ = g.conn.SetWriteDeadline(time.Now().Add(guardAnswerTimeout))
+		_, err := g.conn.Write(guardAnswer(req.challenge, v))
 		if err != nil && !errors.Is(err, net.ErrClosed) {
 			g.s.log.Warn("guard: answer not written", "err", err)
 		}

@@ -403,7 +403,9 @@ func TestGuardGoneFailsClosed(t *testing.T) {
 			t.Fatal(err)
 		}
 		noFile(t, dir+"/g")
-		runCode(t, s, "echo still-checked", 0) // the late allow is skipped, this line's own is taken
+		if r := run(t, s, "echo still-checked"); exitCode(r) != 0 || r.Text != "still-checked" { // the late allow is skipped, this line's own is taken
+			t.Fatalf("the line after: exit %d note %q text %q; screen:\n%s", exitCode(r), r.Block.Note, r.Text, screenText(t, s))
+		}
 		// Gone: the session's end closed.
 		s.guard.conn.Close()
 		if err := s.Input([]byte("touch " + dir + "/h\r")); err != nil {

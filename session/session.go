@@ -139,6 +139,8 @@ type Session struct {
 	integRemoved bool
 	guard        *guard             // nil without Config.Guard
 	guarding     int                // guard requests received and not answered yet
+	guardAwait   bool               // the shell was answered and has not said yet what it made of it (C, D, N or R)
+	guardMarks   uint64             // counts the C, D, N and R marks (a shell that moved on since it asked)
 	guardKey     uint64             // the newest line the shell asked the guard about
 	guardAbort   context.CancelFunc // ends the decision for guardKey, while one runs
 	denied       *denial            // the guard's latest "no", until the line's end mark
