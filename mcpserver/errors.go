@@ -75,6 +75,9 @@ func explainAPI(ae *api.Error, node, id string) error {
 		}
 		return toolErrf("not found: %s (call list_nodes or list_sessions)", msg)
 	case api.CodeBusy:
+		if strings.Contains(msg, " is held by ") { // the writer lease: someone else writes into it
+			return toolErrf("another writer has %s (%s): wait and try again (wait_for until idle, then retry), or use another session (create_session); do not interrupt a person's work", where, msg)
+		}
 		what := ""
 		if i := strings.Index(msg, "(block "); i >= 0 {
 			what = " " + msg[i:]

@@ -308,6 +308,8 @@ func TestFleetErrors(t *testing.T) {
 		{"unknown node", api.Errorf(api.CodeNotFound, "unknown node %q", "n1"), nil, []string{`unknown node "n1": call list_nodes`}, api.CodeNotFound},
 		{"no session", api.Errorf(api.CodeNotFound, "no session s1"), nil, []string{"no session n1/s1: call list_sessions"}, api.CodeNotFound},
 		{"busy", api.Errorf(api.CodeBusy, "a command is running (block 4)"), nil, []string{"a command is running in n1/s1 and is not waiting for input (block 4)", "wait_for", `["C-c"]`}, api.CodeBusy},
+		{"lease", api.Errorf(api.CodeBusy, "session n1/s1 is held by ssh:SHA256:x, who is typing in an attach; retry once they stop"), nil,
+			[]string{"another writer has n1/s1", "ssh:SHA256:x, who is typing", "wait_for"}, api.CodeBusy},
 		{"exited", api.Errorf(api.CodeExited, "it exited"), nil, []string{"the session n1/s1 has exited", "create_session"}, api.CodeExited},
 		{"denied", api.Errorf(api.CodeForbidden, "rule no-rm"), nil, []string{"refused by the controller: rule no-rm"}, api.CodeForbidden},
 		{"not an api error", refused, nil, []string{"internal error: Post "}, api.CodeInternal},
