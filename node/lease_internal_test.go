@@ -19,22 +19,22 @@ func TestLeaseHeld(t *testing.T) {
 	blockDone := func(n int) bool { return done[n] }
 	for _, tt := range []struct {
 		name string
-		l    lease
+		l    *lease
 		w    writer
 		held bool
 		busy string // in busy's message when held
 	}{
-		{"never held", lease{}, agent, false, ""},
-		{"own typing", lease{held: true, holder: alice, kind: leaseAttach, until: now.Add(time.Second)}, alice, false, ""},
-		{"a person typing", lease{held: true, holder: alice, kind: leaseAttach, until: now.Add(time.Second)}, agent, true, "ssh:SHA256:alice, who is typing in an attach"},
-		{"a person who stopped", lease{held: true, holder: alice, kind: leaseAttach, until: now}, agent, false, ""},
-		{"typing by API", lease{held: true, holder: agent, kind: leaseTyping, until: now.Add(time.Second)}, alice, true, `token:agent (mcp:\x1b[2Jclaude), who is typing into it`},
-		{"another actor of one token", lease{held: true, holder: agent, kind: leaseTyping, until: now.Add(time.Second)}, agentB, true, "token:agent"},
-		{"a run in flight", lease{held: true, holder: agent, kind: leaseRun, runs: 1}, alice, true, "is running a command; retry when its block ends"},
-		{"a run's block still running", lease{held: true, holder: agent, kind: leaseRun, block: 4}, alice, true, "(block 4)"},
-		{"a run's block done", lease{held: true, holder: agent, kind: leaseRun, block: 3}, alice, false, ""},
-		{"a run that typed nothing", lease{held: true, holder: agent, kind: leaseRun}, alice, false, ""},
-		{"taken over", lease{held: true, holder: alice, kind: leaseTakeOver, until: now.Add(time.Second)}, agent, true, "took it over"},
+		{"never held", &lease{}, agent, false, ""},
+		{"own typing", &lease{held: true, holder: alice, kind: leaseAttach, until: now.Add(time.Second)}, alice, false, ""},
+		{"a person typing", &lease{held: true, holder: alice, kind: leaseAttach, until: now.Add(time.Second)}, agent, true, "ssh:SHA256:alice, who is typing in an attach"},
+		{"a person who stopped", &lease{held: true, holder: alice, kind: leaseAttach, until: now}, agent, false, ""},
+		{"typing by API", &lease{held: true, holder: agent, kind: leaseTyping, until: now.Add(time.Second)}, alice, true, `token:agent (mcp:\x1b[2Jclaude), who is typing into it`},
+		{"another actor of one token", &lease{held: true, holder: agent, kind: leaseTyping, until: now.Add(time.Second)}, agentB, true, "token:agent"},
+		{"a run in flight", &lease{held: true, holder: agent, kind: leaseRun, runs: 1}, alice, true, "is running a command; retry when its block ends"},
+		{"a run's block still running", &lease{held: true, holder: agent, kind: leaseRun, block: 4}, alice, true, "(block 4)"},
+		{"a run's block done", &lease{held: true, holder: agent, kind: leaseRun, block: 3}, alice, false, ""},
+		{"a run that typed nothing", &lease{held: true, holder: agent, kind: leaseRun}, alice, false, ""},
+		{"taken over", &lease{held: true, holder: alice, kind: leaseTakeOver, until: now.Add(time.Second)}, agent, true, "took it over"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.l.ttl = api.WriterLease
