@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -21,11 +22,14 @@ import (
 // an id is never reused while it lives), publishes each change on
 // <prefix>.approval.<node> and audits it, and:
 //
-//   - for a request (run, one target of a fan-out, input text without integration),
-//     answers held at once and keeps the command: once approved the node types it
-//     itself, as the writer who asked, marking it pre-approved (expectLine) so the
-//     shell's own check does not hold it again, and records its block and exit
-//     code; denied or expired, it is never typed;
+//   - for a request (run, one target of a fan-out), answers held at once and keeps
+//     the command: once approved the node types it itself, as the writer who
+//     asked, marking it pre-approved (expectLine) so the shell's own check does
+//     not hold it again, and records its block and exit code; denied or expired,
+//     it is never typed;
+//   - for an input or keys request into a program without shell integration,
+//     answers held at once, nothing of it written; once approved the node writes
+//     it exactly as it was asked (a line typed in pieces is not doubled);
 //   - for a line an integrated shell asks about (session.Config.Guard: enforce
 //     called without a request), blocks until a person decides or the session
 //     closes, the line waiting unexecuted at the prompt, then allows or denies it.
@@ -60,7 +64,7 @@ type approval struct {
 }
 
 func (n *Node) approvalCounterPath() string {
-	return n.cfg.DataDir + "/next-approval-id"
+	return filepath.Join(n.cfg.DataDir, "next-approval-id")
 }
 
 // initApprovals prepares the registry (New).
