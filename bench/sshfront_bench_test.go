@@ -230,6 +230,11 @@ type pipeEcho struct {
 
 // startPipeEcho starts `ssh -tt ARGS...` and waits until it echoes.
 func startPipeEcho(env []string, bin string, args ...string) (*pipeEcho, error) {
+	return startPipeEchoSync("Z", env, bin, args...)
+}
+
+// startPipeEchoSync is startPipeEcho typing sync (ending in Z) until Z comes back.
+func startPipeEchoSync(sync string, env []string, bin string, args ...string) (*pipeEcho, error) {
 	x := &pipeEcho{out: make(chan []byte, 64), done: make(chan struct{}), log: &testutil.Buffer{Tail: 4 << 10}}
 	x.cmd = exec.Command(bin, append([]string{"-tt"}, args...)...)
 	x.cmd.Env = env
@@ -262,7 +267,7 @@ func startPipeEcho(env []string, bin string, args ...string) (*pipeEcho, error) 
 	}()
 	deadline := time.Now().Add(opTimeout)
 	for {
-		if _, err := x.in.Write([]byte("Z")); err != nil {
+		if _, err := x.in.Write([]byte(sync)); err != nil {
 			x.Close()
 			return nil, err
 		}
@@ -328,7 +333,9 @@ func startAttachEcho(d *devProc) (*pipeEcho, error) {
 	}
 	args := slices.Clone(d.front.args)
 	args[len(args)-1] = devNode + "+" + id + "@127.0.0.1"
-	return startPipeEcho(d.front.env, d.front.bin, append([]string{"-o", "ControlPath=none"}, args...)...)
+	// The API's run that started cat holds the session's writer lease until cat
+	// ends: Ctrl-T takes it over once the attach's first Z was refused as busy.
+	return startPipeEchoSync("\x14Z", d.front.env, d.front.bin, append([]string{"-o", "ControlPath=none"}, args...)...)
 }
 
 // startSSHDEcho runs cat under `ssh -tt host 'stty …; cat'` against OpenSSH's sshd.
