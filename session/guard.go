@@ -44,9 +44,12 @@ import (
 //     one, and then the shell waits for an answer that never comes: the line does not
 //     run. The challenge is random per request (and the shell skips answers for other
 //     challenges), so a late answer to an abandoned request never answers a newer one.
+//   - A child can also make the shared socket non-blocking (O_NONBLOCK belongs to
+//     the open file): the shell waits for an answer with poll (read -t) before it
+//     reads, and the session clears the flag at each request (unblock).
 //   - Fail closed: the shell runs the line only on an answer "allow" with its
-//     challenge; end of file, a write error, or an answer it cannot parse deny it, and
-//     the shell says why.
+//     challenge; end of file, a read or write error, or an answer it cannot parse
+//     deny it, and the shell says why.
 //
 // What this does not stop: a line the policy allowed runs with the shell's full power,
 // and may disable the check for later lines (trap - DEBUG is put back at the next
@@ -79,6 +82,9 @@ const (
 	// guardRecent is how many keys' verdicts are kept, so that the shell and its
 	// subshells asking about the same line get one decision.
 	guardRecent = 8
+	// guardAwaitFor bounds how long the session waits for the shell to act on an
+	// answer (it takes milliseconds) before it trusts its prompt again.
+	guardAwaitFor = time.Second
 )
 
 // guardRequest is one parsed request.
@@ -179,25 +185,33 @@ func deniedNote(v GuardVerdict) string {
 	return api.NoteDenied
 }
 
-// guardSocket returns our end (SO_PASSCRED set) and the shell's end of the channel.
-func guardSocket() (ours *net.UnixConn, theirs *os.File, err error) {
+// guardSocket returns our end (SO_PASSCRED set) and the shell's end of the channel,
+// and keep, a descriptor of the shell's end that the session keeps (see unblock).
+func guardSocket() (ours *net.UnixConn, theirs *os.File, keep int, err error) {
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, nil, fmt.Errorf("session: guard socket: %w", err)
+		return nil, nil, -1, fmt.Errorf("session: guard socket: %w", err)
 	}
 	if err := unix.SetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_PASSCRED, 1); err != nil {
 		syscall.Close(fds[0])
 		syscall.Close(fds[1])
-		return nil, nil, fmt.Errorf("session: guard socket: %w", err)
+		return nil, nil, -1, fmt.Errorf("session: guard socket: %w", err)
+	}
+	keep, err = unix.FcntlInt(uintptr(fds[1]), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		syscall.Close(fds[0])
+		syscall.Close(fds[1])
+		return nil, nil, -1, fmt.Errorf("session: guard socket: %w", err)
 	}
 	f := os.NewFile(uintptr(fds[0]), "guard")
 	c, err := net.FileConn(f)
 	f.Close()
 	if err != nil {
 		syscall.Close(fds[1])
-		return nil, nil, fmt.Errorf("session: guard socket: %w", err)
+		unix.Close(keep)
+		return nil, nil, -1, fmt.Errorf("session: guard socket: %w", err)
 	}
-	return c.(*net.UnixConn), os.NewFile(uintptr(fds[1]), "guard"), nil
+	return c.(*net.UnixConn), os.NewFile(uintptr(fds[1]), "guard"), keep, nil
 }
 
 // guard serves the channel of one session: a reader (requests in) and a worker
@@ -206,6 +220,7 @@ func guardSocket() (ours *net.UnixConn, theirs *os.File, err error) {
 type guard struct {
 	s      *Session
 	conn   *net.UnixConn
+	keep   int // the shell's end, ours too (see unblock); closed by stop
 	nonce  string
 	decide func(ctx context.Context, line string) GuardVerdict
 	ctx    context.Context // ended by Close
@@ -214,9 +229,9 @@ type guard struct {
 	forged bool              // a bad request was logged at warn (owned by the reader)
 }
 
-func newGuard(s *Session, conn *net.UnixConn, nonce string, decide func(context.Context, string) GuardVerdict) *guard {
+func newGuard(s *Session, conn *net.UnixConn, keep int, nonce string, decide func(context.Context, string) GuardVerdict) *guard {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &guard{s: s, conn: conn, nonce: nonce, decide: decide, ctx: ctx, cancel: cancel,
+	return &guard{s: s, conn: conn, keep: keep, nonce: nonce, decide: decide, ctx: ctx, cancel: cancel,
 		reqs: make(chan guardRequest, 16)}
 }
 
@@ -224,6 +239,15 @@ func newGuard(s *Session, conn *net.UnixConn, nonce string, decide func(context.
 func (g *guard) stop() {
 	g.cancel()
 	g.conn.Close()
+	unix.Close(g.keep)
+}
+
+// unblock puts the shell's end back in blocking mode. O_NONBLOCK belongs to the open
+// file, which every holder shares: a program can set it, and the shell's next wait
+// for an answer then fails at once (the line is denied: fail closed). The session
+// clears it at each request, so a program can deny lines while it runs, no more.
+func (g *guard) unblock() {
+	_ = unix.SetNonblock(g.keep, false)
 }
 
 // readLoop reassembles requests per writing process and hands well-formed ones to the
@@ -306,6 +330,7 @@ func (g *guard) frame(frame []byte) {
 		g.s.log.Log(context.Background(), lvl, "guard: a request without the session's nonce, or malformed: ignored (a program in the session writing to the shell's guard socket?)", "bytes", len(frame))
 		return
 	}
+	g.unblock()
 	g.s.mu.Lock()
 	req.marks = g.s.guardMarks
 	g.s.guarding++
@@ -334,7 +359,30 @@ func (g *guard) workLoop() {
 		v   GuardVerdict
 	}
 	var recent []decided
-	for req := range g.reqs {
+	// An answer the shell no longer waited for (it gave up: a stolen answer, a
+	// socket made non-blocking) leaves guardAwait set with no mark to clear it:
+	// it lapses after guardAwaitFor.
+	lapse := time.NewTimer(time.Hour)
+	lapse.Stop()
+	defer lapse.Stop()
+	for {
+		var req guardRequest
+		select {
+		case r, ok := <-g.reqs:
+			if !ok {
+				return
+			}
+			req = r
+		case <-lapse.C:
+			g.s.mu.Lock()
+			if g.s.guardAwait {
+				g.s.guardAwait = false
+				g.s.updateStateLocked()
+				g.s.broadcastLocked()
+			}
+			g.s.mu.Unlock()
+			continue
+		}
 		v, known := GuardVerdict{}, false
 		for _, d := range recent {
 			if d.key == req.key {
@@ -374,6 +422,7 @@ func (g *guard) workLoop() {
 		g.s.updateStateLocked()
 		g.s.broadcastLocked()
 		g.s.mu.Unlock()
+		lapse.Reset(guardAwaitFor)
 		_ = g.conn.SetWriteDeadline(time.Now().Add(guardAnswerTimeout))
 		_, err := g.conn.Write(guardAnswer(req.challenge, v))
 		if err != nil && !errors.Is(err, net.ErrClosed) {

@@ -86,7 +86,10 @@ func typeLineOrInterrupt(t *testing.T, s *Session, line string) Block {
 	t.Helper()
 	ctx := ctxT(t)
 	if _, err := s.Wait(ctx, UntilIdle, 0); err != nil {
-		t.Fatal(err)
+		s.mu.Lock()
+		st := fmt.Sprintf("state %s guarding %d await %v cur %v pending %v atPrompt %v", s.state, s.guarding, s.guardAwait, s.cur != nil, s.pending != nil, s.atPrompt)
+		s.mu.Unlock()
+		t.Fatalf("not idle before %q: %v; %s; screen:\n%s", line, err, st, screenText(t, s))
 	}
 	n := len(s.Blocks())
 	if err := s.Input([]byte(line + "\r")); err != nil {
@@ -250,7 +253,7 @@ for fd in range(3, 64):
 print("thief has", len(socks), "sockets", flush=True)
 if os.fork() != 0:
     sys.exit(0)
-end = time.time() + 8
+end = time.time() + 4
 while time.time() < end:
     for s in socks:
         try:
@@ -266,8 +269,10 @@ while time.time() < end:
         except OSError:
             pass
     time.sleep(0.001)
+open(sys.argv[1], "w").close()
 `), 0o600)
-		r := runCode(t, s, "python3 "+thief, 0)
+		gone := filepath.Join(dir, "thief-gone")
+		r := runCode(t, s, "python3 "+thief+" "+gone, 0)
 		if !strings.Contains(r.Text, "thief has 1 sockets") {
 			t.Fatalf("the thief did not find the guard's socket (the attack must be performed): %q", r.Text)
 		}
@@ -281,6 +286,16 @@ while time.time() < end:
 				t.Fatalf("a denied line ended with exit code 0: %+v", b)
 			}
 		}
+		// Once the thief is gone (it made the shared socket non-blocking too: the
+		// session puts it back), lines are decided as before.
+		testutil.Eventually(t, 15*time.Second, func() bool { _, err := os.Stat(gone); return err == nil }, "the thief to end")
+		if r := runCode(t, s, "echo back", 0); r.Text != "back" {
+			t.Fatalf("after the thief: %q", r.Text)
+		}
+		if b := typeLine(t, s, "touch "+dir+"/m9 # DENY"); b.Note != api.NoteDenied+" no-deny" {
+			t.Fatalf("a denied line after the thief: note %q", b.Note)
+		}
+		noFile(t, dir+"/m9")
 		for _, l := range g.asked() {
 			if strings.Contains(l, "allowed-text") || l == "true" {
 				t.Fatalf("the guard was asked about a line the thief wrote: %q", l)

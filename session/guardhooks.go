@@ -63,7 +63,7 @@ __fm_check() {
 	# Late answers to abandoned lines go; end of file means the session's end is
 	# closed (writing would then kill the shell with SIGPIPE).
 	while builtin read -t 0 -u "$__fm_gfd"; do
-		IFS= builtin read -r -u "$__fm_gfd" __fm_a || {
+		IFS= builtin read -r -t 1 -u "$__fm_gfd" __fm_a || {
 			__fm_gsay "the guard is gone, so the line does not run"
 			return 1
 		}
@@ -73,7 +73,9 @@ __fm_check() {
 		return 1
 	}
 	while :; do
-		IFS=$'\t' builtin read -r __fm_a __fm_cc __fm_v __fm_r __fm_m <&"$__fm_gfd" || {
+		# -t: wait for the answer with poll, then read (a program may have made the
+		# socket non-blocking); an approval may take long, but not a day.
+		IFS=$'\t' builtin read -r -t 86400 __fm_a __fm_cc __fm_v __fm_r __fm_m <&"$__fm_gfd" || {
 			__fm_gsay "the guard did not answer, so the line does not run"
 			return 1
 		}
@@ -162,7 +164,7 @@ __fm_check() {
 		return 1
 	}
 	while :; do
-		IFS=$'\t' builtin read -r __fm_a __fm_cc __fm_v __fm_r __fm_m <&$__fm_gfd || {
+		IFS=$'\t' builtin read -r -t 86400 __fm_a __fm_cc __fm_v __fm_r __fm_m <&$__fm_gfd || {
 			__fm_gsay "the guard did not answer, so the line does not run"
 			return 1
 		}

@@ -315,6 +315,7 @@ func Start(cfg Config) (*Session, error) {
 	}
 	var nonceFile, guardFile *os.File // the shell's fds nonceFD and guardFD (integration.go, guard.go); ours close after Start
 	var guardConn *net.UnixConn
+	guardKeep := -1
 	if s.integrated {
 		if nonceFile, err = nonceSocket(s.integ.nonce); err != nil {
 			ptmx.Close()
@@ -325,7 +326,7 @@ func Start(cfg Config) (*Session, error) {
 		cmd.ExtraFiles = make([]*os.File, nonceFD-2) // ExtraFiles[i] is the child's fd 3+i
 		cmd.ExtraFiles[nonceFD-3] = nonceFile
 		if cfg.Guard != nil {
-			if guardConn, guardFile, err = guardSocket(); err != nil {
+			if guardConn, guardFile, guardKeep, err = guardSocket(); err != nil {
 				nonceFile.Close()
 				ptmx.Close()
 				tty.Close()
@@ -346,6 +347,7 @@ func Start(cfg Config) (*Session, error) {
 	if err != nil {
 		if guardConn != nil {
 			guardConn.Close()
+			unix.Close(guardKeep)
 		}
 		ptmx.Close()
 		tty.Close()
@@ -365,6 +367,7 @@ func Start(cfg Config) (*Session, error) {
 		_ = cmd.Wait()
 		if guardConn != nil {
 			guardConn.Close()
+			unix.Close(guardKeep)
 		}
 		s.integ.remove()
 		return nil, fmt.Errorf("%w: %v", ErrStart, err)
@@ -378,7 +381,7 @@ func Start(cfg Config) (*Session, error) {
 	go s.pollLoop()
 	go s.screen.feedLoop()
 	if guardConn != nil {
-		s.guard = newGuard(s, guardConn, s.integ.nonce, cfg.Guard)
+		s.guard = newGuard(s, guardConn, guardKeep, s.integ.nonce, cfg.Guard)
 		s.wg.Add(2)
 		go s.guard.readLoop()
 		go s.guard.workLoop()
