@@ -14,6 +14,7 @@ import (
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/testutil"
+	"github.com/fleetmux/fleetmux/node"
 )
 
 // approvalPolicy holds every command that mentions "held" for a person; one that
@@ -428,5 +429,32 @@ func TestApprovalHeldLine(t *testing.T) {
 				return strings.Join(evs.types(pending.ID), ",") == "held,denied"
 			}, "events of the denied line (got %v)", evs.types(pending.ID))
 		})
+	}
+}
+
+// TestApprovalIDsSurviveRestart: approval ids are never reused while the data dir
+// lives, and a node that stops expires what is pending (nothing is typed later).
+func TestApprovalIDsSurviveRestart(t *testing.T) {
+	f1, src := guardFixture(t, approvalPolicy, 1)
+	s := f1.create(api.CreateRequest{})
+	if id := f1.heldRun(s.ID, "true held"); id != "a1" {
+		t.Fatalf("first approval %s, want a1", id)
+	}
+	evs := f1.watchApprovals()
+	if err := f1.node.Close(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		return strings.Join(evs.types("a1"), ",") == "expired"
+	}, "a1 to expire when its node stops (events %v)", evs.types("a1"))
+	f2 := newFixture(t, func(c *node.Config) { c.DataDir, c.Policy = f1.data, src })
+	s2 := f2.create(api.CreateRequest{})
+	if id := f2.heldRun(s2.ID, "true held"); id != "a2" {
+		t.Fatalf("approval after a restart %s, want a2", id)
+	}
+	var list api.ApprovalList
+	f2.mustCall("approvals", api.ApprovalsRequest{}, &list)
+	if len(list.Approvals) != 1 || list.Approvals[0].ID != "a2" {
+		t.Fatalf("approvals after a restart: %+v", list.Approvals)
 	}
 }
