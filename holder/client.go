@@ -148,6 +148,12 @@ func (c *Client) Signal(ctx context.Context, id string, sig syscall.Signal) erro
 	return err
 }
 
+// SetMeta replaces the agent's description of session id (Spawn.Meta).
+func (c *Client) SetMeta(ctx context.Context, id string, meta []byte) error {
+	_, _, err := c.call(ctx, request{Op: "meta", ID: id, Meta: meta})
+	return err
+}
+
 // CloseSession ends the session in the holder (SIGHUP, SIGKILL after a grace, when
 // it still runs) and forgets it; its streams end. It blocks until then.
 func (c *Client) CloseSession(ctx context.Context, id string) (Info, error) {

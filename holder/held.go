@@ -36,12 +36,15 @@ type held struct {
 	id     string
 	pid    int
 	nonce  string
-	meta   json.RawMessage
 	master *os.File // non-blocking; read only by readLoop
 	kept   *os.File // the agent's end of the guard channel, or nil
 	cmd    *exec.Cmd
 
+	fdMu   sync.RWMutex // held (read) while master or kept is passed; forget closes them under it
+	fdGone bool         // master and kept are closed; guarded by fdMu
+
 	mu       sync.Mutex // guards everything below
+	meta     json.RawMessage
 	ring     *ring
 	changed  chan struct{} // closed and replaced on output, exit and forget
 	exited   bool          // reaped and drained: the exit may be sent
@@ -74,6 +77,9 @@ func spawn(sp *Spawn, files []*os.File) (*held, error) {
 			kept.Close()
 		}
 		return nil, err
+	}
+	if len(sp.Meta) > maxMeta {
+		return fail(fmt.Errorf("%w: meta of %d bytes (limit %d)", ErrProtocol, len(sp.Meta), maxMeta))
 	}
 	if len(sp.Argv) == 0 || sp.Argv[0] == "" {
 		return fail(fmt.Errorf("%w: spawn without a program", ErrProtocol))
@@ -387,9 +393,27 @@ func (h *held) forget() {
 	}
 	h.broadcastLocked()
 	h.mu.Unlock()
+	h.fdMu.Lock()
+	h.fdGone = true
 	h.master.Close()
 	if h.kept != nil {
 		h.kept.Close()
 	}
+	h.fdMu.Unlock()
 	h.wg.Wait()
+}
+
+// withFiles calls f with the files to pass (the master, and the kept file when
+// there is one) while they stay open.
+func (h *held) withFiles(f func(files []*os.File) error) error {
+	h.fdMu.RLock()
+	defer h.fdMu.RUnlock()
+	if h.fdGone {
+		return fmt.Errorf("%w: %s closed", ErrNoSession, h.id)
+	}
+	files := []*os.File{h.master}
+	if h.kept != nil {
+		files = append(files, h.kept)
+	}
+	return f(files)
 }

@@ -74,11 +74,12 @@ type hello struct {
 
 // request is every request; Op says which fields count.
 type request struct {
-	Op     string `json:"op"` // spawn, list, attach, signal, forget
-	ID     string `json:"id,omitempty"`
-	From   int64  `json:"from,omitempty"`   // attach
-	Signal int    `json:"signal,omitempty"` // signal
-	Spawn  *Spawn `json:"spawn,omitempty"`  // spawn
+	Op     string          `json:"op"` // spawn, list, attach, signal, meta, close
+	ID     string          `json:"id,omitempty"`
+	From   int64           `json:"from,omitempty"`   // attach
+	Signal int             `json:"signal,omitempty"` // signal
+	Spawn  *Spawn          `json:"spawn,omitempty"`  // spawn
+	Meta   json.RawMessage `json:"meta,omitempty"`   // meta
 }
 
 type reply struct {

@@ -31,6 +31,9 @@ import (
 // SocketName is the holder's socket in its directory.
 const SocketName = "holder.sock"
 
+// maxMeta bounds an agent's description of a session.
+const maxMeta = 64 << 10
+
 // closeGrace is how long a closed session's program has after SIGHUP before SIGKILL.
 const closeGrace = 2 * time.Second
 
@@ -247,13 +250,27 @@ func (s *Server) answer(c *conn, req request, files []*os.File) error {
 		s.mu.Unlock()
 		s.log.Info("holder started a session", "session", sp.ID, "pid", h.pid)
 		info := h.info()
-		return c.sendJSON(kindReply, reply{Info: &info, FDs: 1}, h.master)
+		return h.withFiles(func(files []*os.File) error {
+			return c.sendJSON(kindReply, reply{Info: &info, FDs: 1}, files[0])
+		})
 	case "signal":
 		h, err := s.session(req.ID)
 		if err != nil {
 			return fail(err)
 		}
 		h.signal(syscall.Signal(req.Signal))
+		return c.sendJSON(kindReply, reply{})
+	case "meta":
+		h, err := s.session(req.ID)
+		if err != nil {
+			return fail(err)
+		}
+		if len(req.Meta) > maxMeta {
+			return fail(fmt.Errorf("%w: meta of %d bytes (limit %d)", ErrProtocol, len(req.Meta), maxMeta))
+		}
+		h.mu.Lock()
+		h.meta = append([]byte(nil), req.Meta...)
+		h.mu.Unlock()
 		return c.sendJSON(kindReply, reply{})
 	case "close":
 		h, err := s.session(req.ID)
@@ -293,11 +310,10 @@ func (s *Server) attach(c *conn, req request) {
 	}
 	info, from := h.attach(c, req.From)
 	defer h.detach(c)
-	files := []*os.File{h.master}
-	if h.kept != nil {
-		files = append(files, h.kept)
-	}
-	if err := c.sendJSON(kindReply, reply{Info: &info, Nonce: h.nonce, From: from, FDs: len(files)}, files...); err != nil {
+	if err := h.withFiles(func(files []*os.File) error {
+		return c.sendJSON(kindReply, reply{Info: &info, Nonce: h.nonce, From: from, FDs: len(files)}, files...)
+	}); err != nil {
+		_ = c.sendJSON(kindReply, reply{Error: err.Error(), NotFound: true})
 		return
 	}
 	done := make(chan struct{})

@@ -25,14 +25,18 @@ func (e *TruncatedError) Unwrap() error { return ErrTruncated }
 // offset in the session's output stream. Not safe for concurrent use: the session mutex
 // guards it.
 type ring struct {
-	buf []byte
-	end int64 // absolute offset one past the newest byte
+	buf  []byte
+	base int64 // the first offset ever written (a reattached session's may be > 0)
+	end  int64 // absolute offset one past the newest byte
 }
 
 func newRing(size int) *ring { return &ring{buf: make([]byte, size)} }
 
 // start is the oldest absolute offset still held.
-func (r *ring) start() int64 { return max(0, r.end-int64(len(r.buf))) }
+func (r *ring) start() int64 { return max(r.base, r.end-int64(len(r.buf))) }
+
+// size is the most bytes the ring holds.
+func (r *ring) size() int { return len(r.buf) }
 
 // write appends p, overwriting the oldest bytes when full.
 func (r *ring) write(p []byte) {

@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/holder"
 )
 
 // Defaults for zero Config fields.
@@ -96,6 +97,10 @@ type Config struct {
 	// shells run without the guard's hooks. Programs without integration are not
 	// checked. See guard.go for the channel and what it does not stop.
 	Guard func(ctx context.Context, line string) GuardVerdict
+	// Holder, when set, runs the program in that holder process (package holder),
+	// so it outlives this one; ID is then required and names it there. See
+	// holder.go (here) for what differs, Detach and Reattach. nil: a local PTY.
+	Holder *holder.Client
 }
 
 // Session is one running PTY session. All methods are safe for concurrent use.
@@ -168,6 +173,7 @@ type Session struct {
 	events       []Event
 	eventSeq     uint64
 
+	hold         *held    // nil: a local PTY; see holder.go
 	redact       Redactor // nil: none; see redact.go
 	releaseArmed bool     // the poller was told to release held-back bytes (pollHeld)
 
@@ -241,15 +247,8 @@ func Start(cfg Config) (*Session, error) {
 	if s.cfg.Settle <= 0 {
 		s.cfg.Settle = DefaultSettle
 	}
-	s.ring = newRing(sb)
-	s.changed = make(chan struct{})
-	s.noted = make(chan struct{})
-	s.follow.init()
-	s.pollWake = make(chan struct{}, 1)
-	s.pollOut = make(chan struct{}, 1)
-	s.pollHeld = make(chan struct{}, 1)
+	s.initLocked(sb, 0)
 	s.redact = cfg.Redactor
-	s.stop = make(chan struct{})
 	s.title, s.description, s.labels = cfg.Title, cfg.Description, copyLabels(cfg.Labels)
 	s.cwd = dir
 	s.state = StateStarting
@@ -288,6 +287,9 @@ func Start(cfg Config) (*Session, error) {
 		s.scanner.osc133, s.scanner.osc7 = nil, nil // no marks without integration, only modes
 	}
 
+	if cfg.Holder != nil {
+		return s.startInHolder(argv, dir, env, as)
+	}
 	ptmx, tty, err := pty.Open()
 	if err != nil {
 		s.integ.remove()
@@ -390,6 +392,22 @@ func Start(cfg Config) (*Session, error) {
 	return s, nil
 }
 
+// initLocked makes the ring (its first offset base) and the channels of a new
+// session.
+func (s *Session) initLocked(scrollback int, base int64) {
+	s.ring = newRing(scrollback)
+	s.ring.base, s.ring.end = base, base
+	s.changed = make(chan struct{})
+	s.noted = make(chan struct{})
+	s.follow.init()
+	s.pollWake = make(chan struct{}, 1)
+	s.pollOut = make(chan struct{}, 1)
+	s.pollHeld = make(chan struct{}, 1)
+	s.redact = s.cfg.Redactor
+	s.stop = make(chan struct{})
+	s.state = StateStarting
+}
+
 func copyLabels(m map[string]string) map[string]string {
 	if m == nil {
 		return nil
@@ -406,46 +424,61 @@ func copyLabels(m map[string]string) map[string]string {
 func (s *Session) readLoop() {
 	defer s.wg.Done()
 	buf := make([]byte, readChunk)
-	var marks []mark
-	var offs []int64
-	var kicked time.Time // when the poller was last told about output
+	var r chunkReader
 	for {
 		n, err := s.master.Read(buf)
 		if n > 0 {
-			s.inflight.Store(true) // cleared under s.mu once ingested: see sample
-			s.mu.Lock()
-			marks, offs = marks[:0], offs[:0]
-			s.scanner.scan(buf[:n], s.outputLocked, func(m mark) {
-				s.flushRedactLocked() // a mark ends the redactor's stream: see redact.go
-				marks = append(marks, m)
-				offs = append(offs, s.ring.end)
-			})
-			s.ingestLocked(marks, offs)
-			s.armReleaseLocked()
-			// Tell the poller about plain output at most once per minPoll: under a
-			// flood, a wake-up per read cost 8% of the CPU of reading (it only backs
-			// off). A chunk with marks always tells it: a C mark makes a typed
-			// command running, and the poller, idle until then, must start watching
-			// it (it may go quiet at once, reading input).
-			s.inflight.Store(false)
-			if now := time.Now(); len(marks) > 0 || now.Sub(kicked) >= minPoll {
-				kicked = now
-				s.kickPollerLocked(false)
-			}
-			s.mu.Unlock()
+			r.ingest(s, buf[:n])
 		}
 		if err != nil {
-			s.mu.Lock()
-			s.scanner.flush(s.outputLocked)
-			s.flushRedactLocked()
-			s.readDone = true
-			s.broadcastLocked()
-			s.mu.Unlock()
-			if !errors.Is(err, io.EOF) && !errors.Is(err, os.ErrClosed) && !errors.Is(err, syscall.EIO) {
-				s.log.Debug("pty read ended", "err", err)
-			}
+			s.endRead(err)
 			return
 		}
+	}
+}
+
+// chunkReader is the read loop's state between chunks.
+type chunkReader struct {
+	marks  []mark
+	offs   []int64
+	kicked time.Time // when the poller was last told about output
+}
+
+// ingest takes one chunk of output into the session.
+func (r *chunkReader) ingest(s *Session, p []byte) {
+	s.inflight.Store(true) // cleared under s.mu once ingested: see sample
+	s.mu.Lock()
+	r.marks, r.offs = r.marks[:0], r.offs[:0]
+	s.scanner.scan(p, s.outputLocked, func(m mark) {
+		s.flushRedactLocked() // a mark ends the redactor's stream: see redact.go
+		r.marks = append(r.marks, m)
+		r.offs = append(r.offs, s.ring.end)
+	})
+	s.ingestLocked(r.marks, r.offs)
+	s.armReleaseLocked()
+	// Tell the poller about plain output at most once per minPoll: under a
+	// flood, a wake-up per read cost 8% of the CPU of reading (it only backs
+	// off). A chunk with marks always tells it: a C mark makes a typed
+	// command running, and the poller, idle until then, must start watching
+	// it (it may go quiet at once, reading input).
+	s.inflight.Store(false)
+	if now := time.Now(); len(r.marks) > 0 || now.Sub(r.kicked) >= minPoll {
+		r.kicked = now
+		s.kickPollerLocked(false)
+	}
+	s.mu.Unlock()
+}
+
+// endRead records the end of the output (err: why, nil when it ended normally).
+func (s *Session) endRead(err error) {
+	s.mu.Lock()
+	s.scanner.flush(s.outputLocked)
+	s.flushRedactLocked()
+	s.readDone = true
+	s.broadcastLocked()
+	s.mu.Unlock()
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, os.ErrClosed) && !errors.Is(err, syscall.EIO) {
+		s.log.Debug("pty read ended", "err", err)
 	}
 }
 
@@ -499,12 +532,19 @@ drain:
 			break drain
 		}
 	}
+	var c *int
+	if code >= 0 {
+		c = &code
+	}
+	s.recordExit(c)
+}
+
+// recordExit records the program's exit (code nil: unknown) and ends what is open.
+func (s *Session) recordExit(code *int) {
 	s.mu.Lock()
 	s.flushRedactLocked() // the program's last output belongs to its blocks
 	s.exited = true
-	if code >= 0 {
-		s.exitCode = &code
-	}
+	s.exitCode = code
 	off := s.ring.end
 	if s.cur != nil {
 		// The shell exited inside a command (`exit 3`): its status is the command's.
@@ -548,6 +588,9 @@ func (s *Session) Close() error {
 	}
 	// Background jobs may outlive the shell and keep the PTY open; they go too.
 	killSession(s.pid, syscall.SIGKILL)
+	if s.hold != nil {
+		s.closeHeld()
+	}
 	close(s.stop)
 	s.master.Close()
 	if s.guard != nil {
@@ -701,11 +744,13 @@ func (s *Session) Resize(cols, rows int) error {
 	s.emitLocked(Event{Kind: EventResized, Cols: cols, Rows: rows})
 	s.broadcastLocked()
 	s.mu.Unlock()
+	s.setHeldMeta()
 	return nil
 }
 
 // SetInfo updates the session's metadata; nil fields are left unchanged.
 func (s *Session) SetInfo(title, description *string, labels map[string]string) {
+	defer s.setHeldMeta() // a reattach finds them
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if title != nil {

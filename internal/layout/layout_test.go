@@ -40,7 +40,7 @@ type rule struct {
 var rules = []rule{
 	{dir: "api", only: []string{}, depsToo: true},
 	{dir: "session", only: []string{
-		"api", "github.com/creack/pty", "golang.org/x/term", "golang.org/x/sys", "github.com/charmbracelet/x/vt",
+		"api", "holder", "github.com/creack/pty", "golang.org/x/term", "golang.org/x/sys", "github.com/charmbracelet/x/vt",
 	}},
 	{dir: "replay", only: []string{"api"}},
 	// the session holder (sessions that outlive the agent): the process that keeps

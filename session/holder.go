@@ -1,0 +1,418 @@
+package session
+
+// The holder backend: a session whose PTY, program and raw output a holder process
+// keeps (package holder), so it outlives this process. Everything else stays here
+// as with a local PTY: the mark scanner, blocks, state, the scrollback ring, the
+// screen, the guard. What differs:
+//
+//   - the output comes from the holder's attach stream instead of a read of the
+//     master (only the holder reads the master); offsets are the holder's, so they
+//     continue across a reattach;
+//   - the exit status comes from the holder (it reaps the program);
+//   - input, resizes and the kernel state use the copy of the master the holder
+//     passes (SCM_RIGHTS), and /proc of the program, exactly as locally;
+//   - Close asks the holder to end the session; Detach leaves it running.
+//
+// Reattach (a new agent) rebuilds a session by replaying the holder's ring from its
+// start through the same read path: blocks, their numbers and offsets, the state and
+// the screen come out as they were, as long as the ring still holds the session's
+// whole output (it is the scrollback's size). Block numbers then continue; once the
+// ring has wrapped, blocks that started before its oldest byte are not rebuilt.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fleetmux/fleetmux/holder"
+)
+
+// holderTimeout bounds each request to the holder.
+const holderTimeout = 10 * time.Second
+
+// ErrNotHeld is returned by Reattach for a session the holder does not have.
+var ErrNotHeld = errors.New("session: not in the holder")
+
+// holderMeta is what the session leaves with the holder to be rebuilt from: the
+// holder keeps it opaque, in memory.
+type holderMeta struct {
+	Shell       string            `json:"shell,omitempty"`
+	Argv        []string          `json:"argv"`
+	Cwd         string            `json:"cwd"`
+	Title       string            `json:"title,omitempty"`
+	Description string            `json:"description,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	CreatedAt   time.Time         `json:"created_at"`
+	Cols        int               `json:"cols"`
+	Rows        int               `json:"rows"`
+}
+
+// held is a session's link to its holder.
+type held struct {
+	c      *holder.Client
+	st     *holder.Stream
+	exit   chan *int    // the exit status, once the stream ends with it (nil: unknown)
+	raw    atomic.Int64 // the holder's offset of the output ingested so far
+	broken chan struct{}
+}
+
+// startInHolder is Start's second half for Config.Holder: the holder spawns the
+// program with the nonce and guard channels prepared here.
+func (s *Session) startInHolder(argv []string, dir string, env []string, as *runAs) (*Session, error) {
+	cfg := s.cfg
+	if cfg.ID == "" {
+		s.integ.remove()
+		return nil, fmt.Errorf("%w: a session in a holder needs an ID", ErrBadConfig)
+	}
+	sp := holder.Spawn{ID: cfg.ID, Argv: argv, Dir: dir, Env: dedupEnv(env), Cols: s.cols, Rows: s.rows, Ring: s.ring.size()}
+	if as != nil {
+		cr := as.credential()
+		sp.Cred, sp.UID, sp.GID, sp.Groups = true, cr.Uid, cr.Gid, cr.Groups
+	}
+	meta, _ := json.Marshal(holderMeta{Shell: s.shell, Argv: s.argv, Cwd: dir, Title: s.title, Description: s.description,
+		Labels: s.labels, CreatedAt: s.createdAt, Cols: s.cols, Rows: s.rows})
+	sp.Meta = meta
+	var files []*os.File
+	var guardConn *net.UnixConn
+	fail := func(err error) (*Session, error) {
+		for _, f := range files {
+			f.Close()
+		}
+		if guardConn != nil {
+			guardConn.Close()
+		}
+		s.integ.remove()
+		return nil, err
+	}
+	if s.integrated {
+		sp.Nonce = s.integ.nonce
+		nf, err := nonceSocket(s.integ.nonce)
+		if err != nil {
+			return fail(fmt.Errorf("%w: %v", ErrStart, err))
+		}
+		files = append(files, nf)
+		sp.ChildFDs = append(sp.ChildFDs, nonceFD)
+		if cfg.Guard != nil {
+			gc, gf, err := guardSocket()
+			if err != nil {
+				return fail(fmt.Errorf("%w: %v", ErrStart, err))
+			}
+			guardConn = gc
+			files = append(files, gf)
+			sp.ChildFDs = append(sp.ChildFDs, guardFD)
+			keep, err := gc.File() // the holder keeps a copy: the channel outlives us
+			if err != nil {
+				return fail(fmt.Errorf("%w: guard channel: %v", ErrStart, err))
+			}
+			files = append(files, keep)
+			sp.Keep = true
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), holderTimeout)
+	defer cancel()
+	info, master, err := cfg.Holder.Spawn(ctx, sp, files...)
+	for _, f := range files {
+		f.Close()
+	}
+	files = nil
+	if err != nil {
+		return fail(fmt.Errorf("%w: %v", ErrStart, err))
+	}
+	master.Close() // the attach brings another copy
+	st, err := cfg.Holder.Attach(ctx, cfg.ID, 0)
+	if err != nil {
+		_, _ = cfg.Holder.CloseSession(ctx, cfg.ID)
+		return fail(fmt.Errorf("%w: attach: %v", ErrStart, err))
+	}
+	if st.Kept != nil {
+		st.Kept.Close() // ours is guardConn, made here
+		st.Kept = nil
+	}
+	s.pid = info.PID
+	if s.integrated {
+		s.image, _ = readImage(s.pid)
+	}
+	s.startHeld(cfg.Holder, st, guardConn, s.integ.nonce)
+	s.log.Debug("session started in the holder", "pid", s.pid, "argv", argv, "tty", s.tty)
+	return s, nil
+}
+
+// startHeld starts the goroutines of a session over the stream st.
+func (s *Session) startHeld(c *holder.Client, st *holder.Stream, guardConn *net.UnixConn, nonce string) {
+	s.master = st.Master
+	s.tty = ptsName(st.Master)
+	s.hold = &held{c: c, st: st, exit: make(chan *int, 1), broken: make(chan struct{})}
+	s.screen = newScreen(s, s.cols, s.rows)
+	s.emitLocked(Event{Kind: EventCreated, State: StateStarting})
+	s.wg.Add(4)
+	go s.heldReadLoop()
+	go s.heldWaitLoop()
+	go s.pollLoop()
+	go s.screen.feedLoop()
+	if guardConn != nil {
+		s.guard = newGuard(s, guardConn, nonce, s.cfg.Guard)
+		s.wg.Add(2)
+		go s.guard.readLoop()
+		go s.guard.workLoop()
+	}
+}
+
+// Reattach rebuilds session cfg.ID from the holder cfg.Holder (a new agent after a
+// crash or restart): its output is replayed from the oldest byte the holder holds,
+// so blocks, offsets, the state and the screen are as they were; it returns once
+// the output the holder held at the attach has been ingested. Shell, Argv, Dir,
+// Cols, Rows, Title, Description and Labels come from the holder (cfg's are
+// ignored); Guard, Redactor, Logger, Settle and ScrollbackBytes from cfg.
+//
+// known are the blocks the previous agent recorded (its block index): a rebuilt
+// block of the same number takes their command, cwd and times, which a replay
+// cannot know (it sees the shell's echo, not what was submitted, and replays at
+// once).
+//
+// Offsets: the session's offsets count the output without the shell's marks, the
+// holder's the raw output; a replay from the holder's first byte yields the same
+// offsets as before. When the holder's ring no longer holds the first byte, the
+// rebuilt offsets start at the holder's oldest offset instead (a documented limit).
+func Reattach(cfg Config, known []Block) (*Session, error) {
+	if cfg.Holder == nil || cfg.ID == "" {
+		return nil, fmt.Errorf("%w: Reattach needs Holder and ID", ErrBadConfig)
+	}
+	s := &Session{cfg: cfg, log: cfg.Logger}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.log = s.log.With("session", cfg.ID)
+	ctx, cancel := context.WithTimeout(context.Background(), holderTimeout)
+	defer cancel()
+	st, err := cfg.Holder.Attach(ctx, cfg.ID, 0)
+	if errors.Is(err, holder.ErrNoSession) {
+		return nil, fmt.Errorf("%w: %s", ErrNotHeld, cfg.ID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: attach: %v", ErrStart, err)
+	}
+	var m holderMeta
+	if err := json.Unmarshal(st.Info.Meta, &m); err != nil || len(m.Argv) == 0 {
+		st.Close()
+		st.Master.Close()
+		if st.Kept != nil {
+			st.Kept.Close()
+		}
+		return nil, fmt.Errorf("%w: the holder's description of %s: %v", ErrStart, cfg.ID, err)
+	}
+	sb := cfg.ScrollbackBytes
+	if sb == 0 {
+		sb = DefaultScrollbackBytes
+	}
+	if s.cfg.Settle <= 0 {
+		s.cfg.Settle = DefaultSettle
+	}
+	s.createdAt, s.argv, s.shell, s.integrated = m.CreatedAt, m.Argv, m.Shell, m.Shell != ""
+	s.cols, s.rows, s.cwd = m.Cols, m.Rows, m.Cwd
+	s.title, s.description, s.labels = m.Title, m.Description, m.Labels
+	s.initLocked(sb, st.From)
+	s.pid = st.Info.PID
+	if s.integrated {
+		s.scanner = newMarkScanner(st.Nonce)
+		s.image, _ = readImage(s.pid)
+	} else {
+		s.scanner = newMarkScanner("")
+		s.scanner.osc133, s.scanner.osc7 = nil, nil
+	}
+	var guardConn *net.UnixConn
+	if st.Kept != nil {
+		if cfg.Guard != nil {
+			if c, err := net.FileConn(st.Kept); err == nil {
+				guardConn = c.(*net.UnixConn)
+			}
+		}
+		st.Kept.Close()
+		st.Kept = nil
+	}
+	end := st.Info.End
+	s.mu.Lock()
+	s.startHeld(cfg.Holder, st, guardConn, st.Nonce)
+	s.mu.Unlock()
+	// Wait until the backlog is in: the caller then sees the session as it was.
+	deadline := time.NewTimer(holderTimeout)
+	defer deadline.Stop()
+	for {
+		s.mu.Lock()
+		done, ch := s.hold.raw.Load() >= end || s.readDone, s.changedLocked()
+		s.mu.Unlock()
+		if done {
+			break
+		}
+		select {
+		case <-ch:
+			continue
+		case <-deadline.C:
+		}
+		break
+	}
+	s.mu.Lock()
+	s.adoptKnownLocked(known)
+	s.mu.Unlock()
+	if st.From > 0 {
+		s.log.Warn("the holder's ring no longer holds the session's first output: offsets and blocks restart at its oldest byte", "oldest", st.From)
+	}
+	s.log.Info("session reattached", "pid", s.pid, "offset", end)
+	return s, nil
+}
+
+// adoptKnownLocked gives rebuilt blocks what the recording knew of them.
+func (s *Session) adoptKnownLocked(known []Block) {
+	byN := make(map[int]*Block, len(known))
+	for i := range known {
+		byN[known[i].N] = &known[i]
+	}
+	for _, b := range s.blocks {
+		k, ok := byN[b.N]
+		if !ok {
+			continue
+		}
+		if k.Command != "" {
+			b.Command = k.Command
+		}
+		if k.Cwd != "" {
+			b.Cwd = k.Cwd
+		}
+		if !k.StartedAt.IsZero() {
+			b.StartedAt = k.StartedAt
+		}
+		if !k.FinishedAt.IsZero() && !b.FinishedAt.IsZero() {
+			b.FinishedAt = k.FinishedAt
+		}
+	}
+}
+
+// heldReadLoop is readLoop over the holder's stream.
+func (s *Session) heldReadLoop() {
+	defer s.wg.Done()
+	var r chunkReader
+	raw := s.hold.st.From // the holder's offset: raw output, before marks are taken out
+	caught := false       // the output the holder held at the attach is in
+	for {
+		ch, err := s.hold.st.Next()
+		if err == nil && ch.Exited {
+			s.endRead(nil)
+			s.hold.exit <- ch.Code
+			return
+		}
+		if err != nil {
+			s.endRead(nil)
+			close(s.hold.broken)
+			return
+		}
+		if ch.Off != raw {
+			// The holder's ring lost output while nobody read it: the session's
+			// offsets go on from where they are, without those bytes.
+			s.log.Warn("holder output lost", "from", raw, "to", ch.Off)
+		}
+		raw = ch.Off + int64(len(ch.Data))
+		r.ingest(s, ch.Data)
+		s.hold.raw.Store(raw)
+		if !caught && raw >= s.hold.st.Info.End {
+			caught = true // Reattach waits for this: wake it (the ingest woke it before the store)
+			s.mu.Lock()
+			s.broadcastLocked()
+			s.mu.Unlock()
+		}
+	}
+}
+
+// heldWaitLoop is waitLoop for a session in a holder: the exit comes with the end
+// of the stream. A stream that breaks without it (the holder ended, or Detach)
+// leaves the session as it is, unless the holder is gone: then the program is too.
+func (s *Session) heldWaitLoop() {
+	defer s.wg.Done()
+	var code *int
+	select {
+	case code = <-s.hold.exit:
+	case <-s.hold.broken:
+		s.mu.Lock()
+		closed := s.closed
+		s.mu.Unlock()
+		if closed {
+			return // Detach or Close: not our exit to record
+		}
+		s.log.Warn("holder stream ended without the exit: the holder is gone, and the program with it")
+	}
+	s.recordExit(code)
+}
+
+// ptsName is the slave's path of a master.
+func ptsName(master *os.File) string {
+	var n int
+	err := masterControl(master, func(fd int) error {
+		var err error
+		n, err = unix.IoctlGetInt(fd, unix.TIOCGPTN)
+		return err
+	})
+	if err != nil {
+		return ""
+	}
+	return "/dev/pts/" + strconv.Itoa(n)
+}
+
+// Detach stops this process's part of a session in a holder and leaves the program
+// running there, for the next agent to Reattach: the agent's graceful restart. For a
+// local session it is Close.
+func (s *Session) Detach() error {
+	if s.hold == nil {
+		return s.Close()
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.wg.Wait()
+		return nil
+	}
+	s.closed = true
+	s.broadcastLocked()
+	s.mu.Unlock()
+	close(s.stop)
+	s.hold.st.Close()
+	s.master.Close()
+	if s.guard != nil {
+		s.guard.stop()
+	}
+	s.wg.Wait()
+	s.screen.close()
+	return nil
+}
+
+// closeHeld ends the session in its holder (Close).
+func (s *Session) closeHeld() {
+	ctx, cancel := context.WithTimeout(context.Background(), holderTimeout)
+	defer cancel()
+	if _, err := s.hold.c.CloseSession(ctx, s.cfg.ID); err != nil && !errors.Is(err, holder.ErrNoSession) {
+		s.log.Warn("holder did not close the session", "err", err)
+	}
+	s.hold.st.Close()
+}
+
+// setHeldMeta tells the holder the session's new metadata, for a reattach.
+func (s *Session) setHeldMeta() {
+	if s.hold == nil {
+		return
+	}
+	s.mu.Lock()
+	meta, _ := json.Marshal(holderMeta{Shell: s.shell, Argv: s.argv, Cwd: s.cwd, Title: s.title, Description: s.description,
+		Labels: s.labels, CreatedAt: s.createdAt, Cols: s.cols, Rows: s.rows})
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), holderTimeout)
+	defer cancel()
+	if err := s.hold.c.SetMeta(ctx, s.cfg.ID, meta); err != nil {
+		s.log.Warn("holder did not take the session's metadata", "err", err)
+	}
+}

@@ -1,0 +1,158 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetmux/fleetmux/holder"
+)
+
+// startHolder runs a holder in this process for the test and returns its
+// directory; dialHolder is an agent's connection to it.
+func startHolder(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "holder")
+	srv, err := holder.Listen(holder.Config{Dir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ctx) }()
+	t.Cleanup(func() { cancel(); <-done; srv.Close() })
+	return dir
+}
+
+func dialHolder(t *testing.T, dir string) *holder.Client {
+	t.Helper()
+	c, err := holder.Dial(ctxT(t), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestHolderReattach: a shell in a holder keeps running across its agent's
+// restart. The first agent runs commands and starts a long one, then goes
+// (Detach); the next one (Reattach, a new connection) sees the same blocks with the
+// same numbers, offsets and exit codes, waits for the long command's real exit
+// code, and its next block continues the numbering.
+func TestHolderReattach(t *testing.T) {
+	forEachShell(t, func(t *testing.T, shell string) {
+		dir := startHolder(t)
+		s := startShell(t, shell, func(c *Config) { c.Holder = dialHolder(t, dir) })
+		if r := run(t, s, "echo one; (exit 3)"); exitCode(r) != 3 || !strings.Contains(r.Text, "one") {
+			t.Fatalf("first block: %d %q", exitCode(r), r.Text)
+		}
+		res, err := s.Run(ctxT(t), "sleep 1; echo done; (exit 7)", RunOptions{Timeout: 50 * time.Millisecond})
+		if err != nil || res.Block.State != BlockRunning {
+			t.Fatalf("long command: %+v, %v", res.Block, err)
+		}
+		long := res.Block.N
+		before := s.Blocks()
+		_, end := s.Offsets()
+		pid := s.Pid()
+		if err := s.Detach(); err != nil {
+			t.Fatal(err)
+		}
+
+		s2, err := Reattach(Config{ID: "t1", Holder: dialHolder(t, dir)}, before)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s2.Close()
+		if s2.Pid() != pid {
+			t.Fatalf("reattached pid %d, want %d", s2.Pid(), pid)
+		}
+		if _, end2 := s2.Offsets(); end2 < end {
+			t.Fatalf("reattached output ends at %d, before %d", end2, end)
+		}
+		after := s2.Blocks()
+		if len(after) < len(before) {
+			t.Fatalf("blocks after reattach: %d, before %d", len(after), len(before))
+		}
+		for i, b := range before[:len(before)-1] { // the last one may have finished since
+			a := after[i]
+			if a.N != b.N || a.Command != b.Command || a.Start != b.Start || a.End != b.End || exitOf(a) != exitOf(b) {
+				t.Fatalf("block %d differs after reattach:\n%+v\n%+v", b.N, a, b)
+			}
+		}
+		r, err := s2.WaitBlock(ctxT(t), long, RunOptions{Timeout: 20 * time.Second})
+		if err != nil || r.Block.State != BlockDone || exitCode(r) != 7 || strings.Count(r.Text, "done") != 1 {
+			t.Fatalf("long block after reattach: %+v %q, %v", r.Block, r.Text, err)
+		}
+		r = run(t, s2, "echo two")
+		if r.Block.N != long+1 || strings.TrimSpace(r.Text) != "two" {
+			t.Fatalf("next block %d %q, want %d", r.Block.N, r.Text, long+1)
+		}
+		if err := s2.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if list, err := dialHolder(t, dir).List(ctxT(t)); err != nil || len(list) != 0 {
+			t.Fatalf("holder still lists %+v after Close (%v)", list, err)
+		}
+	})
+}
+
+func exitOf(b Block) int {
+	if b.ExitCode == nil {
+		return -1
+	}
+	return *b.ExitCode
+}
+
+// TestHolderExitWhileDetached: the shell exits while no agent is attached; the
+// next agent gets its exit code and the whole output.
+func TestHolderExitWhileDetached(t *testing.T) {
+	dir := startHolder(t)
+	s := startShell(t, "bash", func(c *Config) { c.Holder = dialHolder(t, dir) })
+	run(t, s, "echo ready")
+	if err := s.Input([]byte("sleep 0.3; echo bye; exit 5\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Detach(); err != nil {
+		t.Fatal(err)
+	}
+	c := dialHolder(t, dir)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		list, err := c.List(ctxT(t))
+		if err != nil || len(list) != 1 {
+			t.Fatalf("list: %+v, %v", list, err)
+		}
+		if list[0].Exited {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the shell did not exit in the holder")
+		}
+		time.Sleep(20 * time.Millisecond) // polling the holder's list: the condition, with a deadline
+	}
+	s2, err := Reattach(Config{ID: "t1", Holder: c}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	in, err := s2.Wait(ctxT(t), UntilExited, 0)
+	if err != nil || in.ExitCode == nil || *in.ExitCode != 5 {
+		t.Fatalf("exit after reattach: %+v, %v", in.ExitCode, err)
+	}
+	out, err := s2.Read(0, 1<<20)
+	if err != nil || strings.Count(string(out), "bye") != 2 { // the echo of the line, and its output
+		t.Fatalf("output after reattach: %q, %v", out, err)
+	}
+}
+
+func TestReattachUnknown(t *testing.T) {
+	dir := startHolder(t)
+	if _, err := Reattach(Config{ID: "nope", Holder: dialHolder(t, dir)}, nil); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("reattach of an unknown session: %v", err)
+	}
+}
