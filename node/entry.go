@@ -75,6 +75,17 @@ type entry struct {
 	// by n.redaction.mu.
 	redactFor *policy.Policy
 
+	// A reattached session (held.go): the replay's events up to replayed were
+	// published by the previous agent, except the ends of blocks not in indexed;
+	// recording goes on from resumeFrom, publishing from publishFrom.
+	replayed    uint64
+	indexed     map[int]bool
+	resumeFrom  int64
+	publishFrom int64
+	// pubMark, for a session in a holder, keeps the end of the output published so
+	// far (held.go), for the next agent; nil otherwise. Only the publisher uses it.
+	pubMark *os.File
+
 	closeOnce sync.Once
 }
 
@@ -110,9 +121,17 @@ func (e *entry) run() {
 }
 
 // close closes the session and waits for the entry's goroutines, then the recording.
-func (e *entry) close() {
+func (e *entry) close() { e.end(e.s.Close) }
+
+// detach is close for a session in a holder when the agent stops: the program
+// goes on there, for the next agent to reattach (held.go).
+func (e *entry) detach() { e.end(e.s.Detach) }
+
+// end stops the session with stop (Close or Detach), waits for the entry's
+// goroutines, then closes the recording.
+func (e *entry) end(stop func() error) {
 	e.closeOnce.Do(func() {
-		e.s.Close()
+		_ = stop()
 		// The session is closed: its viewers return EOF once they have read
 		// everything, so publishing and recording finish on their own.
 		done := make(chan struct{})
@@ -142,7 +161,8 @@ func (e *entry) publish() {
 	defer e.wg.Done()
 	defer e.dataWG.Done()
 	subject := e.n.subj.Out(e.n.cfg.Name, e.id)
-	v := e.s.Subscribe(0, session.ViewerOptions{MaxLag: int64(e.s.ScrollbackBytes()), SkipAhead: true, MaxChunk: api.MaxChunk, Linger: publishLinger})
+	v := e.s.Subscribe(e.publishFrom, session.ViewerOptions{MaxLag: int64(e.s.ScrollbackBytes()), SkipAhead: true, MaxChunk: api.MaxChunk, Linger: publishLinger})
+	defer e.closePublished()
 	var failing bool
 	for {
 		c, err := v.Next(e.ctx)
@@ -160,6 +180,7 @@ func (e *entry) publish() {
 			failing = true
 		} else {
 			e.n.published.Add(int64(len(c.Data)))
+			e.notePublished(c.Offset + int64(len(c.Data)))
 		}
 		if err == nil && failing {
 			e.n.log.Info("output publishing again", "session", e.id, "offset", c.Offset)
@@ -171,7 +192,7 @@ func (e *entry) publish() {
 func (e *entry) record() {
 	defer e.wg.Done()
 	defer e.dataWG.Done()
-	v := e.s.Subscribe(0, session.ViewerOptions{MaxLag: int64(e.s.ScrollbackBytes()), MaxChunk: 64 << 10, Linger: recordLinger})
+	v := e.s.Subscribe(e.resumeFrom, session.ViewerOptions{MaxLag: int64(e.s.ScrollbackBytes()), MaxChunk: 64 << 10, Linger: recordLinger})
 	for {
 		c, err := v.Next(e.ctx)
 		if err != nil {
@@ -242,6 +263,9 @@ func (e *entry) flushEvents(node, id string, seq uint64) {
 }
 
 func (e *entry) handleEvent(node, id string, ev session.Event) {
+	if e.replayed > 0 && e.skipReplayed(ev) {
+		return
+	}
 	bus := e.n.cfg.Bus
 	if ev.Block != nil && (ev.Kind == session.EventBlockStarted || ev.Kind == session.EventBlockFinished) {
 		typ := api.BlockStarted

@@ -22,6 +22,9 @@ type sessionHandle interface {
 	// Close ends the program (SIGHUP, then SIGKILL) and waits for it; viewers then
 	// read to EOF. Idempotent.
 	Close() error
+	// Detach stops following the session and leaves its program running in its
+	// holder, for the next agent (Close for a local session).
+	Detach() error
 
 	// Run types command at the prompt and waits for its block (Timeout, ctx).
 	Run(ctx context.Context, command string, opts session.RunOptions) (session.Result, error)

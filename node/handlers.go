@@ -241,17 +241,32 @@ func (n *Node) create(ctx context.Context, req request) (any, error) {
 	if n.cfg.Policy != nil { // without a source no policy ever comes: no checks, no cost
 		guard = n.shellGuard(&ep)
 	}
+	// A session in a holder is named there at its start: its id comes first.
+	var id string
+	var num int
+	var err error
+	if n.cfg.Holder != nil {
+		n.mu.Lock()
+		id, num, err = n.allocIDLocked()
+		n.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+	}
 	s, err := startSession(session.Config{
+		ID:    id,
 		Shell: r.Shell, Argv: r.Argv, Dir: r.Cwd, Env: env, Cols: r.Cols, Rows: r.Rows, User: r.User,
 		ScrollbackBytes: n.cfg.ScrollbackBytes, RuntimeDir: filepath.Join(n.cfg.DataDir, "run"),
 		Title: r.Title, Description: r.Description, Labels: r.Labels, Logger: n.log,
-		Redactor: red, Guard: guard,
+		Redactor: red, Guard: guard, Holder: n.cfg.Holder,
 	})
 	if err != nil {
 		return nil, sessionErr("", err)
 	}
 	n.mu.Lock()
-	id, num, err := n.allocIDLocked()
+	if id == "" {
+		id, num, err = n.allocIDLocked()
+	}
 	if err != nil || n.closed {
 		n.mu.Unlock()
 		s.Close()
@@ -273,6 +288,7 @@ func (n *Node) create(ctx context.Context, req request) (any, error) {
 		s.Close()
 		return nil, fmt.Errorf("recording of %s: %w", id, err)
 	}
+	e.openPublished()
 	n.sessions[id] = e
 	ep.Store(e)
 	n.gossipLocked()

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/holder"
 	"github.com/fleetmux/fleetmux/internal/datadir"
 	"github.com/fleetmux/fleetmux/internal/delay"
 	"github.com/fleetmux/fleetmux/policy"
@@ -89,6 +90,11 @@ type Config struct {
 	// decision waits (bounded) until the node has read it: nothing runs unchecked
 	// while the node starts.
 	Policy PolicySource
+	// Holder, when set, keeps the sessions' programs and PTYs in a holder process
+	// (package holder), so they outlive this agent: new sessions start there, Close
+	// detaches from them instead of ending them, and New reattaches to every
+	// session the holder keeps (held.go). nil: sessions live in this process.
+	Holder *holder.Client
 	// Exposed says the node listens beyond loopback (its gossip): running without
 	// a policy is then logged as a warning, not as information.
 	Exposed bool
@@ -213,6 +219,12 @@ func New(cfg Config) (*Node, error) {
 			_ = cfg.Bus.Publish(audit, nil, b)
 		}
 	})
+	if cfg.Holder != nil {
+		if err := n.reattach(); err != nil {
+			n.Close()
+			return nil, err
+		}
+	}
 	return n, nil
 }
 
@@ -222,7 +234,7 @@ func New(cfg Config) (*Node, error) {
 const AuditDelay = 2 * time.Millisecond
 
 // Run serves the node API until ctx is done, then closes the node (every session is
-// closed: sessions do not yet outlive the agent). It returns nil on a clean stop.
+// closed, or with a Holder detached: they outlive the agent). It returns nil on a clean stop.
 func (n *Node) Run(ctx context.Context) error {
 	if err := n.Start(); err != nil {
 		return err
@@ -293,7 +305,11 @@ func (n *Node) Close() error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			e.close()
+			if n.cfg.Holder != nil {
+				e.detach() // the sessions outlive the agent: held.go
+			} else {
+				e.close()
+			}
 		}()
 	}
 	wg.Wait()

@@ -27,6 +27,7 @@ type devOptions struct {
 	ssh          sshOptions
 	recording    recordingFlags
 	verbose      bool
+	holder       bool
 }
 
 func devCmd() *cobra.Command {
@@ -63,6 +64,7 @@ func devCmd() *cobra.Command {
 	o.ssh.register(f, api.RoleAdmin) // on one's own machine, one's own keys are admins
 	o.recording.add(f)
 	f.BoolVar(&o.verbose, "verbose", false, "debug logs")
+	f.BoolVar(&o.holder, "holder", false, "keep the sessions in a holder process (DIR/holder/holder.sock; started detached when none runs) so they outlive this process; a later fleetmux dev --holder on the same --data reattaches")
 	return c
 }
 
@@ -135,7 +137,11 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	n, err := startNode(ctx, &st, nodeConn, o.recording.apply(node.Config{Name: o.name, DataDir: o.data, Prefix: o.prefix, Verifier: verifier, Logger: log}),
+	hc, err := ensureHolder(ctx, &st, o.holder, o.data)
+	if err != nil {
+		return err
+	}
+	n, err := startNode(ctx, &st, nodeConn, o.recording.apply(node.Config{Name: o.name, DataDir: o.data, Prefix: o.prefix, Verifier: verifier, Logger: log, Holder: hc}),
 		gossipOptions{listen: "127.0.0.1:0", key: gkey, join: []string{g.Addr()}})
 	if err != nil {
 		return err

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"io"
+	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/fleetmux/fleetmux/holder"
 	"github.com/spf13/cobra"
@@ -35,6 +37,30 @@ func holderCmd() *cobra.Command {
 	c.Flags().StringVar(&data, "data", ".fleetmux", "data directory (the holder uses DIR/holder/)")
 	c.Flags().BoolVar(&verbose, "verbose", false, "debug logs")
 	return c
+}
+
+// ensureHolder connects to the node's holder when on, starting one (this binary,
+// detached) when none runs; nil when off.
+func ensureHolder(ctx context.Context, st *stack, on bool, data string) (*holder.Client, error) {
+	if !on {
+		return nil, nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	data, err = filepath.Abs(data)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	hc, err := holder.Ensure(ctx, holderDir(data), []string{exe, "holder", "--data", data})
+	if err != nil {
+		return nil, err
+	}
+	st.defer_(func() { hc.Close() })
+	return hc, nil
 }
 
 func runHolder(ctx context.Context, data string, verbose bool, stderr io.Writer) error {

@@ -36,6 +36,7 @@ type nodeOptions struct {
 	maxSessions   int
 	recording     recordingFlags
 	verbose       bool
+	holder        bool
 }
 
 func nodeCmd() *cobra.Command {
@@ -74,6 +75,7 @@ func nodeCmd() *cobra.Command {
 	f.IntVar(&o.maxSessions, "max-sessions", api.DefaultMaxSessions, "sessions alive at once")
 	o.recording.add(f)
 	f.BoolVar(&o.verbose, "verbose", false, "debug logs")
+	f.BoolVar(&o.holder, "holder", false, "keep the sessions in a holder process (DIR/holder/holder.sock; started detached when none runs) so they outlive this agent: a stop or crash of the agent leaves them running and the next agent reattaches")
 	return c
 }
 
@@ -157,7 +159,11 @@ func (o *nodeOptions) run(ctx context.Context, stderr io.Writer) error {
 		return err
 	}
 	exposed := o.gossipListen != "" && !api.IsLoopbackAddr(o.gossipListen)
-	n, err := startNode(ctx, &st, conn, o.recording.apply(node.Config{Name: o.name, Labels: labels, DataDir: o.data, Prefix: o.prefix, MaxSessions: o.maxSessions, Verifier: verifier, Logger: log, Exposed: exposed}),
+	hc, err := ensureHolder(ctx, &st, o.holder, o.data)
+	if err != nil {
+		return err
+	}
+	n, err := startNode(ctx, &st, conn, o.recording.apply(node.Config{Name: o.name, Labels: labels, DataDir: o.data, Prefix: o.prefix, MaxSessions: o.maxSessions, Verifier: verifier, Logger: log, Exposed: exposed, Holder: hc}),
 		gossipOptions{listen: o.gossipListen, key: gkey, join: o.join})
 	if err != nil {
 		return err

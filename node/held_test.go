@@ -1,0 +1,159 @@
+package node_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/holder"
+	"github.com/fleetmux/fleetmux/internal/testutil"
+	"github.com/fleetmux/fleetmux/node"
+	"github.com/fleetmux/fleetmux/transport"
+)
+
+// startHolder runs a holder in this process and returns a client maker.
+func startHolder(t *testing.T) func() *holder.Client {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "holder")
+	srv, err := holder.Listen(holder.Config{Dir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ctx) }()
+	t.Cleanup(func() { cancel(); <-done; srv.Close() })
+	return func() *holder.Client {
+		c, err := holder.Dial(context.Background(), dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+}
+
+// overlapCollector is a NATS subscriber of one session's output that counts bytes
+// it got twice (by offset).
+type overlapCollector struct {
+	collector
+	repeated int64
+	seen     map[int64]int64 // offset -> end of each chunk
+}
+
+func (c *overlapCollector) take(off int64, data []byte) {
+	c.mu.Lock()
+	for o, end := range c.seen {
+		lo, hi := max(o, off), min(end, off+int64(len(data)))
+		if hi > lo {
+			c.repeated += hi - lo
+		}
+	}
+	if c.seen == nil {
+		c.seen = map[int64]int64{}
+	}
+	c.seen[off] = off + int64(len(data))
+	c.mu.Unlock()
+	c.add(off, data)
+}
+
+// TestHolderRestart: with a holder, an agent's graceful stop leaves the sessions
+// running; the next agent on the same data dir serves them with the same ids, a
+// command that ran across the restart ends with its real exit code, block numbers
+// go on, and a NATS subscriber gets every output byte exactly once.
+func TestHolderRestart(t *testing.T) {
+	client := startHolder(t)
+	f := newFixture(t, func(c *node.Config) { c.Holder = client() })
+	s := f.create(api.CreateRequest{})
+	var col overlapCollector
+	stop, err := f.client.Subscribe(f.subj.Out("n1", s.ID), func(_ string, h map[string]string, data []byte) {
+		off, _ := strconv.ParseInt(h[api.HeaderOffset], 10, 64)
+		col.take(off, data)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	f.run(s.ID, "echo before-restart")
+	var r api.BlockResult
+	f.mustCall("run", api.RunRequest{Session: s.ID, Command: "sleep 1; echo across; (exit 7)", TimeoutMS: 50}, &r)
+	if r.Block.State != "running" {
+		t.Fatalf("long command: %+v", r.Block)
+	}
+	long := r.Block.N
+	if err := f.node.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	bus, err := transport.Connect(context.Background(), transport.NATSConfig{URL: f.srv.ClientURL(), Name: "node2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bus.Close()
+	n2, err := node.New(node.Config{Name: "n1", DataDir: f.data, Bus: bus, Verifier: f.trust.Verifier, Holder: client()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n2.Close()
+	if err := n2.Start(); err != nil {
+		t.Fatal(err)
+	}
+	f.node = n2
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		var l api.SessionList
+		return f.call("list", nil, &l) == nil && len(l.Sessions) == 1 && l.Sessions[0].ID == s.ID
+	}, "the new agent lists %s", s.ID)
+	var w api.BlockResult
+	f.mustCall("wait", api.WaitRequest{Session: s.ID, Until: "idle", TimeoutMS: 20000}, &w)
+	var b api.BlockResult
+	f.mustCall("block", api.BlockRequest{Session: s.ID, N: long}, &b)
+	if b.Block.State != "done" || b.Block.ExitCode == nil || *b.Block.ExitCode != 7 || b.Block.Command != "sleep 1; echo across; (exit 7)" {
+		t.Fatalf("long block after the restart: %+v %q", b.Block, b.Text)
+	}
+	next := f.run(s.ID, "echo after-restart")
+	if next.Block.N != long+1 {
+		t.Fatalf("next block %d, want %d", next.Block.N, long+1)
+	}
+	var info api.Session
+	f.mustCall("get", api.SessionRequest{Session: s.ID}, &info)
+	// The first prompt may be published before the subscription: from the first
+	// chunk it got on, the subscriber must have everything.
+	first := func() int64 {
+		col.mu.Lock()
+		defer col.mu.Unlock()
+		m := info.OutputOffset
+		for o := range col.seen {
+			m = min(m, o)
+		}
+		return m
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for col.received() < info.OutputOffset-first() {
+		if time.Now().After(deadline) {
+			col.mu.Lock()
+			t.Fatalf("the subscriber got %d of %d bytes: chunks %v", col.bytes, info.OutputOffset, col.seen)
+		}
+		time.Sleep(2 * time.Millisecond) // polling the subscriber's count, with a deadline
+	}
+	all, gaps := f.assemble(&col.collector, s.ID, info.OutputOffset)
+	if first() > 0 {
+		gaps-- // before the subscription
+	}
+	col.mu.Lock()
+	repeated := col.repeated
+	col.mu.Unlock()
+	text := string(all)
+	if repeated != 0 || gaps != 0 || strings.Count(text, "\rbefore-restart\r\n") != 1 || strings.Count(text, "\racross\r\n") != 1 || strings.Count(text, "\rafter-restart\r\n") != 1 {
+		t.Fatalf("subscriber: %d bytes repeated, %d gaps:\n%q", repeated, gaps, text)
+	}
+	// A new session gets a new id.
+	if s2 := f.create(api.CreateRequest{}); s2.ID == s.ID {
+		t.Fatalf("id %s reused", s2.ID)
+	}
+}
