@@ -83,12 +83,14 @@ func (s *Session) startInHolder(argv []string, dir string, env []string, as *run
 	sp.Meta = meta
 	var files []*os.File
 	var guardConn *net.UnixConn
+	guardKeep := -1
 	fail := func(err error) (*Session, error) {
 		for _, f := range files {
 			f.Close()
 		}
 		if guardConn != nil {
 			guardConn.Close()
+			unix.Close(guardKeep)
 		}
 		s.integ.remove()
 		return nil, err
@@ -102,11 +104,11 @@ func (s *Session) startInHolder(argv []string, dir string, env []string, as *run
 		files = append(files, nf)
 		sp.ChildFDs = append(sp.ChildFDs, nonceFD)
 		if cfg.Guard != nil {
-			gc, gf, err := guardSocket()
+			gc, gf, gk, err := guardSocket()
 			if err != nil {
 				return fail(fmt.Errorf("%w: %v", ErrStart, err))
 			}
-			guardConn = gc
+			guardConn, guardKeep = gc, gk
 			files = append(files, gf)
 			sp.ChildFDs = append(sp.ChildFDs, guardFD)
 			keep, err := gc.File() // the holder keeps a copy: the channel outlives us
@@ -141,13 +143,13 @@ func (s *Session) startInHolder(argv []string, dir string, env []string, as *run
 	if s.integrated {
 		s.image, _ = readImage(s.pid)
 	}
-	s.startHeld(cfg.Holder, st, guardConn, s.integ.nonce)
+	s.startHeld(cfg.Holder, st, guardConn, guardKeep, s.integ.nonce)
 	s.log.Debug("session started in the holder", "pid", s.pid, "argv", argv, "tty", s.tty)
 	return s, nil
 }
 
 // startHeld starts the goroutines of a session over the stream st.
-func (s *Session) startHeld(c *holder.Client, st *holder.Stream, guardConn *net.UnixConn, nonce string) {
+func (s *Session) startHeld(c *holder.Client, st *holder.Stream, guardConn *net.UnixConn, guardKeep int, nonce string) {
 	s.master = st.Master
 	s.tty = ptsName(st.Master)
 	s.hold = &held{c: c, st: st, exit: make(chan *int, 1), broken: make(chan struct{})}
@@ -159,7 +161,7 @@ func (s *Session) startHeld(c *holder.Client, st *holder.Stream, guardConn *net.
 	go s.pollLoop()
 	go s.screen.feedLoop()
 	if guardConn != nil {
-		s.guard = newGuard(s, guardConn, nonce, s.cfg.Guard)
+		s.guard = newGuard(s, guardConn, guardKeep, nonce, s.cfg.Guard)
 		s.wg.Add(2)
 		go s.guard.readLoop()
 		go s.guard.workLoop()
@@ -240,7 +242,7 @@ func Reattach(cfg Config, known []Block) (*Session, error) {
 	}
 	end := st.Info.End
 	s.mu.Lock()
-	s.startHeld(cfg.Holder, st, guardConn, st.Nonce)
+	s.startHeld(cfg.Holder, st, guardConn, -1, st.Nonce) // no copy of the shell's end after a restart: see guard.go's unblock
 	s.mu.Unlock()
 	// Wait until the backlog is in: the caller then sees the session as it was.
 	deadline := time.NewTimer(holderTimeout)
