@@ -28,17 +28,17 @@ package session
 // runs nothing more (fail closed; the shell says so).
 //
 // A user's DEBUG trap (at startup or set later, e.g. by bash-preexec) runs from ours,
-// with $_ as it was. The trap records the command it last saw; at each prompt
-// __fm_garm, run by the guard, checks that our trap saw that very call, and puts it
-// back (keeping the new one as the user's) when it did not.
+// with $_ as it was. At each prompt __fm_garm, run by the guard, checks that our
+// trap saw the very call of __fm_garm, and puts it back (keeping the new one as the
+// user's) when it did not.
 const bashGuard = `# fleetmux guard (generated): lines typed at the prompt are checked before they run
 exec {__fm_gfd}<&4 4<&-
 __fm_hash='\#'
 __fm_gkey=${__fm_hash@P}
-__fm_gdeny= __fm_udbg= __fm_dlast= __fm_hnext=$HISTCMD
+__fm_gdeny= __fm_udbg= __fm_gseen=0 __fm_hnext=$HISTCMD
 __fm_gsay() { builtin printf 'fleetmux: %s\n' "$1" >&2; }
 __fm_dbg() {
-	__fm_dlast=$BASH_COMMAND
+	[[ $BASH_COMMAND == __fm_garm ]] && __fm_gseen=1
 	local __fm_n=${__fm_hash@P}
 	if [[ $__fm_n != "$__fm_gkey" ]]; then
 		__fm_gkey=$__fm_n
@@ -59,7 +59,7 @@ __fm_dbg() {
 	return 0
 }
 __fm_check() {
-	local __fm_c=${SRANDOM:-$RANDOM$RANDOM}$RANDOM __fm_a __fm_cc __fm_v __fm_r __fm_m
+	local __fm_c=${SRANDOM:-$RANDOM$RANDOM$RANDOM} __fm_a __fm_cc __fm_v __fm_r __fm_m
 	# Late answers to abandoned lines go; end of file means the session's end is
 	# closed (writing would then kill the shell with SIGPIPE).
 	while builtin read -t 0 -u "$__fm_gfd"; do
@@ -94,7 +94,12 @@ __fm_check() {
 	return 1
 }
 __fm_garm() {
-	if [[ $__fm_dlast != __fm_garm ]]; then
+	# Nothing to do (every prompt but a few): one command, as the trap runs for each.
+	if [[ $__fm_gseen == 1 && $BASHOPTS == *cmdhist*extdebug*lithist* && -z $HISTCONTROL && -z ${HISTIGNORE-} && ${HISTSIZE-} != 0 ]]; then
+		__fm_gseen=0 __fm_hnext=$HISTCMD
+		return 0
+	fi
+	if [[ $__fm_gseen != 1 ]]; then
 		local __fm_t
 		# (A function sees the DEBUG trap only with extdebug on when it is called.)
 		__fm_t=$(trap -p DEBUG)
@@ -104,7 +109,7 @@ __fm_garm() {
 		fi
 		builtin trap '__fm_dbg "$_"' DEBUG
 	fi
-	__fm_dlast=
+	__fm_gseen=0
 	builtin shopt -q extdebug || builtin shopt -s extdebug
 	builtin shopt -q cmdhist || builtin shopt -s cmdhist
 	builtin shopt -q lithist || builtin shopt -s lithist
@@ -114,7 +119,6 @@ __fm_garm() {
 	__fm_hnext=$HISTCMD
 	return 0
 }
-__fm_dlast=x
 builtin shopt -s extdebug
 __fm_garm
 builtin readonly -f __fm_dbg __fm_check __fm_gsay __fm_garm
