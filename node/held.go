@@ -89,8 +89,25 @@ func (n *Node) reattachOne(id string) error {
 	red, redFrom := n.newSessionRedactor()
 	var ep atomic.Pointer[entry]
 	var guard func(context.Context, string) session.GuardVerdict
+	registered := make(chan struct{}) // closed once ep is stored, or the reattach failed
+	defer func() {
+		select {
+		case <-registered:
+		default:
+			close(registered)
+		}
+	}()
 	if n.cfg.Policy != nil {
-		guard = n.shellGuard(&ep)
+		// The shell may have asked about a line while no agent ran: the question
+		// comes in as soon as the session is back, before it is registered here.
+		inner := n.shellGuard(&ep)
+		guard = func(ctx context.Context, line string) session.GuardVerdict {
+			select {
+			case <-registered:
+			case <-ctx.Done():
+			}
+			return inner(ctx, line)
+		}
 	}
 	s, err := session.Reattach(session.Config{
 		ID: id, Holder: n.cfg.Holder, ScrollbackBytes: n.cfg.ScrollbackBytes, Logger: n.log,
@@ -122,6 +139,7 @@ func (n *Node) reattachOne(id string) error {
 	}
 	n.sessions[id] = e
 	ep.Store(e)
+	close(registered)
 	n.wg.Add(1)
 	n.mu.Unlock()
 	n.redactStarted(e, redFrom)

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"strings"
 	"time"
 
@@ -419,11 +420,40 @@ func (s *Session) finishBlockLocked(b *Block, off int64, code *int, note string)
 
 // typedCommandLocked recovers a command a person typed at the prompt from its echo
 // between the last B mark and the C mark at off.
+//
+// The echo is rendered from the start of the prompt's line, and the prompt taken
+// off again: a line editor that redraws the line (bash's bracketed paste: the
+// pasted text, then CR and cursor moves over the prompt) moves by columns that
+// count the prompt.
 func (s *Session) typedCommandLocked(off int64) string {
 	from := max(s.inputOff, s.ring.start(), off-16<<10)
+	if lineStart := s.lineStartLocked(from); lineStart < from {
+		pa, pb := s.ring.slices(lineStart, from)
+		prompt, _ := renderText(s.rows, 0, pa, pb)
+		a, b := s.ring.slices(lineStart, off)
+		text, _ := renderText(s.rows, 0, a, b)
+		if cmd, ok := strings.CutPrefix(text, strings.TrimRight(prompt, " ")); ok {
+			return strings.TrimSpace(cmd)
+		}
+	}
 	a, b := s.ring.slices(from, off)
 	text, _ := renderText(s.rows, 0, a, b)
 	return strings.TrimSpace(text)
+}
+
+// lineStartLocked is the offset after the last newline before off (at most 1 KiB
+// back, and not before the ring's oldest byte); off itself when there is none.
+func (s *Session) lineStartLocked(off int64) int64 {
+	from := max(s.ring.start(), off-1<<10)
+	a, b := s.ring.slices(from, off)
+	buf := append(append([]byte(nil), a...), b...)
+	if i := bytes.LastIndexByte(buf, '\n'); i >= 0 {
+		return from + int64(i) + 1
+	}
+	if from == 0 {
+		return 0
+	}
+	return off
 }
 
 // updateStateLocked recomputes the state and records a change.

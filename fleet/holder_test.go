@@ -1,0 +1,249 @@
+package fleet_test
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/fleetmux/fleetmux/api"
+)
+
+// outCollector is a NATS subscriber's view of one node's output: chunks by session
+// and offset, and the bytes it got twice.
+type outCollector struct {
+	mu       sync.Mutex
+	chunks   map[string]map[int64][]byte
+	repeated map[string]int64
+}
+
+func (c *outCollector) take(m *nats.Msg) {
+	id := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+	off, err := strconv.ParseInt(m.Header.Get(api.HeaderOffset), 10, 64)
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.chunks[id] == nil {
+		c.chunks[id] = map[int64][]byte{}
+	}
+	for o, d := range c.chunks[id] {
+		if lo, hi := max(o, off), min(o+int64(len(d)), off+int64(len(m.Data))); hi > lo {
+			c.repeated[id] += hi - lo
+		}
+	}
+	c.chunks[id][off] = append([]byte(nil), m.Data...)
+}
+
+// assemble is what the subscriber has of session id's output [0, len(full)), its
+// gaps filled from full (the read verb's bytes, as a subscriber fills them).
+func (c *outCollector) assemble(id string, full []byte) (out []byte, gaps int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	offs := make([]int64, 0, len(c.chunks[id]))
+	for o := range c.chunks[id] {
+		offs = append(offs, o)
+	}
+	sort.Slice(offs, func(i, j int) bool { return offs[i] < offs[j] })
+	pos := int64(0)
+	for _, o := range offs {
+		d := c.chunks[id][o]
+		if o > pos {
+			gaps++
+			out = append(out, full[pos:min(o, int64(len(full)))]...)
+			pos = o
+		}
+		if end := o + int64(len(d)); end > pos {
+			out = append(out, d[pos-o:]...)
+			pos = end
+		}
+	}
+	if pos < int64(len(full)) {
+		gaps++
+		out = append(out, full[pos:]...)
+	}
+	return out, gaps
+}
+
+// TestHolderSurvivesAgent is issue 18's first promise, with separate processes: a
+// holder (run as a service of its own), a controller, a node agent with --holder,
+// and a NATS subscriber. The agent is killed with SIGKILL while 10 sessions print
+// lines and one of them runs a long command; a new agent reattaches: the same ids,
+// the long command's block ends with its real exit code, and every line is in the
+// output exactly once, over the API and for the subscriber. Then the same across a
+// graceful restart into a newer agent binary (the upgrade path).
+func TestHolderSurvivesAgent(t *testing.T) {
+	root := t.TempDir()
+	f := newFleet(t, root, loopback([]string{"n1"}))
+	gossipKeyFile := filepath.Join(root, "gossip.key")
+	if err := os.WriteFile(gossipKeyFile, []byte(randomHex(32)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.run("controller", "init", "--data", filepath.Join(root, "ctl"))
+	if err := os.MkdirAll(filepath.Join(root, "creds"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	creds := func(kind, name string) string {
+		file := filepath.Join(root, "creds", kind+"-"+name+".creds")
+		f.run("enroll", kind, name, "--data", filepath.Join(root, "ctl"), "--out", file)
+		if kind != "subscriber" {
+			installKeys(t, strings.TrimSuffix(file, ".creds")+".keys", filepath.Join(root, name, "keys"))
+		}
+		return file
+	}
+	ports := freePorts(t, "127.0.0.1", 3)
+	natsAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
+	gossipA := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))
+	nodeGossip := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[2]))
+	natsURL := "nats://" + natsAddr
+	creds("controller", "ctl")
+	ctl := f.start("ctl", "", "controller", "--name", "ctl", "--data", filepath.Join(root, "ctl"),
+		"--nats-listen", natsAddr, "--http-listen", "127.0.0.1:0",
+		"--gossip-listen", gossipA, "--gossip-key-file", gossipKeyFile)
+	a := &apiClient{f: f, base: f.waitHTTPAPI(ctl, 30*time.Second)}
+	nodeCreds, subCreds := creds("node", "n1"), creds("subscriber", "dash")
+	data := filepath.Join(root, "n1")
+	f.start("holder", "", "holder", "--data", data) // its own service, as under systemd
+	f.eventually(10*time.Second, func() bool {
+		_, err := os.Stat(filepath.Join(data, "holder", "holder.sock"))
+		return err == nil
+	}, "the holder listens")
+	nodeArgs := []string{"node", "--name", "n1", "--nats", natsURL, "--nats-creds", nodeCreds, "--data", data,
+		"--gossip-listen", nodeGossip, "--gossip-key-file", gossipKeyFile, "--join", gossipA, "--holder"}
+	agent := f.start("n1", "", nodeArgs...)
+	f.eventually(30*time.Second, func() bool { return a.serves("n1") }, "the controller reaches n1")
+
+	col := &outCollector{chunks: map[string]map[int64][]byte{}, repeated: map[string]int64{}}
+	nc, err := nats.Connect(natsURL, nats.UserCredentials(subCreds), nats.RootCAs(subCreds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	sub, err := nc.Subscribe("fleetmux.out.n1.*", col.take)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The upgrade (below): a newer binary, started after a graceful stop.
+	newBin := filepath.Join(t.TempDir(), "fleetmux-new")
+	build := exec.Command("go", "build", "-ldflags", "-X main.version=v9.9.9-upgrade", "-o", newBin, "./cmd/fleetmux")
+	build.Dir = ".."
+	build.Env = append(os.Environ(), "GOTOOLCHAIN=local")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the newer agent: %v\n%s", err, out)
+	}
+	const sessions, lines = 10, 400
+	ids := make([]string, sessions)
+	for i := range ids {
+		var s api.Session
+		a.call(http.MethodPost, "/v1/sessions", map[string]any{"node": "n1"}, http.StatusCreated, &s)
+		ids[i] = s.ID
+	}
+	// Lines go on for ~6 s: across both restarts. The last session's long command
+	// ends with 7 while no agent may be there.
+	var longN int
+	for i, id := range ids {
+		cmd := fmt.Sprintf(`for i in $(seq 1 %d); do echo "%s-line-$i"; sleep 0.02; done`, lines, id)
+		if i == len(ids)-1 {
+			cmd = `sleep 4; echo long-done; (exit 7)`
+		}
+		var r api.BlockResult
+		a.call(http.MethodPost, "/v1/sessions/n1/"+id+"/run", map[string]any{"command": cmd, "timeout_ms": 1}, http.StatusOK, &r)
+		if i == len(ids)-1 {
+			longN = r.Block.N
+		}
+	}
+	f.eventually(20*time.Second, func() bool {
+		col.mu.Lock()
+		defer col.mu.Unlock()
+		return len(col.chunks) == sessions
+	}, "the subscriber gets output of every session")
+
+	restart := func(how string, bin string) {
+		t.Helper()
+		if how == "kill" {
+			f.kill(agent)
+		} else {
+			agent.signal(syscall.SIGTERM)
+			select {
+			case <-agent.done:
+			case <-time.After(20 * time.Second):
+				t.Fatalf("the agent did not stop within 20s of SIGTERM")
+			}
+		}
+		old := fleetmuxBin
+		if bin != "" {
+			fleetmuxBin = bin
+		}
+		agent = f.start("n1", "", nodeArgs...)
+		fleetmuxBin = old
+		f.eventually(30*time.Second, func() bool {
+			var l api.SessionList
+			r := a.do(http.MethodGet, "/v1/sessions?node=n1", nil)
+			if r.status != http.StatusOK || jsonDecode(r.body, &l) != nil || len(l.Sessions) != sessions {
+				return false
+			}
+			for i, s := range l.Sessions {
+				if s.ID != ids[i] {
+					return false
+				}
+			}
+			return true
+		}, "the new agent (%s) serves the same %d sessions", how, sessions)
+	}
+
+	var before api.Session
+	a.call(http.MethodGet, "/v1/sessions/n1/"+ids[len(ids)-1], nil, http.StatusOK, &before)
+	if before.State != "running" {
+		t.Fatalf("the long command is %s before the kill, want running", before.State)
+	}
+	restart("kill", "")
+	// The upgrade: a newer binary, started after a graceful stop.
+	restart("upgrade", newBin)
+	f.eventually(30*time.Second, func() bool { return a.nodes()["n1"].Version == "v9.9.9-upgrade" }, "n1 runs the newer version")
+
+	var long api.BlockResult
+	a.call(http.MethodGet, "/v1/sessions/n1/"+ids[len(ids)-1]+"/wait?until=idle&timeout_ms=30000", nil, http.StatusOK, nil)
+	a.call(http.MethodGet, fmt.Sprintf("/v1/sessions/n1/%s/blocks/%d", ids[len(ids)-1], longN), nil, http.StatusOK, &long)
+	if long.Block.State != "done" || long.Block.ExitCode == nil || *long.Block.ExitCode != 7 || !strings.Contains(long.Text, "long-done") {
+		t.Fatalf("the long command's block: %+v %q", long.Block, long.Text)
+	}
+	for _, id := range ids[:len(ids)-1] {
+		var w api.BlockResult
+		a.call(http.MethodGet, "/v1/sessions/n1/"+id+"/wait?until=idle&timeout_ms=30000", nil, http.StatusOK, &w)
+		full := a.rawOutput("n1", id)
+		sub, gaps := col.assemble(id, full)
+		col.mu.Lock()
+		repeated := col.repeated[id]
+		col.mu.Unlock()
+		if repeated != 0 {
+			t.Errorf("%s: the subscriber got %d bytes twice", id, repeated)
+		}
+		for i := 1; i <= lines; i++ {
+			line := fmt.Sprintf("%s-line-%d\r\n", id, i)
+			if n := strings.Count(string(full), line); n != 1 {
+				t.Fatalf("%s: %q is %d times in the output over the API:\n%q", id, line, n, full[:min(len(full), 3000)])
+			}
+			if n := strings.Count(string(sub), line); n != 1 {
+				t.Fatalf("%s: %q is %d times in the subscriber's output", id, line, n)
+			}
+		}
+		t.Logf("%s: %d bytes, the subscriber filled %d gaps by offset", id, len(full), gaps)
+	}
+}
