@@ -26,6 +26,7 @@ type devOptions struct {
 	prefix       string
 	ssh          sshOptions
 	recording    recordingFlags
+	maxSessions  int
 	verbose      bool
 	holder       bool
 }
@@ -63,6 +64,7 @@ func devCmd() *cobra.Command {
 	f.StringVar(&o.prefix, "prefix", api.DefaultPrefix, "NATS subject prefix")
 	o.ssh.register(f, api.RoleAdmin) // on one's own machine, one's own keys are admins
 	o.recording.add(f)
+	f.IntVar(&o.maxSessions, "max-sessions", api.DefaultMaxSessions, "sessions alive at once")
 	f.BoolVar(&o.verbose, "verbose", false, "debug logs")
 	f.BoolVar(&o.holder, "holder", false, "keep the sessions in a holder process (DIR/holder/holder.sock; started detached when none runs) so they outlive this process; a later fleetmux dev --holder on the same --data reattaches")
 	return c
@@ -141,7 +143,7 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	n, err := startNode(ctx, &st, nodeConn, o.recording.apply(node.Config{Name: o.name, DataDir: o.data, Prefix: o.prefix, Verifier: verifier, Logger: log, Holder: hc}),
+	n, err := startNode(ctx, &st, nodeConn, o.recording.apply(node.Config{Name: o.name, DataDir: o.data, Prefix: o.prefix, MaxSessions: o.maxSessions, Verifier: verifier, Logger: log, Holder: hc}),
 		gossipOptions{listen: "127.0.0.1:0", key: gkey, join: []string{g.Addr()}})
 	if err != nil {
 		return err
