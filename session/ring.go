@@ -21,38 +21,61 @@ func (e *TruncatedError) Error() string {
 
 func (e *TruncatedError) Unwrap() error { return ErrTruncated }
 
-// ring is a fixed-size circular buffer of the newest output bytes, addressed by absolute
-// offset in the session's output stream. Not safe for concurrent use: the session mutex
-// guards it.
+// ring is a circular buffer of the newest output bytes, addressed by absolute offset in
+// the session's output stream. It grows as output arrives, up to its size, and then
+// wraps: an idle session with a prompt or two holds a few hundred bytes, not its
+// whole scrollback. Not safe for concurrent use: the session mutex guards it.
 type ring struct {
-	buf  []byte
-	base int64 // the first offset ever written (a reattached session's may be > 0)
-	end  int64 // absolute offset one past the newest byte
+	buf  []byte // len(buf) bytes held; cap grows by doubling up to max
+	max  int    // the most bytes held
+	base int64  // offset of buf[0] before the first wrap (set at the first write: a ring may start at any end, as a reattached session's does)
+	end  int64  // absolute offset one past the newest byte
 }
 
-func newRing(size int) *ring { return &ring{buf: make([]byte, size)} }
+// ringMinGrow is the smallest allocation of a growing ring.
+const ringMinGrow = 512
+
+func newRing(size int) *ring { return &ring{max: size} }
+
+// size is the most bytes the ring holds (the scrollback's size).
+func (r *ring) size() int { return r.max }
 
 // start is the oldest absolute offset still held.
-func (r *ring) start() int64 { return max(r.base, r.end-int64(len(r.buf))) }
+func (r *ring) start() int64 { return r.end - int64(len(r.buf)) }
 
-// size is the most bytes the ring holds.
-func (r *ring) size() int { return len(r.buf) }
+// pos is the index in buf of offset o (start <= o < end).
+func (r *ring) pos(o int64) int { return int((o - r.base) % int64(len(r.buf))) }
 
-// write appends p, overwriting the oldest bytes when full.
+// write appends p, overwriting the oldest bytes once the ring is full.
 func (r *ring) write(p []byte) {
-	n := len(r.buf)
-	if len(p) >= n {
-		r.end += int64(len(p))
-		p = p[len(p)-n:]
-		pos := int(r.end % int64(n))
-		copy(r.buf[pos:], p)
-		copy(r.buf, p[n-pos:])
+	if len(p) == 0 {
 		return
 	}
-	pos := int(r.end % int64(n))
-	k := copy(r.buf[pos:], p)
-	copy(r.buf, p[k:])
+	if len(r.buf) == 0 {
+		r.base = r.end
+	}
+	if len(r.buf) < r.max { // still growing: append what fits
+		k := min(len(p), r.max-len(r.buf))
+		if need := len(r.buf) + k; need > cap(r.buf) {
+			nb := make([]byte, len(r.buf), min(r.max, max(need, 2*cap(r.buf), ringMinGrow)))
+			copy(nb, r.buf)
+			r.buf = nb
+		}
+		r.buf = append(r.buf, p[:k]...)
+		r.end += int64(k)
+		p = p[k:]
+		if len(p) == 0 {
+			return
+		}
+	}
+	n := len(r.buf)
 	r.end += int64(len(p))
+	if len(p) > n {
+		p = p[len(p)-n:]
+	}
+	i := r.pos(r.end - int64(len(p)))
+	k := copy(r.buf[i:], p)
+	copy(r.buf, p[k:])
 }
 
 // slices returns the held bytes in [from, to) as at most two slices aliasing the ring.
@@ -61,15 +84,12 @@ func (r *ring) slices(from, to int64) (a, b []byte) {
 	if from >= to {
 		return nil, nil
 	}
-	n := int64(len(r.buf))
-	ps, pe := from%n, to%n
-	if pe == 0 {
-		pe = n
+	n := len(r.buf)
+	ps := r.pos(from)
+	if l := int(to - from); ps+l <= n {
+		return r.buf[ps : ps+l], nil
 	}
-	if ps < pe && to-from <= n-ps {
-		return r.buf[ps:pe], nil
-	}
-	return r.buf[ps:], r.buf[:pe]
+	return r.buf[ps:], r.buf[:r.pos(to-1)+1]
 }
 
 // read copies up to max bytes starting at from into a new slice. It fails with a

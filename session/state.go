@@ -306,5 +306,5 @@ func (s *Session) Noted() <-chan struct{} {
 func (s *Session) ScrollbackBytes() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.ring.buf)
+	return s.ring.size()
 }

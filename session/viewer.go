@@ -65,7 +65,7 @@ func (s *Session) Subscribe(from int64, opts ViewerOptions) *Viewer {
 	if from < 0 || from > s.ring.end {
 		from = s.ring.end
 	}
-	size := int64(len(s.ring.buf))
+	size := int64(s.ring.size())
 	if opts.MaxLag <= 0 {
 		opts.MaxLag = DefaultViewerMaxLag
 	}
