@@ -172,6 +172,9 @@ func (s *Session) applyMarkLocked(m mark, off int64) {
 				s.alt = append(s.alt[:0], s.alt[len(s.alt)-maxAltToggles/2:]...)
 			}
 			s.alt = append(s.alt, altToggle{off: off, on: m.on})
+			if m.on && s.screen != nil {
+				s.screen.altOnLocked() // the emulator follows a full-screen program
+			}
 		}
 		return
 	case markPrompt, markInput:

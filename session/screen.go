@@ -16,12 +16,16 @@ import (
 // read loop: the emulator costs tens of microseconds per scrolled line (about 100 µs
 // for a shell prompt).
 //
-// While a full-screen program may be drawing (the alternate screen is on), the
-// feeder goroutine follows the stream at its own pace, a little behind: it waits
-// screenDebounce after output so a burst is fed at once, off the path of a quick
-// command. On the main screen — a shell and its line output — nothing is rendered
-// until someone asks: sessions nobody looks at cost nothing, and the feeder wakes
-// only for marks (one of them may switch to the alternate screen).
+// The emulator itself (a few hundred KiB with its parser) exists only while it is
+// needed: it is built when a screen is asked for or a program switches to the
+// alternate screen, from the ring (see buildLocked), and dropped screenDrop after the
+// last look once the main screen is back. While a full-screen program may be drawing
+// (the alternate screen is on), a feeder goroutine follows the stream at its own
+// pace, a little behind: it waits screenDebounce after output so a burst is fed at
+// once, off the path of a quick command; it starts at the switch (the mode mark) and
+// returns once the main screen is back. On the main screen — a shell and its line
+// output — nothing is rendered until someone asks: sessions nobody looks at cost
+// neither an emulator nor a goroutine.
 //
 // When it is far behind — more than screenMaxLag bytes or 4 screens of lines — it
 // skips ahead to the last 2 screens of lines (at most screenKeep bytes), setting the
@@ -122,43 +126,95 @@ type Cursor = api.Cursor
 type Screen = api.Screen
 
 type screen struct {
-	s    *Session
-	mu   sync.Mutex // guards emu and fed; held while feeding (never by the read loop)
-	emu  emulator
-	fed  int64 // next output offset to feed
+	s *Session
+	// mu guards emu, fed, done and used; held while feeding (never by the read loop).
+	mu  sync.Mutex
+	emu emulator // nil until a screen is asked for or a program switches to the alternate screen (see build)
+	fed int64    // next output offset to feed
+	// used is when the screen was last asked for; drop is armed while emu is built
+	// on the main screen, to drop it screenDrop after the last look.
+	used time.Time
+	drop *time.Timer
 	done bool
+	// feeding: the feeder goroutine runs (guarded by s.mu, not mu).
+	feeding bool
 }
 
-func newScreen(s *Session, cols, rows int) *screen {
-	return &screen{s: s, emu: newVTEmulator(cols, rows)}
+// screenDrop is how long an emulator built for a look at the main screen is kept
+// after the last look: a session somebody watches keeps it, an idle one costs its
+// ring only. A later look builds it again from the ring.
+const screenDrop = 30 * time.Second
+
+func newScreen(s *Session, cols, rows int) *screen { return &screen{s: s} }
+
+// buildLocked makes the emulator when there is none, at the session's size, fed
+// from the oldest output the ring holds (catchUpLocked then skips to the last
+// screens of it, as after a flood), with the alternate screen as that output left
+// it. Called with mu held; reports false once the screen is closed.
+func (sc *screen) buildLocked() bool {
+	if sc.done {
+		return false
+	}
+	if sc.emu != nil {
+		return true
+	}
+	s := sc.s
+	s.mu.Lock()
+	cols, rows, from := s.cols, s.rows, s.ring.start()
+	on, _ := s.altAtLocked(from)
+	s.mu.Unlock()
+	sc.emu, sc.fed = newVTEmulator(cols, rows), from
+	if on {
+		_, _ = sc.emu.Write([]byte("\x1b[?1049h"))
+	}
+	return true
 }
 
-// feedLoop follows the output until the session stops.
+// altOnLocked starts the feeder when the output switched to the alternate screen
+// (blocks.go, the mode mark): a full-screen program draws, and the emulator follows
+// it from now on. Called with s.mu held.
+func (sc *screen) altOnLocked() {
+	if sc.feeding || sc.s.closed {
+		return
+	}
+	sc.feeding = true
+	sc.s.wg.Add(1)
+	go sc.feedLoop()
+}
+
+// feedLoop follows the output while a full-screen program may be drawing (the
+// alternate screen is on), then returns: on the main screen nothing is rendered
+// until someone asks, and no goroutine waits.
 func (sc *screen) feedLoop() {
 	defer sc.s.wg.Done()
 	var seen int64 // the output's end at the last look
 	for {
-		// Take the channel before looking, so no change is missed: on the main
-		// screen only a mark (a switch to the alternate screen among them) can
-		// change what to do; on the alternate screen any output.
+		// Take the channel before looking, so no output is missed.
 		sc.s.mu.Lock()
-		wake := sc.s.follow.note
-		sc.s.mu.Unlock()
-		alt := sc.altLikely()
-		sc.s.mu.Lock()
-		if alt {
-			wake = sc.s.followedOutputLocked()
-		}
+		wake := sc.s.followedOutputLocked()
 		end := sc.s.ring.end
 		sc.s.mu.Unlock()
 		flood := end-seen > screenKeep
 		seen = end
 		skipped := false
-		if !flood && alt {
-			sc.mu.Lock()
+		sc.mu.Lock()
+		if !flood && sc.buildLocked() {
 			skipped = sc.catchUpLocked(end)
-			sc.mu.Unlock()
 		}
+		alt := !sc.done && sc.emu != nil && sc.emu.IsAltScreen()
+		sc.mu.Unlock()
+		sc.s.mu.Lock()
+		if !sc.s.altLastLocked() && (!alt || flood) {
+			// Back on the main screen (caught up, or a flood Screen will skip): stop
+			// until the next switch.
+			sc.feeding = false
+			sc.s.mu.Unlock()
+			sc.mu.Lock()
+			sc.armDropLocked()
+			sc.mu.Unlock()
+			return
+		}
+		sc.s.mu.Unlock()
 		pause := screenDebounce
 		if skipped || flood {
 			pause = screenPause
@@ -176,24 +232,49 @@ func (sc *screen) feedLoop() {
 	}
 }
 
-// altLikely reports whether a full-screen program may be drawing: the output last
-// switched to the alternate screen, or the emulator is still on it.
-func (sc *screen) altLikely() bool {
-	sc.s.mu.Lock()
-	on := len(sc.s.alt) > 0 && sc.s.alt[len(sc.s.alt)-1].on
-	sc.s.mu.Unlock()
-	if on {
-		return true
+// altLastLocked reports whether the output's latest switch was to the alternate
+// screen. Called with s.mu held.
+func (s *Session) altLastLocked() bool { return len(s.alt) > 0 && s.alt[len(s.alt)-1].on }
+
+// armDropLocked (re)arms the timer that drops the emulator screenDrop after the last
+// look. Called with mu held.
+func (sc *screen) armDropLocked() {
+	if sc.done || sc.emu == nil {
+		return
 	}
+	if sc.drop == nil {
+		sc.drop = time.AfterFunc(screenDrop, sc.dropIdle)
+	} else {
+		sc.drop.Reset(screenDrop)
+	}
+}
+
+// dropIdle drops the emulator of the main screen when nobody looked for screenDrop
+// and no full-screen program draws; it runs on the timer's goroutine.
+func (sc *screen) dropIdle() {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	return !sc.done && sc.emu.IsAltScreen()
+	if sc.done || sc.emu == nil {
+		return
+	}
+	sc.s.mu.Lock()
+	busy := sc.feeding || sc.s.altLastLocked()
+	sc.s.mu.Unlock()
+	if busy || sc.emu.IsAltScreen() {
+		return // the feeder arms the timer again when the program is done
+	}
+	if left := screenDrop - time.Since(sc.used); left > 0 {
+		sc.drop.Reset(left)
+		return
+	}
+	sc.emu.close()
+	sc.emu = nil
 }
 
 // catchUpLocked feeds output up to end, skipping ahead when far behind. It reports
 // whether it skipped.
 func (sc *screen) catchUpLocked(end int64) (skipped bool) {
-	if sc.done {
+	if sc.done || sc.emu == nil {
 		return false
 	}
 	s := sc.s
@@ -266,6 +347,9 @@ func (sc *screen) resize(cols, rows int) {
 	sc.s.mu.Unlock()
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
+	if sc.emu == nil {
+		return // built at the new size when needed
+	}
 	sc.catchUpLocked(end)
 	if !sc.done {
 		sc.emu.Resize(cols, rows)
@@ -277,7 +361,13 @@ func (sc *screen) close() {
 	defer sc.mu.Unlock()
 	if !sc.done {
 		sc.done = true
-		sc.emu.close()
+		if sc.drop != nil {
+			sc.drop.Stop()
+		}
+		if sc.emu != nil {
+			sc.emu.close()
+			sc.emu = nil
+		}
 	}
 }
 
@@ -296,9 +386,11 @@ func (s *Session) Screen() (Screen, error) {
 	sc := s.screen
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	if sc.done {
+	if !sc.buildLocked() {
 		return Screen{}, ErrClosed
 	}
+	sc.used = time.Now()
+	sc.armDropLocked()
 	sc.catchUpLocked(end)
 	lines := sc.emu.lines()
 	for i := range lines {

@@ -208,3 +208,41 @@ func TestTypedReadReachesWaitingInput(t *testing.T) {
 		}
 	}
 }
+
+// An idle session nobody looks at has no emulator; one built for a look is dropped
+// screenDrop after it, and the next look builds it again from the ring, showing the
+// same screen.
+func TestScreenBuiltOnDemandAndDropped(t *testing.T) {
+	s := startShell(t, "bash")
+	for i := 1; i <= 3; i++ {
+		run(t, s, "echo line-"+strconv.Itoa(i))
+	}
+	emu := func() emulator {
+		s.screen.mu.Lock()
+		defer s.screen.mu.Unlock()
+		return s.screen.emu
+	}
+	if emu() != nil {
+		t.Fatal("an emulator was built before anybody asked for a screen")
+	}
+	before, err := s.Screen()
+	if err != nil || !strings.Contains(before.Text, "line-3") || emu() == nil {
+		t.Fatalf("screen: %v\n%s", err, before.Text)
+	}
+	s.screen.mu.Lock()
+	s.screen.used = time.Now().Add(-screenDrop) // as if the last look was screenDrop ago
+	s.screen.mu.Unlock()
+	s.screen.dropIdle()
+	if emu() != nil {
+		t.Fatal("the emulator was kept after screenDrop without a look")
+	}
+	after, err := s.Screen()
+	if err != nil || after.Text != before.Text || after.Cursor != before.Cursor || after.AltScreen {
+		t.Fatalf("rebuilt screen differs: %v\nbefore:\n%s\nafter:\n%s", err, before.Text, after.Text)
+	}
+	// A look that is recent keeps it.
+	s.screen.dropIdle()
+	if emu() == nil {
+		t.Fatal("the emulator was dropped right after a look")
+	}
+}

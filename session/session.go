@@ -377,11 +377,10 @@ func Start(cfg Config) (*Session, error) {
 	s.screen = newScreen(s, s.cols, s.rows)
 	s.emitLocked(Event{Kind: EventCreated, State: StateStarting})
 
-	s.wg.Add(4)
+	s.wg.Add(3)
 	go s.readLoop()
 	go s.waitLoop()
 	go s.pollLoop()
-	go s.screen.feedLoop()
 	if guardConn != nil {
 		s.guard = newGuard(s, guardConn, guardKeep, s.integ.nonce, cfg.Guard)
 		s.wg.Add(2)
