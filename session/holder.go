@@ -155,11 +155,10 @@ func (s *Session) startHeld(c *holder.Client, st *holder.Stream, guardConn *net.
 	s.hold = &held{c: c, st: st, exit: make(chan *int, 1), broken: make(chan struct{})}
 	s.screen = newScreen(s, s.cols, s.rows)
 	s.emitLocked(Event{Kind: EventCreated, State: StateStarting})
-	s.wg.Add(4)
+	s.wg.Add(3)
 	go s.heldReadLoop()
 	go s.heldWaitLoop()
-	go s.pollLoop()
-	go s.screen.feedLoop()
+	go s.pollLoop() // the screen's feeder starts when a program switches to the alternate screen
 	if guardConn != nil {
 		s.guard = newGuard(s, guardConn, guardKeep, nonce, s.cfg.Guard)
 		s.wg.Add(2)

@@ -1,8 +1,11 @@
 // Package session runs one program in a PTY and turns its output into a byte-exact,
 // offset-addressed stream, command blocks (with shell integration) and a screen.
 //
-// A Session owns four goroutines: the PTY read loop, the process waiter, the kernel
-// state poller and the screen feeder (and two more with a Guard: guard.go). The read loop never waits on anyone: it appends
+// A Session owns three goroutines: the PTY read loop, the process waiter and the
+// kernel state poller (a fourth, the screen feeder, only while a full-screen program
+// draws: screen.go; and two more with a Guard: guard.go). An idle session holds no
+// read buffer (pool.go), no screen emulator and only the output it had (the ring
+// grows). The read loop never waits on anyone: it appends
 // to the scrollback ring under a short lock and wakes whoever is interested; viewers,
 // the screen emulator and waiters each catch up at their own pace. Close stops all of
 // them and waits.
@@ -71,7 +74,8 @@ type Config struct {
 	BaseEnv []string
 	// Cols and Rows are the initial terminal size (default 120x40).
 	Cols, Rows int
-	// ScrollbackBytes is the size of the ring of newest output (default 8 MiB).
+	// ScrollbackBytes is the most output the ring of newest output holds (default
+	// 8 MiB); it grows to that as output arrives.
 	ScrollbackBytes int
 	// RuntimeDir holds the per-session shell integration files, which are deleted as
 	// soon as the shell has read them (default os.TempDir()).
@@ -422,18 +426,18 @@ func copyLabels(m map[string]string) map[string]string {
 // append a chunk and apply its marks, and never waits on a reader.
 func (s *Session) readLoop() {
 	defer s.wg.Done()
-	buf := make([]byte, readChunk)
 	var r chunkReader
-	for {
-		n, err := s.master.Read(buf)
+	pr, err := newPTYReader(s.master)
+	for err == nil {
+		var bp *[]byte
+		var n int
+		bp, n, err = pr.read() // a pooled buffer, taken only when there is output
 		if n > 0 {
-			r.ingest(s, buf[:n])
+			r.ingest(s, (*bp)[:n])
 		}
-		if err != nil {
-			s.endRead(err)
-			return
-		}
+		release(bp)
 	}
+	s.endRead(err)
 }
 
 // chunkReader is the read loop's state between chunks.
