@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -57,8 +56,7 @@ type entry struct {
 
 	recMu     sync.Mutex // guards the fields from cast to recErr
 	cast      *replay.Writer
-	castBuf   *bufio.Writer
-	castCount *countWriter // under castBuf: the bytes the current part holds on disk
+	castCount *countWriter // under cast: the bytes the current part holds on disk
 	castF     *os.File
 	hdr       replay.Header // of every part: the current size, the session's start
 	partStart int64         // output offset the current part (output.cast) starts at
@@ -144,9 +142,8 @@ func (e *entry) end(stop func() error) {
 		e.cancel() // the event pump publishes what is left and stops
 		e.wg.Wait()
 		e.recMu.Lock()
-		if e.castBuf != nil {
+		if e.cast != nil {
 			_ = e.cast.Close()
-			_ = e.castBuf.Flush()
 			_ = e.castF.Close()
 			_ = e.indexF.Close()
 		}
@@ -225,10 +222,7 @@ func (e *entry) record() {
 }
 
 func (e *entry) flushLocked() error {
-	if err := e.cast.Flush(); err != nil {
-		return err
-	}
-	return e.castBuf.Flush()
+	return e.cast.Flush()
 }
 
 // pumpEvents publishes the session's events. It is a follower (Followed): while a

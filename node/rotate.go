@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"os"
@@ -51,17 +50,16 @@ func (e *entry) openPartLocked() error {
 	}
 	e.castF = f
 	e.castCount = &countWriter{w: f}
-	e.castBuf = bufio.NewWriterSize(e.castCount, 64<<10)
-	if e.cast, err = replay.NewWriter(e.castBuf, e.hdr); err != nil {
+	if e.cast, err = replay.NewWriter(e.castCount, e.hdr); err != nil { // buffered, in a buffer held only while events wait
 		f.Close()
 		return err
 	}
-	return e.castBuf.Flush()
+	return nil
 }
 
 // partSizeLocked is the size of the current part, buffered bytes included.
 func (e *entry) partSizeLocked() int64 {
-	return e.castCount.n + int64(e.castBuf.Buffered())
+	return e.castCount.n + int64(e.cast.Buffered())
 }
 
 // rotateLocked ends the current part when it has reached the cap: output.cast
@@ -74,9 +72,6 @@ func (e *entry) rotateLocked() error {
 		return nil
 	}
 	if err := e.cast.Close(); err != nil {
-		return err
-	}
-	if err := e.castBuf.Flush(); err != nil {
 		return err
 	}
 	if err := e.castF.Close(); err != nil {

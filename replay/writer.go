@@ -1,7 +1,6 @@
 package replay
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -74,7 +73,7 @@ const maxEvent = 32 << 10
 // Output is buffered: Flush writes it out. A Writer is not safe for concurrent use.
 // After the first error writing to the underlying writer every method returns it.
 type Writer struct {
-	bw      *bufio.Writer
+	bw      *pooledBuf
 	line    []byte            // the line being built
 	bline   []byte            // the "b" line being built
 	patches []patch           // of the event being built
@@ -89,7 +88,9 @@ type Writer struct {
 
 // NewWriter writes the header h to w at once (so the file is a valid recording from
 // the start) and returns a Writer for the events, which w receives in buffered chunks:
-// when Flush is called or the 64 KiB buffer fills.
+// when Flush is called or the 64 KiB buffer fills. The buffer is held only while
+// events wait in it (between the first write after a Flush and the next Flush): an
+// idle recording holds none.
 func NewWriter(w io.Writer, h Header) (*Writer, error) {
 	if err := h.validate(); err != nil {
 		return nil, err
@@ -108,7 +109,7 @@ func NewWriter(w io.Writer, h Header) (*Writer, error) {
 	if _, err := w.Write(b.Bytes()); err != nil {
 		return nil, fmt.Errorf("replay: write header: %w", err)
 	}
-	return &Writer{bw: bufio.NewWriterSize(w, 64<<10)}, nil
+	return &Writer{bw: &pooledBuf{w: w}}, nil
 }
 
 // Output records p, written by the session at time t; it does not keep p. A UTF-8 character is never split
@@ -224,6 +225,9 @@ func (w *Writer) Marker(t time.Duration, label string) error {
 	w.line = append(b, "]\n"...)
 	return w.write(w.line)
 }
+
+// Buffered is how many bytes of events wait for the next Flush (or a full buffer).
+func (w *Writer) Buffered() int { return w.bw.Buffered() }
 
 // Flush writes the buffered events to the underlying writer. An incomplete character
 // held back by Output stays held back: it is not output yet (see Pending).
