@@ -39,10 +39,22 @@ import (
 // `git worktree` of the commit before a change) and measures it in the same run, so
 // before and after sit side by side.
 
-// memUse is the memory of a set of processes, in KiB.
-type memUse struct{ rss, pss int64 }
+// memUse is the memory of a set of processes, in KiB, and their threads.
+type memUse struct{ rss, pss, threads int64 }
 
-func (m memUse) sub(o memUse) memUse { return memUse{m.rss - o.rss, m.pss - o.pss} }
+func (m memUse) sub(o memUse) memUse { return memUse{m.rss - o.rss, m.pss - o.pss, m.threads - o.threads} }
+
+// threadsOf is the number of threads of pid.
+func threadsOf(pid int) int64 {
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Threads:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
 
 // procMem reads Rss and Pss of pid from /proc/PID/smaps_rollup (kB).
 func procMem(pid int) (memUse, error) {
@@ -100,6 +112,7 @@ func memOf(pids []int) (memUse, error) {
 		}
 		sum.rss += m.rss
 		sum.pss += m.pss
+		sum.threads += threadsOf(p)
 	}
 	return sum, nil
 }
@@ -140,7 +153,7 @@ type footprint struct {
 
 func (f footprint) per() memUse {
 	d := f.after.sub(f.before)
-	return memUse{d.rss / int64(f.n), d.pss / int64(f.n)}
+	return memUse{d.rss / int64(f.n), d.pss / int64(f.n), d.threads}
 }
 
 // devFootprint starts `fleetmux dev` from bin, one warm-up session (not counted),
@@ -313,11 +326,11 @@ func TestFootprintReport(t *testing.T) {
 	fmt.Fprintf(&out, "\n%s, %d CPUs (nproc), %s, %s, %s; load average %s\n\n", time.Now().Format("2006-01-02"), runtime.NumCPU(),
 		runtime.Version(), toolVersion("bash", "--version"), toolVersion("tmux", "-V"), loadAverage())
 	fmt.Fprintf(&out, "%d idle bash sessions (panes):\n\n", n)
-	fmt.Fprintf(&out, "| | processes | RSS before | RSS after | **RSS per session** | PSS before | PSS after | PSS per session |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&out, "| | processes | RSS before | RSS after | **RSS per session** | PSS before | PSS after | PSS per session | threads before → after |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
 		p := r.per()
-		fmt.Fprintf(&out, "| %s | %d | %d KiB | %d KiB | **%d KiB** | %d KiB | %d KiB | %d KiB |\n", r.name, r.procs,
-			r.before.rss, r.after.rss, p.rss, r.before.pss, r.after.pss, p.pss)
+		fmt.Fprintf(&out, "| %s | %d | %d KiB | %d KiB | **%d KiB** | %d KiB | %d KiB | %d KiB | %d → %d |\n", r.name, r.procs,
+			r.before.rss, r.after.rss, p.rss, r.before.pss, r.after.pss, p.pss, r.before.threads, r.after.threads)
 	}
 	fmt.Print(out.String())
 }

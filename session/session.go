@@ -504,6 +504,7 @@ func (s *Session) ingestLocked(marks []mark, offs []int64) {
 // waitLoop reaps the process and records its exit.
 func (s *Session) waitLoop() {
 	defer s.wg.Done()
+	awaitExit(s.pid) // on the poller, not in wait4: no thread per session
 	err := s.cmd.Wait()
 	code := -1
 	var ee *exec.ExitError
