@@ -125,7 +125,8 @@ func consumerAPI(stream, name string) []string {
 //     <p>.{out,block,event,audit,approval}.>; the three KV buckets (read and write) and
 //     the JetStream API to create, update and consume the streams FLEETMUX_OUT,
 //     FLEETMUX_EVENTS and FLEETMUX_AUDIT and the buckets; the account's
-//     connect/disconnect advisories; its own inbox.
+//     connect/disconnect advisories and its own account's connection list
+//     (ConnzRequest: the node liveness of Presence); its own inbox.
 //   - subscriber S: subscribe <p>.{out,block,event}.> (or <p>.KIND.NODE.> for each
 //     of Nodes); on FLEETMUX_OUT and FLEETMUX_EVENTS one consumer each, named S
 //     (ConsumerName), whose filter stays within those subjects (the filter is part
@@ -160,7 +161,7 @@ func (id Identity) Permissions() (jwt.Permissions, error) {
 		for _, k := range []string{api.KindOut, api.KindBlock, api.KindEvent, api.KindAudit, KindApproval} {
 			sub = append(sub, p+"."+k+".>")
 		}
-		pub = append(pub, "$JS.API.INFO", "$JS.API.STREAM.NAMES")
+		pub = append(pub, "$JS.API.INFO", "$JS.API.STREAM.NAMES", ConnzRequest)
 		for _, s := range []string{api.StreamOut, api.StreamEvents, api.StreamAudit, "KV_" + BucketTokens, "KV_" + BucketPolicy, "KV_" + BucketApprovals} {
 			pub = append(pub, jsAdminAPI(s)...)
 		}

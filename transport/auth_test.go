@@ -535,12 +535,12 @@ func TestPermissionsTable(t *testing.T) {
 	}{
 		{transport.Identity{Kind: transport.KindNode, Name: "web-1"}, want{
 			pub:   []string{"fleetmux.out.web-1.>", "fleetmux.block.web-1.>", "fleetmux.event.web-1.>", "fleetmux.approval.web-1", "fleetmux.audit.web-1"},
-			noPub: []string{"fleetmux.rpc.>", "fleetmux.out.>", "fleetmux.audit.>", "$KV.FLEETMUX_POLICY.>", "$JS.API.STREAM.CREATE.KV_FLEETMUX_POLICY"},
+			noPub: []string{"fleetmux.rpc.>", "fleetmux.out.>", "fleetmux.audit.>", "$KV.FLEETMUX_POLICY.>", "$JS.API.STREAM.CREATE.KV_FLEETMUX_POLICY", transport.ConnzRequest},
 			sub:   []string{"fleetmux.rpc.web-1.>", "$KV.FLEETMUX_POLICY.>", "_INBOX.node.web-1.>"},
 			noSub: []string{"fleetmux.rpc.>", "_INBOX.>", "$KV.FLEETMUX_TOKENS.>", "fleetmux.out.>"},
 		}},
 		{transport.Identity{Kind: transport.KindController, Name: "ctl", Prefix: "acme.fm"}, want{
-			pub:   []string{"acme.fm.rpc.>", "acme.fm.audit.ctl", "$KV.FLEETMUX_TOKENS.>", "$JS.API.STREAM.*.FLEETMUX_OUT"},
+			pub:   []string{"acme.fm.rpc.>", "acme.fm.audit.ctl", "$KV.FLEETMUX_TOKENS.>", "$JS.API.STREAM.*.FLEETMUX_OUT", transport.ConnzRequest},
 			noPub: []string{"acme.fm.out.>", "acme.fm.audit.>", "fleetmux.rpc.>", ">"},
 			sub:   []string{"acme.fm.out.>", "acme.fm.audit.>", "acme.fm.approval.>", transport.AdvisoryConnect, "_INBOX.controller.ctl.>"},
 			noSub: []string{"acme.fm.rpc.>", "_INBOX.>"},
@@ -548,7 +548,7 @@ func TestPermissionsTable(t *testing.T) {
 		{transport.Identity{Kind: transport.KindSubscriber, Name: "dash"}, want{
 			pub: []string{"$JS.API.CONSUMER.CREATE.FLEETMUX_OUT.dash.fleetmux.out.>", "$JS.API.CONSUMER.CREATE.FLEETMUX_EVENTS.dash.fleetmux.event.>",
 				"$JS.API.CONSUMER.MSG.NEXT.FLEETMUX_OUT.dash", "$JS.ACK.FLEETMUX_EVENTS.dash.>", "$JS.API.STREAM.INFO.FLEETMUX_OUT"},
-			noPub: []string{"fleetmux.rpc.>", "$JS.API.CONSUMER.CREATE.FLEETMUX_EVENTS", "$JS.API.STREAM.MSG.GET.FLEETMUX_EVENTS",
+			noPub: []string{"fleetmux.rpc.>", "$JS.API.CONSUMER.CREATE.FLEETMUX_EVENTS", "$JS.API.STREAM.MSG.GET.FLEETMUX_EVENTS", transport.ConnzRequest,
 				"$JS.API.CONSUMER.CREATE.FLEETMUX_OUT", "$JS.API.CONSUMER.MSG.NEXT.FLEETMUX_OUT.*", "$JS.API.CONSUMER.DELETE.FLEETMUX_OUT.*",
 				"$JS.API.CONSUMER.CREATE.FLEETMUX_OUT.*.fleetmux.out.>", "$JS.API.STREAM.INFO.FLEETMUX_AUDIT", "$JS.ACK.FLEETMUX_OUT.>"},
 			sub:   []string{"fleetmux.out.>", "fleetmux.block.>", "fleetmux.event.>", "_INBOX.subscriber.dash.>"},

@@ -192,6 +192,7 @@ type Conn struct {
 	closing  bool
 	nextSvc  int
 	services map[int]func() error // stop functions of running Serve calls
+	hooks    map[int]func()       // onReconnect hooks; they never block
 
 	// Until the first connection, nats.go refuses messages with headers (it does
 	// not know yet whether the server supports them), so Publish keeps them here
@@ -248,6 +249,11 @@ func Connect(ctx context.Context, cfg NATSConfig) (*Conn, error) {
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			c.log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted(), "server", nc.ConnectedServerName())
 			c.signalConnected()
+			c.mu.Lock()
+			for _, f := range c.hooks {
+				f()
+			}
+			c.mu.Unlock()
 		}),
 		nats.ReconnectErrHandler(func(nc *nats.Conn, err error) {
 			c.log.Debug("nats reconnect attempt failed", "err", err)
@@ -296,6 +302,24 @@ func Connect(ctx context.Context, cfg NATSConfig) (*Conn, error) {
 		go c.earlyLoop()
 	}
 	return c, nil
+}
+
+// onReconnect registers f to be called after each reconnect, on nats.go's callback
+// goroutine (f must not block); remove unregisters it.
+func (c *Conn) onReconnect(f func()) (remove func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.hooks == nil {
+		c.hooks = map[int]func(){}
+	}
+	c.nextSvc++
+	id := c.nextSvc
+	c.hooks[id] = f
+	return func() {
+		c.mu.Lock()
+		delete(c.hooks, id)
+		c.mu.Unlock()
+	}
 }
 
 func (c *Conn) signalConnected() {

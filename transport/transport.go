@@ -2,7 +2,8 @@
 // (Connect, *Conn: publishing, the node API as a NATS micro service, requests), an
 // embedded nats-server (StartServer), JetStream stream setup (EnsureStreams), the
 // fleet's NATS identities (Authority: operator, account and user JWTs with the
-// permissions of Identity, a TLS CA; Creds: .creds files) and a memberlist adapter
+// permissions of Identity, a TLS CA; Creds: .creds files), which nodes hold a NATS
+// connection (Presence: connect/disconnect advisories) and a memberlist adapter
 // for gossip (StartGossip).
 //
 // node and controller never import this package: they define small interfaces (a bus,

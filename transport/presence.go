@@ -1,0 +1,425 @@
+package transport
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats.go"
+)
+
+// ConnzRequest is the subject on which every server of the cluster lists the
+// fleet account's connections to a client of that account (nats-server imports
+// it into every account from the system account, narrowed to the asking
+// account): the one system request a controller may make.
+const ConnzRequest = "$SYS.REQ.ACCOUNT.PING.CONNZ"
+
+// Defaults of PresenceConfig.
+const (
+	DefaultPresenceResync = 30 * time.Second
+	DefaultPresenceGather = 300 * time.Millisecond
+)
+
+// PresenceConfig configures NewPresence.
+type PresenceConfig struct {
+	// Resync is how often the full list of connections is asked for again, which
+	// repairs what advisories cannot tell (a server of the cluster that died with
+	// its clients' connections: nobody sends their disconnects). Default
+	// DefaultPresenceResync.
+	Resync time.Duration
+	// Gather is how long the replies of the cluster's servers to one list request
+	// are collected. Default DefaultPresenceGather.
+	Gather time.Duration
+	// Logger receives the operator's log. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Presence tells which nodes hold a NATS connection, by the name in the user JWT
+// the server authenticated (Identity.UserName "node:NAME"), never by a name the
+// client chose (its connection name): the server's connect and disconnect
+// advisories of the fleet account (AdvisoryConnect, AdvisoryDisconnect), and the
+// account's connection list (ConnzRequest) at the start, after each reconnect of
+// this connection, and every Resync. It needs no system account access: the
+// advisories are imported into the fleet account (Authority.AccountJWT) and the
+// list is the account's own. It satisfies the controller's Presence interface.
+type Presence struct {
+	conn *Conn
+	cfg  PresenceConfig
+}
+
+// NewPresence makes a presence watcher over conn (a controller's connection).
+func NewPresence(conn *Conn, cfg PresenceConfig) *Presence {
+	if cfg.Resync <= 0 {
+		cfg.Resync = DefaultPresenceResync
+	}
+	if cfg.Gather <= 0 {
+		cfg.Gather = DefaultPresenceGather
+	}
+	cfg.Logger = loggerOr(cfg.Logger)
+	return &Presence{conn: conn, cfg: cfg}
+}
+
+// connEvent is one advisory, handed from the NATS callback to the watch loop.
+type connEvent struct {
+	id, node string
+	up       bool
+}
+
+// watch is one Watch: its state lives on its loop goroutine.
+type watch struct {
+	p  *Presence
+	fn func(connected map[string]bool, known bool)
+
+	mu     sync.Mutex // guards queue
+	queue  []connEvent
+	wake   chan struct{} // cap 1: events queued or a resync is due
+	resync chan struct{} // cap 1: this connection reconnected
+	stop   chan struct{}
+	done   chan struct{}
+
+	conns   map[string]string // connection id -> node, while known
+	known   bool
+	last    map[string]bool // what fn was told last
+	lastOK  bool
+	warned  bool
+	syncing bool
+	gone    map[string]bool // disconnects seen while a list request was out
+	came    map[string]string
+}
+
+// Watch calls fn with the set of nodes that hold a NATS connection each time it
+// changes, and with known false as long as no list of connections could be had
+// (the server answers no ConnzRequest: it runs without a system account). fn runs
+// on the watch's own goroutine, one call at a time; it must not block and must not
+// keep connected. Its first call comes with the first list (or its failure). A
+// failed list later keeps the last one (the advisories go on). stop ends the
+// watch and returns once fn is no longer running.
+func (p *Presence) Watch(fn func(connected map[string]bool, known bool)) (stop func(), err error) {
+	w := &watch{p: p, fn: fn, wake: make(chan struct{}, 1), resync: make(chan struct{}, 1),
+		stop: make(chan struct{}), done: make(chan struct{}), conns: map[string]string{}}
+	var stops []func() error
+	for _, s := range []struct {
+		subject string
+		up      bool
+	}{{AdvisoryConnect, true}, {AdvisoryDisconnect, false}} {
+		stopSub, err := p.conn.Subscribe(s.subject, func(_ string, _ map[string]string, data []byte) {
+			if ev, ok := parseAdvisory(data, s.up); ok {
+				w.push(ev)
+			}
+		})
+		if err != nil {
+			for _, f := range stops {
+				f()
+			}
+			return nil, err
+		}
+		stops = append(stops, stopSub)
+	}
+	removeHook := p.conn.onReconnect(func() { signal(w.resync) })
+	signal(w.resync) // the first list
+	go w.loop()      // owned by the watch: ends with stop
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			removeHook()
+			for _, f := range stops {
+				f()
+			}
+			close(w.stop)
+			<-w.done
+		})
+	}, nil
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// push queues an advisory; called from the NATS callback, it never blocks.
+func (w *watch) push(ev connEvent) {
+	w.mu.Lock()
+	w.queue = append(w.queue, ev)
+	w.mu.Unlock()
+	signal(w.wake)
+}
+
+// listReply is one server's answer to ConnzRequest.
+type listReply struct {
+	server string
+	conns  map[string]string // id -> node
+	total  int
+	err    error
+}
+
+func (w *watch) loop() {
+	defer close(w.done)
+	tick := time.NewTicker(w.p.cfg.Resync)
+	defer tick.Stop()
+	lists := make(chan map[string]string, 1) // a finished list request (nil: failed)
+	var listStop chan struct{}
+	startList := func() {
+		if w.syncing {
+			return
+		}
+		w.syncing = true
+		w.gone, w.came = map[string]bool{}, map[string]string{}
+		listStop = make(chan struct{})
+		go func(stop chan struct{}) { // owned by the loop: it waits for the result below
+			m, err := w.p.list(stop)
+			if err != nil {
+				w.logList(err)
+				m = nil
+			}
+			lists <- m
+		}(listStop)
+	}
+	for {
+		select {
+		case <-w.stop:
+			if w.syncing {
+				close(listStop)
+				<-lists
+			}
+			return
+		case <-w.resync:
+			startList()
+		case <-tick.C:
+			startList()
+		case m := <-lists:
+			w.syncing = false
+			if m != nil {
+				for id := range w.gone {
+					delete(m, id)
+				}
+				maps.Copy(m, w.came)
+				w.conns, w.known = m, true
+			} else if !w.known {
+				w.report() // still unknown: tell once (known false)
+			}
+			w.gone, w.came = nil, nil
+			w.drain()
+			if m != nil {
+				w.report()
+			}
+		case <-w.wake:
+			w.drain()
+			if w.known {
+				w.report()
+			}
+		}
+	}
+}
+
+// drain applies the queued advisories.
+func (w *watch) drain() {
+	w.mu.Lock()
+	q := w.queue
+	w.queue = nil
+	w.mu.Unlock()
+	for _, ev := range q {
+		if ev.up {
+			w.conns[ev.id] = ev.node
+			if w.came != nil {
+				w.came[ev.id] = ev.node
+				delete(w.gone, ev.id)
+			}
+		} else {
+			delete(w.conns, ev.id)
+			if w.gone != nil {
+				w.gone[ev.id] = true
+				delete(w.came, ev.id)
+			}
+		}
+	}
+}
+
+// report calls fn when what it would be told changed.
+func (w *watch) report() {
+	set := make(map[string]bool, len(w.conns))
+	if w.known {
+		for _, node := range w.conns {
+			set[node] = true
+		}
+	}
+	if w.last != nil && w.lastOK == w.known && maps.Equal(set, w.last) {
+		return
+	}
+	w.last, w.lastOK = set, w.known
+	w.fn(maps.Clone(set), w.known)
+}
+
+func (w *watch) logList(err error) {
+	if w.known {
+		w.p.cfg.Logger.Warn("nats connection list failed; keeping the last one", "err", err)
+		return
+	}
+	if !w.warned {
+		w.warned = true
+		w.p.cfg.Logger.Warn("nats connection list not available: node liveness falls back to gossip alone (does the server run with the fleet's system account?)", "err", err)
+	}
+}
+
+// errNoList: the request for the connection list got no answer.
+var errNoList = errors.New("transport: no server answered the connection list request")
+
+// list asks every server of the cluster for the fleet account's connections and
+// merges their answers (collected for Gather after the first). stop ends it early.
+func (p *Presence) list(stop chan struct{}) (map[string]string, error) {
+	if !p.conn.Connected() {
+		return nil, fmt.Errorf("transport: connection list: %w", nats.ErrConnectionReconnecting)
+	}
+	nc := p.conn.NC()
+	inbox := nc.NewRespInbox()
+	replies := make(chan listReply, 64)
+	sub, err := nc.Subscribe(inbox, func(m *nats.Msg) {
+		r := parseList(m.Data)
+		select {
+		case replies <- r:
+		default: // more servers than the buffer in one gather: the next resync has them
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("transport: connection list: %w", err)
+	}
+	defer sub.Unsubscribe()
+	body, _ := json.Marshal(map[string]any{"auth": true, "limit": maxListedConns})
+	if err := nc.PublishRequest(ConnzRequest, inbox, body); err != nil {
+		return nil, fmt.Errorf("transport: connection list: %w", err)
+	}
+	first := time.NewTimer(2 * time.Second)
+	defer first.Stop()
+	out := map[string]string{}
+	var gather <-chan time.Time
+	got := 0
+	for {
+		select {
+		case <-stop:
+			return nil, ErrClosed
+		case <-first.C:
+			if got == 0 {
+				return nil, errNoList
+			}
+		case <-gather:
+			return out, nil
+		case r := <-replies:
+			if r.err != nil {
+				return nil, r.err
+			}
+			if r.total > len(r.conns) && r.total > maxListedConns {
+				return nil, fmt.Errorf("transport: connection list of server %s cut at %d of %d", r.server, maxListedConns, r.total)
+			}
+			maps.Copy(out, r.conns)
+			got++
+			if gather == nil {
+				gather = time.After(p.cfg.Gather)
+			}
+		}
+	}
+}
+
+// maxListedConns bounds one server's connection list.
+const maxListedConns = 1 << 16
+
+// parseList reads one server's connz reply: the open connections of node
+// identities.
+func parseList(data []byte) listReply {
+	var resp struct {
+		Server struct {
+			ID string `json:"id"`
+		} `json:"server"`
+		Data *struct {
+			ID    string `json:"server_id"`
+			Total int    `json:"total"`
+			Conns []struct {
+				CID uint64 `json:"cid"`
+				JWT string `json:"jwt"`
+				Acc string `json:"account"`
+			} `json:"connections"`
+		} `json:"data"`
+		Error *struct {
+			Code        int    `json:"code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(data, &resp); err != nil {
+		return listReply{err: fmt.Errorf("transport: connection list: %w", err)}
+	}
+	if resp.Error != nil {
+		return listReply{err: fmt.Errorf("transport: connection list: %d %s", resp.Error.Code, resp.Error.Description)}
+	}
+	if resp.Data == nil {
+		return listReply{err: errors.New("transport: connection list: empty reply")}
+	}
+	server := resp.Data.ID
+	if server == "" {
+		server = resp.Server.ID
+	}
+	r := listReply{server: server, total: resp.Data.Total, conns: map[string]string{}}
+	for _, c := range resp.Data.Conns {
+		if node, ok := NodeOfJWT(c.JWT, c.Acc); ok {
+			r.conns[connID(server, c.CID)] = node
+		}
+	}
+	return r
+}
+
+// parseAdvisory reads a connect or disconnect advisory of a node identity.
+func parseAdvisory(data []byte, up bool) (connEvent, bool) {
+	var ev struct {
+		Server struct {
+			ID string `json:"id"`
+		} `json:"server"`
+		Client struct {
+			ID  uint64 `json:"id"`
+			Acc string `json:"acc"`
+			JWT string `json:"jwt"`
+		} `json:"client"`
+	}
+	if json.Unmarshal(data, &ev) != nil || ev.Server.ID == "" || ev.Client.ID == 0 {
+		return connEvent{}, false
+	}
+	node, ok := NodeOfJWT(ev.Client.JWT, ev.Client.Acc)
+	if !ok {
+		return connEvent{}, false
+	}
+	return connEvent{id: connID(ev.Server.ID, ev.Client.ID), node: node, up: up}, true
+}
+
+func connID(server string, cid uint64) string { return server + "/" + strconv.FormatUint(cid, 10) }
+
+// NodeOfJWT returns the node a connection speaks for: the name of its user JWT
+// ("node:NAME", Identity.UserName) when the JWT's signature holds and it was
+// issued by account (the account the server put the connection in). Anything
+// else (a controller, a subscriber, a malformed JWT) is no node.
+func NodeOfJWT(userJWT, account string) (string, bool) {
+	if userJWT == "" {
+		return "", false
+	}
+	uc, err := jwt.DecodeUserClaims(userJWT) // checks the signature by its issuer
+	if err != nil {
+		return "", false
+	}
+	issuer := uc.Issuer
+	if uc.IssuerAccount != "" {
+		issuer = uc.IssuerAccount // issued by a signing key of the account
+	}
+	if account == "" || issuer != account {
+		return "", false
+	}
+	name, ok := strings.CutPrefix(uc.Name, KindNode+":")
+	if !ok || api.ValidName(name) != nil {
+		return "", false
+	}
+	return name, true
+}

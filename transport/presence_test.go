@@ -1,0 +1,151 @@
+package transport_test
+
+import (
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fleetmux/fleetmux/internal/testutil"
+	"github.com/fleetmux/fleetmux/transport"
+	"github.com/nats-io/nats.go"
+)
+
+// presenceLog records what a Presence watch reports.
+type presenceLog struct {
+	mu    sync.Mutex
+	last  map[string]bool
+	known bool
+	calls int
+}
+
+func (l *presenceLog) fn(set map[string]bool, known bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.last, l.known = maps.Clone(set), known
+	l.calls++
+}
+
+func (l *presenceLog) nodes() ([]string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Sorted(maps.Keys(l.last)), l.known
+}
+
+func (l *presenceLog) is(want ...string) func() bool {
+	return func() bool {
+		got, known := l.nodes()
+		return known && slices.Equal(got, want)
+	}
+}
+
+func watchPresence(t *testing.T, conn *transport.Conn) *presenceLog {
+	t.Helper()
+	l := &presenceLog{}
+	stop, err := transport.NewPresence(conn, transport.PresenceConfig{Logger: logger(), Gather: 100 * time.Millisecond}).Watch(l.fn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return l
+}
+
+// TestPresenceNodesByIdentity: the controller learns which nodes hold a NATS
+// connection by the name in their user JWT: those connected before it started
+// (the account's connection list), those that connect later and go away (the
+// advisories, at once), never a controller, a subscriber, or a client that only
+// calls its connection "node:…".
+func TestPresenceNodesByIdentity(t *testing.T) {
+	f := startAuthFleet(t)
+	f.conn(transport.Identity{Kind: transport.KindNode, Name: "n1"})
+	// A subscriber naming its connection like a node is no node.
+	f.client(f.creds(transport.Identity{Kind: transport.KindSubscriber, Name: "n9"}), nats.Name("node:n9"))
+	ctl, _ := f.conn(transport.Identity{Kind: transport.KindController, Name: "ctl"})
+	l := watchPresence(t, ctl)
+	testutil.Eventually(t, 5*time.Second, l.is("n1"), "n1 listed from the connection list")
+
+	n2, _ := f.conn(transport.Identity{Kind: transport.KindNode, Name: "n2"})
+	testutil.Eventually(t, 5*time.Second, l.is("n1", "n2"), "n2 connected")
+	// A second connection of n2 (a reconnect elsewhere); the first one closing
+	// leaves n2 connected.
+	n2b, _ := f.conn(transport.Identity{Kind: transport.KindNode, Name: "n2"})
+	start := time.Now()
+	n2.NC().Close()
+	if ok := waitFor(300*time.Millisecond, func() bool { got, _ := l.nodes(); return !slices.Contains(got, "n2") }); ok {
+		t.Fatal("n2 reported gone while its second connection is up")
+	}
+	n2b.NC().Close()
+	testutil.Eventually(t, 5*time.Second, l.is("n1"), "n2's last connection closed")
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("the disconnect took %v to arrive", d)
+	}
+}
+
+// TestPresenceResyncsAfterReconnect: after its own NATS outage the controller asks
+// for the list again: a node that went away meanwhile (no server was there to
+// send its disconnect) is gone, and one that came is there.
+func TestPresenceResyncsAfterReconnect(t *testing.T) {
+	f := startAuthFleet(t)
+	n1, _ := f.conn(transport.Identity{Kind: transport.KindNode, Name: "n1"})
+	f.conn(transport.Identity{Kind: transport.KindNode, Name: "n2"})
+	ctl, _ := f.conn(transport.Identity{Kind: transport.KindController, Name: "ctl"})
+	l := watchPresence(t, ctl)
+	testutil.Eventually(t, 5*time.Second, l.is("n1", "n2"), "n1 and n2 listed")
+	testutil.StopNATS(t, f.srv)
+	n1.NC().Close() // gone during the outage
+	f.srv = testutil.StartNATSAgain(t, f.srv)
+	testutil.Eventually(t, 10*time.Second, ctl.Connected, "controller reconnected")
+	f.conn(transport.Identity{Kind: transport.KindNode, Name: "n3"})
+	testutil.Eventually(t, 10*time.Second, l.is("n2", "n3"), "n2 reconnected, n3 came, n1 gone")
+}
+
+// waitFor polls cond until it holds (true) or d passes (false).
+func waitFor(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return cond()
+}
+
+// TestNodeOfJWT: only a node's user JWT issued by the connection's account names
+// a node.
+func TestNodeOfJWT(t *testing.T) {
+	a, err := transport.NewAuthority()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := transport.NewAuthority()
+	if err != nil {
+		t.Fatal(err)
+	}
+	issue := func(a *transport.Authority, id transport.Identity) string {
+		c, err := a.Issue(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.JWT
+	}
+	node := issue(a, transport.Identity{Kind: transport.KindNode, Name: "web-1"})
+	for _, tc := range []struct {
+		name, jwt, acc, want string
+	}{
+		{"node", node, a.Account(), "web-1"},
+		{"other account", node, other.Account(), ""},
+		{"no account", node, "", ""},
+		{"foreign issuer", issue(other, transport.Identity{Kind: transport.KindNode, Name: "web-1"}), a.Account(), ""},
+		{"controller", issue(a, transport.Identity{Kind: transport.KindController, Name: "web-1"}), a.Account(), ""},
+		{"subscriber", issue(a, transport.Identity{Kind: transport.KindSubscriber, Name: "web-1"}), a.Account(), ""},
+		{"tampered", node[:len(node)-4] + "AAAA", a.Account(), ""},
+		{"empty", "", a.Account(), ""},
+	} {
+		got, ok := transport.NodeOfJWT(tc.jwt, tc.acc)
+		if got != tc.want || ok != (tc.want != "") {
+			t.Errorf("%s: %q %v, want %q", tc.name, got, ok, tc.want)
+		}
+	}
+}
