@@ -7,7 +7,7 @@ package api
 // Node is an item of GET /v1/nodes.
 type Node struct {
 	Name     string            `json:"name"`
-	Status   string            `json:"status"` // NodeAlive, NodeSuspect, NodeDead, NodeLeft
+	Status   string            `json:"status"` // NodeAlive, NodeSuspect, NodeDisconnected, NodeDead, NodeLeft
 	Labels   map[string]string `json:"labels,omitempty"`
 	Addr     string            `json:"addr"`
 	Version  string            `json:"version"`
@@ -17,12 +17,20 @@ type Node struct {
 	Since string `json:"since,omitempty"`
 }
 
-// Node statuses.
+// Node statuses: from two signals, gossip and the node's NATS connection (the
+// controller's liveness.go has the table).
 const (
-	NodeAlive   = "alive"
-	NodeSuspect = "suspect" // gossip says alive but it did not answer a request
-	NodeDead    = "dead"
-	NodeLeft    = "left" // left the cluster on purpose
+	NodeAlive = "alive" // gossip says alive and it holds a NATS connection
+	// NodeSuspect: usable, but one signal doubts it: it did not answer a request,
+	// gossip says dead while its NATS connection is up (a CPU-starved node), or its
+	// NATS connection closed a moment ago.
+	NodeSuspect = "suspect"
+	// NodeDisconnected: gossip says alive but it holds no NATS connection (its
+	// agent is gone, or it is a gossip member that no node identity backs):
+	// requests to it fail at once.
+	NodeDisconnected = "disconnected"
+	NodeDead         = "dead" // gossip says dead and it holds no NATS connection
+	NodeLeft         = "left" // left the cluster on purpose (and its NATS connection closed)
 )
 
 // NodeList is the reply of GET /v1/nodes.

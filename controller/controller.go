@@ -84,6 +84,10 @@ type Config struct {
 	// /v1/policy reads and writes and every node enforces. nil: the policy routes
 	// answer unavailable.
 	Policy PolicyStore
+	// Presence tells which nodes hold a NATS connection: node liveness from two
+	// signals (liveness.go). nil: gossip alone, and any gossip member with the
+	// fleet's key is listed alive.
+	Presence Presence
 	// Exposed says something of this controller's besides HTTPListen listens beyond
 	// loopback (its SSH front door, embedded NATS or gossip): like an HTTP API
 	// beyond loopback, it makes running with no policy a loud warning at Start.
@@ -140,6 +144,8 @@ type Controller struct {
 	patterns []string
 	// stopTokens ends the token store's watch (set by Start, called by Shutdown).
 	stopTokens func()
+	// stopPresence ends the Presence watch (set by Start, called by Shutdown).
+	stopPresence func()
 
 	// ctx is cancelled by Close and Shutdown (after their grace): long requests,
 	// streams and fan-outs end with it.
@@ -257,6 +263,9 @@ func (c *Controller) Start() error {
 	if err := c.watchTokens(); err != nil {
 		return err
 	}
+	if err := c.watchPresence(); err != nil {
+		return fmt.Errorf("controller: presence: %w", err)
+	}
 	c.checkPolicy()
 	ln, err := net.Listen("tcp", c.cfg.HTTPListen)
 	if err != nil {
@@ -332,6 +341,9 @@ func (c *Controller) Shutdown(ctx context.Context) error {
 	c.cancel()
 	if c.stopTokens != nil {
 		c.stopTokens()
+	}
+	if c.stopPresence != nil {
+		c.stopPresence()
 	}
 	c.nodes.close()
 	c.serveWG.Wait()

@@ -45,13 +45,19 @@ func newMetrics(reg *prometheus.Registry, table *table) (*metrics, error) {
 	nodes := prometheus.NewDesc("fleetmux_nodes", "Nodes in the node table by status.", []string{"status"}, nil)
 	sessions := prometheus.NewDesc("fleetmux_sessions", "Sessions on usable nodes (as they gossip it).", nil, nil)
 	published := prometheus.NewDesc("fleetmux_node_published_bytes", "Output bytes a node has published since it started (as it gossips it).", []string{"node"}, nil)
+	natsSignal := prometheus.NewDesc("fleetmux_liveness_nats", "1 when node liveness uses the nodes' NATS connections beside gossip; 0: gossip alone (no connection list from the NATS server yet).", nil, nil)
 	for _, col := range []prometheus.Collector{m.requests, m.latency, m.nodeRequests, m.nodeLatency, m.fanout, m.streamBytes,
-		collectorFunc{descs: []*prometheus.Desc{nodes, sessions, published}, collect: func(ch chan<- prometheus.Metric) {
+		collectorFunc{descs: []*prometheus.Desc{nodes, sessions, published, natsSignal}, collect: func(ch chan<- prometheus.Metric) {
 			by, n := table.counts()
 			for st, k := range by {
 				ch <- prometheus.MustNewConstMetric(nodes, prometheus.GaugeValue, float64(k), st)
 			}
 			ch <- prometheus.MustNewConstMetric(sessions, prometheus.GaugeValue, float64(n))
+			known := 0.0
+			if table.presenceKnown() {
+				known = 1
+			}
+			ch <- prometheus.MustNewConstMetric(natsSignal, prometheus.GaugeValue, known)
 			for name, b := range table.published() {
 				ch <- prometheus.MustNewConstMetric(published, prometheus.CounterValue, float64(b), name)
 			}

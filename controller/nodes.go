@@ -19,42 +19,61 @@ type Member struct {
 	Meta  api.NodeMeta // what it gossips about itself
 }
 
-// nodeEntry is one row of the node table.
+// nodeEntry is one row of the node table. Its status is derived (table.derive)
+// from two signals: gossip, and whether the node holds a NATS connection.
 type nodeEntry struct {
 	name    string
 	addr    string
-	status  string // api.NodeAlive, api.NodeSuspect, api.NodeDead, api.NodeLeft
+	status  string // derived: api.NodeAlive, NodeSuspect, NodeDisconnected, NodeDead, NodeLeft
 	meta    api.NodeMeta
 	since   time.Time
 	created int // sessions created through this controller since the last gossip update
-	// down is cancelled when the node goes dead or leaves: requests in flight to
-	// it are cancelled (context.AfterFunc: no goroutine per request). A node that
+	// gossip is what gossip said last (api.NodeAlive, NodeDead, NodeLeft); settled
+	// is the same once a dead or left notice has outlived the grace (downGrace),
+	// which counts when the NATS signal is not known.
+	gossip, settled string
+	// unreachable: a request to it failed (no responders, a timeout) since gossip or
+	// a request last showed it well; shown suspect.
+	unreachable bool
+	// conn: it holds a NATS connection (Presence); lingering: its last one closed
+	// less than connGrace ago.
+	conn, lingering bool
+	// down is cancelled when the node stops being usable: requests in flight to it
+	// are cancelled (context.AfterFunc: no goroutine per request). A node that
 	// comes back gets a new one.
-	down     context.Context
-	downDone context.CancelFunc
-	timer    *time.Timer // pending dead/left notice (downGrace)
-	gen      int         // bumped by every change; a timer applies only to its own
+	down      context.Context
+	downDone  context.CancelFunc
+	timer     *time.Timer // pending dead/left notice (downGrace)
+	connTimer *time.Timer // pending end of lingering (connGrace)
+	gen       int         // bumped by every gossip change; a timer applies only to its own
 }
 
-// table is the node table. It holds nothing the nodes and gossip cannot rebuild.
-// Its methods are safe for concurrent use and never block on I/O.
+// table is the node table. It holds nothing the nodes, gossip and the NATS server
+// cannot rebuild. Its methods are safe for concurrent use and never block on I/O.
 type table struct {
-	mu    sync.Mutex // guards nodes and every entry's fields
+	mu    sync.Mutex // guards every field below and every entry's fields
 	nodes map[string]*nodeEntry
 	now   func() time.Time
 	grace time.Duration // downGrace; 0 in table tests: notices apply at once
+	// known: the NATS signal is known (Presence delivered a connection list);
+	// connected is the set of nodes holding a NATS connection then.
+	known     bool
+	connected map[string]bool
+	connGrace time.Duration
 }
 
 func newTable() *table {
-	return &table{nodes: map[string]*nodeEntry{}, now: time.Now, grace: downGrace}
+	return &table{nodes: map[string]*nodeEntry{}, now: time.Now, grace: downGrace, connGrace: connGrace}
 }
 
 // downGrace is how long a node reported dead or gone stays suspect before the
-// table believes it: memberlist can report a member that restarts quickly as gone
-// after it is back (a stale notice relayed by another member), and the notice
-// that it is alive again follows within moments. Requests still go to a suspect
-// node; a node that is really gone fails them at once (nobody serves its
-// subjects), and requests in flight are cancelled when the grace ends.
+// table believes it when gossip is the only signal: memberlist can report a
+// member that restarts quickly as gone after it is back (a stale notice relayed
+// by another member), and the notice that it is alive again follows within
+// moments. Requests still go to a suspect node; a node that is really gone fails
+// them at once (nobody serves its subjects), and requests in flight are cancelled
+// when the grace ends. With the NATS signal known, a gossip notice is believed at
+// once: it never makes a connected node dead (liveness.go).
 const downGrace = time.Second
 
 // observe applies one membership change. Controllers are not nodes and are ignored.
@@ -66,7 +85,7 @@ func (t *table) observe(m Member) {
 	defer t.mu.Unlock()
 	e := t.nodes[m.Name]
 	if e == nil {
-		e = &nodeEntry{name: m.Name}
+		e = &nodeEntry{name: m.Name, conn: t.connected[m.Name]}
 		e.down, e.downDone = context.WithCancel(context.Background())
 		t.nodes[m.Name] = e
 	}
@@ -85,17 +104,19 @@ func (t *table) observe(m Member) {
 		e.timer.Stop()
 		e.timer = nil
 	}
-	if status != api.NodeAlive && usable(e.status) && t.grace > 0 {
+	e.gen++
+	e.gossip = status
+	if status == api.NodeAlive {
+		e.unreachable = false
+	}
+	if status != api.NodeAlive && e.settled == api.NodeAlive && t.grace > 0 {
 		// Believe it after the grace, unless the node is back by then.
-		if e.status != api.NodeSuspect {
-			e.status, e.since = api.NodeSuspect, t.now()
-		}
-		e.gen++
 		gen := e.gen
 		e.timer = time.AfterFunc(t.grace, func() { t.settle(m.Name, gen, status) })
-		return
+	} else {
+		e.settled = status
 	}
-	t.setLocked(e, status)
+	t.derive(e)
 }
 
 // settle applies a dead or left notice once its grace has passed.
@@ -104,26 +125,30 @@ func (t *table) settle(name string, gen int, status string) {
 	defer t.mu.Unlock()
 	if e := t.nodes[name]; e != nil && e.gen == gen && e.timer != nil {
 		e.timer = nil
-		t.setLocked(e, status)
+		e.settled = status
+		t.derive(e)
 	}
 }
 
-func (t *table) setLocked(e *nodeEntry, status string) {
-	e.gen++
-	if status != e.status {
-		e.since = t.now()
-		wasDown := e.status == api.NodeDead || e.status == api.NodeLeft
-		if status == api.NodeAlive && wasDown {
-			e.down, e.downDone = context.WithCancel(context.Background()) // came back
-		}
-		if status != api.NodeAlive && !wasDown {
-			e.downDone()
-		}
+// derive sets e's status from its signals, cancels requests in flight when it is
+// no longer usable, and gives it a new down context when it is usable again.
+func (t *table) derive(e *nodeEntry) {
+	status := t.statusOf(e)
+	if status == e.status {
+		return
+	}
+	wasUsable := e.status == "" || usable(e.status)
+	e.since = t.now()
+	switch {
+	case usable(status) && !wasUsable:
+		e.down, e.downDone = context.WithCancel(context.Background()) // came back
+	case !usable(status) && wasUsable:
+		e.downDone()
 	}
 	e.status = status
 }
 
-// close stops the grace timers.
+// close stops the timers.
 func (t *table) close() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -131,6 +156,10 @@ func (t *table) close() {
 		if e.timer != nil {
 			e.timer.Stop()
 			e.timer = nil
+		}
+		if e.connTimer != nil {
+			e.connTimer.Stop()
+			e.connTimer = nil
 		}
 	}
 }
@@ -147,8 +176,8 @@ func (t *table) lookup(name string) (status string, down context.Context, ok boo
 	return e.status, e.down, true
 }
 
-// suspect marks an alive node suspect: gossip says it is alive, but it did not
-// answer. ok clears a suspicion after a successful request.
+// suspect marks a node suspect: gossip says it is alive, but it did not answer.
+// ok clears a suspicion after a successful request.
 func (t *table) suspect(name string) { t.setReachable(name, false) }
 func (t *table) ok(name string)      { t.setReachable(name, true) }
 
@@ -159,12 +188,8 @@ func (t *table) setReachable(name string, reachable bool) {
 	if e == nil {
 		return
 	}
-	switch {
-	case !reachable && e.status == api.NodeAlive:
-		e.status, e.since = api.NodeSuspect, t.now()
-	case reachable && e.status == api.NodeSuspect:
-		e.status, e.since = api.NodeAlive, t.now()
-	}
+	e.unreachable = !reachable
+	t.derive(e)
 }
 
 // list returns the table as API nodes, sorted by name.
@@ -256,7 +281,7 @@ func (t *table) pick() (string, bool) {
 func (t *table) counts() (byStatus map[string]int, sessions int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	byStatus = map[string]int{api.NodeAlive: 0, api.NodeSuspect: 0, api.NodeDead: 0, api.NodeLeft: 0}
+	byStatus = map[string]int{api.NodeAlive: 0, api.NodeSuspect: 0, api.NodeDisconnected: 0, api.NodeDead: 0, api.NodeLeft: 0}
 	for _, e := range t.nodes {
 		byStatus[e.status]++
 		if usable(e.status) {

@@ -42,7 +42,7 @@ func (m *Server) listNodes(ctx context.Context, _ listNodesIn) (*mcp.CallToolRes
 		return textResult("no nodes: no node agent has joined the fleet (start one with `fleetmux node`, or run `fleetmux dev`)"), out, nil
 	}
 	var st []string
-	for _, s := range []string{api.NodeAlive, api.NodeSuspect, api.NodeDead, api.NodeLeft} {
+	for _, s := range []string{api.NodeAlive, api.NodeSuspect, api.NodeDisconnected, api.NodeDead, api.NodeLeft} {
 		if counts[s] > 0 {
 			st = append(st, fmt.Sprintf("%d %s", counts[s], s))
 		}

@@ -112,7 +112,7 @@ type (
 	// Node is a node in list_nodes' structured content.
 	Node struct {
 		Name     string            `json:"name" jsonschema:"the node name (pass it as node)"`
-		Status   string            `json:"status" jsonschema:"alive, suspect, dead or left"`
+		Status   string            `json:"status" jsonschema:"alive, suspect, disconnected, dead or left"`
 		Sessions int               `json:"sessions" jsonschema:"how many sessions it has"`
 		Labels   map[string]string `json:"labels,omitempty" jsonschema:"the node's labels"`
 		Version  string            `json:"version,omitempty" jsonschema:"the node agent's version"`
@@ -273,7 +273,7 @@ func (m *Server) addTools() {
 
 	addTool(m, &mcp.Tool{
 		Name:        "list_nodes",
-		Description: "List the machines (nodes) of the fleet: name, status (alive, suspect, dead, left), session count, labels. Call it to find where to create sessions or where a fan-out can run.",
+		Description: "List the machines (nodes) of the fleet: name, status (alive, suspect, disconnected, dead, left), session count, labels. Call it to find where to create sessions or where a fan-out can run.",
 		Annotations: annRead("List nodes"),
 	}, nil, m.listNodes)
 

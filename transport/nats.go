@@ -242,6 +242,7 @@ func Connect(ctx context.Context, cfg NATSConfig) (*Conn, error) {
 		nats.ConnectHandler(func(nc *nats.Conn) {
 			c.log.Info("nats connected", "url", nc.ConnectedUrlRedacted(), "server", nc.ConnectedServerName())
 			c.signalConnected()
+			c.runHooks()
 		}),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 			c.log.Warn("nats disconnected; reconnecting and buffering publishes", "err", err)
@@ -249,11 +250,7 @@ func Connect(ctx context.Context, cfg NATSConfig) (*Conn, error) {
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			c.log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted(), "server", nc.ConnectedServerName())
 			c.signalConnected()
-			c.mu.Lock()
-			for _, f := range c.hooks {
-				f()
-			}
-			c.mu.Unlock()
+			c.runHooks()
 		}),
 		nats.ReconnectErrHandler(func(nc *nats.Conn, err error) {
 			c.log.Debug("nats reconnect attempt failed", "err", err)
@@ -304,8 +301,17 @@ func Connect(ctx context.Context, cfg NATSConfig) (*Conn, error) {
 	return c, nil
 }
 
-// onReconnect registers f to be called after each reconnect, on nats.go's callback
-// goroutine (f must not block); remove unregisters it.
+func (c *Conn) runHooks() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, f := range c.hooks {
+		f()
+	}
+}
+
+// onReconnect registers f to be called after each reconnect (and after a first
+// connect made in the background), on nats.go's callback goroutine (f must not
+// block); remove unregisters it.
 func (c *Conn) onReconnect(f func()) (remove func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -166,22 +166,25 @@ func (w *watch) loop() {
 	defer close(w.done)
 	tick := time.NewTicker(w.p.cfg.Resync)
 	defer tick.Stop()
-	lists := make(chan map[string]string, 1) // a finished list request (nil: failed)
+	type listed struct {
+		m   map[string]string
+		err error
+	}
+	lists := make(chan listed, 1) // a finished list request
 	var listStop chan struct{}
+	again := false             // a resync came while a list was out
+	var retry <-chan time.Time // a failed first list is tried again soon
 	startList := func() {
 		if w.syncing {
+			again = true
 			return
 		}
-		w.syncing = true
+		w.syncing, again, retry = true, false, nil
 		w.gone, w.came = map[string]bool{}, map[string]string{}
 		listStop = make(chan struct{})
 		go func(stop chan struct{}) { // owned by the loop: it waits for the result below
 			m, err := w.p.list(stop)
-			if err != nil {
-				w.logList(err)
-				m = nil
-			}
-			lists <- m
+			lists <- listed{m, err}
 		}(listStop)
 	}
 	for {
@@ -196,21 +199,27 @@ func (w *watch) loop() {
 			startList()
 		case <-tick.C:
 			startList()
-		case m := <-lists:
+		case <-retry:
+			startList()
+		case l := <-lists:
 			w.syncing = false
-			if m != nil {
+			if l.err == nil {
 				for id := range w.gone {
-					delete(m, id)
+					delete(l.m, id)
 				}
-				maps.Copy(m, w.came)
-				w.conns, w.known = m, true
-			} else if !w.known {
-				w.report() // still unknown: tell once (known false)
+				maps.Copy(l.m, w.came)
+				w.conns, w.known = l.m, true
+			} else {
+				w.logList(l.err)
+				if !w.known {
+					retry = time.After(listRetry)
+				}
 			}
 			w.gone, w.came = nil, nil
 			w.drain()
-			if m != nil {
-				w.report()
+			w.report() // known, or still not known (told once)
+			if again {
+				startList()
 			}
 		case <-w.wake:
 			w.drain()
@@ -220,6 +229,9 @@ func (w *watch) loop() {
 		}
 	}
 }
+
+// listRetry is how soon a connection list is asked for again while none came yet.
+const listRetry = time.Second
 
 // drain applies the queued advisories.
 func (w *watch) drain() {
@@ -366,10 +378,20 @@ func parseList(data []byte) listReply {
 		server = resp.Server.ID
 	}
 	r := listReply{server: server, total: resp.Data.Total, conns: map[string]string{}}
+	jwts := 0
 	for _, c := range resp.Data.Conns {
+		if c.JWT != "" {
+			jwts++
+		}
 		if node, ok := NodeOfJWT(c.JWT, c.Acc); ok {
 			r.conns[connID(server, c.CID)] = node
 		}
+	}
+	if len(resp.Data.Conns) > 0 && jwts == 0 {
+		// Not even the asking controller's own connection carries a user JWT: the
+		// server does not authenticate with the fleet's operator, so nobody's
+		// identity can be told.
+		return listReply{err: errors.New("transport: connection list: the server's clients have no user JWTs (not in operator mode)")}
 	}
 	return r
 }

@@ -63,7 +63,8 @@ func controllerCmd() *cobra.Command {
 		Use:   "controller [--nats URL | --nats-listen ADDR] [--http-listen ADDR] [--gossip-listen ADDR --join SEED]...",
 		Short: "Run a controller: the node table from gossip and the HTTP API to every session",
 		Long: "controller joins the gossip cluster of the node agents, keeps a table of the nodes\n" +
-			"(alive, suspect, dead), and serves the HTTP API (DESIGN.md: /v1/...) on\n" +
+			"(alive, suspect, disconnected, dead: from gossip and their NATS connections),\n" +
+			"and serves the HTTP API (DESIGN.md: /v1/...) on\n" +
 			"--http-listen, routing each request to its node over NATS. It keeps no state of\n" +
 			"its own: run several, restart them at will.\n\n" +
 			"NATS: --nats URL connects to an existing server (or cluster); --nats-listen ADDR\n" +
@@ -236,6 +237,10 @@ func (o *controllerOptions) run(ctx context.Context, stdout, stderr io.Writer) e
 // is registered on st.
 func startController(ctx context.Context, st *stack, conn *transport.Conn, cfg controller.Config, g gossipOptions) (*controller.Controller, *transport.Gossip, error) {
 	cfg.Bus, cfg.Version = conn, buildVersion()
+	// Node liveness from gossip and the nodes' NATS connections (advisories and the
+	// account's connection list): a killed agent is seen at once, a starved one
+	// is never dead, and a gossip member no node identity backs is never alive.
+	cfg.Presence = transport.NewPresence(conn, transport.PresenceConfig{Logger: cfg.Logger})
 	c, err := controller.New(cfg)
 	if err != nil {
 		return nil, nil, err

@@ -164,6 +164,8 @@ func startGossip(ctx context.Context, st *stack, name string, o gossipOptions, m
 	return g, join, nil
 }
 
+var _ controller.Presence = (*transport.Presence)(nil)
+
 // observeMembers feeds gossip changes into a controller's node table.
 func observeMembers(c *controller.Controller) func(transport.Member) {
 	return func(m transport.Member) {

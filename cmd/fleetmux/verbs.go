@@ -66,7 +66,7 @@ func nodesCmd() *cobra.Command {
 		Use:   "nodes",
 		Short: "List the nodes the controller knows",
 		Long: "nodes lists the nodes the controller has found through gossip: their status\n" +
-			"(alive, suspect, dead, left), session count, version, gossip address and labels.",
+			"(alive, suspect, disconnected, dead, left), session count, version, gossip address and labels.",
 		Example: "  fleetmux nodes\n  fleetmux nodes --json",
 		Args:    exactArgs("nodes", 0, ""),
 		RunE: func(c *cobra.Command, _ []string) error {

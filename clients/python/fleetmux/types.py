@@ -37,7 +37,7 @@ def from_json(cls: Type[T], data: Dict[str, Any]) -> T:
 @dataclass
 class Node:
     name: str = ""
-    status: str = ""  # alive, suspect, dead, left
+    status: str = ""  # alive, suspect, disconnected, dead, left
     labels: Dict[str, str] = field(default_factory=dict)
     addr: str = ""
     version: str = ""

@@ -1,0 +1,133 @@
+package controller
+
+import (
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+)
+
+// Liveness from two signals (DESIGN "Where this is heading"): gossip, and whether
+// the node holds a NATS connection under its own identity. Gossip alone is slow to
+// see a killed agent (memberlist's failure detection, ~3 s) and quick to declare a
+// CPU-starved one dead; the NATS server sees a killed agent's connection close at
+// once and keeps a starved one's open. So:
+//
+//	gossip alive, connected       alive (suspect after a failed request)
+//	gossip alive, not connected   disconnected: nobody can serve it; requests fail
+//	                              at once and those in flight are cancelled
+//	gossip dead/left, connected   suspect: it keeps serving
+//	gossip dead/left, not conn.   dead / left
+//
+// A gossip member without a NATS connection of its name (a fake member gossiped
+// with the fleet's key) is never alive. While the NATS signal is not known (no
+// Presence, or the server gives no connection list) gossip alone decides, as
+// before, with downGrace.
+
+// Presence is the second liveness signal: which nodes hold a NATS connection now,
+// named by their authenticated NATS identity, never by a name a client chose
+// (transport.Presence in production). Implementations are safe for concurrent use.
+type Presence interface {
+	// Watch calls fn with the set of nodes holding a NATS connection each time it
+	// changes, and with known false while it cannot be told. fn runs on the
+	// presence's own goroutine and must not block or keep connected. stop ends the
+	// watch and returns once fn no longer runs.
+	Watch(fn func(connected map[string]bool, known bool)) (stop func(), err error)
+}
+
+// connGrace is how long a node whose last NATS connection closed is still
+// usable: a client that reconnects at once after a blip (its replies to requests
+// in flight still arrive) is not cut off. It is well within the promise that a
+// killed agent's requests fail within a second.
+const connGrace = 250 * time.Millisecond
+
+// statusOf derives e's status from its signals.
+func (t *table) statusOf(e *nodeEntry) string {
+	if !t.known {
+		switch {
+		case e.settled != api.NodeAlive:
+			return e.settled
+		case e.gossip != api.NodeAlive || e.unreachable:
+			return api.NodeSuspect // a notice in its grace, or a failed request
+		}
+		return api.NodeAlive
+	}
+	connected := e.conn || e.lingering
+	switch {
+	case e.gossip == api.NodeAlive && connected:
+		if e.unreachable || !e.conn {
+			return api.NodeSuspect
+		}
+		return api.NodeAlive
+	case e.gossip == api.NodeAlive:
+		return api.NodeDisconnected
+	case connected:
+		return api.NodeSuspect
+	}
+	return e.gossip
+}
+
+// present applies the NATS signal: the nodes holding a connection now, or known
+// false when that cannot be told.
+func (t *table) present(connected map[string]bool, known bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.known = known
+	t.connected = connected
+	for name, e := range t.nodes {
+		t.setConn(e, known && connected[name])
+	}
+}
+
+// presenceKnown reports whether the NATS signal is known.
+func (t *table) presenceKnown() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.known
+}
+
+// setConn records whether e holds a NATS connection; one that closes lingers for
+// connGrace before e counts as unconnected.
+func (t *table) setConn(e *nodeEntry, conn bool) {
+	switch {
+	case conn:
+		e.lingering = false
+		if e.connTimer != nil {
+			e.connTimer.Stop()
+			e.connTimer = nil
+		}
+	case e.conn && t.connGrace > 0:
+		e.lingering = true
+		if e.connTimer != nil {
+			e.connTimer.Stop()
+		}
+		var timer *time.Timer
+		timer = time.AfterFunc(t.connGrace, func() {
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			if e.connTimer == timer {
+				e.connTimer, e.lingering = nil, false
+				t.derive(e)
+			}
+		})
+		e.connTimer = timer
+	case e.conn:
+		e.lingering = false
+	}
+	// Not connected before either: a lingering node keeps its timer.
+	e.conn = conn
+	t.derive(e)
+}
+
+// watchPresence starts the watch of c's Presence (none: gossip alone); Shutdown
+// stops it.
+func (c *Controller) watchPresence() error {
+	if c.cfg.Presence == nil {
+		return nil
+	}
+	stop, err := c.cfg.Presence.Watch(c.nodes.present)
+	if err != nil {
+		return err
+	}
+	c.stopPresence = stop
+	return nil
+}
