@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/testutil"
+	"github.com/fleetmux/fleetmux/transport"
 )
 
 // Liveness from two signals (issue 18 part 3): a killed agent's in-flight request
@@ -311,4 +314,46 @@ func (cg *cpuCgroup) release(t *testing.T) {
 		t.Errorf("remove %s: %v", cg.dir, err)
 	}
 	cg.dir = ""
+}
+
+// TestFleetFakeGossipMemberNeverAlive performs the attack of README's "one gossip
+// key for the fleet": a process with the fleet's gossip key (any node host has
+// it) but no node's NATS credentials gossips a node "a-fake" with no sessions. The
+// controller lists it disconnected, never alive, never picks it for a new session
+// (by gossip alone it would win the pick: fewest sessions, first by name) and
+// refuses requests to it at once.
+func TestFleetFakeGossipMemberNeverAlive(t *testing.T) {
+	lf := startLoopbackFleet(t)
+	a := lf.api
+	lf.startNodeVia("n1", lf.natsURL)
+	lf.f.eventually(30*time.Second, func() bool { return a.nodes()["n1"].Status == api.NodeAlive && a.serves("n1") }, "n1 alive and serving")
+	lf.f.eventually(10*time.Second, a.twoSignals, "the controller's liveness uses the NATS connections")
+
+	key, err := transport.ReadGossipKey(transport.GossipKeyPath(filepath.Join(lf.root, "ctl")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	fake, err := transport.StartGossip(ctx, transport.GossipConfig{Name: "a-fake", SecretKey: key, Join: []string{lf.gossipIn},
+		Meta: api.NodeMeta{Name: "a-fake", Version: "dev", Proto: api.ProtocolVersion}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Close()
+	lf.f.eventually(20*time.Second, func() bool { _, ok := a.nodes()["a-fake"]; return ok }, "the fake member reached the controller's table")
+	if st := a.nodes()["a-fake"].Status; st != api.NodeDisconnected {
+		t.Errorf("fake member listed %s, want %s", st, api.NodeDisconnected)
+	}
+	for range 3 {
+		var s api.Session
+		a.call(http.MethodPost, "/v1/sessions", map[string]string{}, http.StatusCreated, &s)
+		if s.Node != "n1" {
+			t.Fatalf("a new session went to %s", s.Node)
+		}
+	}
+	r := a.do(http.MethodPost, "/v1/sessions", map[string]string{"node": "a-fake"})
+	if e := r.apiErr(); r.status != http.StatusServiceUnavailable || e == nil || e.Code != api.CodeUnavailable {
+		t.Errorf("create on the fake member: %s, want 503 unavailable", r)
+	}
 }
