@@ -159,6 +159,15 @@ func TestGuardTypedLines(t *testing.T) {
 				t.Fatalf("after a denied line: %q", r.Text)
 			}
 		}
+		// Allowed lines whose first command runs in a subshell.
+		for _, line := range []string{"(exit 3)", "(touch " + dir + "/sub); (exit 3)", "x=$(exit 3)", "true | (exit 3)"} {
+			if r := runCode(t, s, line, 3); r.Block.Note != "" {
+				t.Fatalf("%q: %+v", line, r.Block)
+			}
+		}
+		if _, err := os.Stat(dir + "/sub"); err != nil {
+			t.Fatalf("an allowed line starting with a subshell did not run: %v", err)
+		}
 		// Allowed lines typed and run.
 		if b := typeLine(t, s, "touch "+dir+"/ok; (exit 4)"); b.ExitCode == nil || *b.ExitCode != 4 {
 			t.Fatalf("allowed typed line: exit %v note %q", b.ExitCode, b.Note)

@@ -21,8 +21,9 @@ package session
 // So at every prompt the guard keeps every line in the history, whole and once
 // (cmdhist, lithist; HISTCONTROL and HISTIGNORE emptied: ignorespace, ignoredups or a
 // pattern would leave an older line there), notes the number the next entry gets
-// ($HISTCMD), and denies a line whose number is not that one: it was not recorded, so
-// `history 1` is not it. `set +o history` cannot be undone from a hook (bash restores
+// ($HISTCMD), and denies a line whose number (noted by PS0 in the shell itself: a
+// subshell's $HISTCMD differs) is not that one: it was not recorded, so `history 1`
+// is not it. `set +o history` cannot be undone from a hook (bash restores
 // its history state after PROMPT_COMMAND and traps), and a line typed then cannot be
 // checked, `set -o history` included: a guarded shell whose history was turned off
 // runs nothing more (fail closed; the shell says so).
@@ -35,14 +36,18 @@ const bashGuard = `# fleetmux guard (generated): lines typed at the prompt are c
 exec {__fm_gfd}<&4 4<&-
 __fm_hash='\#'
 __fm_gkey=${__fm_hash@P}
-__fm_gdeny= __fm_udbg= __fm_gseen=0 __fm_hnext=$HISTCMD
+__fm_gdeny= __fm_udbg= __fm_gseen=0 __fm_hnext=$HISTCMD __fm_lh=-1
+# PS0 (the shell itself, after it read a line and before it runs any of it) notes the
+# line's history number: a subshell's $HISTCMD is not the shell's.
+__fm_lhrec='${__fm_nil[__fm_lh=HISTCMD]}'
 __fm_gsay() { builtin printf 'fleetmux: %s\n' "$1" >&2; }
 __fm_dbg() {
 	[[ $BASH_COMMAND == __fm_garm ]] && __fm_gseen=1
 	local __fm_n=${__fm_hash@P}
 	if [[ $__fm_n != "$__fm_gkey" ]]; then
 		__fm_gkey=$__fm_n
-		if [[ $HISTCMD != "$__fm_hnext" || $HISTCMD == 0 ]]; then
+		# PS0 sees $HISTCMD one past the line's own number once the line is in.
+		if [[ $__fm_hnext == 0 || $__fm_lh != $((__fm_hnext + 1)) ]]; then
 			# Not in the history as its newest entry: history 1 is an older line.
 			__fm_gdeny=$__fm_n:$HISTCMD
 			__fm_gsay "this line cannot be checked, so it does not run: the shell did not keep it in its history (after set +o history, a guarded shell runs nothing more: start a new session)"
@@ -95,8 +100,8 @@ __fm_check() {
 }
 __fm_garm() {
 	# Nothing to do (every prompt but a few): one command, as the trap runs for each.
-	if [[ $__fm_gseen == 1 && $BASHOPTS == *cmdhist*extdebug*lithist* && -z $HISTCONTROL && -z ${HISTIGNORE-} && ${HISTSIZE-} != 0 ]]; then
-		__fm_gseen=0 __fm_hnext=$HISTCMD
+	if [[ $__fm_gseen == 1 && $BASHOPTS == *cmdhist*extdebug*lithist* && -z $HISTCONTROL && -z ${HISTIGNORE-} && ${HISTSIZE-} != 0 && $PS0 == *"$__fm_lhrec" ]]; then
+		__fm_gseen=0 __fm_hnext=$HISTCMD __fm_lh=-1
 		return 0
 	fi
 	if [[ $__fm_gseen != 1 ]]; then
@@ -116,13 +121,14 @@ __fm_garm() {
 	[[ -n $HISTCONTROL ]] && HISTCONTROL=
 	[[ -n ${HISTIGNORE-} ]] && HISTIGNORE=
 	[[ ${HISTSIZE-} == 0 ]] && HISTSIZE=500
-	__fm_hnext=$HISTCMD
+	[[ $PS0 == *"$__fm_lhrec" ]] || PS0=${PS0//"$__fm_lhrec"/}$__fm_lhrec
+	__fm_hnext=$HISTCMD __fm_lh=-1
 	return 0
 }
 builtin shopt -s extdebug
 __fm_garm
 builtin readonly -f __fm_dbg __fm_check __fm_gsay __fm_garm
-builtin readonly __fm_gfd __fm_hash
+builtin readonly __fm_gfd __fm_hash __fm_lhrec
 `
 
 // zshGuard follows zshHooks in a guarded session's .zshrc.
