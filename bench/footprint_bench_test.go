@@ -158,13 +158,19 @@ func (f footprint) per() memUse {
 
 // devFootprint starts `fleetmux dev` from bin, one warm-up session (not counted),
 // then n sessions, waits until all are idle at their prompt, and measures.
-func devFootprint(t *testing.T, e benchEnv, name, bin string, n int) footprint {
+// With holder, dev keeps its sessions in a holder process (--holder), whose memory
+// counts too.
+func devFootprint(t *testing.T, e benchEnv, name, bin string, n int, holder bool) footprint {
 	t.Helper()
 	dir := t.TempDir()
 	out := &testutil.Buffer{Tail: 8 << 10}
-	cmd := exec.Command(bin, "dev", "--data", filepath.Join(dir, "data"), "--name", devNode,
+	args := []string{"dev", "--data", filepath.Join(dir, "data"), "--name", devNode,
 		"--http-listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--gossip-listen", "127.0.0.1:0",
-		"--ssh-listen", "off", "--max-sessions", strconv.Itoa(n+1))
+		"--ssh-listen", "off", "--max-sessions", strconv.Itoa(n + 1)}
+	if holder {
+		args = append(args, "--holder")
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Dir, cmd.Env = e.dir, slices.Clone(e.base)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -302,22 +308,25 @@ func TestFootprintReport(t *testing.T) {
 	}
 	n := envInt(t, "FLEETMUX_BENCH_SESSIONS", 100)
 	e := newBenchEnv(t)
-	type build struct{ name, bin string }
+	type build struct {
+		name, bin string
+		holder    bool
+	}
 	bin, err := testutil.BuildFleetmux(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	builds := []build{{"fleetmux (this tree)", bin}}
+	builds := []build{{"fleetmux (this tree)", bin, false}, {"fleetmux --holder (this tree)", bin, true}}
 	if old := os.Getenv("FLEETMUX_BENCH_OLD"); old != "" {
 		ob, err := buildAt(old, t.TempDir())
 		if err != nil {
 			t.Fatal(err)
 		}
-		builds = append([]build{{"fleetmux (" + filepath.Base(old) + ")", ob}}, builds...)
+		builds = append([]build{{"fleetmux (" + filepath.Base(old) + ")", ob, false}}, builds...)
 	}
 	var rows []footprint
 	for _, b := range builds {
-		rows = append(rows, devFootprint(t, e, b.name, b.bin, n))
+		rows = append(rows, devFootprint(t, e, b.name, b.bin, n, b.holder))
 	}
 	if f, ok := tmuxFootprint(t, e, n); ok {
 		rows = append(rows, f)

@@ -194,6 +194,7 @@ func (h *held) readLoop() {
 // waitLoop reaps the child, lets the read loop drain (bounded) and records the exit.
 func (h *held) waitLoop() {
 	defer h.wg.Done()
+	awaitExit(h.pid) // on the poller, not in wait4: no thread per session
 	err := h.cmd.Wait()
 	code := -1
 	var ee *exec.ExitError

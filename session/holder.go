@@ -111,7 +111,7 @@ func (s *Session) startInHolder(argv []string, dir string, env []string, as *run
 			guardConn, guardKeep = gc, gk
 			files = append(files, gf)
 			sp.ChildFDs = append(sp.ChildFDs, guardFD)
-			keep, err := gc.File() // the holder keeps a copy: the channel outlives us
+			keep, err := dupConn(gc) // the holder keeps a copy: the channel outlives us
 			if err != nil {
 				return fail(fmt.Errorf("%w: guard channel: %v", ErrStart, err))
 			}
