@@ -9,7 +9,7 @@ export type Role = "viewer" | "operator" | "admin";
 
 export interface Node {
   name: string;
-  status: "alive" | "suspect" | "dead" | "left";
+  status: "alive" | "suspect" | "disconnected" | "dead" | "left";
   labels?: Labels;
   addr: string;
   version: string;
