@@ -172,29 +172,29 @@ func (h *held) broadcastLocked() {
 // readLoop is the only reader of the master: it appends to the ring until EOF.
 func (h *held) readLoop() {
 	defer h.wg.Done()
-	buf := make([]byte, chunk)
-	for {
-		n, err := h.master.Read(buf)
+	pr, err := NewPTYReader(h.master)
+	for err == nil {
+		var bp *[]byte
+		var n int
+		bp, n, err = pr.Read() // a pooled buffer, taken only when there is output
 		if n > 0 {
 			h.mu.Lock()
-			h.ring.write(buf[:n])
+			h.ring.write((*bp)[:n])
 			h.broadcastLocked()
 			h.mu.Unlock()
 		}
-		if err != nil {
-			h.mu.Lock()
-			h.readDone = true
-			h.broadcastLocked()
-			h.mu.Unlock()
-			return
-		}
+		Release(bp)
 	}
+	h.mu.Lock()
+	h.readDone = true
+	h.broadcastLocked()
+	h.mu.Unlock()
 }
 
 // waitLoop reaps the child, lets the read loop drain (bounded) and records the exit.
 func (h *held) waitLoop() {
 	defer h.wg.Done()
-	awaitExit(h.pid) // on the poller, not in wait4: no thread per session
+	AwaitExit(h.pid) // on the poller, not in wait4: no thread per session
 	err := h.cmd.Wait()
 	code := -1
 	var ee *exec.ExitError

@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -144,12 +145,17 @@ type Info struct {
 // goroutine at a time (the owner serializes).
 type conn struct {
 	c   *net.UnixConn
-	buf []byte
+	buf *[]byte // the last message read (its body is valid until the next recv), from msgBufs
 	oob []byte
 }
 
+// msgBufs are the buffers messages are read into, shared by every connection: a
+// connection holds one from a read until its next read begins, never while it
+// waits (an attach stream per session waits all the time its session is idle).
+var msgBufs = sync.Pool{New: func() any { b := make([]byte, maxMessage); return &b }}
+
 func newConn(c *net.UnixConn) *conn {
-	return &conn{c: c, buf: make([]byte, maxMessage), oob: make([]byte, unix.CmsgSpace(maxFDs*4))}
+	return &conn{c: c, oob: make([]byte, unix.CmsgSpace(maxFDs*4))}
 }
 
 // peerUID is the uid of the process at the other end (SO_PEERCRED).
@@ -220,8 +226,35 @@ func (c *conn) sendOutput(off int64, p []byte) error {
 // recv reads one message: its kind, its body (valid until the next recv) and the
 // files that came with it (the caller owns them).
 func (c *conn) recv() (kind byte, body []byte, files []*os.File, err error) {
-	n, oobn, flags, _, err := c.c.ReadMsgUnix(c.buf, c.oob)
-	if oobn > 0 {
+	if c.buf != nil { // the previous message's body is no longer valid
+		msgBufs.Put(c.buf)
+		c.buf = nil
+	}
+	rc, err := c.c.SyscallConn()
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	var n, oobn, flags int
+	var rerr error
+	err = rc.Read(func(fd uintptr) bool {
+		b := msgBufs.Get().(*[]byte)
+		for {
+			n, oobn, flags, _, rerr = unix.Recvmsg(int(fd), *b, c.oob, unix.MSG_CMSG_CLOEXEC)
+			if rerr != unix.EINTR {
+				break
+			}
+		}
+		if rerr == unix.EAGAIN {
+			msgBufs.Put(b)
+			return false // wait for the poller, holding no buffer
+		}
+		c.buf = b
+		return true
+	})
+	if err == nil {
+		err = rerr
+	}
+	if err == nil && oobn > 0 {
 		files = parseRights(c.oob[:oobn])
 	}
 	if err != nil {
@@ -236,7 +269,8 @@ func (c *conn) recv() (kind byte, body []byte, files []*os.File, err error) {
 		closeAll(files)
 		return 0, nil, nil, fmt.Errorf("%w: message truncated", ErrProtocol)
 	}
-	return c.buf[0], c.buf[1:n], files, nil
+	buf := *c.buf
+	return buf[0], buf[1:n], files, nil
 }
 
 // recvJSON reads one message of the given kind into v.

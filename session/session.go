@@ -4,7 +4,7 @@
 // A Session owns three goroutines: the PTY read loop, the process waiter and the
 // kernel state poller (a fourth, the screen feeder, only while a full-screen program
 // draws: screen.go; and two more with a Guard: guard.go). An idle session holds no
-// read buffer (pool.go), no screen emulator and only the output it had (the ring
+// read buffer (holder.PTYReader), no screen emulator and only the output it had (the ring
 // grows). The read loop never waits on anyone: it appends
 // to the scrollback ring under a short lock and wakes whoever is interested; viewers,
 // the screen emulator and waiters each catch up at their own pace. Close stops all of
@@ -427,15 +427,15 @@ func copyLabels(m map[string]string) map[string]string {
 func (s *Session) readLoop() {
 	defer s.wg.Done()
 	var r chunkReader
-	pr, err := newPTYReader(s.master)
+	pr, err := holder.NewPTYReader(s.master)
 	for err == nil {
 		var bp *[]byte
 		var n int
-		bp, n, err = pr.read() // a pooled buffer, taken only when there is output
+		bp, n, err = pr.Read() // a pooled buffer, taken only when there is output
 		if n > 0 {
 			r.ingest(s, (*bp)[:n])
 		}
-		release(bp)
+		holder.Release(bp)
 	}
 	s.endRead(err)
 }
@@ -504,7 +504,7 @@ func (s *Session) ingestLocked(marks []mark, offs []int64) {
 // waitLoop reaps the process and records its exit.
 func (s *Session) waitLoop() {
 	defer s.wg.Done()
-	awaitExit(s.pid) // on the poller, not in wait4: no thread per session
+	holder.AwaitExit(s.pid) // on the poller, not in wait4: no thread per session
 	err := s.cmd.Wait()
 	code := -1
 	var ee *exec.ExitError

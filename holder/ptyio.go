@@ -1,0 +1,103 @@
+package holder
+
+// Waiting on PTYs and children without holding memory or threads while idle; the
+// holder's sessions and the agent's own (package session) both use these.
+
+import (
+	"errors"
+	"io"
+	"os"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// readBufs are the read buffers of PTY readers, shared by every session of the
+// process: a reader takes one only while there is something to read, so an idle
+// session holds none (a 32 KiB buffer per session was most of what an idle session
+// cost once its ring grew with its output).
+var readBufs = sync.Pool{New: func() any { b := make([]byte, chunk); return &b }}
+
+// PTYReader reads a non-blocking PTY master through the runtime's poller into
+// pooled buffers. It is meant for one goroutine.
+type PTYReader struct {
+	rc syscall.RawConn
+}
+
+// NewPTYReader reads f, which must be non-blocking.
+func NewPTYReader(f *os.File) (*PTYReader, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	return &PTYReader{rc: rc}, nil
+}
+
+// Read waits until the master has output, then reads it into a buffer of the pool
+// (at most 32 KiB), which the caller gives back with Release. It returns io.EOF at
+// the end, and the master's error otherwise (EIO once the terminal's last holder
+// closed it, os.ErrClosed after Close).
+func (r *PTYReader) Read() (buf *[]byte, n int, err error) {
+	var rerr error
+	err = r.rc.Read(func(fd uintptr) bool {
+		b := readBufs.Get().(*[]byte)
+		for {
+			n, rerr = unix.Read(int(fd), *b)
+			if rerr != unix.EINTR {
+				break
+			}
+		}
+		if rerr == unix.EAGAIN {
+			readBufs.Put(b)
+			return false // wait for the poller, holding no buffer
+		}
+		buf = b
+		return true
+	})
+	if err == nil {
+		err = rerr
+	}
+	n = max(n, 0)
+	if err == nil && n == 0 {
+		err = io.EOF
+	}
+	if errors.Is(err, unix.EIO) {
+		err = syscall.EIO
+	}
+	return buf, n, err
+}
+
+// Release gives a buffer Read returned back to the pool (nil: nothing).
+func Release(buf *[]byte) {
+	if buf != nil {
+		readBufs.Put(buf)
+	}
+}
+
+// AwaitExit blocks until the child pid has exited (it is not reaped: the caller's
+// cmd.Wait does that, at once). It waits on the runtime's poller through a pidfd:
+// a goroutine blocked in wait4 holds an OS thread, with its stacks, for the
+// session's whole life (100 idle sessions were 100 threads). Without pidfds (Linux
+// before 5.3) it returns at once and cmd.Wait blocks as before.
+func AwaitExit(pid int) {
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return
+	}
+	f := os.NewFile(uintptr(fd), "pidfd")
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Read(func(fd uintptr) bool {
+		for {
+			n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
+			if err == unix.EINTR {
+				continue
+			}
+			return err != nil || n > 0 // readable: the child exited
+		}
+	})
+}
