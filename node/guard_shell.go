@@ -50,10 +50,12 @@ func (n *Node) guardLine(ctx context.Context, e *entry, line string) session.Gua
 	return v
 }
 
-// shellAsks reports whether a command Run types now goes to an integrated shell's
-// prompt, which asks about it before it runs (at the prompt, or before the first one:
-// Run waits for it): the node marks such a command pre-approved (expectLine).
+// shellAsks reports whether a command Run types may go to an integrated shell's
+// prompt, which asks about it before it runs: then the node marks it pre-approved
+// (expectLine). Whatever the state now (starting, at the prompt, between a command's
+// end and the prompt, the guard's answer to a typed line being acted on): the prompt
+// may come back before Run types; a mark that is not used lapses, and passes only
+// that very line.
 func (e *entry) shellAsks() bool {
-	in := e.s.Info()
-	return in.Integration == session.IntegrationOK && (in.State == session.StateIdle || in.State == session.StateStarting)
+	return e.s.Info().Integration == session.IntegrationOK
 }

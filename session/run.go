@@ -225,6 +225,8 @@ func (s *Session) reserve(ctx context.Context, command string) (*Block, []byte, 
 			s.mu.Unlock()
 			return b, typed(command, paste), nil
 		case s.state == StateStarting, s.integrated && !s.seenPrompt,
+			// The shell was answered by the guard and acts on it in a moment.
+			s.guardAwait && s.guarding == 0,
 			// Between a command's end (D) and the next prompt (A): the shell is
 			// running its prompt hooks and will be idle in a moment.
 			s.integrated && s.cur == nil && s.pending == nil && s.fallback == nil && !s.atPrompt:
