@@ -143,7 +143,11 @@ func TestReattach(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The foreground process group, asked on the passed master, is the child's.
-	pg, err := unix.IoctlGetInt(int(st.Master.Fd()), unix.TIOCGPGRP)
+	mfd, err := rawFD(st.Master)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg, err := unix.IoctlGetInt(mfd, unix.TIOCGPGRP)
 	if err != nil || pg != info.PID {
 		t.Fatalf("TIOCGPGRP on the passed master = %d, %v; want %d", pg, err, info.PID)
 	}

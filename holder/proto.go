@@ -198,7 +198,14 @@ func (c *conn) send(kind byte, body []byte, files ...*os.File) error {
 	if len(files) > 0 {
 		fds := make([]int, len(files))
 		for i, f := range files {
-			fds[i] = int(f.Fd())
+			// Not f.Fd(): it puts the open file description, which the
+			// duplicates we pass share, in blocking mode, and a goroutine of
+			// ours or of the peer reading it then blocks in the kernel for good.
+			fd, err := rawFD(f)
+			if err != nil {
+				return err
+			}
+			fds[i] = fd
 		}
 		oob = unix.UnixRights(fds...)
 	}
@@ -320,3 +327,16 @@ func closeAll(files []*os.File) {
 func (c *conn) close() error { return c.c.Close() }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// rawFD is f's descriptor, left as it is (f stays open while the caller uses it).
+func rawFD(f *os.File) (int, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd := -1
+	if err := rc.Control(func(v uintptr) { fd = int(v) }); err != nil {
+		return -1, err
+	}
+	return fd, nil
+}

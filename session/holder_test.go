@@ -5,12 +5,15 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/holder"
+	"github.com/fleetmux/fleetmux/internal/testutil"
 )
 
 // startHolder runs a holder in this process for the test and returns its
@@ -155,4 +158,58 @@ func TestReattachUnknown(t *testing.T) {
 	if _, err := Reattach(Config{ID: "nope", Holder: dialHolder(t, dir)}, nil); !errors.Is(err, ErrNotHeld) {
 		t.Fatalf("reattach of an unknown session: %v", err)
 	}
+}
+
+// TestHolderGuardSurvives: a line typed while no agent runs waits for the guard of
+// the next agent (the holder keeps the agent's end of the shell's guard channel);
+// a denied one never runs, an allowed one runs after the reattach.
+func TestHolderGuardSurvives(t *testing.T) {
+	forEachShell(t, func(t *testing.T, shell string) {
+		dir := startHolder(t)
+		c := dialHolder(t, dir)
+		s := startGuarded(t, shell, newFakeGuard(), func(cfg *Config) { cfg.Holder = c })
+		runCode(t, s, "true", 0)
+		if err := s.Detach(); err != nil {
+			t.Fatal(err)
+		}
+		files := t.TempDir()
+		// Someone types at the terminal while no agent runs (a copy of the master
+		// from the holder: what an attached person's keystrokes become).
+		st, err := c.Attach(ctxT(t), "t1", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Master.Write([]byte("touch " + files + "/denied # DENY\r")); err != nil {
+			t.Fatal(err)
+		}
+		st.Close()
+		st.Master.Close()
+		if st.Kept != nil {
+			st.Kept.Close()
+		}
+		g := newFakeGuard()
+		s2, err := Reattach(Config{ID: "t1", Holder: c, Guard: g.decide}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s2.Close()
+		testutil.Eventually(t, 10*time.Second, func() bool {
+			return strings.Contains(strings.Join(g.asked(), "\n"), files+"/denied")
+		}, "the new agent's guard is asked about the line typed meanwhile")
+		testutil.Eventually(t, 10*time.Second, func() bool {
+			for _, b := range s2.Blocks() {
+				if b.State == BlockDone && strings.HasPrefix(b.Note, api.NoteDenied) {
+					return true
+				}
+			}
+			return false
+		}, "the line typed meanwhile ends denied")
+		if b := typeLine(t, s2, "touch "+files+"/ok; (exit 4)"); b.ExitCode == nil || *b.ExitCode != 4 {
+			t.Fatalf("allowed line after the reattach: exit %v note %q", b.ExitCode, b.Note)
+		}
+		noFile(t, filepath.Join(files, "denied"))
+		if _, err := os.Stat(filepath.Join(files, "ok")); err != nil {
+			t.Fatalf("the allowed line did not run: %v", err)
+		}
+	})
 }
