@@ -6,11 +6,13 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 	"unicode"
@@ -255,7 +257,10 @@ func (g *guard) unblock() {
 func (g *guard) readLoop() {
 	defer g.s.wg.Done()
 	defer close(g.reqs)
-	buf := make([]byte, 64<<10)
+	rc, err := g.conn.SyscallConn()
+	if err != nil {
+		return
+	}
 	oob := make([]byte, unix.CmsgSpace(unix.SizeofUcred))
 	type partial struct {
 		pid  int32
@@ -264,8 +269,33 @@ func (g *guard) readLoop() {
 	}
 	var parts []*partial // newest last
 	for {
-		n, oobn, _, _, err := g.conn.ReadMsgUnix(buf, oob)
+		// Wait on the poller holding no buffer: the shell asks once per command line.
+		var bp *[]byte
+		var n, oobn int
+		var rerr error
+		err := rc.Read(func(fd uintptr) bool {
+			b := guardBufs.Get().(*[]byte)
+			for {
+				n, oobn, _, _, rerr = unix.Recvmsg(int(fd), *b, oob, unix.MSG_CMSG_CLOEXEC)
+				if rerr != unix.EINTR {
+					break
+				}
+			}
+			if rerr == unix.EAGAIN {
+				guardBufs.Put(b)
+				return false
+			}
+			bp = b
+			return true
+		})
+		if err == nil {
+			err = rerr
+		}
+		if err == nil && n <= 0 {
+			err = io.EOF // every copy of the shell's end is closed
+		}
 		if n > 0 {
+			buf := *bp
 			pid := int32(-1) // unknown writer: its bytes only ever meet unknown writers'
 			if msgs, perr := unix.ParseSocketControlMessage(oob[:oobn]); perr == nil {
 				for _, m := range msgs {
@@ -309,11 +339,19 @@ func (g *guard) readLoop() {
 				data = data[i+1:]
 			}
 		}
+		if bp != nil {
+			guardBufs.Put(bp)
+		}
 		if err != nil {
 			return
 		}
 	}
 }
+
+// guardBufs are the guard readers' buffers, shared by every session: a reader takes
+// one only while a request is there (a 64 KiB buffer per guarded session was held
+// for its life).
+var guardBufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
 
 // frame handles one complete frame from one writer.
 func (g *guard) frame(frame []byte) {
