@@ -143,7 +143,11 @@ func (s *Session) startInHolder(argv []string, dir string, env []string, as *run
 	if s.integrated {
 		s.image, _ = readImage(s.pid)
 	}
-	s.startHeld(cfg.Holder, st, guardConn, guardKeep, s.integ.nonce)
+	nonce := ""
+	if s.integ != nil { // a program run without shell integration has none
+		nonce = s.integ.nonce
+	}
+	s.startHeld(cfg.Holder, st, guardConn, guardKeep, nonce)
 	s.log.Debug("session started in the holder", "pid", s.pid, "argv", argv, "tty", s.tty)
 	return s, nil
 }

@@ -213,3 +213,44 @@ func TestHolderGuardSurvives(t *testing.T) {
 		}
 	})
 }
+
+// TestHolderProgram: a program run without shell integration starts in a holder
+// (it has no nonce: starting it once dereferenced the missing integration and left
+// the program running in the holder, out of every list), and closing the session
+// ends it there.
+func TestHolderProgram(t *testing.T) {
+	dir := startHolder(t)
+	c := dialHolder(t, dir)
+	s, err := Start(Config{ID: "p1", Argv: []string{"sh", "-c", "echo started; exec sleep 100"}, Dir: t.TempDir(),
+		BaseEnv: []string{"PATH=" + os.Getenv("PATH")}, RuntimeDir: t.TempDir(), Holder: c})
+	if err != nil {
+		t.Fatalf("start a program in the holder: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, _ := s.Read(0, 1<<10)
+		if strings.Contains(string(out), "started") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no output from the program: %q", out)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the session's output: the condition, with a deadline
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		list, err := c.List(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list) == 0 || list[0].Exited {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the program still runs in the holder after Close: %+v", list)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the holder's list: the condition, with a deadline
+	}
+}
