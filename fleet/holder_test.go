@@ -161,7 +161,7 @@ func TestHolderSurvivesAgent(t *testing.T) {
 	for i, id := range ids {
 		cmd := fmt.Sprintf(`for i in $(seq 1 %d); do echo "%s-line-$i"; sleep 0.02; done`, lines, id)
 		if i == len(ids)-1 {
-			cmd = `sleep 4; echo long-done; (exit 7)`
+			cmd = `echo long-start; sleep 4; echo long-done; (exit 7)`
 		}
 		var r api.BlockResult
 		a.call(http.MethodPost, "/v1/sessions/n1/"+id+"/run", map[string]any{"command": cmd, "timeout_ms": 1}, http.StatusOK, &r)
@@ -208,6 +208,20 @@ func TestHolderSurvivesAgent(t *testing.T) {
 		}, "the new agent (%s) serves the same %d sessions", how, sessions)
 	}
 
+	// Every command runs (its line passed the shell's guard check: a question the
+	// killed agent had read and not answered would be lost, see README).
+	f.eventually(20*time.Second, func() bool {
+		for i, id := range ids {
+			want := id + "-line-1\r\n"
+			if i == len(ids)-1 {
+				want = "long-start\r\n"
+			}
+			if !strings.Contains(string(a.rawOutput("n1", id)), want) {
+				return false
+			}
+		}
+		return true
+	}, "every command started")
 	var before api.Session
 	a.call(http.MethodGet, "/v1/sessions/n1/"+ids[len(ids)-1], nil, http.StatusOK, &before)
 	if before.State != "running" {
