@@ -38,6 +38,10 @@ type sessionHandle interface {
 	SendKeys(names ...string) error
 	// Reader is the foreground process blocked reading the terminal, if any.
 	Reader() (pid int, ok bool)
+	// SoleReader reports whether pid is the only process that can read the
+	// terminal now (it alone in the foreground process group; no process outside
+	// the session holding the terminal open).
+	SoleReader(pid int) bool
 	// Resize sets the terminal size.
 	Resize(cols, rows int) error
 	// SetRedactor replaces the redactor of the output (nil: none), releasing what

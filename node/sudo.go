@@ -26,7 +26,13 @@ import (
 //     name must be one of the entry's programs;
 //   - the last line of output matches the entry's prompt;
 //   - at most once per block: a wrong secret is not typed again (the program's
-//     next prompt waits for a person).
+//     next prompt waits for a person);
+//   - right before the write, the program is the only process that can read the
+//     terminal: alone in the foreground process group, and no process outside the
+//     session holds the terminal open (session.SoleReader). Otherwise the secret is
+//     refused (audit "secret refused: other readers") and the prompt waits for a
+//     person. The window left: a process of the session joining the foreground
+//     group between that check and the write.
 //
 // The secret and Enter go to the PTY as input: with echo off they never reach the
 // output, and they go nowhere else (no reply, stream, recording, screen or audit
@@ -81,15 +87,26 @@ func (e *entry) answerPrompt() {
 		Action: auditSecret, Detail: truncate("secret "+s.Name+" typed at the password prompt of "+prog+" for "+w.Principal, 512),
 		Result: "ok", PolicyVersion: p.Version}
 	value, err := n.readSecret(s.Name)
+	refused := false
 	if err == nil {
 		line := make([]byte, len(value)+1)
 		copy(line, value)
 		line[len(value)] = '\r'
-		err = e.s.Input(line)
+		// Last, right before the write: the program must be the only process that
+		// can read the terminal (session.SoleReader), or a process racing it for the
+		// terminal (one a subshell left in the foreground process group, say) could
+		// read the secret instead.
+		if refused = !e.s.SoleReader(pid); !refused {
+			err = e.s.Input(line)
+		}
 		clear(line)
 	}
 	clear(value)
-	if err != nil {
+	if refused {
+		n.log.Warn("secret refused: other processes can read the terminal", "session", e.id, "secret", s.Name, "program", prog, "principal", w.Principal)
+		rec.Detail = truncate("secret "+s.Name+" refused at the password prompt of "+prog+" for "+w.Principal+": other readers", 512)
+		rec.Result, rec.Error = api.CodeDenied, "secret refused: other readers (another process can read the terminal; the prompt waits for a person)"
+	} else if err != nil {
 		n.log.Warn("secret not typed", "session", e.id, "secret", s.Name, "err", err)
 		rec.Result, rec.Error = api.CodeInternal, "secret "+s.Name+" not typed (details in the node's log)"
 		if os.IsNotExist(err) {

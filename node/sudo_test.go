@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -189,4 +191,134 @@ func TestSudoSecret(t *testing.T) {
 			t.Errorf("the secret is in %s", what)
 		}
 	}
+}
+
+// TestSudoSecretOtherReaders: the red-team attacks on the typed secret. A process
+// that races sudo for the terminal, left in the foreground process group by a
+// subshell (so not a descendant of the shell), or planted by an operator the
+// secret does not name as a sudo function that deploy's next sudo runs, would read
+// the secret the node types. The node refuses it (audit "secret refused: other
+// readers"): the secret is not typed, the racer reads nothing, the prompt waits
+// for a person; a plain sudo afterwards is still answered.
+func TestSudoSecretOtherReaders(t *testing.T) {
+	var b [12]byte
+	rand.Read(b[:])
+	secret := "Fm-" + hex.EncodeToString(b[:])
+	user := testutil.SudoUser(t, secret)
+	f, _ := guardFixture(t, "version: 1\nsecrets:\n  - {name: sudo-test, roles: [admin]}\n", 1)
+	_, audits := testutil.AuditSub(t, f.srv.ClientURL(), "n1")
+	f.mustCall("secret_set", api.SecretSetRequest{Name: "sudo-test", Value: secret}, nil)
+	dir, err := os.MkdirTemp("", "fmleak")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	leaked := func(path string) {
+		t.Helper()
+		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
+			t.Fatalf("the racer read %q from the terminal", b)
+		}
+	}
+	refused := func(s api.Session, leak string) {
+		t.Helper()
+		rec := testutil.NextAudit(t, audits, "secret")
+		if rec.Result != api.CodeDenied || !strings.Contains(rec.Error, "secret refused: other readers") || rec.Session != s.ID {
+			t.Fatalf("the secret was not refused: %+v", rec)
+		}
+		var scr api.Screen
+		f.mustCall("screen", api.SessionRequest{Session: s.ID}, &scr)
+		if !scr.WaitingInput || !strings.Contains(scr.Text, "password for "+user) {
+			t.Fatalf("sudo's prompt does not wait for a person: %q", scr.Text)
+		}
+		leaked(leak)
+		f.mustCall("keys", api.KeysRequest{Session: s.ID, Keys: []string{"C-c"}}, nil)
+		f.mustCall("wait", api.WaitRequest{Session: s.ID, Until: api.UntilIdle, TimeoutMS: 10000}, nil)
+		leaked(leak)
+	}
+
+	// A racer a subshell leaves in the foreground process group.
+	leak1 := filepath.Join(dir, "leak1")
+	s := f.create(api.CreateRequest{Shell: "bash", User: user})
+	var res api.BlockResult
+	f.mustCall("run", api.RunRequest{Session: s.ID, TimeoutMS: 1500,
+		Command: `sudo -k; ( (head -n1 </dev/tty >` + leak1 + ` &); sudo -p "[sudo] password for ` + user + `: " id -u )`}, &res)
+	if res.Block.State != api.BlockRunning {
+		t.Fatalf("the racing sudo finished: %+v %q", res.Block, res.Text)
+	}
+	refused(s, leak1)
+	f.mustCall("close", api.SessionRequest{Session: s.ID}, nil)
+
+	// A racer an operator plants as a sudo function, which the admin's sudo runs.
+	leak2 := filepath.Join(dir, "leak2")
+	s = f.create(api.CreateRequest{Shell: "bash", User: user})
+	f.role = api.RoleOperator
+	f.mustCall("take_over", api.TakeOverRequest{Session: s.ID}, nil)
+	f.mustCall("run", api.RunRequest{Session: s.ID, TimeoutMS: 20000,
+		Command: `sudo() { ( (head -n1 </dev/tty >` + leak2 + ` &); command sudo "$@" ); }`}, nil)
+	f.role = api.RoleAdmin
+	f.mustCall("take_over", api.TakeOverRequest{Session: s.ID}, nil)
+	f.mustCall("run", api.RunRequest{Session: s.ID, Command: "sudo -k; sudo id -u", TimeoutMS: 1500}, &res)
+	if res.Block.State != api.BlockRunning {
+		t.Fatalf("the planted sudo finished: %+v %q", res.Block, res.Text)
+	}
+	refused(s, leak2)
+
+	f.mustCall("close", api.SessionRequest{Session: s.ID}, nil) // ends the racer (of the session)
+
+	// A racer left reading the terminal by an earlier job: it started its read in
+	// the foreground, and job control does not stop a read in progress, so it
+	// races sudo from a background process group.
+	leak3 := filepath.Join(dir, "leak3")
+	s = f.create(api.CreateRequest{Shell: "bash", User: user})
+	f.mustCall("run", api.RunRequest{Session: s.ID, TimeoutMS: 1500,
+		Command: `( (head -n1 </dev/tty >` + leak3 + ` &); sleep 2 ); sudo -k; sudo -p "[sudo] password for ` + user + `: " id -u`}, &res)
+	if res.Block.State != api.BlockRunning {
+		t.Fatalf("the sudo with a racer in the background finished: %+v %q", res.Block, res.Text)
+	}
+	refused(s, leak3)
+	f.mustCall("close", api.SessionRequest{Session: s.ID}, nil)
+
+	// A process outside the session with the terminal open (another session of the
+	// same user can open its pts): the terminal's job control does not apply to it,
+	// it can read whenever it likes. (It does not read here: it would eat the
+	// command typed next.)
+	s = f.create(api.CreateRequest{Shell: "bash", User: user})
+	f.mustCall("run", api.RunRequest{Session: s.ID, Command: "tty", TimeoutMS: 20000}, &res)
+	pts := strings.TrimSpace(res.Text)
+	if !strings.HasPrefix(pts, "/dev/pts/") {
+		t.Fatalf("tty: %q", res.Text)
+	}
+	tty, err := os.OpenFile(pts, os.O_RDONLY|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := exec.Command("sleep", "600")
+	holder.Stdin = tty
+	err = holder.Start()
+	tty.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
+	f.mustCall("run", api.RunRequest{Session: s.ID, Command: "sudo -k; sudo id -u", TimeoutMS: 1500}, &res)
+	if res.Block.State != api.BlockRunning {
+		t.Fatalf("the sudo with the terminal open outside the session finished: %+v %q", res.Block, res.Text)
+	}
+	refused(s, filepath.Join(dir, "none"))
+	f.mustCall("close", api.SessionRequest{Session: s.ID}, nil)
+
+	// The plain sudo is still answered.
+	s = f.create(api.CreateRequest{Shell: "bash", User: user})
+	f.mustCall("run", api.RunRequest{Session: s.ID, Command: "sudo -k; sudo id -u", TimeoutMS: 20000}, &res)
+	lines := strings.Split(strings.TrimSpace(res.Text), "\n")
+	if res.Block.ExitCode == nil || *res.Block.ExitCode != 0 || lines[len(lines)-1] != "0" {
+		t.Fatalf("sudo id -u: %q exit %s", res.Text, exitOf(res))
+	}
+	if rec := testutil.NextAudit(t, audits, "secret"); rec.Result != "ok" {
+		t.Fatalf("the plain sudo's audit record: %+v", rec)
+	}
+	f.mustCall("close", api.SessionRequest{Session: s.ID}, nil)
 }
