@@ -40,6 +40,11 @@ __fm_gdeny= __fm_udbg= __fm_gseen=0 __fm_hnext=$HISTCMD __fm_lh=-1
 # PS0 (the shell itself, after it read a line and before it runs any of it) notes the
 # line's history number: a subshell's $HISTCMD is not the shell's.
 __fm_lhrec='${__fm_nil[__fm_lh=HISTCMD]}'
+# The trap: a command of the line already checked and allowed (the same command
+# number), with no denial and no user trap to run, goes on without a function call;
+# anything else (a new line, the call of __fm_garm, a denial, a user's trap) is
+# __fm_dbg's. [[ ]] leaves $_ as it was.
+__fm_gtrap='[[ ${__fm_hash@P} == "$__fm_gkey" && -z $__fm_gdeny$__fm_udbg && $BASH_COMMAND != __fm_garm ]] || __fm_dbg "$_"'
 __fm_gsay() { builtin printf 'fleetmux: %s\n' "$1" >&2; }
 __fm_dbg() {
 	[[ $BASH_COMMAND == __fm_garm ]] && __fm_gseen=1
@@ -64,7 +69,7 @@ __fm_dbg() {
 	return 0
 }
 __fm_check() {
-	local __fm_c=${SRANDOM:-$RANDOM$RANDOM$RANDOM} __fm_a __fm_cc __fm_v __fm_r __fm_m
+	local __fm_c=${SRANDOM:-$RANDOM$RANDOM$RANDOM} __fm_a __fm_a2 __fm_cc __fm_v __fm_r __fm_m
 	# Late answers to abandoned lines go; end of file means the session's end is
 	# closed (writing would then kill the shell with SIGPIPE).
 	while builtin read -t 0 -u "$__fm_gfd"; do
@@ -78,13 +83,17 @@ __fm_check() {
 		return 1
 	}
 	while :; do
-		# -t: wait for the answer with poll, then read (a program may have made the
-		# socket non-blocking); an approval may take long, but not a day.
-		IFS=$'\t' builtin read -r -t 86400 __fm_a __fm_cc __fm_v __fm_r __fm_m <&"$__fm_gfd" || {
+		# -t: wait for the answer's first byte with poll, then read it (a program may
+		# have made the socket non-blocking; the session makes it blocking again
+		# before it answers); an approval may take long, but not a day. The rest of
+		# the answer, written at once, is read without a poll per byte (bash reads a
+		# socket byte by byte).
+		IFS= builtin read -r -t 86400 -N 1 -u "$__fm_gfd" __fm_a &&
+			IFS=$'\t' builtin read -r -u "$__fm_gfd" __fm_a2 __fm_cc __fm_v __fm_r __fm_m || {
 			__fm_gsay "the guard did not answer, so the line does not run"
 			return 1
 		}
-		if [[ $__fm_a != fm ]]; then
+		if [[ $__fm_a$__fm_a2 != fm ]]; then
 			__fm_gsay "the guard's answer is garbled, so the line does not run"
 			return 1
 		fi
@@ -101,7 +110,7 @@ __fm_check() {
 __fm_garm() {
 	# Nothing to do (every prompt but a few): one command, as the trap runs for each.
 	if [[ $__fm_gseen == 1 && $BASHOPTS == *cmdhist*extdebug*lithist* && -z $HISTCONTROL && -z ${HISTIGNORE-} && ${HISTSIZE-} != 0 && $PS0 == *"$__fm_lhrec" ]]; then
-		__fm_gseen=0 __fm_hnext=$HISTCMD __fm_lh=-1
+		__fm_gseen=0 __fm_hnext=$HISTCMD __fm_lh=-1 __fm_gdeny=
 		return 0
 	fi
 	if [[ $__fm_gseen != 1 ]]; then
@@ -112,9 +121,9 @@ __fm_garm() {
 			__fm_t=${__fm_t#trap -- }
 			builtin eval "__fm_udbg=${__fm_t% DEBUG}"
 		fi
-		builtin trap '__fm_dbg "$_"' DEBUG
+		builtin trap "$__fm_gtrap" DEBUG
 	fi
-	__fm_gseen=0
+	__fm_gseen=0 __fm_gdeny=
 	builtin shopt -q extdebug || builtin shopt -s extdebug
 	builtin shopt -q cmdhist || builtin shopt -s cmdhist
 	builtin shopt -q lithist || builtin shopt -s lithist
@@ -128,7 +137,7 @@ __fm_garm() {
 builtin shopt -s extdebug
 __fm_garm
 builtin readonly -f __fm_dbg __fm_check __fm_gsay __fm_garm
-builtin readonly __fm_gfd __fm_hash __fm_lhrec
+builtin readonly __fm_gfd __fm_hash __fm_lhrec __fm_gtrap
 `
 
 // zshGuard follows zshHooks in a guarded session's .zshrc.
