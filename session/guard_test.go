@@ -397,6 +397,21 @@ func TestGuardTrapRemoved(t *testing.T) {
 	}
 }
 
+// TestGuardFunctraceOff: set +T (functrace off, which extdebug had turned on) would let
+// a subshell run without the trap, so a line starting with one would not be checked;
+// the next prompt turns it back on.
+func TestGuardFunctraceOff(t *testing.T) {
+	g := newFakeGuard()
+	s := startGuarded(t, "bash", g)
+	dir := t.TempDir()
+	runCode(t, s, "set +T", 0)
+	b := typeLine(t, s, "(touch "+dir+"/x) # DENY")
+	noFile(t, dir+"/x")
+	if b.ExitCode != nil {
+		t.Fatalf("after set +T: a denied line has exit code %d", *b.ExitCode)
+	}
+}
+
 // TestGuardGoneFailsClosed: when the session's end of the channel answers garbage or
 // is gone, lines do not run and the shell says why.
 func TestGuardGoneFailsClosed(t *testing.T) {

@@ -109,7 +109,7 @@ __fm_check() {
 }
 __fm_garm() {
 	# Nothing to do (every prompt but a few): one command, as the trap runs for each.
-	if [[ $__fm_gseen == 1 && $BASHOPTS == *cmdhist*extdebug*lithist* && -z $HISTCONTROL && -z ${HISTIGNORE-} && ${HISTSIZE-} != 0 && $PS0 == *"$__fm_lhrec" ]]; then
+	if [[ $__fm_gseen == 1 && $- == *T* && $BASHOPTS == *cmdhist*extdebug*lithist* && -z $HISTCONTROL && -z ${HISTIGNORE-} && ${HISTSIZE-} != 0 && $PS0 == *"$__fm_lhrec" ]]; then
 		__fm_gseen=0 __fm_hnext=$HISTCMD __fm_lh=-1 __fm_gdeny=
 		return 0
 	fi
@@ -125,6 +125,9 @@ __fm_garm() {
 	fi
 	__fm_gseen=0 __fm_gdeny=
 	builtin shopt -q extdebug || builtin shopt -s extdebug
+	# extdebug turns functrace on, set +T alone turns it off: a subshell (a line
+	# starting with one) would then run without the trap.
+	[[ $- == *T* ]] || builtin set -T
 	builtin shopt -q cmdhist || builtin shopt -s cmdhist
 	builtin shopt -q lithist || builtin shopt -s lithist
 	[[ -n $HISTCONTROL ]] && HISTCONTROL=
