@@ -215,6 +215,7 @@ func (n *Node) create(ctx context.Context, req request) (any, error) {
 	if err := validInfo(&r.Title, &r.Description, r.Labels); err != nil {
 		return nil, err
 	}
+	n.redactInfo(&r.Title, &r.Description, r.Labels)
 	if r.Shell == "" && len(r.Argv) == 0 {
 		r.Shell = n.cfg.DefaultShell
 	}
@@ -328,6 +329,7 @@ func (n *Node) update(ctx context.Context, req request) (any, error) {
 	if err := validInfo(r.Title, r.Description, r.Labels); err != nil {
 		return nil, err
 	}
+	n.redactInfo(r.Title, r.Description, r.Labels)
 	e.s.SetInfo(r.Title, r.Description, r.Labels)
 	return e.info(), nil
 }
@@ -349,6 +351,34 @@ func validInfo(title, desc *string, labels map[string]string) error {
 		return api.Errorf(api.CodeBadRequest, "%v", err)
 	}
 	return nil
+}
+
+// redactInfo redacts a session's title, description and label values (nil: not
+// given) in place, under the policy in force with the stored secrets, as the node
+// redacts command text (redactText): they are shown in lists, JSON, events and the
+// recording's header. A value the markers make longer than its limit is cut to it.
+// Label keys are names (api.ValidName) and stay. Redacted when they enter the node
+// (create, update): a later policy version does not change them.
+func (n *Node) redactInfo(title, desc *string, labels map[string]string) {
+	p := n.withSecrets(n.policy())
+	if p == nil || len(p.Redacts) == 0 {
+		return
+	}
+	red := func(s string, limit int) string {
+		if s = p.RedactText(s); len(s) > limit {
+			s = truncate(s, limit-len("…"))
+		}
+		return s
+	}
+	if title != nil {
+		*title = red(*title, api.MaxTitleBytes)
+	}
+	if desc != nil {
+		*desc = red(*desc, api.MaxDescBytes)
+	}
+	for k, v := range labels {
+		labels[k] = red(v, api.MaxLabelValueBytes)
+	}
 }
 
 func (n *Node) closeSession(ctx context.Context, req request) (any, error) {

@@ -3,6 +3,8 @@ package node_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -216,5 +218,63 @@ func TestRedactFollowsPolicy(t *testing.T) {
 	s2 := f.create(api.CreateRequest{Shell: "bash"})
 	if r := f.run(s2.ID, "echo "+fakeKey); strings.TrimSpace(r.Text) != redacted {
 		t.Errorf("new session: %q", r.Text)
+	}
+}
+
+// TestRedactSessionInfo: a session's title, description and label values are
+// redacted under the policy in force (and the stored secrets) where they enter the
+// node, create and update: a key in a title shows in no reply, list or recording
+// header. A title the marker makes longer than its limit is cut to it.
+func TestRedactSessionInfo(t *testing.T) {
+	f, _ := guardFixture(t, redactPolicy, 3)
+	secret := "Fm-title-secret-0123"
+	f.mustCall("secret_set", api.SecretSetRequest{Name: "tok", Value: secret}, nil)
+	s := f.create(api.CreateRequest{Title: "deploy " + fakeKey, Description: "uses " + secret + "\nand " + fakeKey,
+		Labels: map[string]string{"key": fakeKey, "env": "prod"}})
+	check := func(where string, in api.Session, title, desc string) {
+		t.Helper()
+		if in.Title != title || in.Description != desc || in.Labels["key"] != redacted || in.Labels["env"] != "prod" {
+			t.Errorf("%s: title %q description %q labels %v", where, in.Title, in.Description, in.Labels)
+		}
+	}
+	title, desc := "deploy "+redacted, "uses [REDACTED:secret-tok]\nand "+redacted
+	check("create", s, title, desc)
+	var got api.Session
+	f.mustCall("get", api.SessionRequest{Session: s.ID}, &got)
+	check("get", got, title, desc)
+	var l api.SessionList
+	f.mustCall("list", nil, &l)
+	if len(l.Sessions) != 1 {
+		t.Fatalf("list: %+v", l)
+	}
+	check("list", l.Sessions[0], title, desc)
+	cast, err := os.ReadFile(filepath.Join(f.data, "sessions", s.ID, "output.cast"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr, _, _ := bytes.Cut(cast, []byte("\n"))
+	if !bytes.Contains(hdr, []byte(`"title":"deploy `+redacted+`"`)) {
+		t.Errorf("the recording's header: %s", hdr)
+	}
+	for what, b := range map[string][]byte{"the recording": cast, "list": []byte(fmt.Sprint(l))} {
+		if bytes.Contains(b, []byte(fakeKey)) || bytes.Contains(b, []byte(secret)) {
+			t.Errorf("%s holds a key or the secret", what)
+		}
+	}
+
+	// update, and a title at its limit whose marker would make it longer.
+	long := strings.Repeat("x", api.MaxTitleBytes-len(secret)) + secret // its marker is a byte longer
+	d := "key " + fakeKey
+	f.mustCall("update", api.UpdateRequest{Session: s.ID, Title: &long, Description: &d, Labels: map[string]string{"key": "new " + fakeKey}}, &got)
+	if len(got.Title) > api.MaxTitleBytes || strings.Contains(got.Title, secret) || !strings.HasSuffix(got.Title, "…") ||
+		!strings.HasPrefix(got.Title, strings.Repeat("x", api.MaxTitleBytes-len(secret))+"[REDACTED:") {
+		t.Errorf("update: title %q (%d bytes)", got.Title, len(got.Title))
+	}
+	if got.Description != "key "+redacted || got.Labels["key"] != "new "+redacted {
+		t.Errorf("update: description %q labels %v", got.Description, got.Labels)
+	}
+	f.mustCall("list", nil, &l)
+	if strings.Contains(fmt.Sprint(l), fakeKey) {
+		t.Errorf("list after update: %+v", l)
 	}
 }
