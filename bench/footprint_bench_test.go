@@ -42,7 +42,9 @@ import (
 // memUse is the memory of a set of processes, in KiB, and their threads.
 type memUse struct{ rss, pss, threads int64 }
 
-func (m memUse) sub(o memUse) memUse { return memUse{m.rss - o.rss, m.pss - o.pss, m.threads - o.threads} }
+func (m memUse) sub(o memUse) memUse {
+	return memUse{m.rss - o.rss, m.pss - o.pss, m.threads - o.threads}
+}
 
 // threadsOf is the number of threads of pid.
 func threadsOf(pid int) int64 {
