@@ -95,6 +95,10 @@ type guardRequest struct {
 	challenge string
 	line      string
 	marks     uint64 // Session.guardMarks when it came
+	// unaccepted: a command the shell runs while no line is accepted (readline's
+	// expansions, bind -x, completion; kind "r"): decided alone, never cached by
+	// key, and its denial belongs to no block.
+	unaccepted bool
 }
 
 // parseGuardRequest parses one request frame (without its NUL). ok is false for a
@@ -117,6 +121,8 @@ func parseGuardRequest(frame []byte, nonce string) (req guardRequest, ok bool) {
 	switch f[4] {
 	case "l": // the line itself
 		req.line = string(body)
+	case "r": // a command run while no line is accepted
+		req.line, req.unaccepted = string(body), true
 	case "h": // bash's `history 1`: "  NUM  LINE\n" (HISTTIMEFORMAT empty)
 		line, ok := historyLine(body)
 		if !ok {
@@ -372,10 +378,13 @@ func (g *guard) frame(frame []byte) {
 	g.s.mu.Lock()
 	req.marks = g.s.guardMarks
 	g.s.guarding++
-	if g.s.guardKey < req.key {
-		// The shell asks about a newer line: the one still being decided was
-		// abandoned (Ctrl-C while it waited).
-		g.s.guardKey = req.key
+	if g.s.guardKey < req.key && !req.unaccepted || g.s.guardAbortAny {
+		// The shell asks about a newer line, or asks again while an unaccepted
+		// command waits: the one still being decided was abandoned (Ctrl-C while it
+		// waited).
+		if !req.unaccepted {
+			g.s.guardKey = req.key
+		}
 		if g.s.guardAbort != nil {
 			g.s.guardAbort()
 		}
@@ -423,7 +432,7 @@ func (g *guard) workLoop() {
 		}
 		v, known := GuardVerdict{}, false
 		for _, d := range recent {
-			if d.key == req.key {
+			if d.key == req.key && !req.unaccepted {
 				v, known = d.v, true
 			}
 		}
@@ -432,8 +441,8 @@ func (g *guard) workLoop() {
 			// earlier line (a background job): it is decided like any other.
 			ctx, cancel := context.WithCancel(g.ctx)
 			g.s.mu.Lock()
-			if req.key == g.s.guardKey {
-				g.s.guardAbort = cancel
+			if req.key == g.s.guardKey || req.unaccepted {
+				g.s.guardAbort, g.s.guardAbortAny = cancel, req.unaccepted
 			}
 			g.s.mu.Unlock()
 			v = g.call(ctx, req.line)
@@ -441,22 +450,25 @@ func (g *guard) workLoop() {
 				v.Message = "the line was abandoned before it was decided"
 			}
 			cancel()
-			recent = append(recent, decided{req.key, v})
-			if len(recent) > guardRecent {
-				recent = recent[1:]
+			if !req.unaccepted {
+				recent = append(recent, decided{req.key, v})
+				if len(recent) > guardRecent {
+					recent = recent[1:]
+				}
 			}
 		}
 		// Decided: the session is no longer waiting for the guard once the shell can
 		// go on, so the state and the denial are in place before it is told.
 		g.s.mu.Lock()
-		g.s.guardAbort = nil
-		if !v.Allow && !known {
+		g.s.guardAbort, g.s.guardAbortAny = nil, false
+		if !v.Allow && !known && !req.unaccepted {
 			g.s.denied = &denial{note: deniedNote(v), line: req.line, block: g.s.openBlockLocked()}
 		}
 		g.s.guarding--
 		// Unless the shell already moved on (it gave up on this answer), it acts
 		// on it next: not idle until it does.
-		g.s.guardAwait = g.s.guardMarks == req.marks
+		// (An unaccepted command is no line: no mark follows.)
+		g.s.guardAwait = g.s.guardMarks == req.marks && !req.unaccepted
 		g.s.updateStateLocked()
 		g.s.broadcastLocked()
 		g.s.mu.Unlock()

@@ -28,6 +28,26 @@ package session
 // checked, `set -o history` included: a guarded shell whose history was turned off
 // runs nothing more (fail closed; the shell says so).
 //
+// Commands also run while no line has been accepted: readline's shell-expand-line
+// (Esc C-e) and its kin run the command substitutions of the unaccepted line, bind -x
+// runs its command, programmable completion its functions. They run with the command
+// number of the line before, so the trap would take them for more of that line. The
+// trap therefore carries, as literals set at each prompt by __fm_garm, the command
+// number and the history number the prompt began with: a command with that command
+// number is not part of an accepted line (an accepted line that runs a command has
+// the next one). Such a command runs only when the guard allows it ($BASH_COMMAND,
+// asked like a line; once per text until the next prompt), except the prompt's own:
+// our hooks (by name, and the commands inside them) and, once PROMPT_COMMAND began
+// (__fm_precmd or __fm_guard, seen by the trap in the shell), PROMPT_COMMAND and PS1
+// up to the end of PS1, which sets __fm_acc back to 0 (so the prompt's hooks and
+// PS1's command substitutions cost nothing). The literals, not variables, because the
+// unaccepted line's expansions can assign variables ($((v=1)) any integer, ${v:=x}
+// any string when v is null or unset) but not traps; so the state the trap trusts is
+// either a literal, a string only a command sets and never null (__fm_acc is p only
+// from the trap, __fm_udbg is - for none), or reset by PS0 after the line was
+// accepted (__fm_gkey, __fm_lh): a forged value makes the trap ask or refuse, never
+// skip a check.
+//
 // A user's DEBUG trap (at startup or set later, e.g. by bash-preexec) runs from ours,
 // with $_ as it was. At each prompt __fm_garm, run by the guard, checks that our
 // trap saw the very call of __fm_garm, and puts it back (keeping the new one as the
@@ -36,37 +56,61 @@ const bashGuard = `# fleetmux guard (generated): lines typed at the prompt are c
 exec {__fm_gfd}<&4 4<&-
 __fm_hash='\#'
 __fm_gkey=${__fm_hash@P}
-__fm_gdeny= __fm_udbg= __fm_gseen=0 __fm_hnext=$HISTCMD __fm_lh=-1
+__fm_gdeny= __fm_udbg=- __fm_gseen=0 __fm_lh=-1 __fm_acc=p __fm_rlok=-
 # PS0 (the shell itself, after it read a line and before it runs any of it) notes the
-# line's history number: a subshell's $HISTCMD is not the shell's.
-__fm_lhrec='${__fm_nil[__fm_lh=HISTCMD]}'
-# The trap: a command of the line already checked and allowed (the same command
-# number), with no denial and no user trap to run, goes on without a function call;
-# anything else (a new line, the call of __fm_garm, a denial, a user's trap) is
-# __fm_dbg's. [[ ]] leaves $_ as it was.
-__fm_gtrap='[[ ${__fm_hash@P} == "$__fm_gkey" && -z $__fm_gdeny$__fm_udbg && $BASH_COMMAND != __fm_garm ]] || __fm_dbg "$_"'
+# line's history number (a subshell's $HISTCMD is not the shell's) and forgets the
+# last line decided (the unaccepted line's expansions may have set either).
+__fm_lhrec='${__fm_nil[__fm_lh=HISTCMD]}${__fm_nil[__fm_gkey=-1,0]}'
+# The end of PS1: the prompt's own commands are done, the user's turn begins.
+__fm_accrec='${__fm_nil[__fm_acc=0]}'
+# The trap: a command of a line already checked and allowed (the command number it
+# was decided with, not the prompt's: no line ran then), with no denial and no user
+# trap to run, goes on without a function call; anything else (a new line, a command
+# while no line is accepted, the call of __fm_garm, a denial, a user's trap) is
+# __fm_dbg's. [[ ]] leaves $_ as it was. @K@ and @H@: the prompt's command and history
+# numbers, put in by __fm_garm at each prompt.
+__fm_gtrap='[[ ${__fm_hash@P} == "$__fm_gkey" && ${__fm_hash@P} != @K@ && -z $__fm_gdeny && $__fm_udbg == - && $BASH_COMMAND != __fm_garm ]] || __fm_dbg "$_" @K@ @H@'
 __fm_gsay() { builtin printf 'fleetmux: %s\n' "$1" >&2; }
+# __fm_dbg $_ K H: K and H, the command and history numbers at the prompt.
 __fm_dbg() {
 	[[ $BASH_COMMAND == __fm_garm ]] && __fm_gseen=1
 	local __fm_n=${__fm_hash@P}
-	if [[ $__fm_n != "$__fm_gkey" ]]; then
+	if [[ $__fm_n == "$2" ]]; then
+		# No line ran a command since the prompt: the prompt's own (PROMPT_COMMAND
+		# and PS1 once __fm_acc is p), or readline runs it, or the prompt begins.
+		[[ $__fm_acc != p ]] && case $BASH_COMMAND in
+		__fm_precmd | __fm_guard) __fm_acc=p ;;
+		__fm_garm) ;;
+		*)
+			if [[ ${FUNCNAME[1]-} != __fm_* && $__fm_rlok != *$'\x1f'"$BASH_COMMAND"$'\x1f'* ]]; then
+				__fm_check "$BASH_COMMAND" r || return 1
+				[[ $BASH_COMMAND == *$'\x1f'* ]] || __fm_rlok+=$'\x1f'"$BASH_COMMAND"$'\x1f'
+			fi ;;
+		esac
+	elif [[ $__fm_n != "$__fm_gkey" ]]; then
 		__fm_gkey=$__fm_n
 		# PS0 sees $HISTCMD one past the line's own number once the line is in.
-		if [[ $__fm_hnext == 0 || $__fm_lh != $((__fm_hnext + 1)) ]]; then
+		if [[ $3 == 0 || $__fm_lh != $(($3 + 1)) ]]; then
 			# Not in the history as its newest entry: history 1 is an older line.
 			__fm_gdeny=$__fm_n:$HISTCMD
 			__fm_gsay "this line cannot be checked, so it does not run: the shell did not keep it in its history (after set +o history, a guarded shell runs nothing more: start a new session)"
 			return 1
 		fi
 		__fm_check || __fm_gdeny=$__fm_n:$HISTCMD
+		[[ $__fm_gdeny == "$__fm_n:$HISTCMD" ]] && return 1
+	elif [[ $__fm_gdeny == "$__fm_n:$HISTCMD" ]]; then
+		return 1
 	fi
-	[[ $__fm_gdeny == "$__fm_n:$HISTCMD" ]] && return 1
-	if [[ -n $__fm_udbg ]]; then
+	if [[ $__fm_udbg != - ]]; then
 		: "$1"
 		builtin eval "$__fm_udbg"
 		return
 	fi
 	return 0
+}
+__fm_gtrapset() {
+	local __fm_t=${__fm_gtrap//@K@/${__fm_hash@P}}
+	builtin trap "${__fm_t//@H@/$HISTCMD}" DEBUG
 }
 __fm_check() {
 	local __fm_c=${SRANDOM:-$RANDOM$RANDOM$RANDOM} __fm_a __fm_a2 __fm_cc __fm_v __fm_r __fm_m
@@ -78,7 +122,13 @@ __fm_check() {
 			return 1
 		}
 	done
-	{ builtin printf 'Q %s %s %s h\n' "$__fm_nonce" "$__fm_gkey" "$__fm_c" && HISTTIMEFORMAT= builtin history 1 && builtin printf '\0'; } >&"$__fm_gfd" 2>/dev/null || {
+	# __fm_check: the line (history 1); __fm_check CMD r: a command run while no line
+	# is accepted.
+	if [[ $2 == r ]]; then
+		builtin printf 'Q %s 0 %s r\n%s\0' "$__fm_nonce" "$__fm_c" "$1"
+	else
+		builtin printf 'Q %s %s %s h\n' "$__fm_nonce" "$__fm_gkey" "$__fm_c" && HISTTIMEFORMAT= builtin history 1 && builtin printf '\0'
+	fi >&"$__fm_gfd" 2>/dev/null || {
 		__fm_gsay "the guard cannot be asked, so the line does not run"
 		return 1
 	}
@@ -108,9 +158,11 @@ __fm_check() {
 	return 1
 }
 __fm_garm() {
-	# Nothing to do (every prompt but a few): one command, as the trap runs for each.
-	if [[ $__fm_gseen == 1 && $- == *T* && $BASHOPTS == *cmdhist*extdebug*lithist* && -z $HISTCONTROL && -z ${HISTIGNORE-} && ${HISTSIZE-} != 0 && $PS0 == *"$__fm_lhrec" ]]; then
-		__fm_gseen=0 __fm_hnext=$HISTCMD __fm_lh=-1 __fm_gdeny=
+	# Nothing to do (every prompt but a few): few commands, as the trap runs for each.
+	# The trap gets this prompt's numbers; PS1, expanded next, is the prompt's own.
+	if [[ $__fm_gseen == 1 && $- == *T* && $BASHOPTS == *cmdhist*extdebug*lithist* && -z $HISTCONTROL && -z ${HISTIGNORE-} && ${HISTSIZE-} != 0 && $PS0 == *"$__fm_lhrec" && $PS1 == *"$__fm_accrec" ]]; then
+		__fm_gseen=0 __fm_lh=-1 __fm_gdeny= __fm_rlok=- __fm_acc=p
+		__fm_gtrapset
 		return 0
 	fi
 	if [[ $__fm_gseen != 1 ]]; then
@@ -121,8 +173,8 @@ __fm_garm() {
 			__fm_t=${__fm_t#trap -- }
 			builtin eval "__fm_udbg=${__fm_t% DEBUG}"
 		fi
-		builtin trap "$__fm_gtrap" DEBUG
 	fi
+	__fm_gtrapset
 	__fm_gseen=0 __fm_gdeny=
 	builtin shopt -q extdebug || builtin shopt -s extdebug
 	# extdebug turns functrace on, set +T alone turns it off: a subshell (a line
@@ -134,13 +186,14 @@ __fm_garm() {
 	[[ -n ${HISTIGNORE-} ]] && HISTIGNORE=
 	[[ ${HISTSIZE-} == 0 ]] && HISTSIZE=500
 	[[ $PS0 == *"$__fm_lhrec" ]] || PS0=${PS0//"$__fm_lhrec"/}$__fm_lhrec
-	__fm_hnext=$HISTCMD __fm_lh=-1
+	[[ $PS1 == *"$__fm_accrec" ]] || PS1=${PS1//"$__fm_accrec"/}$__fm_accrec
+	__fm_lh=-1 __fm_rlok=- __fm_acc=p
 	return 0
 }
 builtin shopt -s extdebug
 __fm_garm
-builtin readonly -f __fm_dbg __fm_check __fm_gsay __fm_garm
-builtin readonly __fm_gfd __fm_hash __fm_lhrec __fm_gtrap
+builtin readonly -f __fm_dbg __fm_check __fm_gsay __fm_garm __fm_gtrapset
+builtin readonly __fm_gfd __fm_hash __fm_lhrec __fm_accrec __fm_gtrap
 `
 
 // zshGuard follows zshHooks in a guarded session's .zshrc.

@@ -127,55 +127,56 @@ type Session struct {
 	writeMu sync.Mutex // serializes writes to the master
 	runMu   sync.Mutex // serializes Run submissions
 
-	mu           sync.Mutex // guards everything below
-	ring         *ring
-	changed      chan struct{} // closed and replaced on every change (output, marks, state), if taken: see changedLocked
-	changedTaken bool          // changed was handed to a possible waiter since it was made
-	noted        chan struct{} // the same, but not for plain output (a flood wakes only readers of it)
-	follow       follow        // the same for followers, held back while a caller waits
-	closed       bool
-	exited       bool
-	exitCode     *int
-	readDone     bool
-	cols, rows   int
-	title        string
-	description  string
-	labels       map[string]string
-	cwd          string
-	paste        bool        // bracketed paste mode of the foreground program
-	alt          []altToggle // recent alternate screen switches, oldest first (bounded)
-	seenPrompt   bool
-	integRemoved bool
-	guard        *guard             // nil without Config.Guard
-	guarding     int                // guard requests received and not answered yet
-	guardAwait   bool               // the shell was answered and has not said yet what it made of it (C, D, N or R)
-	guardMarks   uint64             // counts the C, D, N and R marks (a shell that moved on since it asked)
-	guardKey     uint64             // the newest line the shell asked the guard about
-	guardAbort   context.CancelFunc // ends the decision for guardKey, while one runs
-	denied       *denial            // the guard's latest "no", until the line's end mark
-	atPrompt     bool
-	inputOff     int64 // offset of the latest B (or A) mark: where typed input echoes
-	blocks       []*Block
-	cur          *Block // open block started by the shell (C seen, D not yet)
-	pending      *Block // block submitted by Run at the prompt, C not yet seen
-	fallback     *fallbackRun
-	lastExit     *int
-	shellStatus  *int // the shell's $? at its last D or N mark
-	lastReprompt int  // the number of the last R mark (bash's prompt count)
-	lost         bool // the session's shell runs without our hooks (see sample)
-	lastOutput   time.Time
-	waiting      bool   // foreground process is blocked reading the terminal (last sample)
-	waitGen      uint64 // bumped by forgetWaitingLocked: samples taken before are stale
-	waitCand     bool   // a shell block's program was seen waiting once, at output end waitCandEnd
-	waitCandEnd  int64
-	waitCandAt   time.Time
-	inflight     atomic.Bool  // the read loop holds a chunk it has not ingested yet
-	awaited      atomic.Int32 // Run and WaitBlock callers waiting for a block (see Awaited)
-	echo         bool
-	polled       bool // the kernel state has been sampled at least once
-	state        State
-	events       []Event
-	eventSeq     uint64
+	mu            sync.Mutex // guards everything below
+	ring          *ring
+	changed       chan struct{} // closed and replaced on every change (output, marks, state), if taken: see changedLocked
+	changedTaken  bool          // changed was handed to a possible waiter since it was made
+	noted         chan struct{} // the same, but not for plain output (a flood wakes only readers of it)
+	follow        follow        // the same for followers, held back while a caller waits
+	closed        bool
+	exited        bool
+	exitCode      *int
+	readDone      bool
+	cols, rows    int
+	title         string
+	description   string
+	labels        map[string]string
+	cwd           string
+	paste         bool        // bracketed paste mode of the foreground program
+	alt           []altToggle // recent alternate screen switches, oldest first (bounded)
+	seenPrompt    bool
+	integRemoved  bool
+	guard         *guard             // nil without Config.Guard
+	guarding      int                // guard requests received and not answered yet
+	guardAwait    bool               // the shell was answered and has not said yet what it made of it (C, D, N or R)
+	guardMarks    uint64             // counts the C, D, N and R marks (a shell that moved on since it asked)
+	guardKey      uint64             // the newest line the shell asked the guard about
+	guardAbort    context.CancelFunc // ends the decision for guardKey, while one runs
+	guardAbortAny bool               // guardAbort's is an unaccepted command's: any request ends it
+	denied        *denial            // the guard's latest "no", until the line's end mark
+	atPrompt      bool
+	inputOff      int64 // offset of the latest B (or A) mark: where typed input echoes
+	blocks        []*Block
+	cur           *Block // open block started by the shell (C seen, D not yet)
+	pending       *Block // block submitted by Run at the prompt, C not yet seen
+	fallback      *fallbackRun
+	lastExit      *int
+	shellStatus   *int // the shell's $? at its last D or N mark
+	lastReprompt  int  // the number of the last R mark (bash's prompt count)
+	lost          bool // the session's shell runs without our hooks (see sample)
+	lastOutput    time.Time
+	waiting       bool   // foreground process is blocked reading the terminal (last sample)
+	waitGen       uint64 // bumped by forgetWaitingLocked: samples taken before are stale
+	waitCand      bool   // a shell block's program was seen waiting once, at output end waitCandEnd
+	waitCandEnd   int64
+	waitCandAt    time.Time
+	inflight      atomic.Bool  // the read loop holds a chunk it has not ingested yet
+	awaited       atomic.Int32 // Run and WaitBlock callers waiting for a block (see Awaited)
+	echo          bool
+	polled        bool // the kernel state has been sampled at least once
+	state         State
+	events        []Event
+	eventSeq      uint64
 
 	hold         *held    // nil: a local PTY; see holder.go
 	redact       Redactor // nil: none; see redact.go

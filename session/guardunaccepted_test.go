@@ -1,0 +1,112 @@
+package session
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The attacks of the red-team review (issue 17): an editing command runs the command
+// substitutions of a line nobody accepted (bash: shell-expand-line, Esc C-e; zsh:
+// Tab, expand-or-complete), and the trap or the accept widgets let them through.
+
+// atPromptAfter types keys (no Enter) and waits until what must appear on the
+// screen does.
+func atPromptAfter(t *testing.T, s *Session, keys string, want string) {
+	t.Helper()
+	if _, err := s.Wait(ctxT(t), UntilIdle, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Input([]byte(keys)); err != nil {
+		t.Fatal(err)
+	}
+	// (Long lines wrap.)
+	for deadline := time.Now().Add(15 * time.Second); !strings.Contains(strings.ReplaceAll(screenText(t, s), "\n", ""), want); {
+		if time.Now().After(deadline) {
+			t.Fatalf("%q is not on the screen after %q:\n%s", want, keys, screenText(t, s))
+		}
+		waitChange(ctxT(t), s.Noted(), 50*time.Millisecond)
+	}
+}
+
+// clearLine drops the unaccepted line (Ctrl-U) and runs a line.
+func clearLine(t *testing.T, s *Session) {
+	t.Helper()
+	if err := s.Input([]byte("\x15")); err != nil {
+		t.Fatal(err)
+	}
+	runCode(t, s, "true", 0)
+}
+
+// TestGuardUnacceptedExpansion: a command substitution in a line not accepted runs
+// only when the guard allows it; a denied one does not run, and the shell says why.
+func TestGuardUnacceptedExpansion(t *testing.T) {
+	forEachShell(t, func(t *testing.T, shell string) {
+		g := newFakeGuard()
+		s := startGuarded(t, shell, g)
+		dir := t.TempDir()
+		expand := "\x1b\x05" // bash: Esc C-e, shell-expand-line
+		if shell == "zsh" {
+			expand = "\t" // zsh: Tab, expand-or-complete
+		}
+		for i, line := range []string{
+			"$(touch %s/DENY_a)",
+			"echo $(touch %s/DENY_b)",
+			"echo `touch %s/DENY_c`",
+			"echo $(echo ok; touch %s/DENY_d)",
+		} {
+			line = fmt.Sprintf(line, dir)
+			atPromptAfter(t, s, line+expand, "fleetmux: denied")
+			clearLine(t, s)
+			ents, _ := os.ReadDir(dir)
+			if len(ents) != 0 {
+				t.Fatalf("line %d %q: an unaccepted, denied command ran: %s exists", i, line, ents[0].Name())
+			}
+			// The screen is cleared for the next round.
+			runCode(t, s, "clear", 0)
+		}
+		// Allowed: the expansion works as before.
+		atPromptAfter(t, s, "echo $(echo ok-$((6*7)))"+expand, "echo ok-42")
+		clearLine(t, s)
+		asked := strings.Join(g.asked(), "\n")
+		if !strings.Contains(asked, "ok-") {
+			t.Fatalf("the guard was not asked about the unaccepted command; it saw:\n%s", asked)
+		}
+		if strings.Contains(asked, "__fm") {
+			t.Fatalf("the guard was asked about the integration's own commands:\n%s", asked)
+		}
+		// Lines still run, and are checked.
+		runCode(t, s, "echo after", 0)
+		typeLine(t, s, "touch "+dir+"/x # DENY")
+		noFile(t, filepath.Join(dir, "x"))
+	})
+}
+
+// TestGuardUnacceptedBindings: bash's bind -x commands and completion functions run
+// while no line is accepted: each command is decided like a line (a denied one does
+// not run), the integration's own hooks are never asked about.
+func TestGuardUnacceptedBindings(t *testing.T) {
+	g := newFakeGuard()
+	s := startGuarded(t, "bash", g)
+	dir := t.TempDir()
+	// The lines that set them up do not say DENY; the commands they bind do.
+	runCode(t, s, `w=DE; bind -x "\"\C-x\C-t\": touch `+dir+`/${w}NY_bind; touch `+dir+`/ok_bind"`, 0)
+	runCode(t, s, `w=DE; eval "_fmc() { touch `+dir+`/${w}NY_comp; touch `+dir+`/ok_comp; COMPREPLY=(zz); }"; complete -F _fmc fmcmd`, 0)
+	atPromptAfter(t, s, "\x18\x14", "fleetmux: denied")
+	atPromptAfter(t, s, "fmcmd \t", "zz")
+	clearLine(t, s)
+	for _, f := range []string{"DENY_bind", "DENY_comp"} {
+		noFile(t, filepath.Join(dir, f))
+	}
+	for _, f := range []string{"ok_bind", "ok_comp"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Fatalf("an allowed command of a binding did not run: %v", err)
+		}
+	}
+	if asked := strings.Join(g.asked(), "\n"); strings.Contains(asked, "__fm") {
+		t.Fatalf("the guard was asked about the integration's own commands:\n%s", asked)
+	}
+}
