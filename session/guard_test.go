@@ -473,6 +473,7 @@ func TestParseGuardRequest(t *testing.T) {
 		{"history", "Q 0123abcd 8 12 h\n  501  rm -rf /tmp/x\n", true, "rm -rf /tmp/x", 8},
 		{"history multi-line", "Q 0123abcd 8 12 h\n 3  for i in 1\ndo echo $i\ndone\n", true, "for i in 1\ndo echo $i\ndone", 8},
 		{"history edited", "Q 0123abcd 8 12 h\n    9* ls\n", true, "ls", 8},
+		{"unaccepted", "Q 0123abcd 0 12 r\ntouch x", true, "touch x", 0},
 		{"wrong nonce", "Q 0123abce 7 991 l\necho hi", false, "", 0},
 		{"no nonce", "Q  7 991 l\necho hi", false, "", 0},
 		{"no newline", "Q 0123abcd 7 991 l", false, "", 0},
@@ -483,7 +484,7 @@ func TestParseGuardRequest(t *testing.T) {
 		{"extra field", "Q 0123abcd 1 9 l x\necho", false, "", 0},
 	} {
 		req, ok := parseGuardRequest([]byte(tc.frame), nonce)
-		if ok != tc.ok || ok && (req.line != tc.line || req.key != tc.key) {
+		if ok != tc.ok || ok && (req.line != tc.line || req.key != tc.key || req.unaccepted != (tc.name == "unaccepted")) {
 			t.Errorf("%s: got %+v %v, want line %q key %d ok %v", tc.name, req, ok, tc.line, tc.key, tc.ok)
 		}
 	}

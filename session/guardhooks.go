@@ -204,12 +204,25 @@ builtin readonly __fm_gfd __fm_hash __fm_lhrec __fm_accrec __fm_gtrap
 // (send-break: the continuation too), so nothing of it runs and the prompt hook sends
 // N. A user's widget of the same name (a plugin's accept-line wrapper) runs from ours;
 // at each prompt __fm_garm wraps the widgets again when something replaced them.
+//
+// Editing commands run code too, before any line is accepted: Tab (expand-or-complete
+// and the completion widgets, whose completers may include _expand) and the expansion
+// widgets perform the unaccepted line's command substitutions, arithmetic, glob
+// qualifiers (e:...:) and parameter expansions (${(e)...}, ${v::=...}, which can
+// assign any variable, $functions[...] included, so no state of the shell's can tell
+// them from the prompt's own expansions). So these widgets are wrapped too: when the
+// line holds anything an expansion can run or assign through ($, a backquote, a
+// parenthesis, ~[), the guard is asked about the line first (kind r: not an accepted
+// line) and a denied one is not expanded (the shell says why). A plugin's widget that
+// expands the line itself without calling one of these is not covered.
 const zshGuard = `# fleetmux guard (generated): lines are checked before they are accepted
 zmodload -i zsh/zleparameter zsh/system 2>/dev/null
 exec {__fm_gfd}<&4 4<&-
 typeset -gi __fm_gkey=0
 typeset -ga __fm_gwidgets
 __fm_gwidgets=(accept-line accept-and-hold accept-line-and-down-history accept-and-infer-next-history)
+typeset -ga __fm_gxwidgets
+__fm_gxwidgets=(expand-or-complete expand-or-complete-prefix expand-word menu-expand-or-complete list-expand expand-cmd-path complete-word menu-complete reverse-menu-complete list-choices delete-char-or-list menu-select)
 # Output from a widget: zle -I moves below the line typed, and redraws after.
 __fm_gsay() {
 	zle -I
@@ -233,8 +246,13 @@ __fm_check() {
 		__fm_gsay "the guard is gone, so the line does not run"
 		return 1
 	fi
-	(( __fm_gkey++ ))
-	{ builtin print -rn -- "Q $__fm_nonce $__fm_gkey $__fm_c l"$'\n'"$1"$'\0' } 2>/dev/null >&$__fm_gfd || {
+	# __fm_check LINE: a line to accept; __fm_check TEXT r: a line to expand.
+	local __fm_k=0 __fm_kind=r
+	if [[ $2 != r ]]; then
+		(( __fm_gkey++ ))
+		__fm_k=$__fm_gkey __fm_kind=l
+	fi
+	{ builtin print -rn -- "Q $__fm_nonce $__fm_k $__fm_c $__fm_kind"$'\n'"$1"$'\0' } 2>/dev/null >&$__fm_gfd || {
 		__fm_gsay "the guard cannot be asked, so the line does not run"
 		return 1
 	}
@@ -273,12 +291,30 @@ __fm_accept() {
 	fi
 	zle __fm_orig_$__fm_gw
 }
+__fm_expand() {
+	# A wrapper that calls the widget it replaced, which is ours, while we expand.
+	if (( __fm_gxin )); then
+		zle .$WIDGET -- "$@"
+		return
+	fi
+	local __fm_l=$PREBUFFER$BUFFER
+	local -i __fm_gxin=1
+	if [[ $__fm_l == *[\$\(]* || $__fm_l == *$'\x60'* || $__fm_l == *'~['* ]] && ! __fm_check "$__fm_l" r; then
+		return 1
+	fi
+	zle __fm_orig_$WIDGET -- "$@"
+}
 __fm_garm() {
 	local __fm_w
 	for __fm_w in $__fm_gwidgets; do
 		[[ ${widgets[$__fm_w]-} == user:__fm_accept ]] && continue
 		zle -A $__fm_w __fm_orig_$__fm_w 2>/dev/null || zle -A .$__fm_w __fm_orig_$__fm_w
 		zle -N $__fm_w __fm_accept
+	done
+	for __fm_w in $__fm_gxwidgets; do
+		[[ ${widgets[$__fm_w]-} == user:__fm_expand ]] && continue
+		zle -A $__fm_w __fm_orig_$__fm_w 2>/dev/null || zle -A .$__fm_w __fm_orig_$__fm_w 2>/dev/null || continue
+		zle -N $__fm_w __fm_expand
 	done
 	return 0
 }

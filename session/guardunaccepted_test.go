@@ -110,3 +110,49 @@ func TestGuardUnacceptedBindings(t *testing.T) {
 		t.Fatalf("the guard was asked about the integration's own commands:\n%s", asked)
 	}
 }
+
+// TestGuardUnacceptedForgery: bash's shell-expand-line performs the unaccepted line's
+// assignments without running a command ($((v=…)), ${v:=…}); the state the trap
+// trusts cannot be forged that way into letting a later line or command through.
+func TestGuardUnacceptedForgery(t *testing.T) {
+	g := newFakeGuard()
+	s := startGuarded(t, "bash", g)
+	dir := t.TempDir()
+	for i, forge := range []string{
+		// The next line's command number as the line already decided.
+		"x $((__fm_gkey=${__fm_hash@P}+1))",
+		// A user's DEBUG trap to run after every allowed command.
+		"x ${__fm_udbg:=touch " + dir + "/DENY_u} ${__fm_udbg=touch " + dir + "/DENY_u}",
+		// The prompt's own phase, and a line left out of the history.
+		"x ${HISTIGNORE:=*DENY*} ${HISTCONTROL:=ignorespace} $((__fm_acc=1))",
+	} {
+		atPromptAfter(t, s, forge+"\x1b\x05", "x ")
+		if err := s.Input([]byte("\x15")); err != nil {
+			t.Fatal(err)
+		}
+		b := typeLine(t, s, " touch "+dir+"/DENY_l")
+		if b.ExitCode != nil {
+			t.Fatalf("forgery %d: a denied line ran (exit %d)", i, *b.ExitCode)
+		}
+		runCode(t, s, "true", 0)
+		ents, _ := os.ReadDir(dir)
+		if len(ents) != 0 {
+			t.Fatalf("forgery %d %q: %s exists", i, forge, ents[0].Name())
+		}
+	}
+}
+
+// TestGuardUnacceptedCompsys: zsh's completion system with the _expand completer
+// (compinit redefines the completion widgets after ours) expands a denied command
+// substitution only when the guard allows it.
+func TestGuardUnacceptedCompsys(t *testing.T) {
+	g := newFakeGuard()
+	s := startGuarded(t, "zsh", g)
+	dir := t.TempDir()
+	runCode(t, s, `autoload -Uz compinit && compinit -u -D && zstyle ':completion:*' completer _expand _complete`, 0)
+	atPromptAfter(t, s, "echo $(touch "+dir+"/DENY_x)\t", "fleetmux: denied")
+	clearLine(t, s)
+	noFile(t, filepath.Join(dir, "DENY_x"))
+	atPromptAfter(t, s, "echo $(echo ok-$((6*7)))\t", "echo ok-42")
+	clearLine(t, s)
+}
