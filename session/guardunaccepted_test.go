@@ -110,6 +110,17 @@ func TestGuardUnacceptedBindings(t *testing.T) {
 	if asked := strings.Join(g.asked(), "\n"); strings.Contains(asked, "__fm") {
 		t.Fatalf("the guard was asked about the integration's own commands:\n%s", asked)
 	}
+	// The prompt's own commands (PROMPT_COMMAND, PS1's substitutions) are not asked
+	// about, after a line and after an empty one.
+	runCode(t, s, `PROMPT_COMMAND+=('echo pcmark >/dev/null'); PS1='$(echo ps1mark-$((1+1)))'"$PS1"`, 0)
+	runCode(t, s, "true", 0)
+	atPromptAfter(t, s, "\r", "ps1mark-2")
+	runCode(t, s, "true", 0)
+	for _, a := range g.asked() {
+		if a == "echo ps1mark-$((1+1))" || a == "echo pcmark >/dev/null" {
+			t.Fatalf("the guard was asked about the prompt's own command %q", a)
+		}
+	}
 }
 
 // TestGuardUnacceptedForgery: bash's shell-expand-line performs the unaccepted line's
