@@ -68,3 +68,34 @@ func TestGuardShellChecksTypedLines(t *testing.T) {
 		})
 	}
 }
+
+// TestGuardShellUnaccepted: the red-team's attack through the node: input that runs a
+// command substitution without accepting the line (bash: Esc C-e, shell-expand-line;
+// zsh: Tab) is decided by the policy before the command runs.
+func TestGuardShellUnaccepted(t *testing.T) {
+	for _, shell := range []string{"bash", "zsh"} {
+		t.Run(shell, func(t *testing.T) {
+			if _, err := exec.LookPath(shell); err != nil {
+				t.Skipf("%s: %v", shell, err)
+			}
+			f, _ := guardFixture(t, markerPolicy, 4)
+			dir := t.TempDir()
+			s := f.create(api.CreateRequest{Shell: shell, Cwd: dir})
+			f.run(s.ID, "true")
+			marker := filepath.Join(dir, "marker")
+			keys := "$(touch " + marker + ")\x1b\x05"
+			if shell == "zsh" {
+				keys = "echo $(touch " + marker + ")\t"
+			}
+			f.mustCall("input", api.InputRequest{Session: s.ID, Data: keys}, nil)
+			testutil.Eventually(t, 15*time.Second, func() bool {
+				var sc api.Screen
+				return f.call("screen", api.SessionRequest{Session: s.ID}, &sc) == nil &&
+					strings.Contains(strings.Join(strings.Fields(sc.Text), ""), "fleetmux:deniedbyruleno-markers")
+			}, "the shell to say the unaccepted command was denied")
+			if fileThere(marker) {
+				t.Fatal("the marker exists: an unaccepted, denied command ran")
+			}
+		})
+	}
+}
