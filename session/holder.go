@@ -163,12 +163,20 @@ func (s *Session) startHeld(c *holder.Client, st *holder.Stream, guardConn *net.
 	go s.heldReadLoop()
 	go s.heldWaitLoop()
 	go s.pollLoop() // the screen's feeder starts when a program switches to the alternate screen
-	if guardConn != nil {
-		s.guard = newGuard(s, guardConn, guardKeep, nonce, s.cfg.Guard)
-		s.wg.Add(2)
-		go s.guard.readLoop()
-		go s.guard.workLoop()
+	s.startGuard(guardConn, guardKeep, nonce)
+}
+
+// startGuard starts answering the shell's guard questions on conn (nil: the
+// session has no guard). It runs before the session is handed out: s.guard is
+// read by Close and Detach only.
+func (s *Session) startGuard(conn *net.UnixConn, keep int, nonce string) {
+	if conn == nil {
+		return
 	}
+	s.guard = newGuard(s, conn, keep, nonce, s.cfg.Guard)
+	s.wg.Add(2)
+	go s.guard.readLoop()
+	go s.guard.workLoop()
 }
 
 // Reattach rebuilds session cfg.ID from the holder cfg.Holder (a new agent after a
@@ -245,7 +253,10 @@ func Reattach(cfg Config, known []Block) (*Session, error) {
 	}
 	end := st.Info.End
 	s.mu.Lock()
-	s.startHeld(cfg.Holder, st, guardConn, -1, st.Nonce) // no copy of the shell's end after a restart: see guard.go's unblock
+	// The guard starts once the backlog is in (below): a question the shell asked
+	// while no agent ran is answered after the replay of the marks before it, which
+	// would otherwise take the answer's denial for theirs.
+	s.startHeld(cfg.Holder, st, nil, -1, st.Nonce)
 	s.mu.Unlock()
 	// Wait until the backlog is in: the caller then sees the session as it was.
 	deadline := time.NewTimer(holderTimeout)
@@ -264,6 +275,7 @@ func Reattach(cfg Config, known []Block) (*Session, error) {
 		}
 		break
 	}
+	s.startGuard(guardConn, -1, st.Nonce) // no copy of the shell's end after a restart: see guard.go's unblock
 	s.mu.Lock()
 	s.adoptKnownLocked(known)
 	s.mu.Unlock()
