@@ -50,7 +50,7 @@ func peerAttack(path string) int {
 func startHolder(t *testing.T) (*Server, string) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "holder")
-	srv, err := Listen(Config{Dir: dir, Version: "test", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv, err := Listen(Config{Dir: dir, Version: "test", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), IdleExit: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -458,5 +458,72 @@ func TestServeHelper(t *testing.T) {
 	ctx, stop := signalContext()
 	defer stop()
 	_ = srv.Serve(ctx)
+	srv.Close()
+}
+
+// TestIdleExit: a holder with no session and no agent ends Serve after IdleExit (from
+// Listen, and from the moment the last session and connection are gone); a connected
+// agent or a held session keeps it.
+func TestIdleExit(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	dir := filepath.Join(t.TempDir(), "holder")
+	serve := func() (*Server, chan error) {
+		srv, err := Listen(Config{Dir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), IdleExit: idle})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { srv.Close() })
+		done := make(chan error, 1)
+		go func() { done <- srv.Serve(context.Background()) }()
+		return srv, done
+	}
+	exits := func(done chan error, what string) {
+		t.Helper()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("%s: serve: %v", what, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the holder did not exit", what)
+		}
+	}
+	stays := func(done chan error, what string) {
+		t.Helper()
+		select { // the absence of an exit for several idle periods: a bounded wait
+		case err := <-done:
+			t.Fatalf("%s: the holder exited (%v)", what, err)
+		case <-time.After(4 * idle):
+		}
+	}
+
+	// Nobody ever connects.
+	srv, done := serve()
+	exits(done, "never used")
+	srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if c, err := Dial(ctx, dir); err == nil {
+		c.Close()
+		t.Fatal("an idle holder that exited still answers")
+	}
+
+	// An agent connected, then a session held with no agent, then nothing.
+	srv, done = serve()
+	c := dialT(t, dir)
+	stays(done, "an agent connected")
+	info, master := spawnT(t, c, "s1", "sleep", "60")
+	master.Close()
+	c.Close()
+	stays(done, "a session held, no agent")
+	c = dialT(t, dir)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	if _, err := c.CloseSession(ctx2, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	stays(done, "the agent still connected")
+	c.Close()
+	exits(done, "no session and no agent")
 	srv.Close()
 }

@@ -34,6 +34,9 @@ const SocketName = "holder.sock"
 // maxMeta bounds an agent's description of a session.
 const maxMeta = 64 << 10
 
+// DefaultIdleExit is Config.IdleExit's default.
+const DefaultIdleExit = 10 * time.Second
+
 // closeGrace is how long a closed session's program has after SIGHUP before SIGKILL.
 const closeGrace = 2 * time.Second
 
@@ -46,6 +49,12 @@ type Config struct {
 	Version string
 	// Logger receives operational logs; default slog.Default().
 	Logger *slog.Logger
+	// IdleExit is how long the holder may hold no session with no agent connected
+	// before Serve returns (a holder with nothing to hold does not linger: the next
+	// agent launches another). It counts from Listen and from each moment the last
+	// session and the last connection are gone. Zero means DefaultIdleExit; negative,
+	// never.
+	IdleExit time.Duration
 }
 
 // Server is a running holder. Its sessions live until they exit and an agent closes
@@ -56,10 +65,12 @@ type Server struct {
 	ln   *net.UnixListener
 	path string
 
-	mu       sync.Mutex // guards sessions, conns and closed
+	mu       sync.Mutex // guards sessions, conns, closed and idled
 	sessions map[string]*held
 	conns    map[*conn]struct{}
 	closed   bool
+	idled    bool           // the idle exit fired: Serve returns, no agent is taken
+	idle     *time.Timer    // the idle exit (nil when never); armed while empty
 	wg       sync.WaitGroup // connection goroutines
 }
 
@@ -93,14 +104,44 @@ func Listen(cfg Config) (*Server, error) {
 		ln.Close()
 		return nil, fmt.Errorf("holder: %w", err)
 	}
-	return &Server{cfg: cfg, log: log, ln: ln, path: path, sessions: map[string]*held{}, conns: map[*conn]struct{}{}}, nil
+	s := &Server{cfg: cfg, log: log, ln: ln, path: path, sessions: map[string]*held{}, conns: map[*conn]struct{}{}}
+	switch {
+	case cfg.IdleExit == 0:
+		s.cfg.IdleExit = DefaultIdleExit
+	case cfg.IdleExit < 0:
+		return s, nil
+	}
+	s.idle = time.AfterFunc(s.cfg.IdleExit, s.idleFired)
+	return s, nil
+}
+
+// idleFired ends Serve when the holder is still empty; a session or an agent that
+// came since keeps it (the timer is armed again when they are gone).
+func (s *Server) idleFired() {
+	s.mu.Lock()
+	empty := len(s.sessions) == 0 && len(s.conns) == 0 && !s.closed
+	if empty {
+		s.idled = true
+	}
+	s.mu.Unlock()
+	if empty {
+		s.log.Info("holder exits: no session and no agent", "idle", s.cfg.IdleExit)
+		s.ln.Close()
+	}
+}
+
+// armIdleLocked starts the idle exit's count when the holder is empty. s.mu held.
+func (s *Server) armIdleLocked() {
+	if s.idle != nil && len(s.sessions) == 0 && len(s.conns) == 0 {
+		s.idle.Reset(s.cfg.IdleExit)
+	}
 }
 
 // Path is the socket's path.
 func (s *Server) Path() string { return s.path }
 
-// Serve accepts agents until ctx ends or Close; it then stops listening and returns
-// (the sessions stay until Close).
+// Serve accepts agents until ctx ends, Close, or the idle exit (Config.IdleExit);
+// it then stops listening and returns nil (the sessions stay until Close).
 func (s *Server) Serve(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { s.ln.Close() })
 	defer stop()
@@ -123,7 +164,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		}
 		hc := newConn(c)
 		s.mu.Lock()
-		if s.closed {
+		if s.closed || s.idled {
 			s.mu.Unlock()
 			c.Close()
 			return nil
@@ -138,7 +179,7 @@ func (s *Server) Serve(ctx context.Context) error {
 func (s *Server) isClosed() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.closed
+	return s.closed || s.idled
 }
 
 // Close stops listening, ends every session (SIGHUP, SIGKILL after a grace) and
@@ -150,6 +191,9 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closed = true
+	if s.idle != nil {
+		s.idle.Stop()
+	}
 	sessions := s.sessions
 	s.sessions = map[string]*held{}
 	for c := range s.conns {
@@ -173,6 +217,7 @@ func (s *Server) serveConn(c *conn) {
 	defer func() {
 		s.mu.Lock()
 		delete(s.conns, c)
+		s.armIdleLocked()
 		s.mu.Unlock()
 		c.close()
 	}()
