@@ -230,6 +230,11 @@ func (f *fleet) start(name, ns string, args ...string) *proc {
 	if len(args) > 0 && args[0] == "node" && !slices.Contains(args, "--trust-root") {
 		args = append(slices.Clone(args), "--trust-root", filepath.Join(f.keys, trust.RootPubFile))
 	}
+	// No holder unless the test asks for one (--holder, e.g. TestHolderSurvivesAgent,
+	// which runs its own): a node's holder is detached, so it would outlive the test.
+	if len(args) > 0 && args[0] == "node" && !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--holder") }) {
+		args = append(slices.Clone(args), "--holder=false")
+	}
 	argv := append([]string{fleetmuxBin}, args...)
 	if ns != "" {
 		argv = append([]string{"ip", "netns", "exec", ns}, argv...)

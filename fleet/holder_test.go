@@ -115,7 +115,7 @@ func TestHolderSurvivesAgent(t *testing.T) {
 	a := &apiClient{f: f, base: f.waitHTTPAPI(ctl, 30*time.Second)}
 	nodeCreds, subCreds := creds("node", "n1"), creds("subscriber", "dash")
 	data := filepath.Join(root, "n1")
-	f.start("holder", "", "holder", "--data", data) // its own service, as under systemd
+	f.start("holder", "", "holder", "--data", data, "--idle-exit=0") // its own service, as under systemd
 	f.eventually(10*time.Second, func() bool {
 		_, err := os.Stat(filepath.Join(data, "holder", "holder.sock"))
 		return err == nil

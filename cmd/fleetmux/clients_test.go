@@ -203,6 +203,7 @@ func enrollNode(t *testing.T, data, name, nats, gossip, listen string) *proc {
 		t.Fatal(err)
 	}
 	copyKeys(t, filepath.Join(dir, name+".keys"), filepath.Join(dir, "data", "keys")) // fleet.pub, gossip.key
+	endHolder(t, filepath.Join(dir, "data"))
 	return &proc{t: t, what: "node " + name, args: []string{"node", "--name", name, "--data", filepath.Join(dir, "data"),
 		"--nats", nats, "--nats-creds", creds, "--gossip-listen", "127.0.0.1:0", "--join", gossip},
 		ready: func() bool { return nodeStatus(listen, name) == api.NodeAlive }}

@@ -66,7 +66,7 @@ func devCmd() *cobra.Command {
 	o.recording.add(f)
 	f.IntVar(&o.maxSessions, "max-sessions", api.DefaultMaxSessions, "sessions alive at once")
 	f.BoolVar(&o.verbose, "verbose", false, "debug logs")
-	f.BoolVar(&o.holder, "holder", false, "keep the sessions in a holder process (DIR/holder/holder.sock; started detached when none runs) so they outlive this process; a later fleetmux dev --holder on the same --data reattaches")
+	f.BoolVar(&o.holder, "holder", true, "keep the sessions in a holder process (DIR/holder/holder.sock; started detached when none runs) so they outlive this process: a later fleetmux dev on the same --data reattaches them; --holder=false keeps them in this process (they end with it)")
 	return c
 }
 

@@ -37,6 +37,7 @@ func startDev(t *testing.T, extra ...string) string {
 	t.Setenv(envAddr, "")
 	t.Setenv(envToken, "")
 	data := "data"
+	endHolder(t, data) // after dev stops (cleanups run last first)
 	ctx, cancel := context.WithCancel(context.Background())
 	var out, errb testutil.Buffer
 	done := make(chan error, 1)

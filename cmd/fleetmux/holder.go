@@ -19,6 +19,7 @@ func holderDir(data string) string { return filepath.Join(data, "holder") }
 func holderCmd() *cobra.Command {
 	var data string
 	var verbose bool
+	var idle time.Duration
 	c := &cobra.Command{
 		Use:   "holder [--data DIR]",
 		Short: "Keep this host's session PTYs so they outlive the node agent",
@@ -28,13 +29,22 @@ func holderCmd() *cobra.Command {
 			"directory 0700; only its own user may connect). The node agent starts one itself\n" +
 			"when none runs (detached: its own session and process group); under systemd run\n" +
 			"it as a service of its own (or give the agent's unit KillMode=process) so stopping\n" +
-			"the agent does not stop it. SIGTERM or SIGINT ends it and every session it holds.",
+			"the agent does not stop it (and pass --idle-exit=0). SIGTERM or SIGINT ends it and\n" +
+			"every session it holds. A holder that holds no session and has no agent connected\n" +
+			"exits after --idle-exit.",
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			return runHolder(c.Context(), data, verbose, c.ErrOrStderr())
+			if idle < 0 {
+				return usageError("holder: --idle-exit %v: want 0 (never) or a positive duration", idle)
+			}
+			if idle == 0 {
+				idle = -1 // holder.Config: negative is never
+			}
+			return runHolder(c.Context(), data, idle, verbose, c.ErrOrStderr())
 		},
 	}
 	c.Flags().StringVar(&data, "data", ".fleetmux", "data directory (the holder uses DIR/holder/)")
+	c.Flags().DurationVar(&idle, "idle-exit", holder.DefaultIdleExit, "exit after this long with no session and no agent connected (0: never, e.g. as a service)")
 	c.Flags().BoolVar(&verbose, "verbose", false, "debug logs")
 	return c
 }
@@ -63,7 +73,7 @@ func ensureHolder(ctx context.Context, st *stack, on bool, data string) (*holder
 	return hc, nil
 }
 
-func runHolder(ctx context.Context, data string, verbose bool, stderr io.Writer) error {
+func runHolder(ctx context.Context, data string, idle time.Duration, verbose bool, stderr io.Writer) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -72,7 +82,7 @@ func runHolder(ctx context.Context, data string, verbose bool, stderr io.Writer)
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	log := newLogger(&lockedWriter{w: stderr}, verbose)
-	srv, err := holder.Listen(holder.Config{Dir: holderDir(data), Version: buildVersion(), Logger: log})
+	srv, err := holder.Listen(holder.Config{Dir: holderDir(data), Version: buildVersion(), Logger: log, IdleExit: idle})
 	if err != nil {
 		return err
 	}

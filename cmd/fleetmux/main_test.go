@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -14,7 +16,30 @@ import (
 	"github.com/fleetmux/fleetmux/session"
 )
 
-func TestMain(m *testing.M) { testutil.MainWithLeakCheck(m) }
+// TestMain runs the tests, then checks that they left no holder (checkHolders) and
+// no goroutine behind (as testutil.MainWithLeakCheck). With FLEETMUX_TEST_MAIN=1 the binary is fleetmux instead (the
+// holders that dev and node launch run it as `holder`); TestMain sets that for
+// every process the tests start.
+func TestMain(m *testing.M) {
+	if os.Getenv(envTestMain) == "1" {
+		main()
+	}
+	if err := os.Setenv(envTestMain, "1"); err != nil {
+		panic(err)
+	}
+	code := m.Run()
+	if err := checkHolders(); err != nil { // first: a holder's launcher waits for it
+		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+		code = 1
+	}
+	if code == 0 {
+		if leaked := testutil.LeakCheck(5 * time.Second); len(leaked) > 0 {
+			fmt.Fprintf(os.Stderr, "FAIL: %d goroutines leaked after the tests:\n\n%s\n", len(leaked), strings.Join(leaked, "\n\n"))
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 // needBash skips (or, under CI, fails) without bash, and gives the test an empty HOME
 // so that the machine's own rc files (slow plugin managers, stale locks) stay out.
@@ -119,6 +144,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"try", "--timeout", "0s", "--", "x"}, "try: --timeout 0s: want a positive duration"},
 		{[]string{"try", "--timeout", "soon", "--", "x"}, `try: invalid argument "soon" for "--timeout"`},
 		{[]string{"try", "--bogus"}, "try: unknown flag: --bogus (see fleetmux try --help)"},
+		{[]string{"holder", "--data", "x", "--idle-exit", "-1s"}, "holder: --idle-exit -1s: want 0 (never) or a positive duration"},
 		{[]string{"--bogus"}, "unknown flag: --bogus (see fleetmux --help)"},
 		{[]string{"bogus"}, `unknown command "bogus"`},
 	}

@@ -75,7 +75,7 @@ func nodeCmd() *cobra.Command {
 	f.IntVar(&o.maxSessions, "max-sessions", api.DefaultMaxSessions, "sessions alive at once")
 	o.recording.add(f)
 	f.BoolVar(&o.verbose, "verbose", false, "debug logs")
-	f.BoolVar(&o.holder, "holder", false, "keep the sessions in a holder process (DIR/holder/holder.sock; started detached when none runs) so they outlive this agent: a stop or crash of the agent leaves them running and the next agent reattaches")
+	f.BoolVar(&o.holder, "holder", true, "keep the sessions in a holder process (DIR/holder/holder.sock; started detached when none runs) so they outlive this agent: a stop or crash of the agent leaves them running and the next agent reattaches; --holder=false keeps them in the agent (they end with it)")
 	return c
 }
 

@@ -65,8 +65,10 @@ func TestNodeServesOverNATS(t *testing.T) {
 		return map[string]string{api.HeaderAuth: h}
 	}
 	done := make(chan error, 1)
+	nodeData := t.TempDir()
+	endHolder(t, nodeData)
 	go func() {
-		done <- run(ctx, []string{"node", "--name", "cmdnode", "--nats", srv.ClientURL(), "--nats-creds", credsFile, "--data", t.TempDir(), "--label", "role=test",
+		done <- run(ctx, []string{"node", "--name", "cmdnode", "--nats", srv.ClientURL(), "--nats-creds", credsFile, "--data", nodeData, "--label", "role=test",
 			"--trust-root", filepath.Join(dir, "cmdnode.keys", trust.RootPubFile)}, &bytes.Buffer{}, &errb)
 	}()
 	defer func() {

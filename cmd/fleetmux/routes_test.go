@@ -116,6 +116,7 @@ func TestControllerNATSRoutes(t *testing.T) {
 	}
 	a := ctl("ctl-a", dataA, ad[0], ad[2], ad[3], ad[4])
 	b := ctl("ctl-b", dataB, ad[1], ad[3], ad[2], ad[5])
+	endHolder(t, filepath.Join(dir, "node"))
 	start("node", "--name", "rn", "--data", filepath.Join(dir, "node"), "--nats", "nats://"+ad[1], "--nats-creds", nodeCreds,
 		"--trust-root", filepath.Join(dir, "n.keys", "fleet.pub"), // written by enroll next to the creds
 		"--gossip-listen", "127.0.0.1:0", "--join", ad[4])
