@@ -160,17 +160,17 @@ func (f footprint) per() memUse {
 
 // devFootprint starts `fleetmux dev` from bin, one warm-up session (not counted),
 // then n sessions, waits until all are idle at their prompt, and measures.
-// With holder, dev keeps its sessions in a holder process (--holder), whose memory
-// counts too.
-func devFootprint(t *testing.T, e benchEnv, name, bin string, n int, holder bool) footprint {
+// holderFlag is dev's --holder flag ("" for a build that has none): with --holder,
+// dev keeps its sessions in a holder process, whose memory counts too.
+func devFootprint(t *testing.T, e benchEnv, name, bin string, n int, holderFlag string) footprint {
 	t.Helper()
 	dir := t.TempDir()
 	out := &testutil.Buffer{Tail: 8 << 10}
 	args := []string{"dev", "--data", filepath.Join(dir, "data"), "--name", devNode,
 		"--http-listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--gossip-listen", "127.0.0.1:0",
 		"--ssh-listen", "off", "--max-sessions", strconv.Itoa(n + 1)}
-	if holder {
-		args = append(args, "--holder")
+	if holderFlag != "" {
+		args = append(args, holderFlag)
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Dir, cmd.Env = e.dir, slices.Clone(e.base)
@@ -312,19 +312,19 @@ func TestFootprintReport(t *testing.T) {
 	e := newBenchEnv(t)
 	type build struct {
 		name, bin string
-		holder    bool
+		holder    string // dev's --holder flag
 	}
 	bin, err := testutil.BuildFleetmux(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	builds := []build{{"fleetmux (this tree)", bin, false}, {"fleetmux --holder (this tree)", bin, true}}
+	builds := []build{{"fleetmux (this tree)", bin, "--holder=false"}, {"fleetmux --holder (this tree)", bin, "--holder"}}
 	if old := os.Getenv("FLEETMUX_BENCH_OLD"); old != "" {
 		ob, err := buildAt(old, t.TempDir())
 		if err != nil {
 			t.Fatal(err)
 		}
-		builds = append([]build{{"fleetmux (" + filepath.Base(old) + ")", ob, false}}, builds...)
+		builds = append([]build{{"fleetmux (" + filepath.Base(old) + ")", ob, ""}}, builds...)
 	}
 	var rows []footprint
 	for _, b := range builds {

@@ -81,7 +81,7 @@ func startDevProc(tb testing.TB, e benchEnv) (*devProc, error) {
 	d := &devProc{out: &testutil.Buffer{Tail: 4 << 10}}
 	d.cmd = exec.Command(bin, "dev", "--data", filepath.Join(dir, "data"), "--name", devNode,
 		"--http-listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--gossip-listen", "127.0.0.1:0",
-		"--ssh-listen", "127.0.0.1:0", "--authorized-keys", ak)
+		"--ssh-listen", "127.0.0.1:0", "--authorized-keys", ak, "--holder=false") // a holder would outlive the test
 	d.cmd.Dir, d.cmd.Env = e.dir, slices.Clone(e.base)
 	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
