@@ -35,12 +35,17 @@ package session
 // trap therefore carries, as literals set at each prompt by __fm_garm, the command
 // number and the history number the prompt began with: a command with that command
 // number is not part of an accepted line (an accepted line that runs a command has
-// the next one). Such a command runs only when the guard allows it ($BASH_COMMAND,
-// asked like a line; once per text until the next prompt), except the prompt's own:
-// our hooks (by name, and the commands inside them) and, once PROMPT_COMMAND began
-// (__fm_precmd or __fm_guard, seen by the trap in the shell), PROMPT_COMMAND and PS1
-// up to the end of PS1, which sets __fm_acc back to 0 (so the prompt's hooks and
-// PS1's command substitutions cost nothing). The literals, not variables, because the
+// the next one), nor one with the next history number (the prompt after a line: the
+// line is in the history then). Such a command runs only when the guard allows it
+// ($BASH_COMMAND, asked like a line; once per text until the next prompt), except the
+// prompt's own: our hooks (by name, and the commands inside them) and, once
+// PROMPT_COMMAND began (__fm_precmd or __fm_guard, seen by the trap in the shell) and
+// __fm_gprompt found it and the prompt strings as the last prompt's hooks left them,
+// PROMPT_COMMAND and PS1 up to the end of PS1, which sets __fm_acc back to 0 (so the
+// prompt's hooks and PS1's command substitutions cost nothing). What changed since is
+// asked about first, as a whole (an unaccepted line's ${PROMPT_COMMAND[9]:=…} plants
+// an element without running a command); the snapshot it is compared with is the
+// body of a function (__fm_gsnap), which an expansion cannot define. The literals, not variables, because the
 // unaccepted line's expansions can assign variables ($((v=1)) any integer, ${v:=x}
 // any string when v is null or unset) but not traps; so the state the trap trusts is
 // either a literal, a string only a command sets and never null (__fm_acc is p only
@@ -69,17 +74,18 @@ __fm_accrec='${__fm_nil[__fm_acc=0]}'
 # while no line is accepted, the call of __fm_garm, a denial, a user's trap) is
 # __fm_dbg's. [[ ]] leaves $_ as it was. @K@ and @H@: the prompt's command and history
 # numbers, put in by __fm_garm at each prompt.
-__fm_gtrap='[[ ${__fm_hash@P} == "$__fm_gkey" && ${__fm_hash@P} != @K@ && -z $__fm_gdeny && $__fm_udbg == - && $BASH_COMMAND != __fm_garm ]] || __fm_dbg "$_" @K@ @H@'
+__fm_gtrap='[[ ( ${__fm_hash@P} == "$__fm_gkey" && ${__fm_hash@P} != @K@ && $HISTCMD == @H@ && -z $__fm_gdeny || $__fm_acc == p ) && $__fm_udbg == - && $BASH_COMMAND != __fm_garm ]] || __fm_dbg "$_" @K@ @H@'
 __fm_gsay() { builtin printf 'fleetmux: %s\n' "$1" >&2; }
 # __fm_dbg $_ K H: K and H, the command and history numbers at the prompt.
 __fm_dbg() {
 	[[ $BASH_COMMAND == __fm_garm ]] && __fm_gseen=1
 	local __fm_n=${__fm_hash@P}
-	if [[ $__fm_n == "$2" ]]; then
-		# No line ran a command since the prompt: the prompt's own (PROMPT_COMMAND
-		# and PS1 once __fm_acc is p), or readline runs it, or the prompt begins.
+	if [[ $__fm_n == "$2" || $HISTCMD == $(($3 + 1)) ]]; then
+		# No line ran a command since the prompt (or the line is over: the history
+		# number is the next one's): the prompt's own (PROMPT_COMMAND and PS1 once __fm_acc is
+		# p), or readline runs it, or the prompt begins.
 		[[ $__fm_acc != p ]] && case $BASH_COMMAND in
-		__fm_precmd | __fm_guard) __fm_acc=p ;;
+		__fm_precmd | __fm_guard) [[ $__fm_acc == s ]] || __fm_gprompt ;;
 		__fm_garm) ;;
 		*)
 			if [[ ${FUNCNAME[1]-} != __fm_* && $__fm_rlok != *$'\x1f'"$BASH_COMMAND"$'\x1f'* ]]; then
@@ -106,6 +112,68 @@ __fm_dbg() {
 		builtin eval "$__fm_udbg"
 		return
 	fi
+	return 0
+}
+# The state __fm_gprompt compares: PROMPT_COMMAND (every element) and the prompt
+# strings whose command substitutions run in the prompt's own phase (PS1; PS4 with
+# xtrace). __fm_gsnap holds it as the last trusted prompt's hooks left it, and
+# __fm_gsnapold the parts, as literals in their bodies (an expansion can assign
+# variables, not define functions); __fm_gsnapset defines them anew when the state
+# changed. Few commands: the trap runs for each.
+__fm_gsnap() { __fm_pst=; }
+__fm_gsnapold() { __fm_pco=() __fm_p1o= __fm_p4o= __fm_p4set=; }
+__fm_gsnapset() {
+	local __fm_s=${PROMPT_COMMAND[@]@A}$'\x1f'$PS1$'\x1f'${PS4-} __fm_d= __fm_i
+	__fm_gsnap
+	[[ $__fm_s == "$__fm_pst" ]] && return 0
+	for __fm_i in "${!PROMPT_COMMAND[@]}"; do __fm_d+=" [$__fm_i]=${PROMPT_COMMAND[__fm_i]@Q}"; done
+	builtin eval "__fm_gsnap() { __fm_pst=${__fm_s@Q}; }"
+	builtin eval "__fm_gsnapold() { __fm_p1o=${PS1@Q} __fm_p4o=${PS4@Q} __fm_p4set=${PS4+1}; __fm_pco=($__fm_d); }"
+}
+# __fm_gprompt, as the prompt begins (at __fm_precmd, or __fm_guard when precmd is
+# gone): the prompt's commands run unasked (__fm_acc=p) when PROMPT_COMMAND and the
+# prompt strings are as the last prompt's hooks left them. Else something changed
+# them since: an accepted line, or an unaccepted line's expansion (Esc C-e performs
+# ${PROMPT_COMMAND[9]:=…} without running a command). Each changed element, and a
+# changed prompt string's text when it has a command substitution, is asked about
+# like a line (kind r); when all are allowed the new state is trusted (garm takes it
+# as the snapshot), else the old state is put back and nothing of this prompt runs
+# unasked (__fm_acc=s, until the end of PS1: the elements already copied for this
+# prompt are asked about command by command). It runs from the trap (so without it).
+__fm_gprompt() {
+	__fm_acc=p
+	__fm_gsnap
+	[[ ${PROMPT_COMMAND[@]@A}$'\x1f'$PS1$'\x1f'${PS4-} == "$__fm_pst" ]] && return 0
+	__fm_gsnapold
+	local __fm_i __fm_t __fm_ok=1
+	for __fm_i in "${!PROMPT_COMMAND[@]}"; do
+		__fm_t=${PROMPT_COMMAND[__fm_i]}
+		[[ -n ${__fm_pco[__fm_i]+1} && $__fm_t == "${__fm_pco[__fm_i]}" ]] && continue
+		__fm_t=${__fm_t#__fm_precmd}
+		__fm_t=${__fm_t#$'\n'}
+		[[ -z $__fm_t || $__fm_t == __fm_guard ]] && continue
+		__fm_check "$__fm_t" r || { __fm_ok=0; break; }
+	done
+	if [[ $__fm_ok == 1 && $PS1 != "$__fm_p1o" ]]; then
+		__fm_t=${PS1//"$__fm_accrec"/}
+		__fm_t=${__fm_t/'\[${__fm_nil[${PROMPT_COMMAND[2147483647]:=__fm_guard}]}'*'${__fm_A}\]'/}
+		__fm_t=${__fm_t//'\[${__fm_B}\]'/}
+		if [[ $__fm_t == *'$('* || $__fm_t == *$'\x60'* ]]; then __fm_check "$__fm_t" r || __fm_ok=0; fi
+	fi
+	if [[ $__fm_ok == 1 && ${PS4-} != "$__fm_p4o" && ( ${PS4-} == *'$('* || ${PS4-} == *$'\x60'* ) ]]; then
+		__fm_check "$PS4" r || __fm_ok=0
+	fi
+	[[ $__fm_ok == 1 ]] && return 0
+	__fm_acc=s
+	# An element 0 without __fm_precmd stays (precmd did not run: __fm_guard then
+	# ends the block, and __fm_arm puts precmd back in front of it).
+	__fm_t=${PROMPT_COMMAND[0]-}
+	builtin unset PROMPT_COMMAND
+	for __fm_i in "${!__fm_pco[@]}"; do PROMPT_COMMAND[__fm_i]=${__fm_pco[__fm_i]}; done
+	[[ $__fm_t == __fm_precmd* ]] || PROMPT_COMMAND[0]=$__fm_t
+	PS1=$__fm_p1o
+	if [[ -n $__fm_p4set ]]; then PS4=$__fm_p4o; else builtin unset PS4; fi
+	__fm_gsay "PROMPT_COMMAND and the prompt strings changed while no line was accepted or in a way the policy does not allow: they are put back as they were"
 	return 0
 }
 __fm_gtrapset() {
@@ -161,7 +229,8 @@ __fm_garm() {
 	# Nothing to do (every prompt but a few): few commands, as the trap runs for each.
 	# The trap gets this prompt's numbers; PS1, expanded next, is the prompt's own.
 	if [[ $__fm_gseen == 1 && $- == *T* && $BASHOPTS == *cmdhist*extdebug*lithist* && -z $HISTCONTROL && -z ${HISTIGNORE-} && ${HISTSIZE-} != 0 && $PS0 == *"$__fm_lhrec" && $PS1 == *"$__fm_accrec" ]]; then
-		__fm_gseen=0 __fm_lh=-1 __fm_gdeny= __fm_rlok=- __fm_acc=p
+		__fm_gseen=0 __fm_lh=-1 __fm_gdeny= __fm_rlok=-
+		[[ $__fm_acc == s ]] || { __fm_acc=p; __fm_gsnapset; }
 		__fm_gtrapset
 		return 0
 	fi
@@ -187,12 +256,13 @@ __fm_garm() {
 	[[ ${HISTSIZE-} == 0 ]] && HISTSIZE=500
 	[[ $PS0 == *"$__fm_lhrec" ]] || PS0=${PS0//"$__fm_lhrec"/}$__fm_lhrec
 	[[ $PS1 == *"$__fm_accrec" ]] || PS1=${PS1//"$__fm_accrec"/}$__fm_accrec
-	__fm_lh=-1 __fm_rlok=- __fm_acc=p
+	__fm_lh=-1 __fm_rlok=-
+	[[ $__fm_acc == s ]] || { __fm_acc=p; __fm_gsnapset; }
 	return 0
 }
 builtin shopt -s extdebug
 __fm_garm
-builtin readonly -f __fm_dbg __fm_check __fm_gsay __fm_garm __fm_gtrapset
+builtin readonly -f __fm_dbg __fm_check __fm_gsay __fm_garm __fm_gtrapset __fm_gsnapset __fm_gprompt
 builtin readonly __fm_gfd __fm_hash __fm_lhrec __fm_accrec __fm_gtrap
 `
 

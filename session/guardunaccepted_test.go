@@ -111,15 +111,24 @@ func TestGuardUnacceptedBindings(t *testing.T) {
 		t.Fatalf("the guard was asked about the integration's own commands:\n%s", asked)
 	}
 	// The prompt's own commands (PROMPT_COMMAND, PS1's substitutions) are not asked
-	// about, after a line and after an empty one.
+	// about, after a line and after an empty one: a new element, or a new PS1 with a
+	// substitution, is asked about once as a whole (the first prompt after the line
+	// that set it), its commands never.
 	runCode(t, s, `PROMPT_COMMAND+=('echo pcmark >/dev/null'); PS1='$(echo ps1mark-$((1+1)))'"$PS1"`, 0)
 	runCode(t, s, "true", 0)
 	atPromptAfter(t, s, "\r", "ps1mark-2")
 	runCode(t, s, "true", 0)
+	whole := 0
 	for _, a := range g.asked() {
-		if a == "echo ps1mark-$((1+1))" || a == "echo pcmark >/dev/null" {
+		if a == "echo ps1mark-$((1+1))" || a == "echo pcmark >/dev/null" && whole > 0 {
 			t.Fatalf("the guard was asked about the prompt's own command %q", a)
 		}
+		if a == "echo pcmark >/dev/null" || strings.HasPrefix(a, "$(echo ps1mark-$((1+1)))") {
+			whole++
+		}
+	}
+	if whole != 2 {
+		t.Fatalf("the new element and PS1 were asked about %d times, want once each:\n%s", whole, strings.Join(g.asked(), "\n"))
 	}
 }
 
@@ -167,4 +176,63 @@ func TestGuardUnacceptedCompsys(t *testing.T) {
 	noFile(t, filepath.Join(dir, "DENY_x"))
 	atPromptAfter(t, s, "echo $(echo ok-$((6*7)))\t", "echo ok-42")
 	clearLine(t, s)
+}
+
+// TestGuardUnacceptedPrompt: bash's shell-expand-line performs the unaccepted line's
+// assignments without running a command, so it can plant a PROMPT_COMMAND element
+// (${PROMPT_COMMAND[9]:=…}, or element 0 through arithmetic, so that our prompt hook
+// is gone): the prompt's own commands are not asked about, but a planted one runs only
+// when the guard allows it, after an accepted line and after an empty one. An element
+// an accepted line adds is asked about once, at the first prompt it runs at.
+func TestGuardUnacceptedPrompt(t *testing.T) {
+	g := newFakeGuard()
+	s := startGuarded(t, "bash", g)
+	dir := t.TempDir()
+	for i, plant := range []struct{ keys, then string }{
+		{"${PROMPT_COMMAND[9]:=touch " + dir + "/DENY_a}", "true"},
+		{"${PROMPT_COMMAND[9]:=touch " + dir + "/DENY_b}", ""},
+		{"$((PROMPT_COMMAND=7))${PROMPT_COMMAND[8]:=touch " + dir + "/DENY_c}", "true"},
+		{"$((PROMPT_COMMAND=7))${PROMPT_COMMAND[8]:=touch " + dir + "/DENY_d}", ""},
+		{"${PROMPT_COMMAND[3]:=\\$(touch " + dir + "/DENY_e)}", "true"},
+	} {
+		atPromptAfter(t, s, plant.keys+"\x1b\x05", "touch")
+		if err := s.Input([]byte("\x15")); err != nil {
+			t.Fatal(err)
+		}
+		if plant.then == "" {
+			atPromptAfter(t, s, "\r", "")
+		} else {
+			typeLine(t, s, plant.then)
+		}
+		for range 2 {
+			if b := typeLine(t, s, "true"); b.ExitCode == nil || *b.ExitCode != 0 {
+				t.Fatalf("plant %d: true: %+v; screen:\n%s", i, b, screenText(t, s))
+			}
+		}
+		ents, _ := os.ReadDir(dir)
+		if len(ents) != 0 {
+			t.Fatalf("plant %d %q: a planted prompt command ran unchecked: %s exists", i, plant.keys, ents[0].Name())
+		}
+		runCode(t, s, "clear", 0)
+	}
+	// An element an accepted line adds runs, is asked about once, and the prompt works.
+	runCode(t, s, `PROMPT_COMMAND+=('touch `+dir+`/ok_pc')`, 0)
+	runCode(t, s, "true", 0)
+	if _, err := os.Stat(filepath.Join(dir, "ok_pc")); err != nil {
+		t.Fatalf("an allowed prompt command did not run: %v", err)
+	}
+	count := func() (n int) {
+		for _, a := range g.asked() {
+			if strings.Contains(a, "ok_pc") && !strings.Contains(a, "PROMPT_COMMAND+=") {
+				n++
+			}
+		}
+		return n
+	}
+	n := count()
+	runCode(t, s, "true", 0)
+	runCode(t, s, "true", 0)
+	if m := count(); m != n || n > 1 {
+		t.Fatalf("the allowed prompt command was asked about %d times, then %d", n, m)
+	}
 }
