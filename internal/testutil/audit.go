@@ -3,7 +3,9 @@ package testutil
 import (
 	"bufio"
 	"encoding/json"
+	"maps"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -56,6 +58,26 @@ func NextAudit(t testing.TB, recs chan api.AuditRecord, action string) api.Audit
 			t.Fatalf("no audit record of %s", action)
 		}
 	}
+}
+
+// NextAudits waits up to 10 s for the next record of each of actions, in any
+// order (records of concurrent requests may be published in either order), and
+// returns them by action; records of other actions are skipped.
+func NextAudits(t testing.TB, recs chan api.AuditRecord, actions ...string) map[string]api.AuditRecord {
+	t.Helper()
+	out := make(map[string]api.AuditRecord, len(actions))
+	deadline := time.After(10 * time.Second)
+	for len(out) < len(actions) {
+		select {
+		case r := <-recs:
+			if _, seen := out[r.Action]; !seen && slices.Contains(actions, r.Action) {
+				out[r.Action] = r
+			}
+		case <-deadline:
+			t.Fatalf("audit records of %v: got only %v", actions, slices.Collect(maps.Keys(out)))
+		}
+	}
+	return out
 }
 
 // AuditRecords reads the JSONL audit file at path; a line that is not a record
