@@ -39,6 +39,12 @@ func clearLine(t *testing.T, s *Session) {
 	if err := s.Input([]byte("\x15")); err != nil {
 		t.Fatal(err)
 	}
+	// A completion or binding that just ran commands left the session running
+	// until the next sample sees the shell reading again: Run refuses a running
+	// session (busy), so wait for the prompt first.
+	if _, err := s.Wait(ctxT(t), UntilIdle, 0); err != nil {
+		t.Fatal(err)
+	}
 	runCode(t, s, "true", 0)
 }
 
