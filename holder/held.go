@@ -5,7 +5,6 @@ package holder
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -196,18 +195,7 @@ func (h *held) waitLoop() {
 	defer h.wg.Done()
 	AwaitExit(h.pid) // on the poller, not in wait4: no thread per session
 	err := h.cmd.Wait()
-	code := -1
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		code = 0
-	case errors.As(err, &ee):
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			code = 128 + int(ws.Signal())
-		} else {
-			code = ee.ExitCode()
-		}
-	}
+	code := ExitCode(err)
 	deadline := time.NewTimer(drainAfterExit)
 	defer deadline.Stop()
 	for {

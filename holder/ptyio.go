@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"sync"
 	"syscall"
 
@@ -100,4 +101,20 @@ func AwaitExit(pid int) {
 			return err != nil || n > 0 // readable: the child exited
 		}
 	})
+}
+
+// ExitCode is the exit code of a child from its cmd.Wait error: its status, or
+// 128+N when signal N killed it (as a shell reports it); -1 when it is unknown.
+func ExitCode(err error) int {
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ee.ExitCode()
+	}
+	return -1
 }

@@ -507,18 +507,7 @@ func (s *Session) waitLoop() {
 	defer s.wg.Done()
 	holder.AwaitExit(s.pid) // on the poller, not in wait4: no thread per session
 	err := s.cmd.Wait()
-	code := -1
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		code = 0
-	case errors.As(err, &ee):
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			code = 128 + int(ws.Signal())
-		} else {
-			code = ee.ExitCode()
-		}
-	}
+	code := holder.ExitCode(err)
 	// Let the read loop drain what the process wrote before it exited (bounded: a
 	// background job may still hold the terminal open, so EOF may never come).
 	deadline := time.NewTimer(200 * time.Millisecond)
