@@ -151,6 +151,35 @@ type footprint struct {
 	procs         int
 	before, after memUse
 	n             int
+	// parts: each process's RSS before and after (KiB), by role ("dev", "holder"),
+	// when there is more than one.
+	parts []footprintPart
+}
+
+// footprintPart is one process's share of a footprint.
+type footprintPart struct {
+	role          string
+	before, after int64
+}
+
+// roleOf names what process pid is: "holder" for a holder, else "dev".
+func roleOf(pid int) string {
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if args := strings.Split(string(b), "\x00"); len(args) > 1 && args[1] == "holder" {
+		return "holder"
+	}
+	return "dev"
+}
+
+// rssByRole is the RSS of pids by roleOf.
+func rssByRole(pids []int) map[string]int64 {
+	out := map[string]int64{}
+	for _, p := range pids {
+		if m, err := procMem(p); err == nil {
+			out[roleOf(p)] += m.rss
+		}
+	}
+	return out
 }
 
 func (f footprint) per() memUse {
@@ -226,6 +255,7 @@ func devFootprint(t *testing.T, e benchEnv, name, bin string, n int, holderFlag 
 	if err != nil {
 		t.Fatal(err)
 	}
+	partsBefore := rssByRole(pids())
 	addrs := make([]string, n)
 	for i := range addrs {
 		if addrs[i], err = api_.newSession(devNode); err != nil {
@@ -241,7 +271,13 @@ func devFootprint(t *testing.T, e benchEnv, name, bin string, n int, holderFlag 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return footprint{name: name, procs: len(pids()), before: before, after: after, n: n}
+	f := footprint{name: name, procs: len(pids()), before: before, after: after, n: n}
+	if partsAfter := rssByRole(pids()); len(partsAfter) > 1 {
+		for _, role := range []string{"dev", "holder"} {
+			f.parts = append(f.parts, footprintPart{role, partsBefore[role], partsAfter[role]})
+		}
+	}
+	return f
 }
 
 // tmuxFootprint starts a private tmux server with one pane, then n more windows of
@@ -342,6 +378,10 @@ func TestFootprintReport(t *testing.T) {
 		p := r.per()
 		fmt.Fprintf(&out, "| %s | %d | %d KiB | %d KiB | **%d KiB** | %d KiB | %d KiB | %d KiB | %d → %d |\n", r.name, r.procs,
 			r.before.rss, r.after.rss, p.rss, r.before.pss, r.after.pss, p.pss, r.before.threads, r.after.threads)
+		for _, part := range r.parts {
+			fmt.Fprintf(&out, "| … of which the %s process | 1 | %d KiB | %d KiB | %d KiB | | | | |\n", part.role,
+				part.before, part.after, (part.after-part.before)/int64(r.n))
+		}
 	}
 	fmt.Print(out.String())
 }
@@ -356,6 +396,13 @@ func TestFootprintHeap(t *testing.T) {
 		t.Skip("set FLEETMUX_BENCH_REPORT=1 to run the footprint report")
 	}
 	n := envInt(t, "FLEETMUX_BENCH_SESSIONS", 100)
+	if os.Getenv("FLEETMUX_BENCH_HEAPPROFILE") != "" {
+		// Every allocation sampled: the default (one per 512 KiB) says nothing about
+		// objects of a few hundred bytes per session.
+		old := runtime.MemProfileRate
+		runtime.MemProfileRate = 1
+		defer func() { runtime.MemProfileRate = old }()
+	}
 	e := newBenchEnv(t)
 	t.Setenv("HOME", e.home)
 	srv := testutil.StartNATS(t, t.TempDir())

@@ -247,7 +247,7 @@ func TestHolderSurvivesAgent(t *testing.T) {
 		t.Fatalf("the long command's block: %+v %q", long.Block, long.Text)
 	}
 	for _, id := range ids[:len(ids)-1] {
-		var w api.BlockResult
+		var w api.WaitReply
 		a.call(http.MethodGet, "/v1/sessions/n1/"+id+"/wait?until=idle&timeout_ms=30000", nil, http.StatusOK, &w)
 		full := a.rawOutput("n1", id)
 		sub, gaps := col.assemble(id, full)
@@ -257,14 +257,21 @@ func TestHolderSurvivesAgent(t *testing.T) {
 		if repeated != 0 {
 			t.Errorf("%s: the subscriber got %d bytes twice", id, repeated)
 		}
+		var apiBad, subBad []string
 		for i := 1; i <= lines; i++ {
 			line := fmt.Sprintf("%s-line-%d\r\n", id, i)
 			if n := strings.Count(string(full), line); n != 1 {
-				t.Fatalf("%s: %q is %d times in the output over the API:\n%q", id, line, n, full[:min(len(full), 3000)])
+				apiBad = append(apiBad, fmt.Sprintf("%d×%d", i, n))
 			}
 			if n := strings.Count(string(sub), line); n != 1 {
-				t.Fatalf("%s: %q is %d times in the subscriber's output", id, line, n)
+				subBad = append(subBad, fmt.Sprintf("%d×%d", i, n))
 			}
+		}
+		if len(apiBad) > 0 || len(subBad) > 0 || !w.OK {
+			var blocks api.BlockList
+			a.call(http.MethodGet, "/v1/sessions/n1/"+id+"/blocks", nil, http.StatusOK, &blocks)
+			t.Fatalf("%s: lines not there exactly once (line×count) over the API %v, for the subscriber %v; the wait for idle: ok=%v state=%s output_offset=%d; blocks now %+v; the output's end:\n%q",
+				id, apiBad, subBad, w.OK, w.Session.State, w.Session.OutputOffset, blocks.Blocks, full[max(0, len(full)-400):])
 		}
 		t.Logf("%s: %d bytes, the subscriber filled %d gaps by offset", id, len(full), gaps)
 	}
