@@ -46,6 +46,11 @@ import (
 //     one, and then the shell waits for an answer that never comes: the line does not
 //     run. The challenge is random per request (and the shell skips answers for other
 //     challenges), so a late answer to an abandoned request never answers a newer one.
+//   - "fm\t*\tagain\t-\t-\n" asks a shell that waits for an answer to ask again
+//     (with the same challenge). A new agent sends it once it reattached: the agent
+//     before it may have read a question and gone (killed, or restarted) before it
+//     answered, and the shell would wait for that answer for a day. It can only make
+//     the shell ask; a shell not waiting drops it with the other late answers.
 //   - A child can also make the shared socket non-blocking (O_NONBLOCK belongs to
 //     the open file): the shell waits for an answer with poll (read -t) before it
 //     reads, and the session clears the flag at each request (unblock).
@@ -243,11 +248,26 @@ func newGuard(s *Session, conn *net.UnixConn, keep int, nonce string, decide fun
 		reqs: make(chan guardRequest, 16)}
 }
 
-// stop ends both goroutines (a Guard blocked in a decision sees its ctx end).
+// stop ends both goroutines (a Guard blocked in a decision sees its ctx end). The
+// connection closes first: a decision cut short is not answered (as "abandoned"), so
+// after a Detach the shell still waits, and the next agent's askAgain has it ask that
+// agent.
 func (g *guard) stop() {
-	g.cancel()
 	g.conn.Close()
+	g.cancel()
 	unix.Close(g.keep)
+}
+
+// guardAgain is the message that has a waiting shell ask again.
+var guardAgain = []byte("fm\t*\tagain\t-\t-\n")
+
+// askAgain tells the shell to ask again about the line it waits for, if it waits:
+// the agent it asked may be gone without an answer. Reattach calls it.
+func (g *guard) askAgain() {
+	_ = g.conn.SetWriteDeadline(time.Now().Add(guardAnswerTimeout))
+	if _, err := g.conn.Write(guardAgain); err != nil && !errors.Is(err, net.ErrClosed) {
+		g.s.log.Warn("guard: could not ask the shell to ask again", "err", err)
+	}
 }
 
 // unblock puts the shell's end back in blocking mode. O_NONBLOCK belongs to the open

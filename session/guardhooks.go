@@ -190,17 +190,22 @@ __fm_check() {
 			return 1
 		}
 	done
-	# __fm_check: the line (history 1); __fm_check CMD r: a command run while no line
-	# is accepted.
-	if [[ $2 == r ]]; then
-		builtin printf 'Q %s 0 %s r\n%s\0' "$__fm_nonce" "$__fm_c" "$1"
-	else
-		builtin printf 'Q %s %s %s h\n' "$__fm_nonce" "$__fm_gkey" "$__fm_c" && HISTTIMEFORMAT= builtin history 1 && builtin printf '\0'
-	fi >&"$__fm_gfd" 2>/dev/null || {
-		__fm_gsay "the guard cannot be asked, so the line does not run"
-		return 1
-	}
+	local __fm_ask=1
 	while :; do
+		# __fm_check: the line (history 1); __fm_check CMD r: a command run while no
+		# line is accepted. Asked again when a new agent says so (the one asked may
+		# have gone before it answered).
+		if [[ $__fm_ask == 1 ]]; then
+			__fm_ask=0
+			if [[ $2 == r ]]; then
+				builtin printf 'Q %s 0 %s r\n%s\0' "$__fm_nonce" "$__fm_c" "$1"
+			else
+				builtin printf 'Q %s %s %s h\n' "$__fm_nonce" "$__fm_gkey" "$__fm_c" && HISTTIMEFORMAT= builtin history 1 && builtin printf '\0'
+			fi >&"$__fm_gfd" 2>/dev/null || {
+				__fm_gsay "the guard cannot be asked, so the line does not run"
+				return 1
+			}
+		fi
 		# -t: wait for the answer's first byte with poll, then read it (a program may
 		# have made the socket non-blocking; the session makes it blocking again
 		# before it answers); an approval may take long, but not a day. The rest of
@@ -216,6 +221,7 @@ __fm_check() {
 			return 1
 		fi
 		[[ $__fm_cc == "$__fm_c" ]] && break
+		[[ $__fm_cc == '*' && $__fm_v == again ]] && __fm_ask=1
 	done
 	case $__fm_v in
 	allow) return 0 ;;
@@ -322,11 +328,17 @@ __fm_check() {
 		(( __fm_gkey++ ))
 		__fm_k=$__fm_gkey __fm_kind=l
 	fi
-	{ builtin print -rn -- "Q $__fm_nonce $__fm_k $__fm_c $__fm_kind"$'\n'"$1"$'\0' } 2>/dev/null >&$__fm_gfd || {
-		__fm_gsay "the guard cannot be asked, so the line does not run"
-		return 1
-	}
+	local -i __fm_ask=1
 	while :; do
+		# Asked again when a new agent says so (the one asked may have gone before it
+		# answered).
+		if (( __fm_ask )); then
+			__fm_ask=0
+			{ builtin print -rn -- "Q $__fm_nonce $__fm_k $__fm_c $__fm_kind"$'\n'"$1"$'\0' } 2>/dev/null >&$__fm_gfd || {
+				__fm_gsay "the guard cannot be asked, so the line does not run"
+				return 1
+			}
+		fi
 		IFS=$'\t' builtin read -r -t 86400 __fm_a __fm_cc __fm_v __fm_r __fm_m <&$__fm_gfd || {
 			__fm_gsay "the guard did not answer, so the line does not run"
 			return 1
@@ -336,6 +348,7 @@ __fm_check() {
 			return 1
 		fi
 		[[ $__fm_cc == $__fm_c ]] && break
+		[[ $__fm_cc == '*' && $__fm_v == again ]] && __fm_ask=1
 	done
 	case $__fm_v in
 	(allow) return 0 ;;

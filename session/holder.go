@@ -276,6 +276,9 @@ func Reattach(cfg Config, known []Block) (*Session, error) {
 		break
 	}
 	s.startGuard(guardConn, -1, st.Nonce) // no copy of the shell's end after a restart: see guard.go's unblock
+	if s.guard != nil {
+		s.guard.askAgain() // a question the last agent read and did not answer is asked again
+	}
 	s.mu.Lock()
 	s.adoptKnownLocked(known)
 	s.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -253,4 +254,56 @@ func TestHolderProgram(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond) // polling the holder's list: the condition, with a deadline
 	}
+}
+
+// TestHolderGuardQuestionAcrossRestart: the agent reads the shell's question about
+// a line and goes before it answers (here Detach while its guard still decides; a
+// kill -9 is the same to the shell). The shell used to wait for that answer for a
+// day; the next agent has it ask again, and the line runs once it is allowed.
+func TestHolderGuardQuestionAcrossRestart(t *testing.T) {
+	forEachShell(t, func(t *testing.T, shell string) {
+		dir := startHolder(t)
+		c := dialHolder(t, dir)
+		g := newFakeGuard()
+		s := startGuarded(t, shell, g, func(cfg *Config) { cfg.Holder = c })
+		runCode(t, s, "true", 0)
+		files := t.TempDir()
+		if err := s.Input([]byte("touch " + files + "/ran # HOLD\r")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-g.held: // the agent has the question and has not answered
+		case <-time.After(20 * time.Second):
+			t.Fatal("the guard was never asked about the line")
+		}
+		if err := s.Detach(); err != nil {
+			t.Fatal(err)
+		}
+		noFile(t, filepath.Join(files, "ran"))
+		var asked atomic.Int32
+		allow := func(ctx context.Context, line string) GuardVerdict {
+			if strings.Contains(line, files) {
+				asked.Add(1)
+			}
+			return GuardVerdict{Allow: true}
+		}
+		s2, err := Reattach(Config{ID: "t1", Holder: c, Guard: allow}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s2.Close()
+		testutil.Eventually(t, 20*time.Second, func() bool {
+			_, err := os.Stat(filepath.Join(files, "ran"))
+			return err == nil
+		}, "the line the last agent never answered runs once the new agent allows it")
+		if _, err := s2.Wait(ctxT(t), UntilIdle, 0); err != nil {
+			t.Fatal(err)
+		}
+		if n := asked.Load(); n != 1 {
+			t.Fatalf("the new agent was asked about the line %d times, want 1", n)
+		}
+		if b := typeLine(t, s2, "(exit 4)"); b.ExitCode == nil || *b.ExitCode != 4 {
+			t.Fatalf("the next line: exit %v note %q", b.ExitCode, b.Note)
+		}
+	})
 }
