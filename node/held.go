@@ -82,7 +82,8 @@ func (n *Node) reattachOne(id string) error {
 	known := make([]session.Block, 0, len(idx))
 	indexed := map[int]bool{}
 	for _, ie := range idx {
-		known = append(known, session.Block{N: ie.N, Command: ie.Command, Cwd: ie.Cwd, StartedAt: ie.StartedAt, FinishedAt: ie.FinishedAt})
+		known = append(known, session.Block{N: ie.N, Command: ie.Command, Cwd: ie.Cwd, State: session.BlockDone, ExitCode: ie.ExitCode,
+			StartedAt: ie.StartedAt, FinishedAt: ie.FinishedAt, Start: ie.Start, End: ie.End})
 		indexed[ie.N] = true
 	}
 	known = append(known, startedBlocks(e.castTo, indexed)...) // running at the restart: only their start marker
@@ -112,7 +113,7 @@ func (n *Node) reattachOne(id string) error {
 	s, err := session.Reattach(session.Config{
 		ID: id, Holder: n.cfg.Holder, ScrollbackBytes: n.cfg.ScrollbackBytes, Logger: n.log,
 		Redactor: red, Guard: guard,
-	}, known)
+	}, session.Recorded{Blocks: known, End: recordingEnd(e.castTo)})
 	if err != nil {
 		return err
 	}
@@ -150,6 +151,16 @@ func (n *Node) reattachOne(id string) error {
 	}()
 	n.log.Info("session reattached", "session", id, "offset", info.OutputOffset, "blocks", info.Blocks, "recorded", from)
 	return nil
+}
+
+// recordingEnd is the output offset the recording at castPath ends at (0: none).
+func recordingEnd(castPath string) int64 {
+	rec, err := replay.Open(castPath)
+	if err != nil {
+		return 0
+	}
+	defer rec.Close()
+	return rec.Header().Offset + rec.End()
 }
 
 // resumeRecording closes the recording's current part as a rotated one and starts a

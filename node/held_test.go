@@ -157,3 +157,113 @@ func TestHolderRestart(t *testing.T) {
 		t.Fatalf("id %s reused", s2.ID)
 	}
 }
+
+// TestHolderRestartWrapped: TestHolderRestart for a session whose output outgrew
+// the holder's ring (a 256 KiB scrollback, 1 MB of output) before the restart:
+// the new agent begins its replay at a checkpoint, so offsets, block numbers and
+// exit codes go on exactly, the old output is read from the recording, and a NATS
+// subscriber gets every byte exactly once.
+func TestHolderRestartWrapped(t *testing.T) {
+	const ring = 256 << 10 // a smaller one and the recorder lags out of it in the flood
+	client := startHolder(t)
+	f := newFixture(t, func(c *node.Config) { c.Holder = client(); c.ScrollbackBytes = ring })
+	s := f.create(api.CreateRequest{})
+	var col overlapCollector
+	stop, err := f.client.Subscribe(f.subj.Out("n1", s.ID), func(_ string, h map[string]string, data []byte) {
+		off, _ := strconv.ParseInt(h[api.HeaderOffset], 10, 64)
+		col.take(off, data)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	f.run(s.ID, "seq -f 'big-%g' 1 100000")
+	if r := f.run(s.ID, "echo before-restart; (exit 3)"); r.Block.ExitCode == nil || *r.Block.ExitCode != 3 {
+		t.Fatalf("second block: %+v", r.Block)
+	}
+	var r api.BlockResult
+	f.mustCall("run", api.RunRequest{Session: s.ID, Command: "seq -f 'long-%g' 1 3000; sleep 1; echo across; (exit 7)", TimeoutMS: 300}, &r)
+	if r.Block.State != "running" {
+		t.Fatalf("long command: %+v", r.Block)
+	}
+	long := r.Block.N
+	var before api.BlockList
+	f.mustCall("blocks", api.SessionRequest{Session: s.ID}, &before)
+	if err := f.node.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	bus, err := transport.Connect(context.Background(), transport.NATSConfig{URL: f.srv.ClientURL(), Name: "node2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bus.Close()
+	n2, err := node.New(node.Config{Name: "n1", DataDir: f.data, Bus: bus, Verifier: f.trust.Verifier, Holder: client(), ScrollbackBytes: ring})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n2.Close()
+	if err := n2.Start(); err != nil {
+		t.Fatal(err)
+	}
+	f.node = n2
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		var l api.SessionList
+		return f.call("list", nil, &l) == nil && len(l.Sessions) == 1 && l.Sessions[0].ID == s.ID
+	}, "the new agent lists %s", s.ID)
+	var w api.WaitReply
+	f.mustCall("wait", api.WaitRequest{Session: s.ID, Until: "idle", TimeoutMS: 20000}, &w)
+	if !w.OK {
+		t.Fatalf("not idle after the restart: %+v", w.Session)
+	}
+	var b api.BlockResult
+	f.mustCall("block", api.BlockRequest{Session: s.ID, N: long}, &b)
+	if b.Block.State != "done" || b.Block.ExitCode == nil || *b.Block.ExitCode != 7 || !strings.HasPrefix(b.Block.Command, "seq -f 'long-%g'") {
+		t.Fatalf("long block after the restart: %+v", b.Block)
+	}
+	var after api.BlockList
+	f.mustCall("blocks", api.SessionRequest{Session: s.ID}, &after)
+	for i, want := range before.Blocks[:len(before.Blocks)-1] {
+		got := after.Blocks[i]
+		if got.N != want.N || got.Command != want.Command || got.Start != want.Start || got.End != want.End ||
+			(got.ExitCode == nil) != (want.ExitCode == nil) || got.ExitCode != nil && *got.ExitCode != *want.ExitCode {
+			t.Fatalf("block %d after the restart:\n%+v\nbefore:\n%+v", want.N, got, want)
+		}
+	}
+	next := f.run(s.ID, "echo after-restart")
+	if next.Block.N != long+1 {
+		t.Fatalf("next block %d, want %d", next.Block.N, long+1)
+	}
+	var info api.Session
+	f.mustCall("get", api.SessionRequest{Session: s.ID}, &info)
+	first := func() int64 {
+		col.mu.Lock()
+		defer col.mu.Unlock()
+		m := info.OutputOffset
+		for o := range col.seen {
+			m = min(m, o)
+		}
+		return m
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for col.received() < info.OutputOffset-first() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the subscriber got %d of %d bytes", col.received(), info.OutputOffset-first())
+		}
+		time.Sleep(2 * time.Millisecond) // polling the subscriber's count, with a deadline
+	}
+	all, _ := f.assemble(&col.collector, s.ID, info.OutputOffset) // gaps are read back: from the recording
+	col.mu.Lock()
+	repeated := col.repeated
+	col.mu.Unlock()
+	text := string(all)
+	if repeated != 0 {
+		t.Fatalf("the subscriber got %d bytes twice", repeated)
+	}
+	for _, line := range []string{"big-1\r\n", "big-100000\r\n", "\rbefore-restart\r\n", "long-3000\r\nacross\r\n", "\rafter-restart\r\n"} {
+		if n := strings.Count(text, line); n != 1 {
+			i := strings.Index(text, "long-3000")
+			t.Fatalf("%q is %d times in the output; after long-3000: %q", line, n, text[max(i, 0):min(len(text), max(i, 0)+300)])
+		}
+	}
+}

@@ -16,8 +16,9 @@ package session
 // Reattach (a new agent) rebuilds a session by replaying the holder's ring from its
 // start through the same read path: blocks, their numbers and offsets, the state and
 // the screen come out as they were, as long as the ring still holds the session's
-// whole output (it is the scrollback's size). Block numbers then continue; once the
-// ring has wrapped, blocks that started before its oldest byte are not rebuilt.
+// whole output (it is the scrollback's size). Once the ring has wrapped, the replay
+// begins at a checkpoint (checkpoint.go), with the blocks before it from the
+// recording.
 
 import (
 	"context"
@@ -54,6 +55,8 @@ type holderMeta struct {
 	CreatedAt   time.Time         `json:"created_at"`
 	Cols        int               `json:"cols"`
 	Rows        int               `json:"rows"`
+	// Checkpoints are where a replay can begin (checkpoint.go), oldest first.
+	Checkpoints []checkpoint `json:"checkpoints,omitempty"`
 }
 
 // held is a session's link to its holder.
@@ -186,16 +189,19 @@ func (s *Session) startGuard(conn *net.UnixConn, keep int, nonce string) {
 // Cols, Rows, Title, Description and Labels come from the holder (cfg's are
 // ignored); Guard, Redactor, Logger, Settle and ScrollbackBytes from cfg.
 //
-// known are the blocks the previous agent recorded (its block index): a rebuilt
-// block of the same number takes their command, cwd and times, which a replay
-// cannot know (it sees the shell's echo, not what was submitted, and replays at
-// once).
+// rec is what the previous agent's recording knows: a rebuilt block of the same
+// number takes its command, cwd and times, which a replay cannot know (it sees the
+// shell's echo, not what was submitted, and replays at once).
 //
 // Offsets: the session's offsets count the output without the shell's marks, the
 // holder's the raw output; a replay from the holder's first byte yields the same
 // offsets as before. When the holder's ring no longer holds the first byte, the
-// rebuilt offsets start at the holder's oldest offset instead (a documented limit).
-func Reattach(cfg Config, known []Block) (*Session, error) {
+// replay begins at the newest checkpoint (checkpoint.go) the ring and the recording
+// both cover: offsets, block numbers and events go on exactly, the blocks before it
+// come from rec. Without one (more output than the ring came while no agent read
+// it, or the recording lags) the rebuilt offsets start at the holder's oldest
+// offset instead, and block numbers at 1 (a documented limit).
+func Reattach(cfg Config, rec Recorded) (*Session, error) {
 	if cfg.Holder == nil || cfg.ID == "" {
 		return nil, fmt.Errorf("%w: Reattach needs Holder and ID", ErrBadConfig)
 	}
@@ -215,12 +221,25 @@ func Reattach(cfg Config, known []Block) (*Session, error) {
 	}
 	var m holderMeta
 	if err := json.Unmarshal(st.Info.Meta, &m); err != nil || len(m.Argv) == 0 {
-		st.Close()
-		st.Master.Close()
-		if st.Kept != nil {
-			st.Kept.Close()
-		}
+		closeStream(st)
 		return nil, fmt.Errorf("%w: the holder's description of %s: %v", ErrStart, cfg.ID, err)
+	}
+	var ck *checkpoint
+	if st.From > 0 {
+		// The ring no longer holds the first byte: begin at a checkpoint.
+		if ck = pickCheckpoint(m.Checkpoints, st.From, rec); ck != nil {
+			st2, err := cfg.Holder.Attach(ctx, cfg.ID, ck.Raw)
+			switch {
+			case err != nil:
+				ck = nil
+			case st2.From != ck.Raw: // the ring moved on meanwhile
+				closeStream(st2)
+				ck = nil
+			default:
+				closeStream(st) // ended by the newer attach anyway
+				st = st2
+			}
+		}
 	}
 	sb := cfg.ScrollbackBytes
 	if sb == 0 {
@@ -232,7 +251,12 @@ func Reattach(cfg Config, known []Block) (*Session, error) {
 	s.createdAt, s.argv, s.shell, s.integrated = m.CreatedAt, m.Argv, m.Shell, m.Shell != ""
 	s.cols, s.rows, s.cwd = m.Cols, m.Rows, m.Cwd
 	s.title, s.description, s.labels = m.Title, m.Description, m.Labels
-	s.initLocked(sb, st.From)
+	if ck != nil {
+		s.initLocked(sb, ck.Off)
+		s.restoreLocked(ck, rec)
+	} else {
+		s.initLocked(sb, st.From)
+	}
 	s.pid = st.Info.PID
 	if s.integrated {
 		s.scanner = newMarkScanner(st.Nonce)
@@ -275,18 +299,33 @@ func Reattach(cfg Config, known []Block) (*Session, error) {
 		}
 		break
 	}
+	s.mu.Lock()
+	s.updateStateLocked() // a replay of nothing (from a checkpoint at the end) leaves it unset
+	s.mu.Unlock()
 	s.startGuard(guardConn, -1, st.Nonce) // no copy of the shell's end after a restart: see guard.go's unblock
 	if s.guard != nil {
 		s.guard.askAgain() // a question the last agent read and did not answer is asked again
 	}
 	s.mu.Lock()
-	s.adoptKnownLocked(known)
+	s.adoptKnownLocked(rec.Blocks)
 	s.mu.Unlock()
-	if st.From > 0 {
-		s.log.Warn("the holder's ring no longer holds the session's first output: offsets and blocks restart at its oldest byte", "oldest", st.From)
+	switch {
+	case ck != nil:
+		s.log.Info("the holder's ring no longer holds the session's first output: replayed from a checkpoint", "raw", ck.Raw, "offset", ck.Off, "blocks", ck.Blocks)
+	case st.From > 0:
+		s.log.Warn("the holder's ring no longer holds the session's first output and no checkpoint fits: offsets and blocks restart at its oldest byte", "oldest", st.From)
 	}
 	s.log.Info("session reattached", "pid", s.pid, "offset", end)
 	return s, nil
+}
+
+// closeStream closes an attach stream and the files it brought.
+func closeStream(st *holder.Stream) {
+	st.Close()
+	st.Master.Close()
+	if st.Kept != nil {
+		st.Kept.Close()
+	}
 }
 
 // adoptKnownLocked gives rebuilt blocks what the recording knew of them.
@@ -321,6 +360,12 @@ func (s *Session) heldReadLoop() {
 	var r chunkReader
 	raw := s.hold.st.From // the holder's offset: raw output, before marks are taken out
 	caught := false       // the output the holder held at the attach is in
+	nextCkpt := s.checkpointEvery()
+	s.mu.Lock()
+	if n := len(s.ckpts); n > 0 {
+		nextCkpt = s.ckpts[n-1].Raw + nextCkpt
+	}
+	s.mu.Unlock()
 	for {
 		ch, err := s.hold.st.Next()
 		if err == nil && ch.Exited {
@@ -341,6 +386,13 @@ func (s *Session) heldReadLoop() {
 		raw = ch.Off + int64(len(ch.Data))
 		r.ingest(s, ch.Data)
 		s.hold.raw.Store(raw)
+		if raw >= nextCkpt {
+			s.mu.Lock()
+			if s.checkpointLocked(raw) {
+				nextCkpt = raw + s.checkpointEvery()
+			}
+			s.mu.Unlock()
+		}
 		if !caught && raw >= s.hold.st.Info.End {
 			caught = true // Reattach waits for this: wake it (the ingest woke it before the store)
 			s.mu.Lock()
@@ -408,6 +460,12 @@ func (s *Session) Detach() error {
 	}
 	s.wg.Wait()
 	s.screen.close()
+	s.mu.Lock()
+	save := s.metaDirty // the newest checkpoint is not in the holder yet
+	s.mu.Unlock()
+	if save {
+		s.setHeldMeta()
+	}
 	return nil
 }
 
@@ -421,15 +479,30 @@ func (s *Session) closeHeld() {
 	s.hold.st.Close()
 }
 
-// setHeldMeta tells the holder the session's new metadata, for a reattach.
+// setHeldMeta tells the holder the session's new metadata, for a reattach. It
+// blocks for a round trip to the holder.
 func (s *Session) setHeldMeta() {
 	if s.hold == nil {
 		return
 	}
+	s.metaMu.Lock()
+	defer s.metaMu.Unlock()
 	s.mu.Lock()
-	meta, _ := json.Marshal(holderMeta{Shell: s.shell, Argv: s.argv, Cwd: s.cwd, Title: s.title, Description: s.description,
-		Labels: s.labels, CreatedAt: s.createdAt, Cols: s.cols, Rows: s.rows})
+	s.metaDirty = false // what a running metaSender would send, this sends
+	meta := s.heldMetaLocked()
 	s.mu.Unlock()
+	s.putHeldMeta(meta)
+}
+
+// heldMetaLocked is the metadata the holder keeps for a reattach.
+func (s *Session) heldMetaLocked() []byte {
+	meta, _ := json.Marshal(holderMeta{Shell: s.shell, Argv: s.argv, Cwd: s.cwd, Title: s.title, Description: s.description,
+		Labels: s.labels, CreatedAt: s.createdAt, Cols: s.cols, Rows: s.rows, Checkpoints: s.ckpts})
+	return meta
+}
+
+// putHeldMeta sends meta to the holder (a round trip).
+func (s *Session) putHeldMeta(meta []byte) {
 	ctx, cancel := context.WithTimeout(context.Background(), holderTimeout)
 	defer cancel()
 	if err := s.hold.c.SetMeta(ctx, s.cfg.ID, meta); err != nil {

@@ -67,7 +67,7 @@ func TestHolderReattach(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		s2, err := Reattach(Config{ID: "t1", Holder: dialHolder(t, dir)}, nil) // no recorded blocks: the commands come from the echo
+		s2, err := Reattach(Config{ID: "t1", Holder: dialHolder(t, dir)}, Recorded{}) // no recorded blocks: the commands come from the echo
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -139,7 +139,7 @@ func TestHolderExitWhileDetached(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond) // polling the holder's list: the condition, with a deadline
 	}
-	s2, err := Reattach(Config{ID: "t1", Holder: c}, nil)
+	s2, err := Reattach(Config{ID: "t1", Holder: c}, Recorded{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestHolderExitWhileDetached(t *testing.T) {
 
 func TestReattachUnknown(t *testing.T) {
 	dir := startHolder(t)
-	if _, err := Reattach(Config{ID: "nope", Holder: dialHolder(t, dir)}, nil); !errors.Is(err, ErrNotHeld) {
+	if _, err := Reattach(Config{ID: "nope", Holder: dialHolder(t, dir)}, Recorded{}); !errors.Is(err, ErrNotHeld) {
 		t.Fatalf("reattach of an unknown session: %v", err)
 	}
 }
@@ -189,7 +189,7 @@ func TestHolderGuardSurvives(t *testing.T) {
 			st.Kept.Close()
 		}
 		g := newFakeGuard()
-		s2, err := Reattach(Config{ID: "t1", Holder: c, Guard: g.decide}, nil)
+		s2, err := Reattach(Config{ID: "t1", Holder: c, Guard: g.decide}, Recorded{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -287,7 +287,7 @@ func TestHolderGuardQuestionAcrossRestart(t *testing.T) {
 			}
 			return GuardVerdict{Allow: true}
 		}
-		s2, err := Reattach(Config{ID: "t1", Holder: c, Guard: allow}, nil)
+		s2, err := Reattach(Config{ID: "t1", Holder: c, Guard: allow}, Recorded{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -125,6 +125,7 @@ type Session struct {
 	image      procImage // the shell's process image at start (an exec changes it); set before the goroutines start
 
 	writeMu sync.Mutex // serializes writes to the master
+	metaMu  sync.Mutex // serializes sending the metadata to the holder (taken before mu)
 	runMu   sync.Mutex // serializes Run submissions
 
 	mu            sync.Mutex // guards everything below
@@ -178,9 +179,12 @@ type Session struct {
 	events        []Event
 	eventSeq      uint64
 
-	hold         *held    // nil: a local PTY; see holder.go
-	redact       Redactor // nil: none; see redact.go
-	releaseArmed bool     // the poller was told to release held-back bytes (pollHeld)
+	hold         *held        // nil: a local PTY; see holder.go
+	ckpts        []checkpoint // a session in a holder: where a replay can begin (checkpoint.go)
+	metaDirty    bool         // the holder's copy of the metadata is older than ours
+	metaSending  bool         // metaSender runs
+	redact       Redactor     // nil: none; see redact.go
+	releaseArmed bool         // the poller was told to release held-back bytes (pollHeld)
 
 	pollWake chan struct{} // input or a submission: sample soon
 	pollOut  chan struct{} // output: sample soon after a quiet spell

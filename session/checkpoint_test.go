@@ -1,0 +1,139 @@
+package session
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestHolderReattachWrapped: a session whose output outgrew the holder's ring
+// (here 16 KiB) is rebuilt from a checkpoint: after the agent's restart its
+// offsets end where they did, blocks keep their numbers, commands and exit codes, a
+// command that was running ends with its real exit code, and numbering goes on.
+// Before checkpoints, the rebuilt offsets jumped to the holder's raw offset, the
+// blocks were renumbered from 1 and the running block was gone ("no such block").
+func TestHolderReattachWrapped(t *testing.T) {
+	forEachShell(t, func(t *testing.T, shell string) {
+		const ring = 16 << 10
+		dir := startHolder(t)
+		s := startShell(t, shell, func(c *Config) { c.Holder = dialHolder(t, dir); c.ScrollbackBytes = ring })
+		run(t, s, "seq 1 30000 | head -c 100000; echo")
+		if r := run(t, s, "echo after; (exit 3)"); exitCode(r) != 3 {
+			t.Fatalf("second block: exit %d %q", exitCode(r), r.Text)
+		}
+		res, err := s.Run(ctxT(t), "seq 1 5000; sleep 1; echo done; (exit 7)", RunOptions{Timeout: 100 * time.Millisecond})
+		if err != nil || res.Block.State != BlockRunning {
+			t.Fatalf("long command: %+v, %v", res.Block, err)
+		}
+		long := res.Block.N
+		waitOutputTail(t, s, "5000")
+		before := s.Blocks()
+		_, end := s.Offsets()
+		if err := s.Detach(); err != nil {
+			t.Fatal(err)
+		}
+		// What the recording has: the finished blocks whole, the running one started.
+		rec := Recorded{End: end}
+		for _, b := range before {
+			if b.State != BlockDone {
+				b = Block{N: b.N, Command: b.Command}
+			}
+			rec.Blocks = append(rec.Blocks, b)
+		}
+		s2, err := Reattach(Config{ID: "t1", Holder: dialHolder(t, dir), ScrollbackBytes: ring}, rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s2.Close()
+		if _, end2 := s2.Offsets(); end2 < end {
+			t.Fatalf("reattached output ends at %d, before %d", end2, end)
+		}
+		after := s2.Blocks()
+		if len(after) < len(before) {
+			t.Fatalf("blocks after reattach: %d, before %d: %+v", len(after), len(before), after)
+		}
+		for i, b := range before[:len(before)-1] {
+			a := after[i]
+			if a.N != b.N || a.Command != b.Command || a.Start != b.Start || a.End != b.End || exitOf(a) != exitOf(b) {
+				t.Fatalf("block %d differs after reattach:\n%+v\n%+v", b.N, a, b)
+			}
+		}
+		r, err := s2.WaitBlock(ctxT(t), long, RunOptions{Timeout: 20 * time.Second})
+		if err != nil || r.Block.State != BlockDone || exitCode(r) != 7 || r.Block.Start != before[len(before)-1].Start {
+			t.Fatalf("long block after reattach: %+v, %v (before: %+v)", r.Block, err, before[len(before)-1])
+		}
+		oldest, _ := s2.Offsets() // the ring begins at the checkpoint
+		if out, err := s2.Read(max(oldest, r.Block.End-200), 200); err != nil || !strings.Contains(string(out), "done") {
+			t.Fatalf("the long block's end: %q, %v", out, err)
+		}
+		r = run(t, s2, "echo two")
+		if r.Block.N != long+1 || strings.TrimSpace(r.Text) != "two" {
+			t.Fatalf("next block %d %q, want %d", r.Block.N, r.Text, long+1)
+		}
+	})
+}
+
+// waitOutputTail waits until the session's output so far contains want.
+func waitOutputTail(t *testing.T, s *Session, want string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, end := s.Offsets()
+		out, _ := s.Read(max(0, end-4096), 4096)
+		if strings.Contains(string(out), want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q in the output: %q", want, out)
+		}
+		ch := s.Changed()
+		select {
+		case <-ch:
+		case <-time.After(time.Until(deadline)):
+		}
+	}
+}
+
+func TestPickCheckpoint(t *testing.T) {
+	done := func(ns ...int) []Block {
+		var out []Block
+		for _, n := range ns {
+			out = append(out, Block{N: n, State: BlockDone})
+		}
+		return out
+	}
+	cur := func(n int) *checkpointBlock { return &checkpointBlock{N: n} }
+	cs := []checkpoint{
+		{Raw: 100, Off: 90, Blocks: 1, Cur: cur(1)},
+		{Raw: 200, Off: 180, Blocks: 1},
+		{Raw: 300, Off: 270, Blocks: 2, Cur: cur(2)},
+		{Raw: 400, Off: 360, Blocks: 3},
+	}
+	for _, tc := range []struct {
+		name  string
+		start int64
+		rec   Recorded
+		want  int64 // Raw of the pick, -1 none
+	}{
+		{"newest", 50, Recorded{Blocks: done(1, 2, 3), End: 1000}, 400},
+		{"the recording lags", 50, Recorded{Blocks: done(1, 2, 3), End: 300}, 300},
+		{"a block not in the index", 50, Recorded{Blocks: done(1, 2), End: 1000}, 300},
+		{"only a started block", 50, Recorded{Blocks: append(done(1), Block{N: 2}), End: 1000}, 300},
+		{"ring moved past older ones", 350, Recorded{Blocks: done(1, 2), End: 1000}, -1},
+		{"nothing recorded", 50, Recorded{}, -1},
+		{"the first, running", 50, Recorded{End: 95}, 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := pickCheckpoint(cs, tc.start, tc.rec)
+			switch {
+			case tc.want < 0 && got != nil:
+				t.Fatalf("picked %+v, want none", *got)
+			case tc.want >= 0 && (got == nil || got.Raw != tc.want):
+				t.Fatalf("picked %+v, want raw %d", got, tc.want)
+			}
+		})
+	}
+	if got := pickCheckpoint([]checkpoint{{Raw: 10, Off: 5, Blocks: 2, Cur: cur(1)}}, 0, Recorded{Blocks: done(1, 2), End: 100}); got != nil {
+		t.Fatalf("a checkpoint whose running block is not its last: picked %+v", *got)
+	}
+}
