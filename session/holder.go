@@ -66,6 +66,9 @@ type held struct {
 	exit   chan *int    // the exit status, once the stream ends with it (nil: unknown)
 	raw    atomic.Int64 // the holder's offset of the output ingested so far
 	broken chan struct{}
+	// detached is set by Detach before it ends the stream: the output goes on in
+	// the holder, for the next agent (see endDetached).
+	detached atomic.Bool
 }
 
 // startInHolder is Start's second half for Config.Holder: the holder spawns the
@@ -374,7 +377,11 @@ func (s *Session) heldReadLoop() {
 			return
 		}
 		if err != nil {
-			s.endRead(nil)
+			if s.hold.detached.Load() {
+				s.endDetached()
+			} else {
+				s.endRead(nil)
+			}
 			close(s.hold.broken)
 			return
 		}
@@ -400,6 +407,20 @@ func (s *Session) heldReadLoop() {
 			s.mu.Unlock()
 		}
 	}
+}
+
+// endDetached ends the read after Detach. What the mark scanner and the redactor
+// hold back is not released as output, unlike at the output's end: it gets no
+// offset here. The next agent replays it from the holder with what follows (a
+// mark's first part is then a mark, not output), so each byte it gives an offset
+// gets the one this agent gave it, and its publisher and recorder, which go on
+// from this agent's offsets, neither skip nor repeat; nor does a mark's nonce ever
+// reach the output.
+func (s *Session) endDetached() {
+	s.mu.Lock()
+	s.readDone = true
+	s.broadcastLocked()
+	s.mu.Unlock()
 }
 
 // heldWaitLoop is waitLoop for a session in a holder: the exit comes with the end
@@ -453,6 +474,7 @@ func (s *Session) Detach() error {
 	s.broadcastLocked()
 	s.mu.Unlock()
 	close(s.stop)
+	s.hold.detached.Store(true)
 	s.hold.st.Close()
 	s.master.Close()
 	if s.guard != nil {

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -306,4 +307,59 @@ func TestHolderGuardQuestionAcrossRestart(t *testing.T) {
 			t.Fatalf("the next line: exit %v note %q", b.ExitCode, b.Note)
 		}
 	})
+}
+
+// TestHolderDetachMidMark: an agent stops (Detach) while the last output it has
+// read ends inside a shell mark (the mark's rest is still to come). The bytes held
+// back are not output: they get no offset, so the next agent (which replays them
+// with the rest, a mark) gives every byte the offset the previous one gave it, and
+// the nonce they carry never reaches the output (streams, recordings, reads). A
+// Detach once released them as output: the nonce showed in the output, and every
+// offset after it differed by their length between the two agents (the next
+// agent's publisher and recorder, which go on from the previous one's offsets,
+// skipped that many bytes).
+func TestHolderDetachMidMark(t *testing.T) {
+	dir := startHolder(t)
+	s := startShell(t, "bash", func(c *Config) { c.Holder = dialHolder(t, dir) })
+	nonce := s.integ.nonce
+	run(t, s, "true")
+	// The shell prints a mark's first part, and its rest (a cwd mark) a while later.
+	res, err := s.Run(ctxT(t), `echo before; sleep 0.3; printf '\033]7;fm=%s;file://h' "$__fm_nonce"; sleep 2; printf '/x\007'; echo after`,
+		RunOptions{Timeout: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	partial := int64(len("\x1b]7;fm=" + nonce + ";file://h"))
+	var held int64 // raw bytes ingested and not output (marks removed, and what is held back)
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		out, _ := s.Read(0, 1<<20)
+		_, end := s.Offsets()
+		if held == 0 && strings.Contains(string(out), "before\r\n") {
+			held = s.hold.raw.Load() - end
+		}
+		return held > 0 && s.hold.raw.Load()-end == held+partial
+	}, "the agent has read the mark's first part")
+	_, end := s.Offsets()
+	before, _ := s.Read(0, int(end))
+	if err := s.Detach(); err != nil {
+		t.Fatal(err)
+	}
+	_, end = s.Offsets()
+	out, _ := s.Read(0, int(end))
+	if !bytes.Equal(out, before) || bytes.Contains(out, []byte(nonce)) {
+		t.Fatalf("Detach gave the mark's first part offsets: output %q before, %q after (nonce %s)", before, out, nonce)
+	}
+	s2, err := Reattach(Config{ID: "t1", Holder: dialHolder(t, dir)}, Recorded{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	r, err := s2.WaitBlock(ctxT(t), res.Block.N, RunOptions{Timeout: 20 * time.Second})
+	if err != nil || r.Block.State != BlockDone {
+		t.Fatalf("the block after the reattach: %+v, %v", r.Block, err)
+	}
+	all, _ := s2.Read(0, 1<<20)
+	if !bytes.HasPrefix(all, out) || bytes.Contains(all, []byte(nonce)) || strings.Count(string(all), "\rbefore\r\nafter\r\n") != 1 {
+		t.Fatalf("the next agent's output is not the previous one's and the rest:\nbefore: %q\nafter:  %q", out, all)
+	}
 }
