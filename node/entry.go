@@ -170,14 +170,17 @@ func (e *entry) publish() {
 			api.HeaderOffset: strconv.FormatInt(c.Offset, 10),
 			api.HeaderTime:   time.Now().UTC().Format(time.RFC3339Nano),
 		}
+		// The mark goes first (a session in a holder): an agent killed between the
+		// two leaves a gap, which subscribers read back by offset, never a repeat.
+		e.notePublished(c.Offset + int64(len(c.Data)))
 		if err := e.n.cfg.Bus.Publish(subject, hdr, c.Data); err != nil {
+			e.notePublished(c.Offset) // not sent: the next agent may publish it
 			if !failing {
 				e.n.log.Warn("output not published; subscribers will read the gap", "session", e.id, "subject", subject, "offset", c.Offset, "err", err)
 			}
 			failing = true
 		} else {
 			e.n.published.Add(int64(len(c.Data)))
-			e.notePublished(c.Offset + int64(len(c.Data)))
 		}
 		if err == nil && failing {
 			e.n.log.Info("output publishing again", "session", e.id, "offset", c.Offset)

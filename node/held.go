@@ -10,10 +10,11 @@ package node
 //     (output.<start>.cast) and a new output.cast goes on from the offset the
 //     recording ended at, so nothing is recorded twice and nothing is missing;
 //   - its publication: output is published again from where the previous
-//     publisher's last successful Publish ended (it writes that offset to
-//     DIR/sessions/ID/published after each one: a kill -9 cannot make it publish
-//     twice); what the bus had buffered and lost with the process is a gap a
-//     subscriber reads with the read verb, as after any NATS outage;
+//     publisher's last Publish ended (it writes that offset to
+//     DIR/sessions/ID/published before each one, and puts it back when the Publish
+//     fails: a kill -9 between the two cannot make it publish twice); what the bus
+//     had buffered and lost with the process is a gap a subscriber reads with the
+//     read verb, as after any NATS outage;
 //   - its events: the replay's own events are not published again, except the end of
 //     a block the recording did not have (a command that finished while no agent
 //     ran) and what happens from then on.
@@ -307,8 +308,9 @@ func (e *entry) openPublished() {
 	e.pubMark = f
 }
 
-// notePublished records that the output up to end was published (a fixed-width
-// write at the start of the file: one syscall, no truncation window).
+// notePublished records that the output up to end is published (the publisher
+// calls it before each Publish: see held.go's doc); a fixed-width write at the
+// start of the file: one syscall, no truncation window.
 func (e *entry) notePublished(end int64) {
 	if e.pubMark == nil {
 		return

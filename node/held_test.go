@@ -2,11 +2,14 @@ package node_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -265,5 +268,54 @@ func TestHolderRestartWrapped(t *testing.T) {
 			i := strings.Index(text, "long-3000")
 			t.Fatalf("%q is %d times in the output; after long-3000: %q", line, n, text[max(i, 0):min(len(text), max(i, 0)+300)])
 		}
+	}
+}
+
+// markBus is a bus that looks, at each publication of a session's output, at how
+// far the session's published mark (DIR/sessions/ID/published) says it got.
+type markBus struct {
+	node.Bus
+	dir string
+
+	mu     sync.Mutex
+	chunks int
+	behind []string // publications the mark did not cover yet
+}
+
+func (b *markBus) Publish(subject string, header map[string]string, data []byte) error {
+	if id, ok := strings.CutPrefix(subject, "fleetmux.out.n1."); ok {
+		off, _ := strconv.ParseInt(header[api.HeaderOffset], 10, 64)
+		mark, _ := os.ReadFile(filepath.Join(b.dir, "sessions", id, "published"))
+		v, err := strconv.ParseInt(strings.TrimSpace(string(mark)), 10, 64)
+		b.mu.Lock()
+		b.chunks++
+		if end := off + int64(len(data)); err != nil || v < end {
+			b.behind = append(b.behind, fmt.Sprintf("[%d,%d) with the mark at %q", off, end, mark))
+		}
+		b.mu.Unlock()
+	}
+	return b.Bus.Publish(subject, header, data)
+}
+
+// TestHolderPublishedMarkFirst: a session in a holder notes how far its output was
+// published before the bytes leave (the mark the next agent publishes from). Noted
+// after, an agent killed between the two left a mark behind what the bus had sent,
+// and the next agent published those bytes a second time.
+func TestHolderPublishedMarkFirst(t *testing.T) {
+	client := startHolder(t)
+	var bus *markBus
+	f := newFixture(t, func(c *node.Config) {
+		c.Holder = client()
+		bus = &markBus{Bus: c.Bus, dir: c.DataDir}
+		c.Bus = bus
+	})
+	s := f.create(api.CreateRequest{})
+	for i := range 5 {
+		f.run(s.ID, fmt.Sprintf("seq -f 'line-%d-%%g' 1 300", i))
+	}
+	bus.mu.Lock()
+	defer bus.mu.Unlock()
+	if bus.chunks < 5 || len(bus.behind) > 0 {
+		t.Fatalf("%d publications of output, %d before the mark covered them: %v", bus.chunks, len(bus.behind), bus.behind)
 	}
 }
