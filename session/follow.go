@@ -20,8 +20,9 @@ type follow struct {
 	out   chan struct{} // closed at the next change of any kind, if taken
 	taken bool          // out was handed to a follower since it was made
 	note  chan struct{} // closed at the next change that is not plain output
-	// pendOut and pendNote: a change happened that out and note do not show yet.
-	pendOut, pendNote bool
+	// pendOut and pendNote: a change happened that out and note do not show yet;
+	// pendHook: one that Config.Notify was not told about yet.
+	pendOut, pendNote, pendHook bool
 	// pollWake and pollOut: a kick of the poller held back (see kickPollerLocked).
 	pollWake, pollOut bool
 	timer             *time.Timer // releases held changes; armed while held
@@ -44,7 +45,10 @@ func (s *Session) followLocked(noted bool) {
 	if f.taken {
 		f.pendOut = true
 	}
-	if !f.pendOut && !f.pendNote {
+	if s.cfg.Notify != nil {
+		f.pendHook = true
+	}
+	if !f.pendOut && !f.pendNote && !f.pendHook {
 		return
 	}
 	if s.holdLocked() {
@@ -86,17 +90,6 @@ func (s *Session) kickPollerLocked(wake bool) {
 	s.kickPoller(wake)
 }
 
-func (s *Session) kickPoller(wake bool) {
-	ch := s.pollOut
-	if wake {
-		ch = s.pollWake
-	}
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
-
 // releaseFollowers runs on the timer's goroutine.
 func (s *Session) releaseFollowers() {
 	s.mu.Lock()
@@ -120,6 +113,10 @@ func (s *Session) releaseFollowersLocked() {
 		close(f.out)
 		f.out = make(chan struct{})
 		f.pendOut, f.taken = false, false
+	}
+	if f.pendHook {
+		f.pendHook = false
+		s.cfg.Notify()
 	}
 	if f.pollWake {
 		s.kickPoller(true)

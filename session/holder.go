@@ -165,10 +165,10 @@ func (s *Session) startHeld(c *holder.Client, st *holder.Stream, guardConn *net.
 	s.hold = &held{c: c, st: st, exit: make(chan *int, 1), broken: make(chan struct{})}
 	s.screen = newScreen(s, s.cols, s.rows)
 	s.emitLocked(Event{Kind: EventCreated, State: StateStarting})
-	s.wg.Add(3)
+	s.setPollLocked(0) // the sampler runs until the shell is idle at its prompt (before the read loop kicks it)
+	s.wg.Add(2)
 	go s.heldReadLoop()
 	go s.heldWaitLoop()
-	go s.pollLoop() // the screen's feeder starts when a program switches to the alternate screen
 	s.startGuard(guardConn, guardKeep, nonce)
 }
 
@@ -471,6 +471,7 @@ func (s *Session) Detach() error {
 		return nil
 	}
 	s.closed = true
+	s.stopPollLocked()
 	s.broadcastLocked()
 	s.mu.Unlock()
 	close(s.stop)

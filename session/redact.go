@@ -83,13 +83,46 @@ func (s *Session) armReleaseLocked() {
 		return
 	}
 	s.releaseArmed = true
-	select {
-	case s.pollHeld <- struct{}{}:
-	default:
+	s.setReleaseLocked(RedactQuiet)
+}
+
+// setReleaseLocked sets the release timer to d from now, counted in Session.wg
+// until its step ends (see sampler). A step that fired and has not started yet
+// looks at the session as it is when it runs: it needs no new setting.
+func (s *Session) setReleaseLocked(d time.Duration) {
+	p := &s.poll
+	if p.relArmed {
+		if p.release.Stop() {
+			p.release.Reset(d)
+		}
+		return
+	}
+	if s.closed {
+		return
+	}
+	s.wg.Add(1)
+	p.relArmed = true
+	if p.release == nil {
+		p.release = time.AfterFunc(d, s.releaseStep)
+	} else {
+		p.release.Reset(d)
 	}
 }
 
-// releaseHeld is the poller's: it releases the bytes held back once the output has
+// releaseStep runs on the release timer's goroutine.
+func (s *Session) releaseStep() {
+	defer s.wg.Done()
+	s.mu.Lock()
+	s.poll.relArmed = false
+	s.mu.Unlock()
+	if at := s.releaseHeld(); !at.IsZero() {
+		s.mu.Lock()
+		s.setReleaseLocked(time.Until(at))
+		s.mu.Unlock()
+	}
+}
+
+// releaseHeld is the release timer's: it releases the bytes held back once the output has
 // been quiet for RedactQuiet, and otherwise returns when to look again (zero: no
 // need, nothing is held).
 func (s *Session) releaseHeld() time.Time {

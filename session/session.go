@@ -105,6 +105,14 @@ type Config struct {
 	// so it outlives this one; ID is then required and names it there. See
 	// holder.go (here) for what differs, Detach and Reattach. nil: a local PTY.
 	Holder *holder.Client
+	// Notify, when set, is called at every change a follower would wake for
+	// (output, a mark, an event, the exit, Close): at once, or while a Run or
+	// WaitBlock caller waits up to FollowDelay late, when Followed's channel
+	// closes. It is called with the session's lock held, possibly before Start
+	// or Reattach returns: it must not block or call the session, only hand off
+	// (start or wake a worker that then looks: Viewer.TryNext, Events). Followers
+	// that use it need no goroutine of their own while nothing happens.
+	Notify func()
 }
 
 // Session is one running PTY session. All methods are safe for concurrent use.
@@ -184,13 +192,11 @@ type Session struct {
 	metaDirty    bool         // the holder's copy of the metadata is older than ours
 	metaSending  bool         // metaSender runs
 	redact       Redactor     // nil: none; see redact.go
-	releaseArmed bool         // the poller was told to release held-back bytes (pollHeld)
+	releaseArmed bool         // the release timer was set for held-back bytes (redact.go)
 
-	pollWake chan struct{} // input or a submission: sample soon
-	pollOut  chan struct{} // output: sample soon after a quiet spell
-	pollHeld chan struct{} // the redactor holds bytes back: release them after a quiet spell
-	stop     chan struct{}
-	wg       sync.WaitGroup
+	poll sampler // the kernel state sampler's timers (state.go)
+	stop chan struct{}
+	wg   sync.WaitGroup // every goroutine of the session, and every set timer of poll
 }
 
 // fallbackRun is a command typed into a program without shell integration.
@@ -386,10 +392,10 @@ func Start(cfg Config) (*Session, error) {
 	s.screen = newScreen(s, s.cols, s.rows)
 	s.emitLocked(Event{Kind: EventCreated, State: StateStarting})
 
-	s.wg.Add(3)
+	s.setPollLocked(0) // the sampler runs until the shell is idle at its prompt (before the read loop kicks it)
+	s.wg.Add(2)
 	go s.readLoop()
 	go s.waitLoop()
-	go s.pollLoop()
 	if guardConn != nil {
 		s.guard = newGuard(s, guardConn, guardKeep, s.integ.nonce, cfg.Guard)
 		s.wg.Add(2)
@@ -408,9 +414,6 @@ func (s *Session) initLocked(scrollback int, base int64) {
 	s.changed = make(chan struct{})
 	s.noted = make(chan struct{})
 	s.follow.init()
-	s.pollWake = make(chan struct{}, 1)
-	s.pollOut = make(chan struct{}, 1)
-	s.pollHeld = make(chan struct{}, 1)
 	s.redact = s.cfg.Redactor
 	s.stop = make(chan struct{})
 	s.state = StateStarting
@@ -578,6 +581,7 @@ func (s *Session) Close() error {
 	}
 	s.closed = true
 	exited := s.exited
+	s.stopPollLocked()
 	s.broadcastLocked()
 	s.mu.Unlock()
 

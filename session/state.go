@@ -8,7 +8,7 @@ import (
 	"github.com/fleetmux/fleetmux/api"
 )
 
-// Kernel state polling. The poller samples the foreground process group of the PTY and
+// Kernel state polling. The poller (sampler: a timer, no goroutine while idle) samples the foreground process group of the PTY and
 // whether it is blocked reading the terminal, only while the session is not idle at a
 // prompt: 5ms after input or a submission, and after output that follows a quiet
 // spell, backing off to 200ms while nothing changes (also while output keeps coming:
@@ -22,61 +22,136 @@ const (
 	maxPoll = 200 * time.Millisecond
 )
 
-func (s *Session) pollLoop() {
-	defer s.wg.Done()
-	interval := minPoll
-	var last time.Time
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	release := time.NewTimer(RedactQuiet) // releases what the redactor holds back (redact.go)
-	release.Stop()
-	defer release.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-s.pollHeld:
-			release.Reset(RedactQuiet)
-			continue
-		case <-release.C:
-			if at := s.releaseHeld(); !at.IsZero() {
-				release.Reset(time.Until(at))
-			}
-			continue
-		case <-s.pollWake:
-			// Input or a submission: sample soon, but at most every minPoll.
-			interval = minPoll
-			timer.Reset(max(0, time.Until(last.Add(minPoll))))
-			continue
-		case <-s.pollOut:
-			// Output: after a quiet spell (a prompt printed by a command that now
-			// reads) sample soon; under a stream of output keep backing off.
-			if time.Since(last) >= maxPoll {
-				interval = minPoll
-			}
-			timer.Reset(max(0, time.Until(last.Add(interval))))
-			continue
-		case <-timer.C:
-		}
-		need, fb, notBefore := s.needsPoll()
-		if !need {
-			continue // idle at the prompt or exited: sleep until woken
-		}
-		if wait := time.Until(notBefore); wait > 0 {
-			timer.Reset(wait)
-			continue
-		}
-		last = time.Now()
-		if s.sample() || fb {
-			interval = minPoll
+// sampler is the kernel state poller's schedule, guarded by Session.mu. It is no
+// goroutine of its own: a timer (time.AfterFunc) runs one step (pollStep) when a
+// sample is due, and the step sets the timer again while the session is not idle,
+// so a session idle at its prompt has nothing running or waiting. Each set timer is
+// counted in Session.wg until its step ends, so Close waits for a step under way.
+type sampler struct {
+	timer    *time.Timer   // runs pollStep; made at the first set
+	armed    bool          // the timer is set and its step has not started (counted in wg)
+	running  bool          // a step runs now: a kick is left for it (wake, out)
+	wake     bool          // input or a submission came while the step ran
+	out      bool          // output came while the step ran
+	interval time.Duration // the back-off: minPoll after a change, doubling to maxPoll
+	last     time.Time     // when the last sample was taken
+	release  *time.Timer   // runs releaseStep (redact.go); made at the first set
+	relArmed bool          // release is set and its step has not started (counted in wg)
+}
+
+// kickPoller tells the sampler about input or a submission (wake: sample soon, but
+// at most every minPoll) or output (after a quiet spell, a prompt printed by a
+// command that now reads, sample soon; under a stream of output keep backing off).
+// s.mu is held.
+func (s *Session) kickPoller(wake bool) {
+	p := &s.poll
+	if p.running {
+		if wake {
+			p.wake = true
 		} else {
-			interval = min(interval*2, maxPoll)
+			p.out = true
 		}
-		if fb {
-			interval = max(minPoll, min(interval, s.cfg.Settle/4))
-		}
-		timer.Reset(interval)
+		return
 	}
+	if wake || time.Since(p.last) >= maxPoll {
+		p.interval = minPoll
+	}
+	if !s.setPollLocked(max(0, time.Until(p.last.Add(p.interval)))) {
+		// The timer fired and its step has not started: it takes the kick.
+		if wake {
+			p.wake = true
+		} else {
+			p.out = true
+		}
+	}
+}
+
+// setPollLocked sets the sampler's timer to d from now (replacing an earlier
+// setting). It reports false when it cannot: a step runs or is about to start.
+func (s *Session) setPollLocked(d time.Duration) bool {
+	p := &s.poll
+	if p.running {
+		return false
+	}
+	if p.armed {
+		if !p.timer.Stop() {
+			return false
+		}
+	} else {
+		if s.closed {
+			return true // Close waits for wg: nothing new
+		}
+		s.wg.Add(1)
+		p.armed = true
+	}
+	if p.interval == 0 {
+		p.interval = minPoll
+	}
+	if p.timer == nil {
+		p.timer = time.AfterFunc(d, s.pollStep)
+	} else {
+		p.timer.Reset(d)
+	}
+	return true
+}
+
+// stopPollLocked stops the timers that have not fired (Close, Detach).
+func (s *Session) stopPollLocked() {
+	p := &s.poll
+	if p.armed && p.timer.Stop() {
+		p.armed = false
+		s.wg.Done()
+	}
+	if p.relArmed && p.release.Stop() {
+		p.relArmed = false
+		s.wg.Done()
+	}
+}
+
+// pollStep is one turn of the sampler, on the timer's goroutine: a sample when one
+// is due, then the timer set again for the next, unless the session is idle at its
+// prompt or exited (a kick sets it again).
+func (s *Session) pollStep() {
+	defer s.wg.Done() // the count of the setting that ran it
+	p := &s.poll
+	s.mu.Lock()
+	p.armed, p.running = false, true
+	interval := p.interval
+	s.mu.Unlock()
+	next := time.Duration(-1)
+	need, fb, notBefore := s.needsPoll()
+	if need {
+		if wait := time.Until(notBefore); wait > 0 {
+			next = wait
+		} else {
+			s.mu.Lock()
+			p.last = time.Now()
+			s.mu.Unlock()
+			if s.sample() || fb {
+				interval = minPoll
+			} else {
+				interval = min(interval*2, maxPoll)
+			}
+			if fb {
+				interval = max(minPoll, min(interval, s.cfg.Settle/4))
+			}
+			next = interval
+		}
+	}
+	s.mu.Lock()
+	p.running, p.interval = false, interval
+	wake, out := p.wake, p.out
+	p.wake, p.out = false, false
+	if next >= 0 {
+		s.setPollLocked(next)
+	}
+	if out {
+		s.kickPoller(false)
+	}
+	if wake {
+		s.kickPoller(true)
+	}
+	s.mu.Unlock()
 }
 
 // blockGrace is how long after a shell block starts the kernel is first sampled: the

@@ -84,51 +84,30 @@ func (v *Viewer) Offset() int64 { return v.next }
 // ErrViewerDropped (wrapped with the reason) when the viewer lagged too far, and
 // ctx.Err() when ctx is done.
 func (v *Viewer) Next(ctx context.Context) (Chunk, error) {
-	if v.err != nil {
-		return Chunk{}, v.err
-	}
 	s := v.s
 	for {
+		if v.err != nil {
+			return Chunk{}, v.err
+		}
 		s.mu.Lock()
-		end, start := s.ring.end, s.ring.start()
-		var skipped int64
-		if lag := end - v.next; lag > v.opts.MaxLag || v.next < start {
-			if !v.opts.SkipAhead {
-				s.mu.Unlock()
-				v.err = fmt.Errorf("%w: %d bytes behind the newest output at offset %d (limit %d)", ErrViewerDropped, lag, v.next, v.opts.MaxLag)
-				return Chunk{}, v.err
-			}
-			to := max(start, end-v.opts.MaxLag/2)
-			skipped, v.next = to-v.next, to
-		}
-		finished := s.exited || s.closed
-		if v.next < end {
-			if wait := v.linger(end, finished); wait > 0 && skipped == 0 {
-				s.mu.Unlock()
-				if err := sleepCtx(ctx, wait); err != nil {
-					return Chunk{}, err
-				}
-				continue
-			}
-			data, _ := s.ring.read(v.next, v.opts.MaxChunk)
-			s.mu.Unlock()
-			c := Chunk{Offset: v.next, Data: data, Skipped: skipped}
-			v.next += int64(len(data))
-			if v.opts.Linger > 0 {
-				v.last = time.Now()
-			}
-			return c, nil
-		}
+		c, ok, wait, err := v.stepLocked()
 		var ch chan struct{}
-		if v.opts.Linger > 0 {
-			ch = s.followedOutputLocked() // a follower: see Followed
-		} else {
-			ch = s.changedLocked()
+		if !ok && wait == 0 && err == nil {
+			if v.opts.Linger > 0 {
+				ch = s.followedOutputLocked() // a follower: see Followed
+			} else {
+				ch = s.changedLocked()
+			}
 		}
 		s.mu.Unlock()
-		if finished {
-			v.err = io.EOF
-			return Chunk{}, io.EOF
+		switch {
+		case ok || err != nil:
+			return c, err
+		case wait > 0:
+			if err := sleepCtx(ctx, wait); err != nil {
+				return Chunk{}, err
+			}
+			continue
 		}
 		select {
 		case <-ch:
@@ -136,6 +115,54 @@ func (v *Viewer) Next(ctx context.Context) (Chunk, error) {
 			return Chunk{}, ctx.Err()
 		}
 	}
+}
+
+// TryNext is Next without waiting, for a follower run on demand (Config.Notify):
+// ok is true with a chunk; otherwise, when wait is positive, a Linger holds back
+// output that is there (ask again after wait), and when it is zero nothing is there
+// yet (the next change calls Notify). err is Next's: io.EOF once the session has
+// exited (or closed) and everything was read, ErrViewerDropped.
+func (v *Viewer) TryNext() (c Chunk, ok bool, wait time.Duration, err error) {
+	if v.err != nil {
+		return Chunk{}, false, 0, v.err
+	}
+	v.s.mu.Lock()
+	defer v.s.mu.Unlock()
+	return v.stepLocked()
+}
+
+// stepLocked is one look at the ring (Session.mu held): a chunk (ok), how long a
+// Linger holds back output that is there (wait), or nothing new yet (neither).
+func (v *Viewer) stepLocked() (c Chunk, ok bool, wait time.Duration, err error) {
+	s := v.s
+	end, start := s.ring.end, s.ring.start()
+	var skipped int64
+	if lag := end - v.next; lag > v.opts.MaxLag || v.next < start {
+		if !v.opts.SkipAhead {
+			v.err = fmt.Errorf("%w: %d bytes behind the newest output at offset %d (limit %d)", ErrViewerDropped, lag, v.next, v.opts.MaxLag)
+			return Chunk{}, false, 0, v.err
+		}
+		to := max(start, end-v.opts.MaxLag/2)
+		skipped, v.next = to-v.next, to
+	}
+	finished := s.exited || s.closed
+	if v.next < end {
+		if wait := v.linger(end, finished); wait > 0 && skipped == 0 {
+			return Chunk{}, false, wait, nil
+		}
+		data, _ := s.ring.read(v.next, v.opts.MaxChunk)
+		c := Chunk{Offset: v.next, Data: data, Skipped: skipped}
+		v.next += int64(len(data))
+		if v.opts.Linger > 0 {
+			v.last = time.Now()
+		}
+		return c, true, 0, nil
+	}
+	if finished {
+		v.err = io.EOF
+		return Chunk{}, false, 0, io.EOF
+	}
+	return Chunk{}, false, 0, nil
 }
 
 // linger is how much longer Next holds back the output up to end (0: return it now).
