@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
@@ -22,7 +23,7 @@ import (
 // reply goes out first: within publishLinger of the last publication, more output
 // waits for the rest of that span (session.ViewerOptions.Linger). recordLinger does
 // the same for the recording, which no one follows live. The publisher, the recorder
-// and the event pump are the session's followers (session.Session.Followed): while
+// and the event pump are the session's followers (session.Config.Notify): while
 // a run waits, even the first change after a quiet spell reaches them
 // session.FollowDelay late, so the reply is not queued behind their work. Nothing
 // waits when no run is waiting (keystrokes into an attached terminal).
@@ -31,7 +32,13 @@ const (
 	recordLinger  = 10 * time.Millisecond
 )
 
-// entry is one session of the node with the three goroutines that follow it:
+// drainGrace bounds how long closing an entry waits for its output to be published
+// and recorded before it cancels what is left.
+const drainGrace = 5 * time.Second
+
+// entry is one session of the node with its three followers, each a drain (drain.go)
+// that the session's changes kick (session.Config.Notify, entry.kick): a goroutine
+// runs while there is work and ends once caught up, so an idle session has none.
 //
 //   - the publisher: a viewer of the output that publishes it in chunks with their
 //     offsets. It skips ahead rather than ever slowing the session; what it skipped
@@ -40,6 +47,9 @@ const (
 //     may lag up to the whole scrollback; disk is faster than any terminal.
 //   - the event pump: turns session events into block and session events on the bus,
 //     resize events and block markers in the recording, and block index entries.
+//
+// Each runs on its own, so a slow bus never holds up the recording nor a slow disk
+// the publication, and neither ever holds up the session.
 type entry struct {
 	n       *Node
 	id      string
@@ -49,10 +59,21 @@ type entry struct {
 	castTo  string // path of the .cast file
 	started time.Time
 
-	ctx    context.Context // cancelled by close
+	ctx    context.Context // cancelled by close: the publisher and the recorder stop
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // all three goroutines
-	dataWG sync.WaitGroup // the publisher and the recorder
+
+	// The followers (follow sets them up; ready once it has, before that a kick is
+	// dropped: run catches up). Each field below a drain is its do's own.
+	setup    sync.Once
+	ready    atomic.Bool
+	pub      drain
+	pubView  *session.Viewer
+	pubFail  bool // the last Publish failed (logged once per spell)
+	recd     drain
+	recView  *session.Viewer
+	recEnded bool // the recording stopped (EOF or an error)
+	ev       drain
+	evSeq    uint64 // the last event handled
 
 	recMu     sync.Mutex // guards the fields from cast to recErr
 	cast      *replay.Writer
@@ -108,14 +129,33 @@ func (e *entry) startRecording(h replay.Header) error {
 	return nil
 }
 
-// run starts the goroutines; they stop when the session has exited and everything was
-// published and recorded, or when the entry is closed.
+// run starts following the session: from here on its changes kick the followers,
+// and they catch up with what happened before. Once run was called, the node's wg
+// counts the entry until end.
 func (e *entry) run() {
-	e.wg.Add(3)
-	e.dataWG.Add(2)
-	go e.publish()
-	go e.record()
-	go e.pumpEvents()
+	e.follow()
+	e.kick()
+}
+
+// follow sets the followers up, once (run, or end when it comes first).
+func (e *entry) follow() {
+	e.setup.Do(func() {
+		e.pubView = e.s.Subscribe(e.publishFrom, session.ViewerOptions{MaxLag: int64(e.s.ScrollbackBytes()), SkipAhead: true, MaxChunk: api.MaxChunk, Linger: publishLinger})
+		e.recView = e.s.Subscribe(e.resumeFrom, session.ViewerOptions{MaxLag: int64(e.s.ScrollbackBytes()), MaxChunk: 64 << 10, Linger: recordLinger})
+		e.pub.do, e.recd.do, e.ev.do = e.publish, e.record, e.pumpEvents
+		e.ready.Store(true)
+	})
+}
+
+// kick is the session's Config.Notify: something changed, the followers look. It
+// never blocks (the session holds its lock).
+func (e *entry) kick() {
+	if !e.ready.Load() {
+		return
+	}
+	e.pub.kick()
+	e.recd.kick()
+	e.ev.kick()
 }
 
 // close closes the session and waits for the entry's goroutines, then the recording.
@@ -125,22 +165,32 @@ func (e *entry) close() { e.end(e.s.Close) }
 // goes on there, for the next agent to reattach (held.go).
 func (e *entry) detach() { e.end(e.s.Detach) }
 
-// end stops the session with stop (Close or Detach), waits for the entry's
-// goroutines, then closes the recording.
+// end stops the session with stop (Close or Detach), lets the followers catch up
+// with all of it, then closes the recording.
 func (e *entry) end(stop func() error) {
 	e.closeOnce.Do(func() {
+		defer e.n.wg.Done()
+		e.follow()
 		_ = stop()
 		// The session is closed: its viewers return EOF once they have read
 		// everything, so publishing and recording finish on their own.
+		var data sync.WaitGroup
+		data.Add(2)
+		go func() { defer data.Done(); e.pub.finish() }()
+		go func() { defer data.Done(); e.recd.finish() }()
 		done := make(chan struct{})
-		go func() { e.dataWG.Wait(); close(done) }()
+		go func() { data.Wait(); close(done) }()
+		t := time.NewTimer(drainGrace)
 		select {
 		case <-done:
-		case <-time.After(5 * time.Second):
+		case <-t.C:
 			e.n.log.Warn("session output slow to drain; cancelling", "session", e.id)
 		}
-		e.cancel() // the event pump publishes what is left and stops
-		e.wg.Wait()
+		t.Stop()
+		e.cancel()
+		<-done
+		e.ev.finish() // the events after the last pass (e.g. the exit)
+		e.closePublished()
 		e.recMu.Lock()
 		if e.cast != nil {
 			_ = e.cast.Close()
@@ -154,17 +204,19 @@ func (e *entry) end(stop func() error) {
 	})
 }
 
+// publish publishes the output that is there (the publisher's drain).
 func (e *entry) publish() {
-	defer e.wg.Done()
-	defer e.dataWG.Done()
 	subject := e.n.subj.Out(e.n.cfg.Name, e.id)
-	v := e.s.Subscribe(e.publishFrom, session.ViewerOptions{MaxLag: int64(e.s.ScrollbackBytes()), SkipAhead: true, MaxChunk: api.MaxChunk, Linger: publishLinger})
-	defer e.closePublished()
-	var failing bool
-	for {
-		c, err := v.Next(e.ctx)
+	for e.ctx.Err() == nil {
+		c, ok, wait, err := e.pubView.TryNext()
 		if err != nil {
-			return // io.EOF (exited or closed) or ctx
+			return // io.EOF: exited or closed
+		}
+		if !ok {
+			if wait == 0 || sleepCtx(e.ctx, wait) != nil {
+				return // caught up (the next change kicks), or cancelled
+			}
+			continue
 		}
 		hdr := map[string]string{
 			api.HeaderOffset: strconv.FormatInt(c.Offset, 10),
@@ -175,28 +227,28 @@ func (e *entry) publish() {
 		e.notePublished(c.Offset + int64(len(c.Data)))
 		if err := e.n.cfg.Bus.Publish(subject, hdr, c.Data); err != nil {
 			e.notePublished(c.Offset) // not sent: the next agent may publish it
-			if !failing {
+			if !e.pubFail {
 				e.n.log.Warn("output not published; subscribers will read the gap", "session", e.id, "subject", subject, "offset", c.Offset, "err", err)
 			}
-			failing = true
-		} else {
-			e.n.published.Add(int64(len(c.Data)))
+			e.pubFail = true
+			continue
 		}
-		if err == nil && failing {
+		e.n.published.Add(int64(len(c.Data)))
+		if e.pubFail {
 			e.n.log.Info("output publishing again", "session", e.id, "offset", c.Offset)
-			failing = false
+			e.pubFail = false
 		}
 	}
 }
 
+// record appends the output that is there to the recording (the recorder's
+// drain), and flushes once caught up so readers of the file see it.
 func (e *entry) record() {
-	defer e.wg.Done()
-	defer e.dataWG.Done()
-	v := e.s.Subscribe(e.resumeFrom, session.ViewerOptions{MaxLag: int64(e.s.ScrollbackBytes()), MaxChunk: 64 << 10, Linger: recordLinger})
-	for {
-		c, err := v.Next(e.ctx)
+	for !e.recEnded && e.ctx.Err() == nil {
+		c, ok, wait, err := e.recView.TryNext()
 		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, context.Canceled) {
+			e.recEnded = true
+			if !errors.Is(err, io.EOF) {
 				// Lagged out of the scrollback: the recording is no longer exact.
 				e.recMu.Lock()
 				e.recErr = err
@@ -204,6 +256,12 @@ func (e *entry) record() {
 				e.n.log.Error("recording stopped", "session", e.id, "err", err)
 			}
 			return
+		}
+		if !ok {
+			if wait == 0 || sleepCtx(e.ctx, wait) != nil {
+				return
+			}
+			continue
 		}
 		e.recMu.Lock()
 		err = e.rotateLocked()
@@ -213,12 +271,13 @@ func (e *entry) record() {
 		if _, end := e.s.Offsets(); err == nil && end == c.Offset+int64(len(c.Data)) {
 			err = e.flushLocked() // caught up: let readers of the file see it
 		}
+		if err != nil {
+			e.recErr = err
+		}
 		e.recMu.Unlock()
 		if err != nil {
+			e.recEnded = true
 			e.n.log.Error("recording write failed", "session", e.id, "err", err)
-			e.recMu.Lock()
-			e.recErr = err
-			e.recMu.Unlock()
 			return
 		}
 	}
@@ -228,34 +287,27 @@ func (e *entry) flushLocked() error {
 	return e.cast.Flush()
 }
 
-// pumpEvents publishes the session's events. It is a follower (Followed): while a
-// run waits, the events of a burst (a block's end, state changes, the next prompt)
-// come in one wake-up, FollowDelay late, after the run's reply.
+// pumpEvents publishes the session's events that are there (the event pump's
+// drain). Events come with marks, samples and exits, never with output alone;
+// while a run waits, those of a burst (a block's end, state changes, the next
+// prompt) come in one pass, FollowDelay late, after the run's reply.
 func (e *entry) pumpEvents() {
-	defer e.wg.Done()
-	var seq uint64
-	node, id := e.n.cfg.Name, e.id
-	for {
-		changed := e.s.Followed() // events come with marks, samples and exits, never with output alone
-		evs, _ := e.s.Events(seq)
-		for _, ev := range evs {
-			seq = ev.Seq
-			e.handleEvent(node, id, ev)
-		}
-		select {
-		case <-e.ctx.Done():
-			e.flushEvents(node, id, seq)
-			return
-		case <-changed:
-		}
+	evs, _ := e.s.Events(e.evSeq)
+	for _, ev := range evs {
+		e.evSeq = ev.Seq
+		e.handleEvent(e.n.cfg.Name, e.id, ev)
 	}
 }
 
-// flushEvents publishes the events after seq (e.g. the exit) when the pump stops.
-func (e *entry) flushEvents(node, id string, seq uint64) {
-	evs, _ := e.s.Events(seq)
-	for _, ev := range evs {
-		e.handleEvent(node, id, ev)
+// sleepCtx waits d or until ctx is done.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

@@ -63,12 +63,12 @@ type sessionHandle interface {
 	// ScrollbackBytes is the scrollback ring's size.
 	ScrollbackBytes() int
 
-	// Subscribe follows the output from offset from (the publisher and recorder).
+	// Subscribe follows the output from offset from (the publisher and recorder,
+	// with Viewer.TryNext).
 	Subscribe(from int64, opts session.ViewerOptions) *session.Viewer
-	// Events returns the events after seq; Followed is closed when there may be
-	// new ones for a follower (session.Session.Followed).
+	// Events returns the events after seq (Config.Notify tells when there may be
+	// new ones).
 	Events(after uint64) ([]session.Event, uint64)
-	Followed() <-chan struct{}
 }
 
 var _ sessionHandle = (*session.Session)(nil)

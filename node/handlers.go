@@ -242,6 +242,7 @@ func (n *Node) create(ctx context.Context, req request) (any, error) {
 	if n.cfg.Policy != nil { // without a source no policy ever comes: no checks, no cost
 		guard = n.shellGuard(&ep)
 	}
+	e := &entry{n: n} // its kick is the session's Notify from the start (a no-op until run)
 	// A session in a holder is named there at its start: its id comes first.
 	var id string
 	var num int
@@ -259,7 +260,7 @@ func (n *Node) create(ctx context.Context, req request) (any, error) {
 		Shell: r.Shell, Argv: r.Argv, Dir: r.Cwd, Env: env, Cols: r.Cols, Rows: r.Rows, User: r.User,
 		ScrollbackBytes: n.cfg.ScrollbackBytes, RuntimeDir: filepath.Join(n.cfg.DataDir, "run"),
 		Title: r.Title, Description: r.Description, Labels: r.Labels, Logger: n.log,
-		Redactor: red, Guard: guard, Holder: n.cfg.Holder,
+		Redactor: red, Guard: guard, Holder: n.cfg.Holder, Notify: e.kick,
 	})
 	if err != nil {
 		return nil, sessionErr("", err)
@@ -276,7 +277,7 @@ func (n *Node) create(ctx context.Context, req request) (any, error) {
 		}
 		return nil, err
 	}
-	e := &entry{n: n, id: id, num: num, s: s, started: time.Now(), dir: filepath.Join(n.cfg.DataDir, "sessions", id)}
+	e.id, e.num, e.s, e.started, e.dir = id, num, s, time.Now(), filepath.Join(n.cfg.DataDir, "sessions", id)
 	e.lease.ttl = n.cfg.WriterLease
 	e.castTo = filepath.Join(e.dir, "output.cast")
 	e.ctx, e.cancel = context.WithCancel(n.ctx)
@@ -296,11 +297,7 @@ func (n *Node) create(ctx context.Context, req request) (any, error) {
 	n.wg.Add(1)
 	n.mu.Unlock()
 	n.redactStarted(e, redFrom)
-	go func() { // the entry's goroutines are the node's
-		defer n.wg.Done()
-		e.run()
-		e.wg.Wait()
-	}()
+	e.run() // the node's wg counts the entry until its end
 	return e.info(), nil
 }
 

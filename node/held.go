@@ -113,7 +113,7 @@ func (n *Node) reattachOne(id string) error {
 	}
 	s, err := session.Reattach(session.Config{
 		ID: id, Holder: n.cfg.Holder, ScrollbackBytes: n.cfg.ScrollbackBytes, Logger: n.log,
-		Redactor: red, Guard: guard,
+		Redactor: red, Guard: guard, Notify: e.kick,
 	}, session.Recorded{Blocks: known, End: recordingEnd(e.castTo)})
 	if err != nil {
 		return err
@@ -145,11 +145,7 @@ func (n *Node) reattachOne(id string) error {
 	n.wg.Add(1)
 	n.mu.Unlock()
 	n.redactStarted(e, redFrom)
-	go func() {
-		defer n.wg.Done()
-		e.run()
-		e.wg.Wait()
-	}()
+	e.run() // the node's wg counts the entry until its end
 	n.log.Info("session reattached", "session", id, "offset", info.OutputOffset, "blocks", info.Blocks, "recorded", from)
 	return nil
 }
