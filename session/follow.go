@@ -10,7 +10,7 @@ const FollowDelay = 2 * time.Millisecond
 
 // follow is the broadcast for followers: goroutines that keep up with a session
 // but answer no one waiting on it (the node's output publisher, recorder and event
-// pump; the screen emulator's feeder). While a Run or WaitBlock caller waits, a
+// pump, through Config.Notify; the screen emulator's feeder). While a Run or WaitBlock caller waits, a
 // change does not wake them at once: the wake-up is held back for FollowDelay, and
 // all the changes of that span come as one. On a machine with few cores, waking
 // half a dozen goroutines at a command's echo and again at its end put them (and

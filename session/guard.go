@@ -229,7 +229,10 @@ func guardSocket() (ours *net.UnixConn, theirs *os.File, keep int, err error) {
 
 // guard serves the channel of one session: a reader (requests in) and a worker
 // (decisions, answers out), both owned by the Session and stopped by Close (which
-// closes conn and cancels ctx).
+// closes conn and cancels ctx). The reader waits on the poller for the shell's
+// next question; the worker runs only while requests are queued (the reader starts
+// it), and the lapse of an answer is a timer: an idle guarded session has only the
+// reader.
 type guard struct {
 	s      *Session
 	conn   *net.UnixConn
@@ -240,6 +243,21 @@ type guard struct {
 	cancel context.CancelFunc
 	reqs   chan guardRequest // reader → worker
 	forged bool              // a bad request was logged at warn (owned by the reader)
+
+	mu      sync.Mutex // guards working
+	working bool       // a worker runs (counted in Session.wg)
+	recent  []decided  // the verdicts of the last keys (owned by the worker that runs)
+
+	// lapse clears Session.guardAwait at lapseAt (see work); guarded by Session.mu.
+	lapse      *time.Timer
+	lapseAt    time.Time
+	lapseArmed bool // lapse is set and its step has not started (counted in Session.wg)
+}
+
+// decided is a verdict kept for its key.
+type decided struct {
+	key uint64
+	v   GuardVerdict
 }
 
 func newGuard(s *Session, conn *net.UnixConn, keep int, nonce string, decide func(context.Context, string) GuardVerdict) *guard {
@@ -414,90 +432,142 @@ func (g *guard) frame(frame []byte) {
 	g.s.mu.Unlock()
 	select {
 	case g.reqs <- req:
+		g.kick()
 	case <-g.ctx.Done():
 	}
 }
 
-// workLoop decides requests one at a time and answers them.
-func (g *guard) workLoop() {
-	defer g.s.wg.Done()
-	type decided struct {
-		key uint64
-		v   GuardVerdict
+// kick starts the worker unless it runs (the reader, after queueing a request; its
+// own count in Session.wg is held, so the count never starts from zero here).
+func (g *guard) kick() {
+	g.mu.Lock()
+	if !g.working {
+		g.working = true
+		g.s.wg.Add(1)
+		go g.work()
 	}
-	var recent []decided
+	g.mu.Unlock()
+}
+
+// work decides the queued requests one at a time and answers them, and ends once
+// none is left. No request is left behind: the reader queues before it kicks, and
+// the worker ends only when it finds the queue empty under mu.
+func (g *guard) work() {
+	defer g.s.wg.Done()
+	for {
+		select {
+		case req, ok := <-g.reqs:
+			if !ok {
+				return // the reader ended
+			}
+			g.answer(req)
+		default:
+			g.mu.Lock()
+			if len(g.reqs) == 0 {
+				g.working = false
+				g.mu.Unlock()
+				return
+			}
+			g.mu.Unlock()
+		}
+	}
+}
+
+// answer decides one request and answers it.
+func (g *guard) answer(req guardRequest) {
+	v, known := GuardVerdict{}, false
+	for _, d := range g.recent {
+		if d.key == req.key && !req.unaccepted {
+			v, known = d.v, true
+		}
+	}
+	if !known {
+		// An older key than the newest asked about comes from a subshell of an
+		// earlier line (a background job): it is decided like any other.
+		ctx, cancel := context.WithCancel(g.ctx)
+		g.s.mu.Lock()
+		if req.key == g.s.guardKey || req.unaccepted {
+			g.s.guardAbort, g.s.guardAbortAny = cancel, req.unaccepted
+		}
+		g.s.mu.Unlock()
+		v = g.call(ctx, req.line)
+		if ctx.Err() != nil && g.ctx.Err() == nil && !v.Allow && v.Message == "" {
+			v.Message = "the line was abandoned before it was decided"
+		}
+		cancel()
+		if !req.unaccepted {
+			g.recent = append(g.recent, decided{req.key, v})
+			if len(g.recent) > guardRecent {
+				g.recent = g.recent[1:]
+			}
+		}
+	}
+	// Decided: the session is no longer waiting for the guard once the shell can
+	// go on, so the state and the denial are in place before it is told.
+	g.s.mu.Lock()
+	g.s.guardAbort, g.s.guardAbortAny = nil, false
+	if !v.Allow && !known && !req.unaccepted {
+		g.s.denied = &denial{note: deniedNote(v), line: req.line, block: g.s.openBlockLocked()}
+	}
+	g.s.guarding--
+	// Unless the shell already moved on (it gave up on this answer), it acts
+	// on it next: not idle until it does.
+	// (An unaccepted command is no line: no mark follows.)
+	g.s.guardAwait = g.s.guardMarks == req.marks && !req.unaccepted
+	g.s.updateStateLocked()
+	g.s.broadcastLocked()
 	// An answer the shell no longer waited for (it gave up: a stolen answer, a
 	// socket made non-blocking) leaves guardAwait set with no mark to clear it:
 	// it lapses after guardAwaitFor.
-	lapse := time.NewTimer(time.Hour)
-	lapse.Stop()
-	defer lapse.Stop()
-	for {
-		var req guardRequest
-		select {
-		case r, ok := <-g.reqs:
-			if !ok {
-				return
-			}
-			req = r
-		case <-lapse.C:
-			g.s.mu.Lock()
-			if g.s.guardAwait {
-				g.s.guardAwait = false
-				g.s.updateStateLocked()
-				g.s.broadcastLocked()
-			}
-			g.s.mu.Unlock()
-			continue
-		}
-		v, known := GuardVerdict{}, false
-		for _, d := range recent {
-			if d.key == req.key && !req.unaccepted {
-				v, known = d.v, true
-			}
-		}
-		if !known {
-			// An older key than the newest asked about comes from a subshell of an
-			// earlier line (a background job): it is decided like any other.
-			ctx, cancel := context.WithCancel(g.ctx)
-			g.s.mu.Lock()
-			if req.key == g.s.guardKey || req.unaccepted {
-				g.s.guardAbort, g.s.guardAbortAny = cancel, req.unaccepted
-			}
-			g.s.mu.Unlock()
-			v = g.call(ctx, req.line)
-			if ctx.Err() != nil && g.ctx.Err() == nil && !v.Allow && v.Message == "" {
-				v.Message = "the line was abandoned before it was decided"
-			}
-			cancel()
-			if !req.unaccepted {
-				recent = append(recent, decided{req.key, v})
-				if len(recent) > guardRecent {
-					recent = recent[1:]
-				}
-			}
-		}
-		// Decided: the session is no longer waiting for the guard once the shell can
-		// go on, so the state and the denial are in place before it is told.
-		g.s.mu.Lock()
-		g.s.guardAbort, g.s.guardAbortAny = nil, false
-		if !v.Allow && !known && !req.unaccepted {
-			g.s.denied = &denial{note: deniedNote(v), line: req.line, block: g.s.openBlockLocked()}
-		}
-		g.s.guarding--
-		// Unless the shell already moved on (it gave up on this answer), it acts
-		// on it next: not idle until it does.
-		// (An unaccepted command is no line: no mark follows.)
-		g.s.guardAwait = g.s.guardMarks == req.marks && !req.unaccepted
-		g.s.updateStateLocked()
-		g.s.broadcastLocked()
-		g.s.mu.Unlock()
-		lapse.Reset(guardAwaitFor)
-		_ = g.conn.SetWriteDeadline(time.Now().Add(guardAnswerTimeout))
-		_, err := g.conn.Write(guardAnswer(req.challenge, v))
-		if err != nil && !errors.Is(err, net.ErrClosed) {
-			g.s.log.Warn("guard: answer not written", "err", err)
-		}
+	g.lapseAt = time.Now().Add(guardAwaitFor)
+	g.setLapseLocked(guardAwaitFor)
+	g.s.mu.Unlock()
+	_ = g.conn.SetWriteDeadline(time.Now().Add(guardAnswerTimeout))
+	_, err := g.conn.Write(guardAnswer(req.challenge, v))
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		g.s.log.Warn("guard: answer not written", "err", err)
+	}
+}
+
+// setLapseLocked makes the lapse step run in d, unless it is set already (it
+// looks at lapseAt when it runs). Session.mu is held.
+func (g *guard) setLapseLocked(d time.Duration) {
+	if g.lapseArmed || g.s.closed {
+		return
+	}
+	g.lapseArmed = true
+	g.s.wg.Add(1)
+	if g.lapse == nil {
+		g.lapse = time.AfterFunc(d, g.lapseStep)
+	} else {
+		g.lapse.Reset(d)
+	}
+}
+
+// lapseStep runs on the lapse timer's goroutine: the shell did not act on its
+// answer within guardAwaitFor, and the session trusts its prompt again.
+func (g *guard) lapseStep() {
+	defer g.s.wg.Done()
+	s := g.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g.lapseArmed = false
+	if d := time.Until(g.lapseAt); d > 0 {
+		g.setLapseLocked(d) // a newer answer: its lapse
+		return
+	}
+	if s.guardAwait {
+		s.guardAwait = false
+		s.updateStateLocked()
+		s.broadcastLocked()
+	}
+}
+
+// stopLapseLocked stops the lapse timer if it has not fired (Close, Detach).
+func (g *guard) stopLapseLocked() {
+	if g.lapseArmed && g.lapse.Stop() {
+		g.lapseArmed = false
+		g.s.wg.Done()
 	}
 }
 

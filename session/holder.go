@@ -61,11 +61,9 @@ type holderMeta struct {
 
 // held is a session's link to its holder.
 type held struct {
-	c      *holder.Client
-	st     *holder.Stream
-	exit   chan *int    // the exit status, once the stream ends with it (nil: unknown)
-	raw    atomic.Int64 // the holder's offset of the output ingested so far
-	broken chan struct{}
+	c   *holder.Client
+	st  *holder.Stream
+	raw atomic.Int64 // the holder's offset of the output ingested so far
 	// detached is set by Detach before it ends the stream: the output goes on in
 	// the holder, for the next agent (see endDetached).
 	detached atomic.Bool
@@ -153,22 +151,23 @@ func (s *Session) startInHolder(argv []string, dir string, env []string, as *run
 	if s.integ != nil { // a program run without shell integration has none
 		nonce = s.integ.nonce
 	}
+	s.mu.Lock()
 	s.startHeld(cfg.Holder, st, guardConn, guardKeep, nonce)
+	s.mu.Unlock()
 	s.log.Debug("session started in the holder", "pid", s.pid, "argv", argv, "tty", s.tty)
 	return s, nil
 }
 
-// startHeld starts the goroutines of a session over the stream st.
+// startHeld starts the goroutines of a session over the stream st (s.mu held).
 func (s *Session) startHeld(c *holder.Client, st *holder.Stream, guardConn *net.UnixConn, guardKeep int, nonce string) {
 	s.master = st.Master
 	s.tty = ptsName(st.Master)
-	s.hold = &held{c: c, st: st, exit: make(chan *int, 1), broken: make(chan struct{})}
+	s.hold = &held{c: c, st: st}
 	s.screen = newScreen(s, s.cols, s.rows)
 	s.emitLocked(Event{Kind: EventCreated, State: StateStarting})
-	s.setPollLocked(0) // the sampler runs until the shell is idle at its prompt (before the read loop kicks it)
-	s.wg.Add(2)
-	go s.heldReadLoop()
-	go s.heldWaitLoop()
+	s.setPollLocked(0) // the sampler runs until the shell is idle at its prompt
+	s.wg.Add(1)
+	go s.heldReadLoop() // it records the exit too: it comes with the stream's end
 	s.startGuard(guardConn, guardKeep, nonce)
 }
 
@@ -180,9 +179,8 @@ func (s *Session) startGuard(conn *net.UnixConn, keep int, nonce string) {
 		return
 	}
 	s.guard = newGuard(s, conn, keep, nonce, s.cfg.Guard)
-	s.wg.Add(2)
-	go s.guard.readLoop()
-	go s.guard.workLoop()
+	s.wg.Add(1)
+	go s.guard.readLoop() // it starts the worker when a request comes
 }
 
 // Reattach rebuilds session cfg.ID from the holder cfg.Holder (a new agent after a
@@ -357,7 +355,8 @@ func (s *Session) adoptKnownLocked(known []Block) {
 	}
 }
 
-// heldReadLoop is readLoop over the holder's stream.
+// heldReadLoop is readLoop over the holder's stream, and waitLoop: the program's
+// exit comes with the stream's end.
 func (s *Session) heldReadLoop() {
 	defer s.wg.Done()
 	var r chunkReader
@@ -373,16 +372,25 @@ func (s *Session) heldReadLoop() {
 		ch, err := s.hold.st.Next()
 		if err == nil && ch.Exited {
 			s.endRead(nil)
-			s.hold.exit <- ch.Code
+			s.recordExit(ch.Code) // the exit comes with the end of the stream
 			return
 		}
 		if err != nil {
+			// A stream that breaks without the exit (the holder ended, or Detach)
+			// leaves the session as it is, unless the holder is gone: then the
+			// program is too.
 			if s.hold.detached.Load() {
 				s.endDetached()
 			} else {
 				s.endRead(nil)
 			}
-			close(s.hold.broken)
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if !closed { // Detach or Close: not our exit to record
+				s.log.Warn("holder stream ended without the exit: the holder is gone, and the program with it")
+				s.recordExit(nil)
+			}
 			return
 		}
 		if ch.Off != raw {
@@ -421,26 +429,6 @@ func (s *Session) endDetached() {
 	s.readDone = true
 	s.broadcastLocked()
 	s.mu.Unlock()
-}
-
-// heldWaitLoop is waitLoop for a session in a holder: the exit comes with the end
-// of the stream. A stream that breaks without it (the holder ended, or Detach)
-// leaves the session as it is, unless the holder is gone: then the program is too.
-func (s *Session) heldWaitLoop() {
-	defer s.wg.Done()
-	var code *int
-	select {
-	case code = <-s.hold.exit:
-	case <-s.hold.broken:
-		s.mu.Lock()
-		closed := s.closed
-		s.mu.Unlock()
-		if closed {
-			return // Detach or Close: not our exit to record
-		}
-		s.log.Warn("holder stream ended without the exit: the holder is gone, and the program with it")
-	}
-	s.recordExit(code)
 }
 
 // ptsName is the slave's path of a master.

@@ -1,11 +1,15 @@
 // Package session runs one program in a PTY and turns its output into a byte-exact,
 // offset-addressed stream, command blocks (with shell integration) and a screen.
 //
-// A Session owns three goroutines: the PTY read loop, the process waiter and the
-// kernel state poller (a fourth, the screen feeder, only while a full-screen program
-// draws: screen.go; and two more with a Guard: guard.go). An idle session holds no
-// read buffer (holder.PTYReader), no screen emulator and only the output it had (the ring
-// grows). The read loop never waits on anyone: it appends
+// An idle session parks one goroutine, the read loop (PTY or holder stream), plus
+// the process waiter for a local PTY (a session in a holder learns the exit from
+// its stream) and the guard channel's reader with a Guard (guard.go). Everything
+// else runs only while there is work: the kernel state sampler on a timer while
+// the session is not idle at its prompt (state.go), the guard's worker while a
+// request waits, the screen feeder while a full-screen program draws (screen.go),
+// and followers such as the node's publisher on Config.Notify. An idle session
+// holds no read buffer (holder.PTYReader), no screen emulator and only the output
+// it had (the ring grows). The read loop never waits on anyone: it appends
 // to the scrollback ring under a short lock and wakes whoever is interested; viewers,
 // the screen emulator and waiters each catch up at their own pace. Close stops all of
 // them and waits.
@@ -392,15 +396,16 @@ func Start(cfg Config) (*Session, error) {
 	s.screen = newScreen(s, s.cols, s.rows)
 	s.emitLocked(Event{Kind: EventCreated, State: StateStarting})
 
-	s.setPollLocked(0) // the sampler runs until the shell is idle at its prompt (before the read loop kicks it)
+	s.mu.Lock()
+	s.setPollLocked(0) // the sampler runs until the shell is idle at its prompt
+	s.mu.Unlock()
 	s.wg.Add(2)
 	go s.readLoop()
 	go s.waitLoop()
 	if guardConn != nil {
 		s.guard = newGuard(s, guardConn, guardKeep, s.integ.nonce, cfg.Guard)
-		s.wg.Add(2)
-		go s.guard.readLoop()
-		go s.guard.workLoop()
+		s.wg.Add(1)
+		go s.guard.readLoop() // it starts the worker when a request comes
 	}
 	s.log.Debug("session started", "pid", s.pid, "argv", argv, "tty", s.tty)
 	return s, nil

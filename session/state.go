@@ -95,8 +95,12 @@ func (s *Session) setPollLocked(d time.Duration) bool {
 	return true
 }
 
-// stopPollLocked stops the timers that have not fired (Close, Detach).
+// stopPollLocked stops the timers that have not fired (Close, Detach): the
+// sampler's, the redactor's release and the guard's lapse.
 func (s *Session) stopPollLocked() {
+	if s.guard != nil {
+		s.guard.stopLapseLocked()
+	}
 	p := &s.poll
 	if p.armed && p.timer.Stop() {
 		p.armed = false

@@ -41,6 +41,22 @@ func goroutines() []string {
 	return gs[1:] // the first is the caller
 }
 
+// Goroutines returns the stacks of the goroutines (the caller's excepted) with a
+// frame, or a creator, whose name contains any of match (e.g. a package path
+// "github.com/fleetmux/fleetmux/session."): what a test counts as some code's own.
+func Goroutines(match ...string) []string {
+	var out []string
+	for _, g := range goroutines() {
+		for _, m := range match {
+			if strings.Contains(g, m) {
+				out = append(out, g)
+				break
+			}
+		}
+	}
+	return out
+}
+
 // benign goroutines belong to the runtime or the test framework.
 var benign = []string{
 	"testing.(*M).", "testing.tRunner", "testing.runTests", "testing.(*T).Run",
