@@ -266,7 +266,7 @@ func newGuard(s *Session, conn *net.UnixConn, keep int, nonce string, decide fun
 		reqs: make(chan guardRequest, 16)}
 }
 
-// stop ends both goroutines (a Guard blocked in a decision sees its ctx end). The
+// stop ends the reader and a worker (a Guard blocked in a decision sees its ctx end). The
 // connection closes first: a decision cut short is not answered (as "abandoned"), so
 // after a Detach the shell still waits, and the next agent's askAgain has it ask that
 // agent.
