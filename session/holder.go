@@ -355,7 +355,7 @@ func (s *Session) adoptKnownLocked(known []Block) {
 	}
 }
 
-// heldReadLoop is readLoop over the holder's stream, and waitLoop: the program's
+// heldReadLoop is readLoop over the holder's stream, and the exit work: the program's
 // exit comes with the stream's end.
 func (s *Session) heldReadLoop() {
 	defer s.wg.Done()

@@ -2,8 +2,9 @@
 // offset-addressed stream, command blocks (with shell integration) and a screen.
 //
 // An idle session parks one goroutine, the read loop (PTY or holder stream), plus
-// the process waiter for a local PTY (a session in a holder learns the exit from
-// its stream) and the guard channel's reader with a Guard (guard.go). Everything
+// the guard channel's reader with a Guard (guard.go); the exits of local programs
+// are watched by one goroutine for the whole process (exits.go), a session in a
+// holder learns its exit from its stream. Everything
 // else runs only while there is work: the kernel state sampler on a timer while
 // the session is not idle at its prompt (state.go), the guard's worker while a
 // request waits, the screen feeder while a full-screen program draws (screen.go),
@@ -399,9 +400,12 @@ func Start(cfg Config) (*Session, error) {
 	s.mu.Lock()
 	s.setPollLocked(0) // the sampler runs until the shell is idle at its prompt
 	s.mu.Unlock()
-	s.wg.Add(2)
+	s.wg.Add(2) // the read loop, and the exit work (exits.go)
 	go s.readLoop()
-	go s.waitLoop()
+	if err := exits.watch(s); err != nil {
+		s.log.Debug("exit not watched with the others: the session waits on its own", "err", err)
+		go s.exitWork(true)
+	}
 	if guardConn != nil {
 		s.guard = newGuard(s, guardConn, guardKeep, s.integ.nonce, cfg.Guard)
 		s.wg.Add(1)
@@ -512,37 +516,6 @@ func (s *Session) ingestLocked(marks []mark, offs []int64) {
 	}
 	s.updateStateLocked()
 	s.broadcastLocked()
-}
-
-// waitLoop reaps the process and records its exit.
-func (s *Session) waitLoop() {
-	defer s.wg.Done()
-	holder.AwaitExit(s.pid) // on the poller, not in wait4: no thread per session
-	err := s.cmd.Wait()
-	code := holder.ExitCode(err)
-	// Let the read loop drain what the process wrote before it exited (bounded: a
-	// background job may still hold the terminal open, so EOF may never come).
-	deadline := time.NewTimer(200 * time.Millisecond)
-	defer deadline.Stop()
-drain:
-	for {
-		s.mu.Lock()
-		done, ch := s.readDone, s.changedLocked()
-		s.mu.Unlock()
-		if done {
-			break
-		}
-		select {
-		case <-ch:
-		case <-deadline.C:
-			break drain
-		}
-	}
-	var c *int
-	if code >= 0 {
-		c = &code
-	}
-	s.recordExit(c)
 }
 
 // recordExit records the program's exit (code nil: unknown) and ends what is open.
