@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/holder"
 )
 
 // outCollector is a NATS subscriber's view of one node's output: chunks by session
@@ -78,6 +79,63 @@ func (c *outCollector) assemble(id string, full []byte) (out []byte, gaps int) {
 	return out, gaps
 }
 
+// waitIdle waits until session node/id is idle for as long as its output grows: a
+// wait of idleQuiet that sees no new output ends it (the session is stuck, or its
+// output is lost on the way; at most rounds waits), a slow machine only makes it
+// longer. A fixed deadline was a race with the load: on a machine busy with other
+// tests (two fuzzers), the 400 lines took more than its 30 s, and the lines not
+// printed yet were taken for lost.
+func (c *apiClient) waitIdle(node, id string) api.WaitReply {
+	c.f.t.Helper()
+	const idleQuiet, rounds = 30 * time.Second, 10
+	var w api.WaitReply
+	for i, last := 0, int64(-1); ; i++ {
+		c.call(http.MethodGet, fmt.Sprintf("/v1/sessions/%s/%s/wait?until=idle&timeout_ms=%d", node, id, idleQuiet.Milliseconds()), nil, http.StatusOK, &w)
+		if w.OK || w.Session.OutputOffset == last || i == rounds-1 {
+			return w
+		}
+		if last >= 0 {
+			c.f.t.Logf("%s/%s: still %s after %v, its output grows (at %d): waiting on", node, id, w.Session.State, idleQuiet, w.Session.OutputOffset)
+		}
+		last = w.Session.OutputOffset
+	}
+}
+
+// holderView is what the holder and the kernel say of session id, for a failure:
+// the holder's raw output end (the agent's offsets leave the marks out) and the
+// state of each process of the session (R running, S sleeping, T stopped) with
+// what it waits in, which tells a slow session from a stuck one.
+func holderView(data, id string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := holder.Dial(ctx, filepath.Join(data, "holder"))
+	if err != nil {
+		return "the holder: " + err.Error()
+	}
+	defer c.Close()
+	list, err := c.List(ctx)
+	if err != nil {
+		return "the holder: " + err.Error()
+	}
+	for _, h := range list {
+		if h.ID != id {
+			continue
+		}
+		out := fmt.Sprintf("the holder: raw output [%d, %d), exited %v; processes:", h.Start, h.End, h.Exited)
+		for pids := []string{strconv.Itoa(h.PID)}; len(pids) > 0; pids = pids[1:] {
+			stat, _ := os.ReadFile("/proc/" + pids[0] + "/stat")
+			wchan, _ := os.ReadFile("/proc/" + pids[0] + "/wchan")
+			if f := strings.Fields(string(stat[min(len(stat), strings.LastIndexByte(string(stat), ')')+1):])); len(f) > 0 {
+				out += fmt.Sprintf(" %s %s (%s)", pids[0], f[0], wchan)
+			}
+			kids, _ := os.ReadFile("/proc/" + pids[0] + "/task/" + pids[0] + "/children")
+			pids = append(pids, strings.Fields(string(kids))...)
+		}
+		return out
+	}
+	return "the holder does not have " + id
+}
+
 // TestHolderSurvivesAgent is issue 18's first promise, with separate processes: a
 // holder (run as a service of its own), a controller, a node agent with --holder,
 // and a NATS subscriber. The agent is killed with SIGKILL while 10 sessions print
@@ -87,14 +145,6 @@ func (c *outCollector) assemble(id string, full []byte) (out []byte, gaps int) {
 // exactly once, over the API and for the subscriber. Then the same across a
 // graceful restart into a newer agent binary (the upgrade path).
 func TestHolderSurvivesAgent(t *testing.T) {
-	// Known failing sometimes (issue 18 open): on 2026-11-24 a quiet run lost s1's
-	// output after line 224 over the API (lines 225-400 absent) after the kill -9
-	// and the upgrade restart; it passed in the two clean-clone CI runs before. Until
-	// the loss is found it runs only when asked, so it cannot block unrelated work:
-	//   FLEETMUX_TEST_HOLDER=1 go test -count=1 -v ./fleet -run TestHolderSurvivesAgent
-	if os.Getenv("FLEETMUX_TEST_HOLDER") == "" {
-		t.Skip("known to lose output after an agent restart sometimes (issue 18 open): set FLEETMUX_TEST_HOLDER=1 to run it")
-	}
 	root := t.TempDir()
 	f := newFleet(t, root, loopback([]string{"n1"}))
 	gossipKeyFile := filepath.Join(root, "gossip.key")
@@ -179,6 +229,7 @@ func TestHolderSurvivesAgent(t *testing.T) {
 			longN = r.Block.N
 		}
 	}
+	typed := time.Now()
 	f.eventually(20*time.Second, func() bool {
 		col.mu.Lock()
 		defer col.mu.Unlock()
@@ -279,14 +330,15 @@ func TestHolderSurvivesAgent(t *testing.T) {
 	f.eventually(30*time.Second, func() bool { return a.nodes()["n1"].Version == "v9.9.9-upgrade" }, "n1 runs the newer version")
 
 	var long api.BlockResult
-	a.call(http.MethodGet, "/v1/sessions/n1/"+ids[len(ids)-1]+"/wait?until=idle&timeout_ms=30000", nil, http.StatusOK, nil)
+	if w := a.waitIdle("n1", ids[len(ids)-1]); !w.OK {
+		t.Fatalf("the long command's session is not idle: %s, output at %d", w.Session.State, w.Session.OutputOffset)
+	}
 	a.call(http.MethodGet, fmt.Sprintf("/v1/sessions/n1/%s/blocks/%d", ids[len(ids)-1], longN), nil, http.StatusOK, &long)
 	if long.Block.State != "done" || long.Block.ExitCode == nil || *long.Block.ExitCode != 7 || !strings.Contains(long.Text, "long-done") {
 		t.Fatalf("the long command's block: %+v %q", long.Block, long.Text)
 	}
 	for _, id := range ids[:len(ids)-1] {
-		var w api.WaitReply
-		a.call(http.MethodGet, "/v1/sessions/n1/"+id+"/wait?until=idle&timeout_ms=30000", nil, http.StatusOK, &w)
+		w := a.waitIdle("n1", id)
 		full := a.rawOutput("n1", id)
 		sub, gaps := col.assemble(id, full)
 		col.mu.Lock()
@@ -308,9 +360,9 @@ func TestHolderSurvivesAgent(t *testing.T) {
 		if len(apiBad) > 0 || len(subBad) > 0 || !w.OK {
 			var blocks api.BlockList
 			a.call(http.MethodGet, "/v1/sessions/n1/"+id+"/blocks", nil, http.StatusOK, &blocks)
-			t.Fatalf("%s: lines not there exactly once (line×count) over the API %v, for the subscriber %v; the wait for idle: ok=%v state=%s output_offset=%d; blocks now %+v; the output's end:\n%q",
-				id, apiBad, subBad, w.OK, w.Session.State, w.Session.OutputOffset, blocks.Blocks, full[max(0, len(full)-400):])
+			t.Fatalf("%s: lines not there exactly once (line×count) over the API %v, for the subscriber %v; the wait for idle: ok=%v state=%s output_offset=%d; blocks now %+v; %s; the output's end:\n%q",
+				id, apiBad, subBad, w.OK, w.Session.State, w.Session.OutputOffset, blocks.Blocks, holderView(data, id), full[max(0, len(full)-400):])
 		}
-		t.Logf("%s: %d bytes, the subscriber filled %d gaps by offset", id, len(full), gaps)
+		t.Logf("%s: %d bytes, the subscriber filled %d gaps by offset; idle %v after the commands were typed", id, len(full), gaps, time.Since(typed).Round(time.Millisecond))
 	}
 }
