@@ -218,6 +218,9 @@ func (e *entry) publish() {
 			}
 			continue
 		}
+		if c, ok = since(c, e.publishFrom); !ok {
+			continue
+		}
 		hdr := map[string]string{
 			api.HeaderOffset: strconv.FormatInt(c.Offset, 10),
 			api.HeaderTime:   time.Now().UTC().Format(time.RFC3339Nano),
@@ -261,6 +264,9 @@ func (e *entry) record() {
 			if wait == 0 || sleepCtx(e.ctx, wait) != nil {
 				return
 			}
+			continue
+		}
+		if c, ok = since(c, e.resumeFrom); !ok {
 			continue
 		}
 		e.recMu.Lock()

@@ -278,6 +278,23 @@ func startedBlocks(castPath string, indexed map[int]bool) []session.Block {
 	return out
 }
 
+// since is the part of c from offset off on (false: none of it). A reattached
+// session's publisher and recorder go on from where the previous agent's got to;
+// while its replay is still short of that (Reattach stops waiting for it after a
+// while), Subscribe starts their viewers at the output's end instead, and what
+// comes before off was published, or recorded, already.
+func since(c session.Chunk, off int64) (session.Chunk, bool) {
+	if c.Offset >= off {
+		return c, true
+	}
+	skip := off - c.Offset
+	if skip >= int64(len(c.Data)) {
+		return c, false
+	}
+	c.Offset, c.Data = off, c.Data[skip:]
+	return c, true
+}
+
 // publishedName is the file that keeps how far a held session's output was
 // published: the decimal offset, rewritten in place after each publication.
 const publishedName = "published"

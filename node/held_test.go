@@ -319,3 +319,79 @@ func TestHolderPublishedMarkFirst(t *testing.T) {
 		t.Fatalf("%d publications of output, %d before the mark covered them: %v", bus.chunks, len(bus.behind), bus.behind)
 	}
 }
+
+// TestHolderRestartBehindPublished: a reattached session whose output is still
+// short of where the previous agent's publisher got to (its replay had not caught
+// up when Reattach stopped waiting; here the mark is moved on by hand) publishes
+// nothing below that mark: those bytes were published. Its viewer used to start at
+// the output's end, and published them again.
+func TestHolderRestartBehindPublished(t *testing.T) {
+	client := startHolder(t)
+	f := newFixture(t, func(c *node.Config) { c.Holder = client() })
+	s := f.create(api.CreateRequest{})
+	f.run(s.ID, "echo before-restart")
+	if err := f.node.Close(); err != nil {
+		t.Fatal(err)
+	}
+	markFile := filepath.Join(f.data, "sessions", s.ID, "published")
+	b, err := os.ReadFile(markFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mark, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := mark
+	mark += 40 // published by the previous agent, not replayed by the next one yet
+	if err := os.WriteFile(markFile, []byte(fmt.Sprintf("%020d\n", mark)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var col overlapCollector
+	stop, err := f.client.Subscribe(f.subj.Out("n1", s.ID), func(_ string, h map[string]string, data []byte) {
+		off, _ := strconv.ParseInt(h[api.HeaderOffset], 10, 64)
+		col.take(off, data)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	bus, err := transport.Connect(context.Background(), transport.NATSConfig{URL: f.srv.ClientURL(), Name: "node2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bus.Close()
+	n2, err := node.New(node.Config{Name: "n1", DataDir: f.data, Bus: bus, Verifier: f.trust.Verifier, Holder: client()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n2.Close()
+	if err := n2.Start(); err != nil {
+		t.Fatal(err)
+	}
+	f.node = n2
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		var l api.SessionList
+		return f.call("list", nil, &l) == nil && len(l.Sessions) == 1
+	}, "the new agent lists %s", s.ID)
+	f.run(s.ID, "echo after-restart-with-more-than-forty-bytes-of-output")
+	var info api.Session
+	f.mustCall("get", api.SessionRequest{Session: s.ID}, &info)
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		col.mu.Lock()
+		defer col.mu.Unlock()
+		for o, end := range col.seen {
+			if o <= info.OutputOffset-1 && end >= info.OutputOffset {
+				return true
+			}
+		}
+		return false
+	}, "the subscriber gets the output's end")
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	for o, end := range col.seen { // the previous agent's own may come late: up to old
+		if o < mark && end > old {
+			t.Fatalf("published [%d, %d), below the previous agent's mark %d: chunks %v", o, end, mark, col.seen)
+		}
+	}
+}
