@@ -29,15 +29,15 @@ const (
 	hupEvery = 100 * time.Millisecond
 )
 
-// held is one session of the holder. Its read loop and waiter run until the
-// program ended and the master reached EOF; forget closes the master.
+// held is one session of the holder. An idle session parks one goroutine, its
+// read loop (on the runtime's poller, holding no buffer); the holder's reaper
+// learns its exit, and a sender runs only while its stream has something to send.
 type held struct {
 	id     string
 	pid    int
 	nonce  string
 	master *os.File // non-blocking; read only by readLoop
 	kept   *os.File // the agent's end of the guard channel, or nil
-	cmd    *exec.Cmd
 
 	fdMu   sync.RWMutex // held (read) while master or kept is passed; forget closes them under it
 	fdGone bool         // master and kept are closed; guarded by fdMu
@@ -45,18 +45,22 @@ type held struct {
 	mu       sync.Mutex // guards everything below
 	meta     json.RawMessage
 	ring     *ring
-	changed  chan struct{} // closed and replaced on output, exit and forget
+	changed  chan struct{} // made by a waiter (changedLocked), closed on output, reap, exit and forget
+	reaped   bool          // the child was reaped: its pid may be reused, never signal it
+	status   int           // with reaped: its exit code (-1: unknown)
+	drain    *time.Timer   // from the reap until exited: the bound on the wait for the last output
 	exited   bool          // reaped and drained: the exit may be sent
 	code     *int
 	readDone bool
-	gone     bool  // forgotten: streams end
-	stream   *conn // the attached agent's stream, if any (newest attach wins)
-	wg       sync.WaitGroup
+	gone     bool           // forgotten: streams end
+	out      *outStream     // the attached agent's stream, if any (newest attach wins)
+	wg       sync.WaitGroup // readLoop and the stream's sender
 }
 
 // spawn starts sp's program on a new PTY. files are the child's (sp.ChildFDs) and,
 // with sp.Keep, one more to keep; spawn closes those it does not keep.
-func spawn(sp *Spawn, files []*os.File) (*held, error) {
+// The reaper r learns its exit.
+func spawn(sp *Spawn, files []*os.File, r *reaper) (*held, error) {
 	want := len(sp.ChildFDs)
 	if sp.Keep {
 		want++
@@ -137,14 +141,17 @@ func spawn(sp *Spawn, files []*os.File) (*held, error) {
 		_ = cmd.Wait()
 		return fail(err)
 	}
+	// The reaper waits for the child (wait4 on its pid): the Process and its pidfd
+	// are not needed, and the command (its environment and arguments) is not kept.
+	pid := cmd.Process.Pid
+	_ = cmd.Process.Release()
 	h := &held{
-		id: sp.ID, pid: cmd.Process.Pid, nonce: sp.Nonce, meta: sp.Meta,
-		master: master, kept: kept, cmd: cmd,
-		ring: newRing(size), changed: make(chan struct{}),
+		id: sp.ID, pid: pid, nonce: sp.Nonce, meta: sp.Meta,
+		master: master, kept: kept, ring: newRing(size),
 	}
-	h.wg.Add(2)
+	h.wg.Add(1)
 	go h.readLoop()
-	go h.waitLoop()
+	r.add(h)
 	return h, nil
 }
 
@@ -162,13 +169,25 @@ func nonblocking(f *os.File) (*os.File, error) {
 	return os.NewFile(uintptr(fd), "/dev/ptmx"), nil
 }
 
-// broadcastLocked wakes every stream.
-func (h *held) broadcastLocked() {
-	close(h.changed)
-	h.changed = make(chan struct{})
+// changedLocked is a channel closed at the session's next change (output, reap,
+// exit, forget). h.mu held.
+func (h *held) changedLocked() <-chan struct{} {
+	if h.changed == nil {
+		h.changed = make(chan struct{})
+	}
+	return h.changed
 }
 
-// readLoop is the only reader of the master: it appends to the ring until EOF.
+// broadcastLocked wakes the waiters of changedLocked. h.mu held.
+func (h *held) broadcastLocked() {
+	if h.changed != nil {
+		close(h.changed)
+		h.changed = nil
+	}
+}
+
+// readLoop is the only reader of the master: it appends to the ring until EOF,
+// and starts the stream's sender when it is not running.
 func (h *held) readLoop() {
 	defer h.wg.Done()
 	pr, err := NewPTYReader(h.master)
@@ -179,6 +198,7 @@ func (h *held) readLoop() {
 		if n > 0 {
 			h.mu.Lock()
 			h.ring.write((*bp)[:n])
+			h.kickLocked()
 			h.broadcastLocked()
 			h.mu.Unlock()
 		}
@@ -186,39 +206,73 @@ func (h *held) readLoop() {
 	}
 	h.mu.Lock()
 	h.readDone = true
+	if h.reaped && !h.exited {
+		h.exitLocked()
+	}
 	h.broadcastLocked()
 	h.mu.Unlock()
 }
 
-// waitLoop reaps the child, lets the read loop drain (bounded) and records the exit.
-func (h *held) waitLoop() {
-	defer h.wg.Done()
-	AwaitExit(h.pid) // on the poller, not in wait4: no thread per session
-	err := h.cmd.Wait()
-	code := ExitCode(err)
-	deadline := time.NewTimer(drainAfterExit)
-	defer deadline.Stop()
+// reap reaps the child when it exited (never blocks) and reports whether it is
+// reaped. The exit is recorded once the read loop drained the master, or after
+// drainAfterExit (a background job may keep the terminal open forever). Called by
+// the reaper only.
+func (h *held) reap() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.reaped {
+		return true
+	}
+	var ws syscall.WaitStatus
+	var pid int
+	var err error
 	for {
-		h.mu.Lock()
-		done, ch := h.readDone, h.changed
-		h.mu.Unlock()
-		if done {
+		pid, err = syscall.Wait4(h.pid, &ws, syscall.WNOHANG, nil)
+		if err != syscall.EINTR {
 			break
 		}
-		select {
-		case <-ch:
-			continue
-		case <-deadline.C:
-		}
-		break
 	}
+	switch {
+	case err == nil && pid == h.pid:
+		h.status = waitCode(ws)
+	case err == syscall.ECHILD: // not ours to reap (any more): the code is unknown
+		h.status = -1
+	default:
+		return false // still running
+	}
+	h.reaped = true
+	h.broadcastLocked()
+	if h.readDone {
+		h.exitLocked()
+	} else {
+		h.drain = time.AfterFunc(drainAfterExit, h.drained)
+	}
+	return true
+}
+
+// drained records the exit when the read loop did not reach EOF in time.
+func (h *held) drained() {
 	h.mu.Lock()
+	if !h.exited {
+		h.exitLocked()
+	}
+	h.mu.Unlock()
+}
+
+// exitLocked records the exit (the child is reaped) and lets the stream send it.
+// h.mu held.
+func (h *held) exitLocked() {
 	h.exited = true
-	if code >= 0 {
+	if h.status >= 0 {
+		code := h.status
 		h.code = &code
 	}
+	if h.drain != nil {
+		h.drain.Stop()
+		h.drain = nil
+	}
+	h.kickLocked()
 	h.broadcastLocked()
-	h.mu.Unlock()
 }
 
 func (h *held) info() Info {
@@ -232,8 +286,9 @@ func (h *held) infoLocked() Info {
 }
 
 // signal signals every process in the session: the shell and all its jobs,
-// including background process groups. The child is unreaped until it exited, so
-// its pid (the session id) is not reused meanwhile.
+// including background process groups. The shell's pid (the session id) is
+// signalled only while the child is unreaped (h.mu held across the kill and the
+// reap), so the number is never someone else's.
 func (h *held) signal(sig syscall.Signal) {
 	h.mu.Lock()
 	exited := h.exited
@@ -241,7 +296,7 @@ func (h *held) signal(sig syscall.Signal) {
 	if exited && sig != syscall.SIGKILL {
 		return
 	}
-	groups := map[int]bool{h.pid: true}
+	groups := map[int]bool{}
 	if ents, err := os.ReadDir("/proc"); err == nil {
 		for _, e := range ents {
 			pid, err := strconv.Atoi(e.Name())
@@ -253,10 +308,15 @@ func (h *held) signal(sig syscall.Signal) {
 			}
 		}
 	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.reaped {
+		groups[h.pid] = true
+	}
 	for pg := range groups {
 		_ = syscall.Kill(-pg, sig)
 	}
-	if !exited {
+	if !h.reaped {
 		_ = syscall.Kill(h.pid, sig)
 	}
 }
@@ -288,75 +348,29 @@ func lastIndex(b []byte, c byte) int {
 	return -1
 }
 
-// attach makes c the session's stream, ending the previous one, and returns what
-// the reply needs.
-func (h *held) attach(c *conn, from int64) (Info, int64) {
+// attach returns what the reply to an attach from offset from needs: the
+// session's info and where its stream starts. The stream itself begins with
+// stream, once the reply is sent.
+func (h *held) attach(from int64) (Info, int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.stream != nil && h.stream != c {
-		h.stream.close() // the older agent's stream ends: newest attach wins
-	}
-	h.stream = c
-	h.broadcastLocked()
 	return h.infoLocked(), clamp(from, h.ring.start(), h.ring.end)
-}
-
-// serve streams output from off to c until the exit is sent, c breaks, another
-// attach replaces it or the session is forgotten. done is closed when the agent's
-// side of c closes.
-func (h *held) serve(c *conn, off int64, done <-chan struct{}) {
-	for {
-		h.mu.Lock()
-		if h.stream != c || h.gone {
-			h.mu.Unlock()
-			return
-		}
-		start, p := h.ring.read(off, chunk)
-		end, exited, code, ch := h.ring.end, h.exited, h.code, h.changed
-		h.mu.Unlock()
-		if len(p) > 0 {
-			if err := c.sendOutput(start, p); err != nil {
-				return
-			}
-			off = start + int64(len(p))
-			continue
-		}
-		if exited && off >= end {
-			_ = c.sendJSON(kindExit, exitInfo{Code: code, End: end})
-			return
-		}
-		select {
-		case <-ch:
-		case <-done:
-			return
-		}
-	}
-}
-
-// detach forgets c as the stream when it still is.
-func (h *held) detach(c *conn) {
-	h.mu.Lock()
-	if h.stream == c {
-		h.stream = nil
-	}
-	h.mu.Unlock()
 }
 
 // close ends the session: SIGHUP to all its processes, repeated every hupEvery
 // (a shell can take one just before it blocks and miss it), SIGKILL after grace;
-// then forget. It blocks up to about grace.
+// then forget. It blocks up to about twice grace (the reap after the SIGKILL).
 func (h *held) close(grace time.Duration) {
 	deadline := time.Now().Add(grace)
 	for {
 		h.mu.Lock()
-		exited, ch := h.exited, h.changed
+		exited, ch := h.exited, h.changedLocked()
 		h.mu.Unlock()
 		if exited {
 			break
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			h.signal(syscall.SIGKILL)
 			break
 		}
 		h.signal(syscall.SIGHUP)
@@ -368,17 +382,35 @@ func (h *held) close(grace time.Duration) {
 		t.Stop()
 	}
 	h.signal(syscall.SIGKILL) // background jobs may outlive the shell
+	// Wait for the reap, so the exit is known when close returns.
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	for {
+		h.mu.Lock()
+		reaped, ch := h.reaped, h.changedLocked()
+		h.mu.Unlock()
+		if reaped {
+			break
+		}
+		select {
+		case <-ch:
+			continue
+		case <-t.C:
+		}
+		break
+	}
 	h.forget()
 }
 
-// forget releases the session's fds and ends its streams; the loops end (the
-// waiter once the child is reaped). It blocks until they did.
+// forget releases the session's fds and ends its stream; the read loop ends. It
+// blocks until the read loop and the sender did. The child, when not reaped yet,
+// stays the reaper's.
 func (h *held) forget() {
 	h.mu.Lock()
 	h.gone = true
-	if h.stream != nil {
-		h.stream.close()
-		h.stream = nil
+	if h.out != nil {
+		h.out.c.close()
+		h.out = nil
 	}
 	h.broadcastLocked()
 	h.mu.Unlock()

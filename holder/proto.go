@@ -151,7 +151,7 @@ type conn struct {
 
 // msgBufs are the buffers messages are read into, shared by every connection: a
 // connection holds one from a read until its next read begins, never while it
-// waits (an attach stream per session waits all the time its session is idle).
+// waits, and an attach stream (which only sends) none at all.
 var msgBufs = sync.Pool{New: func() any { b := make([]byte, maxMessage); return &b }}
 
 func newConn(c *net.UnixConn) *conn {
@@ -221,22 +221,28 @@ func (c *conn) sendJSON(kind byte, v any, files ...*os.File) error {
 	return c.send(kind, b, files...)
 }
 
-func (c *conn) sendOutput(off int64, p []byte) error {
-	msg := make([]byte, 9+len(p))
+// sendOutput sends one output message: msg is the whole message, whose first 9
+// bytes it fills (the kind and off) and whose rest is the output.
+func (c *conn) sendOutput(off int64, msg []byte) error {
 	msg[0] = kindOutput
 	binary.BigEndian.PutUint64(msg[1:9], uint64(off))
-	copy(msg[9:], p)
 	_, _, err := c.c.WriteMsgUnix(msg, nil, nil)
 	return err
+}
+
+// release gives the buffer of the last message read back to the pool: the caller
+// reads c no more (an attach stream, which only sends), or not for a while.
+func (c *conn) release() {
+	if c.buf != nil {
+		msgBufs.Put(c.buf)
+		c.buf = nil
+	}
 }
 
 // recv reads one message: its kind, its body (valid until the next recv) and the
 // files that came with it (the caller owns them).
 func (c *conn) recv() (kind byte, body []byte, files []*os.File, err error) {
-	if c.buf != nil { // the previous message's body is no longer valid
-		msgBufs.Put(c.buf)
-		c.buf = nil
-	}
+	c.release() // the previous message's body is no longer valid
 	rc, err := c.c.SyscallConn()
 	if err != nil {
 		return 0, nil, nil, err

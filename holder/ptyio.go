@@ -111,8 +111,8 @@ func ExitCode(err error) int {
 	case err == nil:
 		return 0
 	case errors.As(err, &ee):
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return 128 + int(ws.Signal())
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok {
+			return waitCode(ws)
 		}
 		return ee.ExitCode()
 	}

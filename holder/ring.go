@@ -41,24 +41,24 @@ func (r *ring) write(p []byte) {
 	r.end += int64(len(p))
 }
 
-// read copies up to max bytes from offset from into a new slice. from below start
-// reads from start; the offset of the first byte is returned.
-func (r *ring) read(from int64, max int) (int64, []byte) {
+// read copies the bytes from offset from into dst, as many as fit, and returns
+// the offset of the first and their number; from below start reads from start.
+func (r *ring) read(from int64, dst []byte) (int64, int) {
 	from = clamp(from, r.start(), r.end)
-	to := min(r.end, from+int64(max))
-	out := make([]byte, 0, to-from)
+	to := min(r.end, from+int64(len(dst)))
 	if len(r.buf) < r.size { // not wrapped yet: buf[0] is offset start
 		s := from - r.start()
-		return from, append(out, r.buf[s:s+(to-from)]...)
+		return from, copy(dst, r.buf[s:s+(to-from)])
 	}
 	n := int64(len(r.buf))
+	k := 0
 	for o := from; o < to; {
 		pos := o % n
-		k := min(to-o, n-pos)
-		out = append(out, r.buf[pos:pos+k]...)
-		o += k
+		c := min(to-o, n-pos)
+		k += copy(dst[k:], r.buf[pos:pos+c])
+		o += c
 	}
-	return from, out
+	return from, k
 }
 
 func clamp(v, lo, hi int64) int64 { return max(lo, min(v, hi)) }

@@ -65,9 +65,11 @@ type Server struct {
 	ln   *net.UnixListener
 	path string
 
+	reap *reaper // the children's exits, for every session
+
 	mu       sync.Mutex // guards sessions, conns, closed and idled
 	sessions map[string]*held
-	conns    map[*conn]struct{}
+	conns    map[*conn]struct{} // connections of agents, not attach streams (their sessions own those)
 	closed   bool
 	idled    bool           // the idle exit fired: Serve returns, no agent is taken
 	idle     *time.Timer    // the idle exit (nil when never); armed while empty
@@ -104,7 +106,7 @@ func Listen(cfg Config) (*Server, error) {
 		ln.Close()
 		return nil, fmt.Errorf("holder: %w", err)
 	}
-	s := &Server{cfg: cfg, log: log, ln: ln, path: path, sessions: map[string]*held{}, conns: map[*conn]struct{}{}}
+	s := &Server{cfg: cfg, log: log, ln: ln, path: path, reap: newReaper(), sessions: map[string]*held{}, conns: map[*conn]struct{}{}}
 	switch {
 	case cfg.IdleExit == 0:
 		s.cfg.IdleExit = DefaultIdleExit
@@ -183,7 +185,7 @@ func (s *Server) isClosed() bool {
 }
 
 // Close stops listening, ends every session (SIGHUP, SIGKILL after a grace) and
-// every connection, and waits for them.
+// every connection, and waits for them and for every goroutine of the holder.
 func (s *Server) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -207,6 +209,7 @@ func (s *Server) Close() error {
 	}
 	wg.Wait()
 	s.wg.Wait()
+	s.reap.close()
 	return nil
 }
 
@@ -214,12 +217,15 @@ func (s *Server) Close() error {
 // attach turns the connection into that session's stream.
 func (s *Server) serveConn(c *conn) {
 	defer s.wg.Done()
+	streaming := false // c became a session's stream: the session closes it
 	defer func() {
 		s.mu.Lock()
 		delete(s.conns, c)
 		s.armIdleLocked()
 		s.mu.Unlock()
-		c.close()
+		if !streaming {
+			c.close()
+		}
 	}()
 	var hi hello
 	files, err := c.recvJSON(kindHello, &hi)
@@ -242,7 +248,7 @@ func (s *Server) serveConn(c *conn) {
 		}
 		if req.Op == "attach" {
 			closeAll(files)
-			s.attach(c, req)
+			streaming = s.attach(c, req)
 			return
 		}
 		if err := s.answer(c, req, files); err != nil {
@@ -281,14 +287,14 @@ func (s *Server) answer(c *conn, req request, files []*os.File) error {
 			closeAll(files)
 			return fail(fmt.Errorf("holder: session %s exists", sp.ID))
 		}
-		h, err := spawn(sp, files)
+		h, err := spawn(sp, files, s.reap)
 		if err != nil {
 			return fail(err)
 		}
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
-			go h.close(closeGrace)
+			h.close(closeGrace) // before Close stops the reaper: it waits for this connection
 			return fail(ErrClosed)
 		}
 		s.sessions[sp.ID] = h
@@ -345,32 +351,23 @@ func (s *Server) session(id string) (*held, error) {
 	return h, nil
 }
 
-// attach replies with the session's info, nonce and fds, then streams its output
-// from req.From until the exit, or until the agent goes or attaches again.
-func (s *Server) attach(c *conn, req request) {
+// attach replies with the session's info, nonce and fds, then hands c to the
+// session as its stream of output from req.From (sent while there is output, until
+// the exit, or until the agent goes or attaches again). It reports whether it did.
+func (s *Server) attach(c *conn, req request) bool {
 	h, err := s.session(req.ID)
 	if err != nil {
 		_ = c.sendJSON(kindReply, reply{Error: err.Error(), NotFound: true})
-		return
+		return false
 	}
-	info, from := h.attach(c, req.From)
-	defer h.detach(c)
+	info, from := h.attach(req.From)
 	if err := h.withFiles(func(files []*os.File) error {
 		return c.sendJSON(kindReply, reply{Info: &info, Nonce: h.nonce, From: from, FDs: len(files)}, files...)
 	}); err != nil {
 		_ = c.sendJSON(kindReply, reply{Error: err.Error(), NotFound: true})
-		return
+		return false
 	}
-	done := make(chan struct{})
-	go func() { // the agent never writes on a stream: a read ends when it goes
-		defer close(done)
-		for {
-			if _, _, _, err := c.recv(); err != nil {
-				return
-			}
-		}
-	}()
-	h.serve(c, from, done)
-	c.close()
-	<-done
+	c.release() // a stream is never read: it holds no buffer
+	h.stream(c, from)
+	return true
 }

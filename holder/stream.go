@@ -1,0 +1,97 @@
+package holder
+
+// The attach stream of a session: its output from an offset, then its exit, sent
+// by a goroutine that runs only while there is something to send.
+
+import "sync"
+
+// outStream is the attached agent's stream of one session. At most one sender
+// goroutine runs for it, and only while the stream is behind the ring or the exit
+// is due: whoever changes that (the read loop's append, the exit) starts it under
+// the session's mutex, and the sender stops under the same mutex when it finds
+// nothing to send, so no output is left unsent.
+//
+// Nothing reads a stream: an agent that went away is noticed at the next send
+// (EPIPE), or when a newer attach replaces its stream, or when the session is
+// forgotten. Until then the session keeps one idle connection (its fd), never more.
+type outStream struct {
+	c       *conn
+	off     int64 // the next offset to send; guarded by held.mu
+	sending bool  // a sender runs; guarded by held.mu
+}
+
+// outBufs are the messages output is sent in ('O', offset, up to chunk bytes),
+// shared by every sender of the process: a sender holds one only while it sends.
+var outBufs = sync.Pool{New: func() any { b := make([]byte, 9+chunk); return &b }}
+
+// stream makes c the session's stream from offset from (the attach's reply was
+// sent on it), ending the previous one: the newest attach wins. c is the session's
+// now: it is closed when the stream ends.
+func (h *held) stream(c *conn, from int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.gone {
+		c.close()
+		return
+	}
+	if h.out != nil {
+		h.out.c.close() // the older agent's stream ends; its sender, if any, stops at its next look
+	}
+	h.out = &outStream{c: c, off: from}
+	h.kickLocked()
+}
+
+// kickLocked starts the stream's sender when there is something to send and none
+// runs. h.mu held.
+func (h *held) kickLocked() {
+	o := h.out
+	if o == nil || o.sending || (o.off >= h.ring.end && !h.exited) {
+		return
+	}
+	o.sending = true
+	h.wg.Add(1) // never after forget: it clears h.out first, under h.mu
+	go h.send(o)
+}
+
+// send sends o's output until it caught up with the ring, then returns; once the
+// exit is due and all output sent, it sends the exit and ends the stream. A failed
+// send (the agent went away), a newer attach or forget end it too.
+func (h *held) send(o *outStream) {
+	defer h.wg.Done()
+	bp := outBufs.Get().(*[]byte)
+	defer outBufs.Put(bp)
+	msg := *bp
+	for {
+		h.mu.Lock()
+		if h.out != o { // replaced or forgotten: whoever did it closed o.c
+			o.sending = false
+			h.mu.Unlock()
+			return
+		}
+		start, n := h.ring.read(o.off, msg[9:])
+		if n == 0 {
+			if !h.exited {
+				o.sending = false // caught up: the next output starts another sender
+				h.mu.Unlock()
+				return
+			}
+			x := exitInfo{Code: h.code, End: h.ring.end}
+			h.out = nil // the exit ends the stream
+			h.mu.Unlock()
+			_ = o.c.sendJSON(kindExit, x)
+			o.c.close()
+			return
+		}
+		o.off = start + int64(n)
+		h.mu.Unlock()
+		if err := o.c.sendOutput(start, msg[:9+n]); err != nil {
+			h.mu.Lock()
+			if h.out == o {
+				h.out = nil
+			}
+			h.mu.Unlock()
+			o.c.close()
+			return
+		}
+	}
+}
