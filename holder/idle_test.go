@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"syscall"
@@ -197,5 +198,26 @@ func TestReattachWhileOutput(t *testing.T) {
 		} else {
 			defer st.Close() // still open: the next attach replaces it
 		}
+	}
+}
+
+// TestSettleReturnsMemory: a holder that went quiet after requests runs a GC that
+// returns the freed memory to the OS (debug.FreeOSMemory: a forced GC cycle).
+func TestSettleReturnsMemory(t *testing.T) {
+	_, dir := startHolder(t)
+	c := dialT(t, dir)
+	forced := func() uint64 {
+		s := []metrics.Sample{{Name: "/gc/cycles/forced:gc-cycles"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64()
+	}
+	before := forced()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.List(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(10*settleAfter, func() bool { return forced() > before }) {
+		t.Fatalf("no GC within %v of the holder going quiet", 10*settleAfter)
 	}
 }

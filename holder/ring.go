@@ -12,6 +12,19 @@ type ring struct {
 
 func newRing(size int) *ring { return &ring{size: size} }
 
+// minGrow is the least a ring allocates: a shell's first prompt fits.
+const minGrow = 256
+
+// grow makes room for need bytes: the capacity doubles, but never past size (the
+// runtime's append grows large slices by a quarter, past size too, and leaves the
+// copies behind for the GC).
+func (r *ring) grow(need int) {
+	c := min(max(need, 2*cap(r.buf), minGrow), r.size)
+	buf := make([]byte, len(r.buf), c)
+	copy(buf, r.buf)
+	r.buf = buf
+}
+
 // start is the oldest offset still held.
 func (r *ring) start() int64 { return r.end - int64(len(r.buf)) }
 
@@ -19,6 +32,9 @@ func (r *ring) start() int64 { return r.end - int64(len(r.buf)) }
 func (r *ring) write(p []byte) {
 	if len(r.buf) < r.size { // still growing: append what fits
 		k := min(len(p), r.size-len(r.buf))
+		if len(r.buf)+k > cap(r.buf) {
+			r.grow(len(r.buf) + k)
+		}
 		r.buf = append(r.buf, p[:k]...)
 		r.end += int64(k)
 		p = p[k:]

@@ -2,6 +2,7 @@ package holder
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 )
 
@@ -23,6 +24,8 @@ func TestRing(t *testing.T) {
 		{"wraps by one big write", 4, []string{"a", "bcdefgh"}, 0, 10, "efgh", 4},
 		{"after wrap from inside", 4, []string{"abcdef", "gh"}, 5, 10, "fgh", 5},
 		{"past end", 4, []string{"ab"}, 9, 10, "", 2},
+		{"grows to its size, no further", 600, []string{strings.Repeat("a", 300), strings.Repeat("b", 300), strings.Repeat("c", 100)}, 0, 1000,
+			strings.Repeat("a", 200) + strings.Repeat("b", 300) + strings.Repeat("c", 100), 100},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -34,8 +37,8 @@ func TestRing(t *testing.T) {
 			if string(got) != tt.want || at != tt.wantAt {
 				t.Fatalf("read(%d,%d) = %d %q, want %d %q", tt.from, tt.max, at, got, tt.wantAt, tt.want)
 			}
-			if len(r.buf) > tt.size {
-				t.Fatalf("ring grew to %d > %d", len(r.buf), tt.size)
+			if cap(r.buf) > tt.size {
+				t.Fatalf("ring grew to %d > %d", cap(r.buf), tt.size)
 			}
 		})
 	}
@@ -63,6 +66,9 @@ func FuzzRing(f *testing.F) {
 		}
 		at, got := readAll(r, 0, 1<<20)
 		wantAt := max(0, len(all)-n)
+		if cap(r.buf) > n {
+			t.Fatalf("ring of %d grew to %d", n, cap(r.buf))
+		}
 		if at != int64(wantAt) || !bytes.Equal(got, all[wantAt:]) {
 			t.Fatalf("ring of %d: read %d %q, want %d %q", n, at, got, wantAt, all[wantAt:])
 		}

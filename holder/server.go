@@ -20,6 +20,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"syscall"
 	"time"
@@ -39,6 +40,14 @@ const DefaultIdleExit = 10 * time.Second
 
 // closeGrace is how long a closed session's program has after SIGHUP before SIGKILL.
 const closeGrace = 2 * time.Second
+
+// settleAfter is how long the holder is quiet (no request, attach or disconnect)
+// before it returns the memory a burst left behind to the OS (a GC and
+// debug.FreeOSMemory). An idle holder's live heap is small (a few KiB a session),
+// but the garbage of a burst of spawns and attaches stays resident up to the
+// runtime's heap goal, a few MiB, for minutes; a GC of a heap that small costs
+// about a millisecond.
+const settleAfter = time.Second
 
 // Config configures a Server.
 type Config struct {
@@ -73,6 +82,7 @@ type Server struct {
 	closed   bool
 	idled    bool           // the idle exit fired: Serve returns, no agent is taken
 	idle     *time.Timer    // the idle exit (nil when never); armed while empty
+	settle   *time.Timer    // returns memory once quiet (settleAfter); stopped by Close
 	wg       sync.WaitGroup // connection goroutines
 }
 
@@ -107,6 +117,8 @@ func Listen(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("holder: %w", err)
 	}
 	s := &Server{cfg: cfg, log: log, ln: ln, path: path, reap: newReaper(), sessions: map[string]*held{}, conns: map[*conn]struct{}{}}
+	s.settle = time.AfterFunc(settleAfter, debug.FreeOSMemory)
+	s.settle.Stop()
 	switch {
 	case cfg.IdleExit == 0:
 		s.cfg.IdleExit = DefaultIdleExit
@@ -196,6 +208,7 @@ func (s *Server) Close() error {
 	if s.idle != nil {
 		s.idle.Stop()
 	}
+	s.settle.Stop()
 	sessions := s.sessions
 	s.sessions = map[string]*held{}
 	for c := range s.conns {
@@ -222,6 +235,7 @@ func (s *Server) serveConn(c *conn) {
 		s.mu.Lock()
 		delete(s.conns, c)
 		s.armIdleLocked()
+		s.touchedLocked()
 		s.mu.Unlock()
 		if !streaming {
 			c.close()
@@ -254,6 +268,16 @@ func (s *Server) serveConn(c *conn) {
 		if err := s.answer(c, req, files); err != nil {
 			return
 		}
+		s.mu.Lock()
+		s.touchedLocked()
+		s.mu.Unlock()
+	}
+}
+
+// touchedLocked counts settleAfter from now. s.mu held.
+func (s *Server) touchedLocked() {
+	if !s.closed {
+		s.settle.Reset(settleAfter)
 	}
 }
 
