@@ -77,8 +77,12 @@ func runHolder(ctx context.Context, data string, idle time.Duration, verbose boo
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	// SIGHUP is ignored: a holder launched from a terminal outlives it.
-	signal.Ignore(syscall.SIGHUP)
+	// SIGHUP is caught and dropped, so a holder launched from a terminal outlives
+	// it. Not signal.Ignore: an ignored signal stays ignored across exec, and every
+	// session's program would start deaf to SIGHUP (a closed session's jobs too).
+	hup := make(chan os.Signal, 1) // never read: a SIGHUP finds it full or fills it
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	log := newLogger(&lockedWriter{w: stderr}, verbose)

@@ -157,3 +157,57 @@ func TestHolderDefault(t *testing.T) {
 		}
 	})
 }
+
+// TestHolderChildHearsHUP: a session's program, started by a `fleetmux holder`,
+// does not start with SIGHUP ignored (the holder's own immunity to its terminal's
+// hangup must not pass to its sessions: closing one hangs up its jobs).
+func TestHolderChildHearsHUP(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := t.TempDir()
+	endHolder(t, data)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := holder.Ensure(ctx, holderDir(data), []string{exe, "holder", "--data", data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, master, err := c.Spawn(ctx, holder.Spawn{ID: "s1", Argv: []string{"/bin/sh", "-c", "grep SigIgn /proc/self/status"}, Dir: "/", Cols: 80, Rows: 24})
+	if err != nil {
+		t.Fatal(err)
+	}
+	master.Close()
+	st, err := c.Attach(ctx, "s1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	st.Master.Close()
+	stop := context.AfterFunc(ctx, func() { st.Close() })
+	defer stop()
+	var out []byte
+	for {
+		ch, err := st.Next()
+		if err != nil {
+			t.Fatalf("stream: %v (got %q)", err, out)
+		}
+		if ch.Exited {
+			break
+		}
+		out = append(out, ch.Data...)
+	}
+	f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(string(out)), "SigIgn:"))
+	if len(f) != 1 {
+		t.Fatalf("output %q", out)
+	}
+	mask, err := strconv.ParseUint(f[0], 16, 64)
+	if err != nil {
+		t.Fatalf("output %q: %v", out, err)
+	}
+	if mask&(1<<(syscall.SIGHUP-1)) != 0 {
+		t.Fatalf("the session's program starts with SIGHUP ignored (SigIgn %s)", f[0])
+	}
+}
