@@ -76,9 +76,15 @@ func (h *held) send(o *outStream) {
 				return
 			}
 			x := exitInfo{Code: h.code, End: h.ring.end}
-			h.out = nil // the exit ends the stream
 			h.mu.Unlock()
+			// Still the stream while the exit is sent: forget (or a newer attach)
+			// closes it, should the agent not read.
 			_ = o.c.sendJSON(kindExit, x)
+			h.mu.Lock()
+			if h.out == o {
+				h.out = nil // the exit ends the stream
+			}
+			h.mu.Unlock()
 			o.c.close()
 			return
 		}
