@@ -378,6 +378,10 @@ func Start(cfg Config) (*Session, error) {
 	}
 	tty.Close()
 	s.cmd, s.pid = cmd, cmd.Process.Pid
+	// Only Wait is left to do with cmd: what the child was given (its environment,
+	// a KiB or more) is not kept for the session's life.
+	cmd.Env, cmd.Args, cmd.SysProcAttr, cmd.ExtraFiles = nil, nil, nil, nil
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, nil, nil
 	if s.integrated {
 		s.image, _ = readImage(s.pid) // Start returns once the exec is done
 	}
