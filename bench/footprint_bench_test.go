@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/holder"
 	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/fleetmux/fleetmux/node"
 	"github.com/fleetmux/fleetmux/transport"
@@ -390,7 +391,8 @@ func TestFootprintReport(t *testing.T) {
 // process: a node on an embedded NATS server, N idle bash sessions, then the Go
 // heap (runtime.MemStats after a GC), the goroutine stacks and the goroutine count
 // per session. FLEETMUX_BENCH_HEAPPROFILE=FILE writes the heap profile with the
-// sessions open (go tool pprof -sample_index=inuse_space FILE).
+// sessions open (go tool pprof -sample_index=inuse_space FILE);
+// FLEETMUX_BENCH_HOLDER=1 keeps the sessions in a holder (in this process too).
 func TestFootprintHeap(t *testing.T) {
 	if os.Getenv("FLEETMUX_BENCH_REPORT") == "" {
 		t.Skip("set FLEETMUX_BENCH_REPORT=1 to run the footprint report")
@@ -413,7 +415,25 @@ func TestFootprintHeap(t *testing.T) {
 	}
 	defer bus.Close()
 	tr := testutil.NewTrust(t)
-	nd, err := node.New(node.Config{Name: "bench", DataDir: t.TempDir(), Bus: bus, Verifier: tr.Verifier, MaxSessions: n + 1, Logger: quietLogger()})
+	ncfg := node.Config{Name: "bench", DataDir: t.TempDir(), Bus: bus, Verifier: tr.Verifier, MaxSessions: n + 1, Logger: quietLogger()}
+	if os.Getenv("FLEETMUX_BENCH_HOLDER") == "1" {
+		// The holder in this process too: its share is in the figures (the heap
+		// profile tells the two apart by function).
+		dir := filepath.Join(t.TempDir(), "holder")
+		hs, err := holder.Listen(holder.Config{Dir: dir, Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hctx, hcancel := context.WithCancel(context.Background())
+		served := make(chan struct{})
+		go func() { defer close(served); _ = hs.Serve(hctx) }()
+		defer func() { hcancel(); <-served; hs.Close() }()
+		if ncfg.Holder, err = holder.Dial(context.Background(), dir); err != nil {
+			t.Fatal(err)
+		}
+		defer ncfg.Holder.Close()
+	}
+	nd, err := node.New(ncfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -134,7 +134,7 @@ func (e *entry) startRecording(h replay.Header) error {
 // counts the entry until end.
 func (e *entry) run() {
 	e.follow()
-	e.kick()
+	e.kick(true)
 }
 
 // follow sets the followers up, once (run, or end when it comes first).
@@ -147,15 +147,18 @@ func (e *entry) follow() {
 	})
 }
 
-// kick is the session's Config.Notify: something changed, the followers look. It
-// never blocks (the session holds its lock).
-func (e *entry) kick() {
+// kick is the session's Config.Notify: something changed, the followers look (the
+// event pump only when it was more than output). It never blocks (the session
+// holds its lock).
+func (e *entry) kick(noted bool) {
 	if !e.ready.Load() {
 		return
 	}
 	e.pub.kick()
 	e.recd.kick()
-	e.ev.kick()
+	if noted {
+		e.ev.kick()
+	}
 }
 
 // close closes the session and waits for the entry's goroutines, then the recording.

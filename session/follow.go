@@ -21,8 +21,8 @@ type follow struct {
 	taken bool          // out was handed to a follower since it was made
 	note  chan struct{} // closed at the next change that is not plain output
 	// pendOut and pendNote: a change happened that out and note do not show yet;
-	// pendHook: one that Config.Notify was not told about yet.
-	pendOut, pendNote, pendHook bool
+	// pendHook and pendHookNote: the same for Config.Notify.
+	pendOut, pendNote, pendHook, pendHookNote bool
 	// pollWake and pollOut: a kick of the poller held back (see kickPollerLocked).
 	pollWake, pollOut bool
 	timer             *time.Timer // releases held changes; armed while held
@@ -47,6 +47,7 @@ func (s *Session) followLocked(noted bool) {
 	}
 	if s.cfg.Notify != nil {
 		f.pendHook = true
+		f.pendHookNote = f.pendHookNote || noted
 	}
 	if !f.pendOut && !f.pendNote && !f.pendHook {
 		return
@@ -115,8 +116,9 @@ func (s *Session) releaseFollowersLocked() {
 		f.pendOut, f.taken = false, false
 	}
 	if f.pendHook {
-		f.pendHook = false
-		s.cfg.Notify()
+		noted := f.pendHookNote
+		f.pendHook, f.pendHookNote = false, false
+		s.cfg.Notify(noted)
 	}
 	if f.pollWake {
 		s.kickPoller(true)

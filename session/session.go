@@ -113,11 +113,13 @@ type Config struct {
 	// Notify, when set, is called at every change a follower would wake for
 	// (output, a mark, an event, the exit, Close): at once, or while a Run or
 	// WaitBlock caller waits up to FollowDelay late, when Followed's channel
-	// closes. It is called with the session's lock held, possibly before Start
-	// or Reattach returns: it must not block or call the session, only hand off
-	// (start or wake a worker that then looks: Viewer.TryNext, Events). Followers
-	// that use it need no goroutine of their own while nothing happens.
-	Notify func()
+	// closes. noted is false when the changes since the last call were plain
+	// output (no event can be new). It is called with the session's lock held,
+	// possibly before Start or Reattach returns: it must not block or call the
+	// session, only hand off (start or wake a worker that then looks:
+	// Viewer.TryNext, Events). Followers that use it need no goroutine of their own
+	// while nothing happens.
+	Notify func(noted bool)
 }
 
 // Session is one running PTY session. All methods are safe for concurrent use.
