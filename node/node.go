@@ -114,6 +114,7 @@ type Node struct {
 	audits    *delay.Queue[func() []byte] // audit records (made when sent), published off the request path
 	sweep     chan struct{}               // asks the janitor for a sweep (buffered 1)
 	appr      approvals                   // held commands (approval.go)
+	quiet     settler                     // returns a burst's garbage to the OS (entry.go)
 
 	pol        atomic.Pointer[policy.Policy] // the policy in force (nil: none); see guard.go
 	guard      guard
@@ -316,6 +317,7 @@ func (n *Node) Close() error {
 	n.closeApprovals()
 	n.audits.Close() // every request has returned: its record is queued
 	n.cancel()
+	n.quiet.close()
 	n.wg.Wait()
 	return errors.Join(errs...)
 }
