@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -32,45 +31,6 @@ const (
 	publishLinger = 2 * time.Millisecond
 	recordLinger  = 10 * time.Millisecond
 )
-
-// settleAfter is how long after the last session started or ended the node returns
-// the garbage of that burst to the OS (a GC and debug.FreeOSMemory): an idle
-// session's live heap is a few KiB, but the garbage of creating a hundred of them
-// (requests, replies, recordings opened) stays resident up to the runtime's heap
-// goal for minutes, counted in the agent's RSS as if every session kept it. A GC of
-// the agent's heap costs a few milliseconds, once per burst.
-const settleAfter = time.Second
-
-// settler runs debug.FreeOSMemory once the sessions have been quiet for
-// settleAfter; its zero value is ready.
-type settler struct {
-	mu     sync.Mutex // guards t and closed
-	t      *time.Timer
-	closed bool
-}
-
-// touch counts settleAfter from now.
-func (st *settler) touch() {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	switch {
-	case st.closed:
-	case st.t == nil:
-		st.t = time.AfterFunc(settleAfter, debug.FreeOSMemory)
-	default:
-		st.t.Reset(settleAfter)
-	}
-}
-
-// close stops the timer (Node.Close).
-func (st *settler) close() {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	st.closed = true
-	if st.t != nil {
-		st.t.Stop()
-	}
-}
 
 // drainGrace bounds how long closing an entry waits for its output to be published
 // and recorded before it cancels what is left.
@@ -175,7 +135,7 @@ func (e *entry) startRecording(h replay.Header) error {
 func (e *entry) run() {
 	e.follow()
 	e.kick(true)
-	e.n.quiet.touch()
+	e.n.reclaim.Touch()
 }
 
 // follow sets the followers up, once (run, or end when it comes first).
@@ -214,7 +174,7 @@ func (e *entry) detach() { e.end(e.s.Detach) }
 func (e *entry) end(stop func() error) {
 	e.closeOnce.Do(func() {
 		defer e.n.wg.Done()
-		defer e.n.quiet.touch()
+		defer e.n.reclaim.Touch()
 		e.follow()
 		_ = stop()
 		// The session is closed: its viewers return EOF once they have read

@@ -27,6 +27,7 @@ import (
 	"github.com/fleetmux/fleetmux/holder"
 	"github.com/fleetmux/fleetmux/internal/datadir"
 	"github.com/fleetmux/fleetmux/internal/delay"
+	"github.com/fleetmux/fleetmux/internal/reclaim"
 	"github.com/fleetmux/fleetmux/policy"
 )
 
@@ -98,6 +99,11 @@ type Config struct {
 	// Exposed says the node listens beyond loopback (its gossip): running without
 	// a policy is then logged as a warning, not as information.
 	Exposed bool
+	// ReclaimAfter, when positive, returns the memory a burst of session starts and
+	// ends left behind to the OS once none came for that long (package reclaim: a
+	// forced GC of the whole process, once per burst). For a node that is a process
+	// of its own (cmd sets it); 0: never.
+	ReclaimAfter time.Duration
 }
 
 // Node is a running node agent. Its methods are safe for concurrent use.
@@ -114,7 +120,7 @@ type Node struct {
 	audits    *delay.Queue[func() []byte] // audit records (made when sent), published off the request path
 	sweep     chan struct{}               // asks the janitor for a sweep (buffered 1)
 	appr      approvals                   // held commands (approval.go)
-	quiet     settler                     // returns a burst's garbage to the OS (entry.go)
+	reclaim   *reclaim.Quiet              // nil without Config.ReclaimAfter
 
 	pol        atomic.Pointer[policy.Policy] // the policy in force (nil: none); see guard.go
 	guard      guard
@@ -214,6 +220,9 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	if cfg.ReclaimAfter > 0 {
+		n.reclaim = reclaim.New(cfg.ReclaimAfter)
+	}
 	audit := n.subj.Audit(cfg.Name)
 	n.audits = delay.New(AuditDelay, func(record func() []byte) {
 		if b := record(); b != nil {
@@ -317,8 +326,8 @@ func (n *Node) Close() error {
 	n.closeApprovals()
 	n.audits.Close() // every request has returned: its record is queued
 	n.cancel()
-	n.quiet.close()
 	n.wg.Wait()
+	n.reclaim.Stop()
 	return errors.Join(errs...)
 }
 

@@ -143,7 +143,7 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	n, err := startNode(ctx, &st, nodeConn, o.recording.apply(node.Config{Name: o.name, DataDir: o.data, Prefix: o.prefix, MaxSessions: o.maxSessions, Verifier: verifier, Logger: log, Holder: hc}),
+	n, err := startNode(ctx, &st, nodeConn, o.recording.apply(node.Config{Name: o.name, DataDir: o.data, Prefix: o.prefix, MaxSessions: o.maxSessions, Verifier: verifier, Logger: log, Holder: hc, ReclaimAfter: reclaimAfter}),
 		gossipOptions{listen: "127.0.0.1:0", key: gkey, join: []string{g.Addr()}})
 	if err != nil {
 		return err

@@ -20,6 +20,11 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// reclaimAfter is how long a node agent's process waits after a burst of session
+// starts and ends before it returns the burst's garbage to the OS (node.Config's
+// ReclaimAfter): an agent of idle sessions then holds little more than they need.
+const reclaimAfter = time.Second
+
 // nodeOptions are the flags of `fleetmux node`.
 type nodeOptions struct {
 	name          string
@@ -163,7 +168,7 @@ func (o *nodeOptions) run(ctx context.Context, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	n, err := startNode(ctx, &st, conn, o.recording.apply(node.Config{Name: o.name, Labels: labels, DataDir: o.data, Prefix: o.prefix, MaxSessions: o.maxSessions, Verifier: verifier, Logger: log, Exposed: exposed, Holder: hc}),
+	n, err := startNode(ctx, &st, conn, o.recording.apply(node.Config{Name: o.name, Labels: labels, DataDir: o.data, Prefix: o.prefix, MaxSessions: o.maxSessions, Verifier: verifier, Logger: log, Exposed: exposed, Holder: hc, ReclaimAfter: reclaimAfter}),
 		gossipOptions{listen: o.gossipListen, key: gkey, join: o.join})
 	if err != nil {
 		return err

@@ -51,7 +51,7 @@ var rules = []rule{
 	{dir: "transport", only: []string{"api", "internal/datadir", "github.com/nats-io", "github.com/hashicorp/memberlist"}},
 	{dir: "trust", only: []string{"api", "golang.org/x/crypto"}},
 	{dir: "policy", only: []string{"api", "go.yaml.in/yaml/v3"}},
-	{dir: "node", ours: []string{"api", "session", "holder", "replay", "trust", "policy", "internal/datadir", "internal/delay"}, never: []string{"controller", "transport"}},
+	{dir: "node", ours: []string{"api", "session", "holder", "replay", "trust", "policy", "internal/datadir", "internal/delay", "internal/reclaim"}, never: []string{"controller", "transport"}},
 	{dir: "controller", ours: []string{"api", "replay", "trust", "policy", "mcpserver", "internal/datadir", "internal/delay"}, never: []string{"node", "transport", "sshd"}},
 	{dir: "mcpserver", only: []string{"api", "github.com/modelcontextprotocol/go-sdk", "github.com/google/jsonschema-go"},
 		never: []string{"controller", "node", "transport"}},
@@ -63,6 +63,7 @@ var rules = []rule{
 	// internal helpers that node and controller share (DESIGN's "internal/… (others)")
 	{dir: "internal/delay", only: []string{"api"}},
 	{dir: "internal/datadir", only: []string{}, depsToo: true},
+	{dir: "internal/reclaim", only: []string{}, depsToo: true},
 }
 
 // pkg is what go list tells about one package.
