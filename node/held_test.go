@@ -66,6 +66,83 @@ func (c *overlapCollector) take(off int64, data []byte) {
 	c.add(off, data)
 }
 
+// subscribeOverlap subscribes col to session id's output; it ends with the test.
+func (f *fixture) subscribeOverlap(id string) *overlapCollector {
+	f.t.Helper()
+	col := &overlapCollector{}
+	stop, err := f.client.Subscribe(f.subj.Out("n1", id), func(_ string, h map[string]string, data []byte) {
+		off, _ := strconv.ParseInt(h[api.HeaderOffset], 10, 64)
+		col.take(off, data)
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { _ = stop() })
+	return col
+}
+
+// restart closes the fixture's node (its sessions stay in the holder) and starts
+// the next agent on the same data dir with cfg's holder and scrollback; it waits
+// until the new agent lists want sessions.
+func (f *fixture) restart(holderClient *holder.Client, scrollback, want int) {
+	f.t.Helper()
+	if err := f.node.Close(); err != nil {
+		f.t.Fatal(err)
+	}
+	bus, err := transport.Connect(context.Background(), transport.NATSConfig{URL: f.srv.ClientURL(), Name: "node2"})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { bus.Close() })
+	n2, err := node.New(node.Config{Name: "n1", DataDir: f.data, Bus: bus, Verifier: f.trust.Verifier, Holder: holderClient, ScrollbackBytes: scrollback})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { n2.Close() })
+	if err := n2.Start(); err != nil {
+		f.t.Fatal(err)
+	}
+	f.node = n2
+	testutil.Eventually(f.t, 10*time.Second, func() bool {
+		var l api.SessionList
+		return f.call("list", nil, &l) == nil && len(l.Sessions) == want
+	}, "the new agent lists %d sessions", want)
+}
+
+// subscribed waits until col holds session id's output from the first chunk it
+// got up to end, then returns [0, end) with the gaps read back (as a subscriber
+// fills them), the number of gaps after its first chunk, and the bytes it got twice.
+func (f *fixture) subscribed(col *overlapCollector, id string, end int64) (text string, gaps int, repeated int64) {
+	f.t.Helper()
+	// The first prompt may be published before the subscription: from the first
+	// chunk it got on, the subscriber must have everything.
+	first := func() int64 {
+		col.mu.Lock()
+		defer col.mu.Unlock()
+		m := end
+		for o := range col.seen {
+			m = min(m, o)
+		}
+		return m
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for col.received() < end-first() {
+		if time.Now().After(deadline) {
+			want := end - first()
+			col.mu.Lock()
+			f.t.Fatalf("the subscriber got %d of %d bytes: chunks %v", col.bytes, want, col.seen)
+		}
+		time.Sleep(2 * time.Millisecond) // polling the subscriber's count, with a deadline
+	}
+	all, gaps := f.assemble(&col.collector, id, end)
+	if first() > 0 {
+		gaps-- // before the subscription
+	}
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	return string(all), gaps, col.repeated
+}
+
 // TestHolderRestart: with a holder, an agent's graceful stop leaves the sessions
 // running; the next agent on the same data dir serves them with the same ids, a
 // command that ran across the restart ends with its real exit code, block numbers
@@ -74,15 +151,7 @@ func TestHolderRestart(t *testing.T) {
 	client := startHolder(t)
 	f := newFixture(t, func(c *node.Config) { c.Holder = client() })
 	s := f.create(api.CreateRequest{})
-	var col overlapCollector
-	stop, err := f.client.Subscribe(f.subj.Out("n1", s.ID), func(_ string, h map[string]string, data []byte) {
-		off, _ := strconv.ParseInt(h[api.HeaderOffset], 10, 64)
-		col.take(off, data)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
+	col := f.subscribeOverlap(s.ID)
 	f.run(s.ID, "echo before-restart")
 	var r api.BlockResult
 	f.mustCall("run", api.RunRequest{Session: s.ID, Command: "sleep 1; echo across; (exit 7)", TimeoutMS: 50}, &r)
@@ -90,28 +159,7 @@ func TestHolderRestart(t *testing.T) {
 		t.Fatalf("long command: %+v", r.Block)
 	}
 	long := r.Block.N
-	if err := f.node.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	bus, err := transport.Connect(context.Background(), transport.NATSConfig{URL: f.srv.ClientURL(), Name: "node2"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bus.Close()
-	n2, err := node.New(node.Config{Name: "n1", DataDir: f.data, Bus: bus, Verifier: f.trust.Verifier, Holder: client()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n2.Close()
-	if err := n2.Start(); err != nil {
-		t.Fatal(err)
-	}
-	f.node = n2
-	testutil.Eventually(t, 10*time.Second, func() bool {
-		var l api.SessionList
-		return f.call("list", nil, &l) == nil && len(l.Sessions) == 1 && l.Sessions[0].ID == s.ID
-	}, "the new agent lists %s", s.ID)
+	f.restart(client(), 0, 1)
 	var w api.BlockResult
 	f.mustCall("wait", api.WaitRequest{Session: s.ID, Until: "idle", TimeoutMS: 20000}, &w)
 	var b api.BlockResult
@@ -125,33 +173,7 @@ func TestHolderRestart(t *testing.T) {
 	}
 	var info api.Session
 	f.mustCall("get", api.SessionRequest{Session: s.ID}, &info)
-	// The first prompt may be published before the subscription: from the first
-	// chunk it got on, the subscriber must have everything.
-	first := func() int64 {
-		col.mu.Lock()
-		defer col.mu.Unlock()
-		m := info.OutputOffset
-		for o := range col.seen {
-			m = min(m, o)
-		}
-		return m
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for col.received() < info.OutputOffset-first() {
-		if time.Now().After(deadline) {
-			col.mu.Lock()
-			t.Fatalf("the subscriber got %d of %d bytes: chunks %v", col.bytes, info.OutputOffset, col.seen)
-		}
-		time.Sleep(2 * time.Millisecond) // polling the subscriber's count, with a deadline
-	}
-	all, gaps := f.assemble(&col.collector, s.ID, info.OutputOffset)
-	if first() > 0 {
-		gaps-- // before the subscription
-	}
-	col.mu.Lock()
-	repeated := col.repeated
-	col.mu.Unlock()
-	text := string(all)
+	text, gaps, repeated := f.subscribed(col, s.ID, info.OutputOffset)
 	if repeated != 0 || gaps != 0 || strings.Count(text, "\rbefore-restart\r\n") != 1 || strings.Count(text, "\racross\r\n") != 1 || strings.Count(text, "\rafter-restart\r\n") != 1 {
 		t.Fatalf("subscriber: %d bytes repeated, %d gaps:\n%q", repeated, gaps, text)
 	}
@@ -171,15 +193,7 @@ func TestHolderRestartWrapped(t *testing.T) {
 	client := startHolder(t)
 	f := newFixture(t, func(c *node.Config) { c.Holder = client(); c.ScrollbackBytes = ring })
 	s := f.create(api.CreateRequest{})
-	var col overlapCollector
-	stop, err := f.client.Subscribe(f.subj.Out("n1", s.ID), func(_ string, h map[string]string, data []byte) {
-		off, _ := strconv.ParseInt(h[api.HeaderOffset], 10, 64)
-		col.take(off, data)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
+	col := f.subscribeOverlap(s.ID)
 	f.run(s.ID, "seq -f 'big-%g' 1 100000")
 	if r := f.run(s.ID, "echo before-restart; (exit 3)"); r.Block.ExitCode == nil || *r.Block.ExitCode != 3 {
 		t.Fatalf("second block: %+v", r.Block)
@@ -192,28 +206,7 @@ func TestHolderRestartWrapped(t *testing.T) {
 	long := r.Block.N
 	var before api.BlockList
 	f.mustCall("blocks", api.SessionRequest{Session: s.ID}, &before)
-	if err := f.node.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	bus, err := transport.Connect(context.Background(), transport.NATSConfig{URL: f.srv.ClientURL(), Name: "node2"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bus.Close()
-	n2, err := node.New(node.Config{Name: "n1", DataDir: f.data, Bus: bus, Verifier: f.trust.Verifier, Holder: client(), ScrollbackBytes: ring})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n2.Close()
-	if err := n2.Start(); err != nil {
-		t.Fatal(err)
-	}
-	f.node = n2
-	testutil.Eventually(t, 10*time.Second, func() bool {
-		var l api.SessionList
-		return f.call("list", nil, &l) == nil && len(l.Sessions) == 1 && l.Sessions[0].ID == s.ID
-	}, "the new agent lists %s", s.ID)
+	f.restart(client(), ring, 1)
 	var w api.WaitReply
 	f.mustCall("wait", api.WaitRequest{Session: s.ID, Until: "idle", TimeoutMS: 20000}, &w)
 	if !w.OK {
@@ -239,27 +232,7 @@ func TestHolderRestartWrapped(t *testing.T) {
 	}
 	var info api.Session
 	f.mustCall("get", api.SessionRequest{Session: s.ID}, &info)
-	first := func() int64 {
-		col.mu.Lock()
-		defer col.mu.Unlock()
-		m := info.OutputOffset
-		for o := range col.seen {
-			m = min(m, o)
-		}
-		return m
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for col.received() < info.OutputOffset-first() {
-		if time.Now().After(deadline) {
-			t.Fatalf("the subscriber got %d of %d bytes", col.received(), info.OutputOffset-first())
-		}
-		time.Sleep(2 * time.Millisecond) // polling the subscriber's count, with a deadline
-	}
-	all, _ := f.assemble(&col.collector, s.ID, info.OutputOffset) // gaps are read back: from the recording
-	col.mu.Lock()
-	repeated := col.repeated
-	col.mu.Unlock()
-	text := string(all)
+	text, _, repeated := f.subscribed(col, s.ID, info.OutputOffset) // gaps are read back: from the recording
 	if repeated != 0 {
 		t.Fatalf("the subscriber got %d bytes twice", repeated)
 	}
@@ -347,33 +320,8 @@ func TestHolderRestartBehindPublished(t *testing.T) {
 	if err := os.WriteFile(markFile, []byte(fmt.Sprintf("%020d\n", mark)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var col overlapCollector
-	stop, err := f.client.Subscribe(f.subj.Out("n1", s.ID), func(_ string, h map[string]string, data []byte) {
-		off, _ := strconv.ParseInt(h[api.HeaderOffset], 10, 64)
-		col.take(off, data)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	bus, err := transport.Connect(context.Background(), transport.NATSConfig{URL: f.srv.ClientURL(), Name: "node2"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bus.Close()
-	n2, err := node.New(node.Config{Name: "n1", DataDir: f.data, Bus: bus, Verifier: f.trust.Verifier, Holder: client()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n2.Close()
-	if err := n2.Start(); err != nil {
-		t.Fatal(err)
-	}
-	f.node = n2
-	testutil.Eventually(t, 10*time.Second, func() bool {
-		var l api.SessionList
-		return f.call("list", nil, &l) == nil && len(l.Sessions) == 1
-	}, "the new agent lists %s", s.ID)
+	col := f.subscribeOverlap(s.ID)
+	f.restart(client(), 0, 1) // the node is closed already (Close is idempotent)
 	f.run(s.ID, "echo after-restart-with-more-than-forty-bytes-of-output")
 	var info api.Session
 	f.mustCall("get", api.SessionRequest{Session: s.ID}, &info)
