@@ -348,15 +348,6 @@ func lastIndex(b []byte, c byte) int {
 	return -1
 }
 
-// attach returns what the reply to an attach from offset from needs: the
-// session's info and where its stream starts. The stream itself begins with
-// stream, once the reply is sent.
-func (h *held) attach(from int64) (Info, int64) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.infoLocked(), clamp(from, h.ring.start(), h.ring.end)
-}
-
 // close ends the session: SIGHUP to all its processes, repeated every hupEvery
 // (a shell can take one just before it blocks and miss it), SIGKILL after grace;
 // then forget. It blocks up to about twice grace (the reap after the SIGKILL).

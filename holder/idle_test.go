@@ -8,6 +8,7 @@ import (
 	"runtime/metrics"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -219,5 +220,52 @@ func TestSettleReturnsMemory(t *testing.T) {
 	}
 	if !waitFor(10*settleAfter, func() bool { return forced() > before }) {
 		t.Fatalf("no GC within %v of the holder going quiet", 10*settleAfter)
+	}
+}
+
+// TestAttachRightAfterAttach: an agent that closes a stream as soon as its reply
+// came and attaches again (Reattach does, to start from a checkpoint) keeps the
+// second stream: the attaches win in the order they are made, not in the order
+// their streams begin.
+func TestAttachRightAfterAttach(t *testing.T) {
+	// The first attach's goroutine is slow to start its stream: it waits until the
+	// second attach is done (as a loaded holder may).
+	var second *Stream
+	secondDone := make(chan struct{}, 1)
+	var calls atomic.Int32
+	testAfterReply = func() {
+		if calls.Add(1)%2 == 1 {
+			select {
+			case <-secondDone:
+			case <-time.After(5 * time.Second):
+			}
+		}
+	}
+	t.Cleanup(func() { testAfterReply = nil }) // after the holder's Close: set before it starts
+	_, dir := startHolder(t)
+	c := dialT(t, dir)
+	spawnT(t, c, "s1", "/bin/sh", "-c", `while :; do echo tick; sleep 0.01; done`)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 20 {
+		first, err := c.Attach(ctx, "s1", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first.Close()
+		first.Master.Close()
+		second, err = c.Attach(ctx, "s1", 1<<40) // from the end: the next tick
+		if err != nil {
+			t.Fatal(err)
+		}
+		secondDone <- struct{}{}
+		second.Master.Close()
+		timer := time.AfterFunc(10*time.Second, func() { second.Close() })
+		ch, err := second.Next()
+		timer.Stop()
+		second.Close()
+		if err != nil || ch.Exited || len(ch.Data) == 0 {
+			t.Fatalf("attach %d: the second stream gave %+v, %v", i, ch, err)
+		}
 	}
 }

@@ -375,23 +375,37 @@ func (s *Server) session(id string) (*held, error) {
 	return h, nil
 }
 
-// attach replies with the session's info, nonce and fds, then hands c to the
-// session as its stream of output from req.From (sent while there is output, until
-// the exit, or until the agent goes or attaches again). It reports whether it did.
+// attach makes c the session's stream of output from req.From (sent while there
+// is output, until the exit, or until the agent goes or attaches again), replies
+// with the session's info, nonce and fds, then lets the stream send. It reports
+// whether c is the session's now.
 func (s *Server) attach(c *conn, req request) bool {
 	h, err := s.session(req.ID)
 	if err != nil {
 		_ = c.sendJSON(kindReply, reply{Error: err.Error(), NotFound: true})
 		return false
 	}
-	info, from := h.attach(req.From)
+	o, info, ok := h.attach(c, req.From)
+	if !ok {
+		_ = c.sendJSON(kindReply, reply{Error: fmt.Sprintf("%v: %s closed", ErrNoSession, h.id), NotFound: true})
+		return false
+	}
+	from := o.off // no sender runs before begin
 	if err := h.withFiles(func(files []*os.File) error {
 		return c.sendJSON(kindReply, reply{Info: &info, Nonce: h.nonce, From: from, FDs: len(files)}, files...)
 	}); err != nil {
 		_ = c.sendJSON(kindReply, reply{Error: err.Error(), NotFound: true})
-		return false
+		h.begin(o, false)
+		return true
 	}
 	c.release() // a stream is never read: it holds no buffer
-	h.stream(c, from)
+	if testAfterReply != nil {
+		testAfterReply()
+	}
+	h.begin(o, true)
 	return true
 }
+
+// testAfterReply, when set (by tests only), runs between an attach's reply and
+// the start of its stream.
+var testAfterReply func()

@@ -24,20 +24,42 @@ type outStream struct {
 // shared by every sender of the process: a sender holds one only while it sends.
 var outBufs = sync.Pool{New: func() any { b := make([]byte, 9+chunk); return &b }}
 
-// stream makes c the session's stream from offset from (the attach's reply was
-// sent on it), ending the previous one: the newest attach wins. c is the session's
-// now: it is closed when the stream ends.
-func (h *held) stream(c *conn, from int64) {
+// attach makes c the session's stream from offset from (clamped to what the ring
+// holds), ending the previous one: the newest attach wins, in the order the
+// attaches are made, before their replies (an agent that closes a stream as soon
+// as its reply came and attaches again must not find the older stream winning).
+// The stream sends nothing until begin: the reply goes first. It returns the
+// stream and what the reply needs; ok is false when the session is forgotten (c is
+// not taken). Otherwise c is the session's: it is closed when the stream ends.
+func (h *held) attach(c *conn, from int64) (o *outStream, info Info, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.gone {
-		c.close()
-		return
+		return nil, Info{}, false
 	}
 	if h.out != nil {
 		h.out.c.close() // the older agent's stream ends; its sender, if any, stops at its next look
 	}
-	h.out = &outStream{c: c, off: from}
+	// sending holds the sender back until begin.
+	o = &outStream{c: c, off: clamp(from, h.ring.start(), h.ring.end), sending: true}
+	h.out = o
+	return o, h.infoLocked(), true
+}
+
+// begin lets o send once the attach's reply was sent; sent false (it could not
+// be) ends the stream.
+func (h *held) begin(o *outStream, sent bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.out != o {
+		return // replaced or forgotten meanwhile: whoever did it closed o.c
+	}
+	if !sent {
+		h.out = nil
+		o.c.close()
+		return
+	}
+	o.sending = false
 	h.kickLocked()
 }
 
