@@ -169,6 +169,27 @@ func nonblocking(f *os.File) (*os.File, error) {
 	return os.NewFile(uintptr(fd), "/dev/ptmx"), nil
 }
 
+// waitRoom blocks the read loop while an attached agent's stream has not been sent
+// what the next read could overwrite in the ring: with an agent attached, the ring
+// never drops output the agent has not had (the program waits, as it would for a
+// slow terminal; the agent reads at memory speed, and a replay of the whole ring
+// after an attach is quick). With no agent attached, the oldest output goes. An
+// agent that went away without closing its stream frees it at the next send
+// (EPIPE), the next attach or forget, which all wake this.
+func (h *held) waitRoom() {
+	for {
+		h.mu.Lock()
+		o := h.out
+		if o == nil || h.gone || o.off >= h.ring.end-int64(max(h.ring.size-chunk, 0)) {
+			h.mu.Unlock()
+			return
+		}
+		ch := h.changedLocked()
+		h.mu.Unlock()
+		<-ch
+	}
+}
+
 // changedLocked is a channel closed at the session's next change (output, reap,
 // exit, forget). h.mu held.
 func (h *held) changedLocked() <-chan struct{} {
@@ -192,6 +213,7 @@ func (h *held) readLoop() {
 	defer h.wg.Done()
 	pr, err := NewPTYReader(h.master)
 	for err == nil {
+		h.waitRoom()
 		var bp *[]byte
 		var n int
 		bp, n, err = pr.Read() // a pooled buffer, taken only when there is output

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -526,4 +527,57 @@ func TestIdleExit(t *testing.T) {
 	c.Close()
 	exits(done, "no session and no agent")
 	srv.Close()
+}
+
+// TestSlowAgentLosesNothing: an attached agent that reads slower than the program
+// writes (here it pauses after every chunk) gets every byte: with an agent
+// attached the holder waits for it before its ring would overwrite output the
+// agent has not had (the program waits, as on a slow terminal). Before, a flood of
+// more than the ring came to the agent with gaps.
+func TestSlowAgentLosesNothing(t *testing.T) {
+	_, dir := startHolder(t)
+	c := dialT(t, dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	const ring = 64 << 10
+	// About 1.2 MB: 18 rings. stty -onlcr: the bytes on the master are the program's.
+	_, master, err := c.Spawn(ctx, Spawn{ID: "s1", Argv: []string{"/bin/sh", "-c", "stty -onlcr; seq 1 200000; echo END"}, Dir: "/",
+		Env: []string{"PATH=/usr/bin:/bin", "TERM=dumb"}, Cols: 80, Rows: 24, Ring: ring})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer master.Close()
+	st, err := c.Attach(ctx, "s1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	st.Master.Close()
+	var out []byte
+	off := st.From
+	timer := time.AfterFunc(60*time.Second, func() { st.Close() })
+	defer timer.Stop()
+	for !bytes.Contains(out, []byte("END\n")) {
+		ch, err := st.Next()
+		if err != nil {
+			t.Fatalf("stream ended after %d bytes: %v", len(out), err)
+		}
+		if ch.Exited {
+			break
+		}
+		if ch.Off != off {
+			t.Fatalf("chunk at %d, want %d: the holder dropped %d bytes the agent had not had", ch.Off, off, ch.Off-off)
+		}
+		out = append(out, ch.Data...)
+		off += int64(len(ch.Data))
+		time.Sleep(200 * time.Microsecond) // a slow agent: the pace of reading, not synchronisation
+	}
+	var want bytes.Buffer
+	for i := 1; i <= 200000; i++ {
+		fmt.Fprintf(&want, "%d\n", i)
+	}
+	want.WriteString("END\n")
+	if !bytes.Equal(out, want.Bytes()) {
+		t.Fatalf("got %d bytes, want %d (the program's output, whole)", len(out), want.Len())
+	}
 }

@@ -43,6 +43,7 @@ func (h *held) attach(c *conn, from int64) (o *outStream, info Info, ok bool) {
 	// sending holds the sender back until begin.
 	o = &outStream{c: c, off: clamp(from, h.ring.start(), h.ring.end), sending: true}
 	h.out = o
+	h.broadcastLocked() // a read loop waiting for the older stream's room looks again
 	return o, h.infoLocked(), true
 }
 
@@ -56,6 +57,7 @@ func (h *held) begin(o *outStream, sent bool) {
 	}
 	if !sent {
 		h.out = nil
+		h.broadcastLocked()
 		o.c.close()
 		return
 	}
@@ -105,17 +107,20 @@ func (h *held) send(o *outStream) {
 			h.mu.Lock()
 			if h.out == o {
 				h.out = nil // the exit ends the stream
+				h.broadcastLocked()
 			}
 			h.mu.Unlock()
 			o.c.close()
 			return
 		}
 		o.off = start + int64(n)
+		h.broadcastLocked() // the read loop may wait for this room (waitRoom)
 		h.mu.Unlock()
 		if err := o.c.sendOutput(start, msg[:9+n]); err != nil {
 			h.mu.Lock()
 			if h.out == o {
 				h.out = nil
+				h.broadcastLocked()
 			}
 			h.mu.Unlock()
 			o.c.close()
