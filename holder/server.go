@@ -20,13 +20,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/datadir"
+	"github.com/fleetmux/fleetmux/internal/reclaim"
 )
 
 // SocketName is the holder's socket in its directory.
@@ -42,11 +42,10 @@ const DefaultIdleExit = 10 * time.Second
 const closeGrace = 2 * time.Second
 
 // settleAfter is how long the holder is quiet (no request, attach or disconnect)
-// before it returns the memory a burst left behind to the OS (a GC and
-// debug.FreeOSMemory). An idle holder's live heap is small (a few KiB a session),
-// but the garbage of a burst of spawns and attaches stays resident up to the
-// runtime's heap goal, a few MiB, for minutes; a GC of a heap that small costs
-// about a millisecond.
+// before it returns the memory a burst left behind to the OS (package reclaim). An
+// idle holder's live heap is small (a few KiB a session), but the garbage of a
+// burst of spawns and attaches stays resident up to the runtime's heap goal, a few
+// MiB, for minutes; a GC of a heap that small costs about a millisecond.
 const settleAfter = time.Second
 
 // Config configures a Server.
@@ -82,7 +81,7 @@ type Server struct {
 	closed   bool
 	idled    bool           // the idle exit fired: Serve returns, no agent is taken
 	idle     *time.Timer    // the idle exit (nil when never); armed while empty
-	settle   *time.Timer    // returns memory once quiet (settleAfter); stopped by Close
+	settle   *reclaim.Quiet // returns memory once quiet (settleAfter); stopped by Close
 	wg       sync.WaitGroup // connection goroutines
 }
 
@@ -117,8 +116,7 @@ func Listen(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("holder: %w", err)
 	}
 	s := &Server{cfg: cfg, log: log, ln: ln, path: path, reap: newReaper(), sessions: map[string]*held{}, conns: map[*conn]struct{}{}}
-	s.settle = time.AfterFunc(settleAfter, debug.FreeOSMemory)
-	s.settle.Stop()
+	s.settle = reclaim.New(settleAfter)
 	switch {
 	case cfg.IdleExit == 0:
 		s.cfg.IdleExit = DefaultIdleExit
@@ -277,7 +275,7 @@ func (s *Server) serveConn(c *conn) {
 // touchedLocked counts settleAfter from now. s.mu held.
 func (s *Server) touchedLocked() {
 	if !s.closed {
-		s.settle.Reset(settleAfter)
+		s.settle.Touch()
 	}
 }
 

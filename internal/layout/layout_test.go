@@ -46,7 +46,7 @@ var rules = []rule{
 	// the session holder (sessions that outlive the agent): the process that keeps
 	// the PTYs, and the client of its protocol; it knows nothing of sessions' marks,
 	// blocks or screens.
-	{dir: "holder", only: []string{"api", "internal/datadir", "github.com/creack/pty", "golang.org/x/sys"},
+	{dir: "holder", only: []string{"api", "internal/datadir", "internal/reclaim", "github.com/creack/pty", "golang.org/x/sys"},
 		never: []string{"session", "node", "controller", "transport"}},
 	{dir: "transport", only: []string{"api", "internal/datadir", "github.com/nats-io", "github.com/hashicorp/memberlist"}},
 	{dir: "trust", only: []string{"api", "golang.org/x/crypto"}},
