@@ -39,6 +39,11 @@ type PolicySource interface {
 // version arrives (a node never falls back to allowing everything silently).
 const unreadablePolicy = "policy-unreadable"
 
+// unknownWriter is the rule that denies, while a policy is in force, a line the
+// shell asks about that no writer this agent knows of typed (see decide): after an
+// agent restart, whoever typed a pending line must type it again.
+const unknownWriter = "writer-unknown"
+
 // guard is the node's policy state; the policy in force itself is Node.pol (nil:
 // none), read lock-free by policy() and stored only under mu (setPolicy).
 type guard struct {

@@ -170,6 +170,15 @@ func (n *Node) decide(e *entry, w writer, command string) policy.Decision {
 	if p == nil {
 		return policy.Decision{Action: api.ActionAllow}
 	}
+	if w == (writer{}) {
+		// Nobody this agent knows of typed the line: a question the shell asks again
+		// after an agent restart (the writer was the last agent's), a line typed
+		// while no agent ran, input that did not come through the node. Which of the
+		// policy's rules on principals, actors and roles would apply is not known:
+		// fail closed (decided for no writer, an approve rule on an actor would not
+		// match and the default would let it run).
+		return policy.Decision{Action: api.ActionDeny, Rule: unknownWriter, Version: p.Version}
+	}
 	return p.Decide(policy.Request{
 		Command: command, Principal: w.Principal, Actor: w.Actor, Role: w.Role,
 		Node: n.cfg.Name, NodeLabels: n.cfg.Labels, SessionLabels: e.s.Info().Labels,

@@ -44,8 +44,11 @@ func (n *Node) guardLine(ctx context.Context, e *entry, line string) session.Gua
 		return session.GuardVerdict{Message: "the node could not decide it"}
 	}
 	v := session.GuardVerdict{Rule: ae.Rule}
-	if ae.Code != api.CodeDenied || ae.Approval != "" {
+	switch {
+	case ae.Code != api.CodeDenied || ae.Approval != "":
 		v.Message = ae.Message // an approval denied or expired, the policy not known yet, too many held
+	case ae.Rule == unknownWriter:
+		v.Message = "this agent does not know who typed the line (it was typed before the agent restarted): type it again"
 	}
 	return v
 }

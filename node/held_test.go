@@ -82,9 +82,9 @@ func (f *fixture) subscribeOverlap(id string) *overlapCollector {
 }
 
 // restart closes the fixture's node (its sessions stay in the holder) and starts
-// the next agent on the same data dir with cfg's holder and scrollback; it waits
-// until the new agent lists want sessions.
-func (f *fixture) restart(holderClient *holder.Client, scrollback, want int) {
+// the next agent on the same data dir with the holder, scrollback and mods; it
+// waits until the new agent lists want sessions.
+func (f *fixture) restart(holderClient *holder.Client, scrollback, want int, mods ...func(*node.Config)) {
 	f.t.Helper()
 	if err := f.node.Close(); err != nil {
 		f.t.Fatal(err)
@@ -94,7 +94,11 @@ func (f *fixture) restart(holderClient *holder.Client, scrollback, want int) {
 		f.t.Fatal(err)
 	}
 	f.t.Cleanup(func() { bus.Close() })
-	n2, err := node.New(node.Config{Name: "n1", DataDir: f.data, Bus: bus, Verifier: f.trust.Verifier, Holder: holderClient, ScrollbackBytes: scrollback})
+	cfg := node.Config{Name: "n1", DataDir: f.data, Bus: bus, Verifier: f.trust.Verifier, Holder: holderClient, ScrollbackBytes: scrollback}
+	for _, m := range mods {
+		m(&cfg)
+	}
+	n2, err := node.New(cfg)
 	if err != nil {
 		f.t.Fatal(err)
 	}
