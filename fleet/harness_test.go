@@ -834,3 +834,48 @@ func (p *latencyProxy) close() {
 	}
 	p.wg.Wait()
 }
+
+// inFlight is a request sent on a goroutine of its own (at most 60 s).
+type inFlight struct {
+	res    chan inFlightResult
+	cancel context.CancelFunc
+}
+
+type inFlightResult struct {
+	r   reply
+	err error
+	at  time.Time // when it returned
+}
+
+// start sends a request and returns at once; failsFast waits for its reply.
+func (c *apiClient) start(method, path string, body any) *inFlight {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	q := &inFlight{res: make(chan inFlightResult, 1), cancel: cancel}
+	go func() { // ends with the request (at most 60 s)
+		r, err := c.send(ctx, method, path, body)
+		q.res <- inFlightResult{r, err, time.Now()}
+	}()
+	return q
+}
+
+// failsFast checks that the request, in flight when its node was killed at
+// killed, failed with unavailable within a second (what issue 18 asks); what it
+// names is for the messages.
+func (q *inFlight) failsFast(t *testing.T, what string, killed time.Time) {
+	t.Helper()
+	defer q.cancel()
+	var got inFlightResult
+	select {
+	case got = <-q.res:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("the in-flight %s did not return within 15s of kill -9", what)
+	}
+	took := got.at.Sub(killed)
+	t.Logf("the in-flight %s failed %v after kill -9: %s", what, took.Round(time.Millisecond), got.r)
+	if e := got.r.apiErr(); got.err != nil || got.r.status != http.StatusServiceUnavailable || e == nil || e.Code != api.CodeUnavailable {
+		t.Fatalf("the in-flight %s after kill -9: %s (%v), want 503 unavailable", what, got.r, got.err)
+	}
+	if took > time.Second {
+		t.Errorf("the in-flight %s failed %v after kill -9, want within 1s", what, took)
+	}
+}

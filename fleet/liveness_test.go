@@ -38,18 +38,7 @@ func TestFleetKilledNodeFailsFast(t *testing.T) {
 	a.call(http.MethodPost, "/v1/sessions", map[string]string{"node": "k1"}, http.StatusCreated, &s)
 	path := "/v1/sessions/k1/" + s.ID
 
-	type result struct {
-		r   reply
-		err error
-		at  time.Time
-	}
-	res := make(chan result, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	go func() { // ends with the request (at most 60 s)
-		r, err := a.send(ctx, http.MethodPost, path+"/run", api.RunBody{Command: "sleep 30", TimeoutMS: 45000})
-		res <- result{r, err, time.Now()}
-	}()
+	run := a.start(http.MethodPost, path+"/run", api.RunBody{Command: "sleep 30", TimeoutMS: 45000})
 	lf.f.eventually(20*time.Second, func() bool {
 		var got api.Session
 		r := a.do(http.MethodGet, path, nil)
@@ -58,23 +47,7 @@ func TestFleetKilledNodeFailsFast(t *testing.T) {
 
 	killed := time.Now()
 	lf.f.kill(p)
-	var got result
-	select {
-	case got = <-res:
-	case <-time.After(15 * time.Second):
-		t.Fatal("the in-flight run did not return within 15s of kill -9")
-	}
-	if got.err != nil {
-		t.Fatalf("run: %v", got.err)
-	}
-	took := got.at.Sub(killed)
-	t.Logf("in-flight run failed %v after kill -9: %s", took.Round(time.Millisecond), got.r)
-	if e := got.r.apiErr(); got.r.status != http.StatusServiceUnavailable || e == nil || e.Code != api.CodeUnavailable {
-		t.Fatalf("in-flight run after kill -9: %s, want 503 unavailable", got.r)
-	}
-	if took > time.Second {
-		t.Errorf("the in-flight run failed %v after kill -9, want within 1s", took)
-	}
+	run.failsFast(t, "run", killed)
 	// A new request fails at once, and gossip confirms the death within seconds.
 	r := a.do(http.MethodPost, path+"/run", api.RunBody{Command: "echo late", TimeoutMS: 5000})
 	if e := r.apiErr(); r.status != http.StatusServiceUnavailable || e == nil || e.Code != api.CodeUnavailable || r.took > time.Second {
