@@ -46,8 +46,9 @@ type held struct {
 	meta     json.RawMessage
 	ring     *ring
 	changed  chan struct{} // made by a waiter (changedLocked), closed on output, reap, exit and forget
-	reaped   bool          // the child was reaped: its pid may be reused, never signal it
+	reaped   bool          // the child exited; its zombie is kept (Exited) until released
 	status   int           // with reaped: its exit code (-1: unknown)
+	released bool          // the zombie was reaped: its pid may be reused, never signal it
 	drain    *time.Timer   // from the reap until exited: the bound on the wait for the last output
 	exited   bool          // reaped and drained: the exit may be sent
 	code     *int
@@ -245,24 +246,15 @@ func (h *held) reap() bool {
 	if h.reaped {
 		return true
 	}
-	var ws syscall.WaitStatus
-	var pid int
-	var err error
-	for {
-		pid, err = syscall.Wait4(h.pid, &ws, syscall.WNOHANG, nil)
-		if err != syscall.EINTR {
-			break
-		}
-	}
-	switch {
-	case err == nil && pid == h.pid:
-		h.status = waitCode(ws)
-	case err == syscall.ECHILD: // not ours to reap (any more): the code is unknown
-		h.status = -1
-	default:
+	code, exited := Exited(h.pid) // the zombie stays: the pid is ours to signal until release
+	if !exited {
 		return false // still running
 	}
+	h.status = code
 	h.reaped = true
+	if h.gone {
+		h.releaseLocked() // forgotten before it exited: nobody signals it any more
+	}
 	h.broadcastLocked()
 	if h.readDone {
 		h.exitLocked()
@@ -308,9 +300,10 @@ func (h *held) infoLocked() Info {
 }
 
 // signal signals every process in the session: the shell and all its jobs,
-// including background process groups. The shell's pid (the session id) is
-// signalled only while the child is unreaped (h.mu held across the kill and the
-// reap), so the number is never someone else's.
+// including background process groups. Until the session releases its zombie the
+// shell's pid (the session id, its process group id) cannot be given to another
+// process, so the numbers are the session's: after the release nothing is
+// signalled (h.mu held across the kill and the release).
 func (h *held) signal(sig syscall.Signal) {
 	h.mu.Lock()
 	exited := h.exited
@@ -332,14 +325,22 @@ func (h *held) signal(sig syscall.Signal) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.reaped {
-		groups[h.pid] = true
+	if h.released {
+		return // the pid, and the ids it led, may be another's now
 	}
+	groups[h.pid] = true
 	for pg := range groups {
 		_ = syscall.Kill(-pg, sig)
 	}
-	if !h.reaped {
-		_ = syscall.Kill(h.pid, sig)
+	_ = syscall.Kill(h.pid, sig)
+}
+
+// releaseLocked reaps the child's zombie once its session is done with its pid
+// (close has sent its last signal, or the session was forgotten). h.mu held.
+func (h *held) releaseLocked() {
+	if h.reaped && !h.released {
+		Reap(h.pid)
+		h.released = true
 	}
 }
 
@@ -412,6 +413,9 @@ func (h *held) close(grace time.Duration) {
 		}
 		break
 	}
+	h.mu.Lock()
+	h.releaseLocked() // not yet exited: the reaper releases it once it has (h.gone)
+	h.mu.Unlock()
 	h.forget()
 }
 

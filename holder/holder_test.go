@@ -581,3 +581,67 @@ func TestSlowAgentLosesNothing(t *testing.T) {
 		t.Fatalf("got %d bytes, want %d (the program's output, whole)", len(out), want.Len())
 	}
 }
+
+// procState is the state letter of pid in /proc (0: no such process).
+func procState(pid int) byte {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0
+	}
+	return b[i+2]
+}
+
+// TestExitedPidStaysTheSessions: a session whose shell exited keeps its zombie
+// until the session is closed, so its pid (and the process group and session ids
+// it led) cannot be given to another process meanwhile: closing it signals only
+// its own. The review's attack: session a's shell exits and was reaped, session
+// b's shell got a's pid (steered with ns_last_pid, as root), and closing a killed
+// b. Now b cannot get that pid while a is open, and closing a leaves b running.
+func TestExitedPidStaysTheSessions(t *testing.T) {
+	_, dir := startHolder(t)
+	c := dialT(t, dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	infoA, _ := spawnT(t, c, "a", "/bin/sh", "-c", "exit 3")
+	stA, err := c.Attach(ctx, "a", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stA.Master.Close()
+	if _, _, x := collect(t, stA, ""); x == nil || x.Code == nil || *x.Code != 3 {
+		t.Fatalf("a's exit: %+v", x)
+	}
+	stA.Close()
+	if st := procState(infoA.PID); st != 'Z' {
+		t.Fatalf("a's shell exited and its pid %d is %q in /proc, want its zombie (Z) kept", infoA.PID, st)
+	}
+	if os.Geteuid() == 0 {
+		// Ask the kernel for a's pid for the next process: it must not get it.
+		if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(infoA.PID-1)), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	infoB, _ := spawnT(t, c, "b", "/bin/sh", "-c", "sleep 100")
+	if infoB.PID == infoA.PID {
+		t.Fatalf("session b's shell got the pid %d of a's, which is not closed yet", infoA.PID)
+	}
+	if _, err := c.CloseSession(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if st := procState(infoA.PID); st == 'Z' {
+		t.Fatalf("a is closed and its zombie %d is still there", infoA.PID)
+	}
+	list, err := c.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range list {
+		if i.ID == "b" && i.Exited {
+			t.Fatalf("closing a ended b: %+v", i)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"sync"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -117,4 +118,84 @@ func ExitCode(err error) int {
 		return ee.ExitCode()
 	}
 	return -1
+}
+
+// Exited reports whether the child pid has exited, with its exit code as ExitCode
+// gives it (128+N for signal N; -1 unknown), without reaping it: its zombie keeps
+// the pid, and the process group and session ids it led, from being given to
+// another process, so the session's processes can still be signalled by those
+// numbers (a reaped shell's pid can belong to anything a moment later). Reap
+// releases it. A pid that is not the caller's child (any more) counts as exited,
+// code unknown.
+func Exited(pid int) (code int, exited bool) {
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+		switch err {
+		case unix.EINTR:
+			continue
+		case unix.ECHILD:
+			return -1, true
+		case nil:
+		default:
+			return -1, false
+		}
+		break
+	}
+	if info.Signo != int32(unix.SIGCHLD) { // WNOHANG, still running: the kernel left it zeroed
+		return 0, false
+	}
+	status := int(siginfoStatus(&info))
+	switch info.Code {
+	case cldExited:
+		return status, true
+	case cldKilled, cldDumped:
+		return 128 + status, true
+	}
+	return -1, true
+}
+
+// si_code values of SIGCHLD (CLD_EXITED, CLD_KILLED, CLD_DUMPED).
+const (
+	cldExited = 1
+	cldKilled = 2
+	cldDumped = 3
+)
+
+// siginfoStatus is si_status of a SIGCHLD siginfo: after si_signo, si_errno and
+// si_code, the union (aligned to a pointer) starts with si_pid and si_uid, then
+// si_status (Linux's siginfo_t; x/sys leaves the union opaque).
+func siginfoStatus(info *unix.Siginfo) int32 {
+	union := uintptr(12)
+	if unsafe.Sizeof(uintptr(0)) == 8 {
+		union = 16
+	}
+	return *(*int32)(unsafe.Add(unsafe.Pointer(info), union+8))
+}
+
+// Reap reaps the exited child pid (Exited said so), releasing its pid; it never
+// blocks.
+func Reap(pid int) {
+	var ws syscall.WaitStatus
+	for {
+		if _, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); err != syscall.EINTR {
+			return
+		}
+	}
+}
+
+// AwaitExited blocks until the child pid has exited and returns its exit code, as
+// Exited, without reaping it (Reap does). It waits on the poller (AwaitExit);
+// without pidfds, in waitid.
+func AwaitExited(pid int) int {
+	AwaitExit(pid)
+	for {
+		if code, ok := Exited(pid); ok {
+			return code
+		}
+		var info unix.Siginfo // no pidfd: block in waitid until it exits, still unreaped
+		if err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil); err != nil && err != unix.EINTR {
+			return -1
+		}
+	}
 }

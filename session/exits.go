@@ -117,15 +117,19 @@ func (w *exitWatch) loop(ep *os.File, epfd int) {
 	}
 }
 
-// exitWork reaps the program once it exited (wait: first wait for that, on the
-// poller) and records its exit. It ends the count watch's caller added.
+// exitWork records the program's exit once it exited (wait: first wait for that,
+// on the poller). It leaves the program unreaped (Close reaps it, after its last
+// signal: until then the zombie keeps the pid, which names the session's process
+// group and session, from going to another process). It ends the count watch's
+// caller added.
 func (s *Session) exitWork(wait bool) {
 	defer s.wg.Done()
+	code := -1
 	if wait {
-		holder.AwaitExit(s.pid) // on the poller, not in wait4: no thread per session
+		code = holder.AwaitExited(s.pid) // on the poller, not in wait4: no thread per session
+	} else if c, ok := holder.Exited(s.pid); ok {
+		code = c
 	}
-	err := s.cmd.Wait()
-	code := holder.ExitCode(err)
 	// Let the read loop drain what the process wrote before it exited (bounded: a
 	// background job may still hold the terminal open, so EOF may never come).
 	deadline := time.NewTimer(200 * time.Millisecond)

@@ -569,13 +569,17 @@ func (s *Session) Close() error {
 	s.broadcastLocked()
 	s.mu.Unlock()
 
-	if !exited {
-		s.hangUp()
-	}
-	// Background jobs may outlive the shell and keep the PTY open; they go too.
-	killSession(s.pid, syscall.SIGKILL)
 	if s.hold != nil {
+		// The holder hangs the session up and kills what is left: it is the
+		// program's parent, and knows whether its pid is still the session's.
 		s.closeHeld()
+	} else {
+		if !exited {
+			s.hangUp()
+		}
+		// Background jobs may outlive the shell and keep the PTY open; they go
+		// too. The shell is not reaped yet (exitWork): the ids are still its.
+		killSession(s.pid, syscall.SIGKILL)
 	}
 	close(s.stop)
 	s.master.Close()
@@ -583,6 +587,9 @@ func (s *Session) Close() error {
 		s.guard.stop()
 	}
 	s.wg.Wait()
+	if s.cmd != nil {
+		_ = s.cmd.Wait() // exitWork saw it exit: its zombie goes now, with nothing left to signal
+	}
 	s.screen.close()
 	s.integ.remove()
 	return nil
