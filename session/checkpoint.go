@@ -12,8 +12,8 @@ package session
 // by a quarter of the ring since the last one: the holder's raw offset, the
 // session's offset and event number there, and the state of the block machine
 // (at the prompt, or running block N). It notes them only where that state is all
-// there is (no partial mark or redacted text held back, no submission, guard
-// question or fallback block in the air). The newest few go to the holder with the
+// there is (no redacted text held back, no submission, guard question or fallback
+// block in the air; the start of a mark the scanner holds back is replayed). The newest few go to the holder with the
 // session's metadata (Session.setHeldMeta), so they survive the agent.
 //
 // Reattach uses a checkpoint only when the ring no longer holds the first byte,
@@ -76,7 +76,7 @@ type Recorded struct {
 // quiescentLocked reports whether the session's state is all a checkpoint keeps.
 func (s *Session) quiescentLocked() bool {
 	return s.integrated && s.seenPrompt && !s.lost && !s.exited && !s.closed &&
-		len(s.scanner.pend) == 0 && (s.redact == nil || s.redact.Held() == 0) &&
+		(s.redact == nil || s.redact.Held() == 0) &&
 		s.pending == nil && s.fallback == nil && s.denied == nil && s.guarding == 0 && !s.guardAwait &&
 		(s.cur == nil && s.atPrompt || s.cur != nil && !s.cur.prompted && s.cur.State == BlockRunning && !s.atPrompt)
 }
@@ -92,7 +92,10 @@ func (s *Session) checkpointLocked(raw int64) bool {
 	if !s.quiescentLocked() {
 		return false
 	}
-	c := checkpoint{Raw: raw, Off: s.ring.end, Seq: s.eventSeq, Blocks: len(s.blocks), AtPrompt: s.atPrompt,
+	// What the mark scanner holds back (the start of what may be a mark) has no
+	// offset yet: the replay begins with it and scans it again. (A program can
+	// end every write with such a start: checkpoints are taken all the same.)
+	c := checkpoint{Raw: raw - int64(len(s.scanner.pend)), Off: s.ring.end, Seq: s.eventSeq, Blocks: len(s.blocks), AtPrompt: s.atPrompt,
 		InputOff: s.inputOff, Cwd: s.cwd, LastExit: s.lastExit, ShellStatus: s.shellStatus,
 		LastReprompt: s.lastReprompt, Paste: s.paste, Alt: s.altOnLocked()}
 	if b := s.cur; b != nil {
