@@ -83,7 +83,7 @@ func (n *Node) reattachOne(id string) error {
 	known := make([]session.Block, 0, len(idx))
 	indexed := map[int]bool{}
 	for _, ie := range idx {
-		known = append(known, session.Block{N: ie.N, Command: ie.Command, Cwd: ie.Cwd, State: session.BlockDone, ExitCode: ie.ExitCode,
+		known = append(known, session.Block{N: ie.N, Command: ie.Command, Cwd: ie.Cwd, State: session.BlockDone, ExitCode: ie.ExitCode, Note: ie.Note,
 			StartedAt: ie.StartedAt, FinishedAt: ie.FinishedAt, Start: ie.Start, End: ie.End})
 		indexed[ie.N] = true
 	}

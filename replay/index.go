@@ -19,6 +19,9 @@ type IndexEntry struct {
 	Command    string    `json:"command"`
 	Cwd        string    `json:"cwd"`
 	ExitCode   *int      `json:"exit_code,omitempty"` // absent when unknown
+	// Note says why a block has no exit code (api's exit_code_note sentences, e.g.
+	// the policy rule that denied it); absent when it has one.
+	Note string `json:"note,omitempty"`
 	StartedAt  time.Time `json:"started_at"`
 	FinishedAt time.Time `json:"finished_at"`
 	// Start and End are the block's output range [Start, End) as output offsets.

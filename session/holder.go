@@ -352,6 +352,11 @@ func (s *Session) adoptKnownLocked(known []Block) {
 		if !k.FinishedAt.IsZero() && !b.FinishedAt.IsZero() {
 			b.FinishedAt = k.FinishedAt
 		}
+		if k.State == BlockDone && k.Note != "" && b.State == BlockDone && b.ExitCode == nil {
+			// Why it has no exit code, as the live session knew it: a replay
+			// cannot know that the guard denied the line (it sees only the marks).
+			b.Note = k.Note
+		}
 	}
 }
 
