@@ -15,13 +15,13 @@ import (
 
 // IndexEntry is one finished block in a recording's block index.
 type IndexEntry struct {
-	N          int       `json:"n"` // the block number, 1-based per session
-	Command    string    `json:"command"`
-	Cwd        string    `json:"cwd"`
-	ExitCode   *int      `json:"exit_code,omitempty"` // absent when unknown
+	N        int    `json:"n"` // the block number, 1-based per session
+	Command  string `json:"command"`
+	Cwd      string `json:"cwd"`
+	ExitCode *int   `json:"exit_code,omitempty"` // absent when unknown
 	// Note says why a block has no exit code (api's exit_code_note sentences, e.g.
 	// the policy rule that denied it); absent when it has one.
-	Note string `json:"note,omitempty"`
+	Note       string    `json:"note,omitempty"`
 	StartedAt  time.Time `json:"started_at"`
 	FinishedAt time.Time `json:"finished_at"`
 	// Start and End are the block's output range [Start, End) as output offsets.
