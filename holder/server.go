@@ -157,6 +157,7 @@ func (s *Server) Path() string { return s.path }
 func (s *Server) Serve(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { s.ln.Close() })
 	defer stop()
+	var backoff time.Duration // after an accept that failed for want of resources
 	for {
 		c, err := s.ln.AcceptUnix()
 		if err != nil {
@@ -167,8 +168,24 @@ func (s *Server) Serve(ctx context.Context) error {
 			if errors.As(err, &ne) && ne.Timeout() {
 				continue
 			}
+			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ENOBUFS) ||
+				errors.Is(err, syscall.ENOMEM) || errors.Is(err, syscall.ECONNABORTED) {
+				// Out of descriptors or memory for a moment (or the agent gave up
+				// on the connection): returning would end every session (cmd closes
+				// the holder when Serve returns). Wait and accept again.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.log.Warn("holder: accept failed; retrying", "err", err, "in", backoff)
+				t := time.NewTimer(backoff)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+				}
+				t.Stop()
+				continue
+			}
 			return fmt.Errorf("holder: accept: %w", err)
 		}
+		backoff = 0
 		if err := checkPeer(c); err != nil {
 			s.log.Warn("holder refused a connection", "err", err)
 			c.Close()
