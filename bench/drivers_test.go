@@ -19,6 +19,7 @@ import (
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
+	"github.com/fleetmux/fleetmux/holder"
 	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/fleetmux/fleetmux/session"
 )
@@ -68,6 +69,35 @@ func startSession(tb testing.TB, e benchEnv) *session.Session {
 	}
 	tb.Cleanup(func() { _ = s.Close() })
 	// The first Run waits for the first prompt; do it outside any measurement.
+	if _, err := sessionRun(s, "true", opTimeout); err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+// startHeldSession is startSession for a session kept by a holder (the default of
+// `fleetmux node` and `dev`): a holder server in this process, on its own socket,
+// the session its client; the PTY, the program and the raw output are the holder's,
+// the output comes to the session over the holder's stream.
+func startHeldSession(tb testing.TB, e benchEnv) *session.Session {
+	tb.Helper()
+	dir := filepath.Join(tb.TempDir(), "holder")
+	srv, err := holder.Listen(holder.Config{Dir: dir, IdleExit: -1})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ctx) }()
+	c, err := holder.Dial(ctx, dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s, err := session.Start(session.Config{ID: "h1", Shell: "bash", Dir: e.dir, BaseEnv: e.base, RuntimeDir: e.runtime, Cols: cols, Rows: rows, Holder: c})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = s.Close(); c.Close(); cancel(); <-done; srv.Close() })
 	if _, err := sessionRun(s, "true", opTimeout); err != nil {
 		tb.Fatal(err)
 	}
