@@ -53,6 +53,7 @@ type held struct {
 	exited   bool          // reaped and drained: the exit may be sent
 	code     *int
 	readDone bool
+	roomWait bool // the read loop waits for the agent's stream (waitRoom)
 	gone     bool           // forgotten: streams end
 	out      *outStream     // the attached agent's stream, if any (newest attach wins)
 	wg       sync.WaitGroup // readLoop and the stream's sender
@@ -182,9 +183,11 @@ func (h *held) waitRoom() {
 		h.mu.Lock()
 		o := h.out
 		if o == nil || h.gone || o.off >= h.ring.end-int64(max(h.ring.size-chunk, 0)) {
+			h.roomWait = false
 			h.mu.Unlock()
 			return
 		}
+		h.roomWait = true // the exit's drain waits on while this does (drained)
 		ch := h.changedLocked()
 		h.mu.Unlock()
 		<-ch
@@ -267,10 +270,18 @@ func (h *held) reap() bool {
 // drained records the exit when the read loop did not reach EOF in time.
 func (h *held) drained() {
 	h.mu.Lock()
-	if !h.exited {
-		h.exitLocked()
+	defer h.mu.Unlock()
+	if h.exited {
+		return
 	}
-	h.mu.Unlock()
+	if h.roomWait {
+		// The read loop is not reading because the agent has not taken what it
+		// read yet (waitRoom), not because a background job keeps the terminal
+		// open: what is left in the terminal is the program's last output. Wait on.
+		h.drain = time.AfterFunc(drainAfterExit, h.drained)
+		return
+	}
+	h.exitLocked()
 }
 
 // exitLocked records the exit (the child is reaped) and lets the stream send it.

@@ -337,7 +337,10 @@ func (s *Session) adoptKnownLocked(known []Block) {
 	}
 	for _, b := range s.blocks {
 		k, ok := byN[b.N]
-		if !ok {
+		if !ok || k.State == BlockDone && k.Start != b.Start {
+			// Not this block: the replay restarted at the ring's oldest byte and
+			// numbered its blocks from 1 (no checkpoint fitted), so the recording's
+			// block of that number is another one.
 			continue
 		}
 		if k.Command != "" {
