@@ -53,7 +53,7 @@ type held struct {
 	exited   bool          // reaped and drained: the exit may be sent
 	code     *int
 	readDone bool
-	roomWait bool // the read loop waits for the agent's stream (waitRoom)
+	roomWait bool           // the read loop waits for the agent's stream (waitRoom)
 	gone     bool           // forgotten: streams end
 	out      *outStream     // the attached agent's stream, if any (newest attach wins)
 	wg       sync.WaitGroup // readLoop and the stream's sender
