@@ -359,7 +359,7 @@ func (n *Node) typeApproved(ap *approval) {
 		n.finish(ap, 0, nil, "approved, but it could not be typed: "+err.Error())
 		return
 	}
-	e.typedInput(typed)
+	e.typedInput(ap.w, typed)
 	n.finish(ap, 0, nil, "")
 }
 

@@ -341,6 +341,11 @@ type entryGuard struct {
 	expected []expectedLine
 	// pending is input text typed since the last line end (guard_input.go).
 	pending []byte
+	// pendingBy is the writer who typed pending (zero while it is empty);
+	// pendingMixed: another writer typed into it too. A line is the writer's whose
+	// text it is: nobody completes a line someone else started (guardInput).
+	pendingBy    writer
+	pendingMixed bool
 }
 
 type expectedLine struct {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"slices"
 	"unicode/utf8"
 
 	"github.com/fleetmux/fleetmux/api"
@@ -41,6 +42,19 @@ const maxPending = 8 << 10
 func (n *Node) guardInput(ctx context.Context, e *entry, w writer, data []byte) error {
 	e.guard.mu.Lock()
 	lines, _ := editLine(e.guard.pending, data)
+	if len(lines) > 0 && len(e.guard.pending) > 0 && (e.guard.pendingMixed || e.guard.pendingBy != w) {
+		// The line this input ends holds text another writer typed (unless this
+		// input clears it first): it would run, and be decided, as this writer's.
+		if own, _ := editLine(nil, data); !slices.Equal(own, lines) {
+			by := e.guard.pendingBy
+			e.guard.mu.Unlock()
+			who := "another writer"
+			if by != (writer{}) {
+				who = by.wire(false).Name()
+			}
+			return api.Errorf(api.CodeBusy, "the line typed in %s so far is %s's: this input would end it as yours; clear it first (Ctrl-U, keys [\"C-u\"]), or let them finish it", e.addr(), who)
+		}
+	}
 	e.guard.mu.Unlock()
 	if len(lines) == 0 {
 		return nil
@@ -64,12 +78,22 @@ func (n *Node) guardInput(ctx context.Context, e *entry, w writer, data []byte) 
 	return nil
 }
 
-// typedInput records data as typed into e's session (it was written): the pending
-// line follows it.
-func (e *entry) typedInput(data []byte) {
+// typedInput records data as typed by w into e's session (it was written): the
+// pending line, and whose it is, follow it.
+func (e *entry) typedInput(w writer, data []byte) {
 	e.guard.mu.Lock()
 	defer e.guard.mu.Unlock()
-	_, e.guard.pending = editLine(e.guard.pending, data)
+	before := len(e.guard.pending)
+	lines, rest := editLine(e.guard.pending, data)
+	e.guard.pending = rest
+	switch {
+	case len(rest) == 0:
+		e.guard.pendingBy, e.guard.pendingMixed = writer{}, false
+	case before == 0 || len(lines) > 0: // a line begun by this input
+		e.guard.pendingBy, e.guard.pendingMixed = w, false
+	case e.guard.pendingBy != w:
+		e.guard.pendingMixed = true
+	}
 }
 
 // precheck refuses a line that the policy denies outright; anything else is left to

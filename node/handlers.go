@@ -532,7 +532,7 @@ func (n *Node) input(ctx context.Context, req request) (any, error) {
 	if err := e.s.Input([]byte(r.Data)); err != nil {
 		return nil, sessionErr(e.id, err)
 	}
-	e.typedInput([]byte(r.Data))
+	e.typedInput(w, []byte(r.Data))
 	return api.Empty{}, nil
 }
 
@@ -556,7 +556,7 @@ func (n *Node) keys(ctx context.Context, req request) (any, error) {
 	if err := e.s.SendKeys(r.Keys...); err != nil {
 		return nil, sessionErr(e.id, err)
 	}
-	e.typedInput(typed)
+	e.typedInput(w, typed)
 	return api.Empty{}, nil
 }
 
