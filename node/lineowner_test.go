@@ -19,16 +19,7 @@ import (
 // nobody approving. Now input that would end a line another writer started is
 // refused (busy, naming them); the writer may clear it first and type their own.
 func TestNobodyEndsAnothersLine(t *testing.T) {
-	const pol = `version: 1
-rules:
-  - name: mcp-needs-a-human
-    match: {actor: 'mcp:*'}
-    action: approve
-    approve_within: 10m
-  - name: default
-    action: allow
-`
-	src := &docSource{rev: 1, doc: []byte(pol)}
+	src := &docSource{rev: 1, doc: []byte(mcpApprovePolicy)}
 	f := newFixture(t, func(c *node.Config) { c.Policy = src; c.WriterLease = 50 * time.Millisecond })
 	s := f.create(api.CreateRequest{Shell: "bash"})
 	f.mustCall("wait", api.WaitRequest{Session: s.ID, Until: "idle", TimeoutMS: 20000}, nil)

@@ -13,14 +13,8 @@ import (
 	"github.com/fleetmux/fleetmux/node"
 )
 
-// TestHeldLineAcrossRestart: a line an MCP agent typed at the prompt is held for a
-// person (an approve rule on actor 'mcp:*'); the agent restarts. The shell asks the
-// next agent again, which does not know who typed the line: it is denied (rule
-// writer-unknown), never run for "no writer" (the approve rule would not match it
-// and the default would allow it: the review's bypass), and typed again it is held
-// again. A policy-free node decides nothing, so it is not concerned.
-func TestHeldLineAcrossRestart(t *testing.T) {
-	const pol = `version: 1
+// mcpApprovePolicy holds every line of an MCP actor for a person; the rest runs.
+const mcpApprovePolicy = `version: 1
 rules:
   - name: mcp-needs-a-human
     match: {actor: 'mcp:*'}
@@ -29,8 +23,16 @@ rules:
   - name: default
     action: allow
 `
+
+// TestHeldLineAcrossRestart: a line an MCP agent typed at the prompt is held for a
+// person (an approve rule on actor 'mcp:*'); the agent restarts. The shell asks the
+// next agent again, which does not know who typed the line: it is denied (rule
+// writer-unknown), never run for "no writer" (the approve rule would not match it
+// and the default would allow it: the review's bypass), and typed again it is held
+// again. A policy-free node decides nothing, so it is not concerned.
+func TestHeldLineAcrossRestart(t *testing.T) {
 	client := startHolder(t)
-	src := &docSource{rev: 1, doc: []byte(pol)}
+	src := &docSource{rev: 1, doc: []byte(mcpApprovePolicy)}
 	f := newFixture(t, func(c *node.Config) { c.Holder = client(); c.Policy = src })
 	s := f.create(api.CreateRequest{Shell: "bash"})
 	f.mustCall("wait", api.WaitRequest{Session: s.ID, Until: "idle", TimeoutMS: 20000}, nil)

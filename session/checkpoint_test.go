@@ -32,15 +32,7 @@ func TestHolderReattachWrapped(t *testing.T) {
 		if err := s.Detach(); err != nil {
 			t.Fatal(err)
 		}
-		// What the recording has: the finished blocks whole, the running one started.
-		rec := Recorded{End: end}
-		for _, b := range before {
-			if b.State != BlockDone {
-				b = Block{N: b.N, Command: b.Command}
-			}
-			rec.Blocks = append(rec.Blocks, b)
-		}
-		s2, err := Reattach(Config{ID: "t1", Holder: dialHolder(t, dir), ScrollbackBytes: ring}, rec)
+		s2, err := Reattach(Config{ID: "t1", Holder: dialHolder(t, dir), ScrollbackBytes: ring}, recordedOf(before, end))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,6 +63,19 @@ func TestHolderReattachWrapped(t *testing.T) {
 			t.Fatalf("next block %d %q, want %d", r.Block.N, r.Text, long+1)
 		}
 	})
+}
+
+// recordedOf is what a recording of blocks up to offset end has: the finished
+// blocks whole, the running ones only started (N and command).
+func recordedOf(blocks []Block, end int64) Recorded {
+	rec := Recorded{End: end}
+	for _, b := range blocks {
+		if b.State != BlockDone {
+			b = Block{N: b.N, Command: b.Command}
+		}
+		rec.Blocks = append(rec.Blocks, b)
+	}
+	return rec
 }
 
 // waitOutputTail waits until the session's output so far contains want.
@@ -171,14 +176,7 @@ func TestCheckpointsDespiteMarkStarts(t *testing.T) {
 	if err := s.Detach(); err != nil {
 		t.Fatal(err)
 	}
-	rec := Recorded{End: end}
-	for _, b := range before {
-		if b.State != BlockDone {
-			b = Block{N: b.N, Command: b.Command}
-		}
-		rec.Blocks = append(rec.Blocks, b)
-	}
-	s2, err := Reattach(Config{ID: "t1", Holder: dialHolder(t, dir), ScrollbackBytes: ring}, rec)
+	s2, err := Reattach(Config{ID: "t1", Holder: dialHolder(t, dir), ScrollbackBytes: ring}, recordedOf(before, end))
 	if err != nil {
 		t.Fatal(err)
 	}
