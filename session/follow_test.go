@@ -27,12 +27,14 @@ func TestFollowersHeldWhileRunWaits(t *testing.T) {
 	s := startShell(t, "bash")
 	ctx := ctxT(t)
 	run(t, s, "true") // the first prompt is out
-	// Until the last run's held changes are out, the channels would close early.
+	// Until the last run's held changes are out, and the sampler's last step (a
+	// timer: it may still change the state, with no run waiting) is done, the
+	// channels would close early, both in one step.
 	testutil.Eventually(t, 5*time.Second, func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		return !s.follow.armed
-	}, "the last run's changes released")
+		return !s.follow.armed && !s.poll.armed && !s.poll.running && s.state == StateIdle
+	}, "the last run's changes released and the sampler quiet")
 	s.mu.Lock()
 	noted, followed := s.noted, s.follow.note
 	s.mu.Unlock()
