@@ -136,7 +136,7 @@ func holderView(data, id string) string {
 	return "the holder does not have " + id
 }
 
-// TestHolderSurvivesAgent is issue 18's first promise, with separate processes: a
+// TestHolderSurvivesAgent is issue 18's first promise, with separate processes (the node and its holder in a network namespace of their own when root): a
 // holder (run as a service of its own), a controller, a node agent with --holder,
 // and a NATS subscriber. The agent is killed with SIGKILL while 10 sessions print
 // lines and one of them runs a long command; a new agent reattaches: the same ids,
@@ -146,7 +146,8 @@ func holderView(data, id string) string {
 // graceful restart into a newer agent binary (the upgrade path).
 func TestHolderSurvivesAgent(t *testing.T) {
 	root := t.TempDir()
-	f := newFleet(t, root, loopback([]string{"n1"}))
+	nw := setupNetwork(t, []string{"n1"}) // the node (and its holder) in a namespace of its own, as root
+	f := newFleet(t, root, nw)
 	gossipKeyFile := filepath.Join(root, "gossip.key")
 	if err := os.WriteFile(gossipKeyFile, []byte(randomHex(32)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -163,10 +164,13 @@ func TestHolderSurvivesAgent(t *testing.T) {
 		}
 		return file
 	}
-	ports := freePorts(t, "127.0.0.1", 3)
-	natsAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
-	gossipA := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))
-	nodeGossip := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[2]))
+	ports := freePorts(t, nw.hostIP, 2)
+	natsAddr := net.JoinHostPort(nw.hostIP, strconv.Itoa(ports[0]))
+	gossipA := net.JoinHostPort(nw.hostIP, strconv.Itoa(ports[1]))
+	nodeGossip := net.JoinHostPort(nw.nodeIP["n1"], "7946")
+	if !nw.netns {
+		nodeGossip = net.JoinHostPort("127.0.0.1", strconv.Itoa(freePorts(t, "127.0.0.1", 1)[0]))
+	}
 	natsURL := "nats://" + natsAddr
 	creds("controller", "ctl")
 	ctl := f.start("ctl", "", "controller", "--name", "ctl", "--data", filepath.Join(root, "ctl"),
@@ -175,14 +179,14 @@ func TestHolderSurvivesAgent(t *testing.T) {
 	a := &apiClient{f: f, base: f.waitHTTPAPI(ctl, 30*time.Second)}
 	nodeCreds, subCreds := creds("node", "n1"), creds("subscriber", "dash")
 	data := filepath.Join(root, "n1")
-	f.start("holder", "", "holder", "--data", data, "--idle-exit=0") // its own service, as under systemd
+	f.start("holder", nw.nodeNS["n1"], "holder", "--data", data, "--idle-exit=0") // its own service, as under systemd
 	f.eventually(10*time.Second, func() bool {
 		_, err := os.Stat(filepath.Join(data, "holder", "holder.sock"))
 		return err == nil
 	}, "the holder listens")
 	nodeArgs := []string{"node", "--name", "n1", "--nats", natsURL, "--nats-creds", nodeCreds, "--data", data,
 		"--gossip-listen", nodeGossip, "--gossip-key-file", gossipKeyFile, "--join", gossipA, "--holder"}
-	agent := f.start("n1", "", nodeArgs...)
+	agent := f.start("n1", nw.nodeNS["n1"], nodeArgs...)
 	f.eventually(30*time.Second, func() bool { return a.serves("n1") }, "the controller reaches n1")
 
 	col := &outCollector{chunks: map[string]map[int64][]byte{}, repeated: map[string]int64{}}
@@ -263,7 +267,7 @@ func TestHolderSurvivesAgent(t *testing.T) {
 		if bin != "" {
 			fleetmuxBin = bin
 		}
-		agent = f.start("n1", "", nodeArgs...)
+		agent = f.start("n1", nw.nodeNS["n1"], nodeArgs...)
 		fleetmuxBin = old
 		f.eventually(30*time.Second, func() bool {
 			var l api.SessionList
