@@ -411,8 +411,11 @@ func (s *Session) heldReadLoop() {
 		s.hold.raw.Store(raw)
 		if raw >= nextCkpt {
 			s.mu.Lock()
+			every := s.checkpointEvery()
 			if s.checkpointLocked(raw) {
-				nextCkpt = raw + s.checkpointEvery()
+				nextCkpt = raw + every
+			} else {
+				nextCkpt = raw + every/16 // not now (no simple state): look again a little later, not at every chunk
 			}
 			s.mu.Unlock()
 		}
