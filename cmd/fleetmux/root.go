@@ -54,6 +54,7 @@ func cliRoot() *cobra.Command {
 	root.AddCommand(nodeCmd(), controllerCmd(), devCmd(), enrollCmd(), holderCmd())
 	root.AddCommand(clientCmds()...)
 	root.AddCommand(mcpCmd(), tokenCmd(), policyCmd(), secretCmd())
+	root.AddCommand(genDocsCmd())
 	return root
 }
 
