@@ -12,7 +12,16 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/coder/websocket"
+
 	"github.com/fleetmux/fleetmux/api"
+)
+
+const (
+	// wsMaxMessage bounds one message read into memory.
+	wsMaxMessage = 16 << 20
+	// wsMaxFrame bounds one message written (bigger writes are split).
+	wsMaxFrame = 64 << 10
 )
 
 // AttachOptions configure Attach.
@@ -25,7 +34,7 @@ type AttachOptions struct {
 // AttachConn is a live connection to a session's terminal: Read gives its output,
 // Write types into it. One goroutine may read while another writes (or resizes).
 type AttachConn struct {
-	ws   *wsConn
+	ws   *websocket.Conn
 	ctx  context.Context
 	stop func() bool // stops closing on ctx's end
 
@@ -56,27 +65,27 @@ func (c *Client) Attach(ctx context.Context, node, id string, opts AttachOptions
 	if err != nil {
 		return nil, err
 	}
-	key := wsKey()
-	setUpgradeHeaders(req.Header, key)
 	req.Header.Set("Origin", c.base.Scheme+"://"+c.base.Host)
-	// A client Timeout would wrap the body and hide the connection; ctx bounds the dial.
+	// A client Timeout would cut the connection; ctx bounds the dial.
 	hc := *c.hc
 	hc.Timeout = 0
-	resp, err := hc.Do(req)
+	ws, resp, err := websocket.Dial(ctx, req.URL.String(), &websocket.DialOptions{
+		HTTPClient: &hc,
+		HTTPHeader: req.Header,
+	})
 	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode >= 400 {
-		defer resp.Body.Close()
-		return nil, readError(resp)
-	}
-	if err := checkUpgrade(resp, key); err != nil {
-		resp.Body.Close()
+		if resp != nil && resp.StatusCode >= 400 {
+			// the API's JSON error (the library keeps the body's first KiB)
+			return nil, readError(resp)
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		return nil, fmt.Errorf("client: attach %s/%s: %w", node, id, err)
 	}
-	rwc := resp.Body.(io.ReadWriteCloser)
-	a := &AttachConn{ws: newWSConn(rwc), ctx: ctx}
-	a.stop = context.AfterFunc(ctx, func() { a.ws.close() })
+	ws.SetReadLimit(wsMaxMessage)
+	a := &AttachConn{ws: ws, ctx: ctx}
+	a.stop = context.AfterFunc(ctx, func() { _ = ws.CloseNow() })
 	return a, nil
 }
 
@@ -89,20 +98,23 @@ func (a *AttachConn) Read(p []byte) (int, error) {
 		if a.rerr != nil {
 			return 0, a.rerr
 		}
-		op, data, err := a.ws.readMessage()
+		op, data, err := a.ws.Read(a.ctx)
 		if err != nil {
-			if a.ctx.Err() != nil {
+			switch {
+			case a.ctx.Err() != nil:
 				err = a.ctx.Err()
-			} else if errors.Is(err, net.ErrClosed) {
+			case websocket.CloseStatus(err) != -1:
+				err = io.EOF // the controller closed the connection
+			case errors.Is(err, net.ErrClosed):
 				err = net.ErrClosed
 			}
 			a.rerr = err
 			continue
 		}
 		switch op {
-		case opBinary:
+		case websocket.MessageBinary:
 			a.pending = data
-		case opText:
+		case websocket.MessageText:
 			var m api.AttachMsg
 			if err := json.Unmarshal(data, &m); err != nil {
 				a.rerr = &Error{Code: api.CodeInternal, Message: fmt.Sprintf("bad attach message from the controller (%v): %s", err, snippet(data))}
@@ -138,7 +150,7 @@ func (a *AttachConn) Write(p []byte) (int, error) {
 	written := 0
 	for written < len(p) {
 		end := min(len(p), written+wsMaxFrame)
-		if err := a.ws.writeFrame(opBinary, p[written:end]); err != nil {
+		if err := a.ws.Write(a.ctx, websocket.MessageBinary, p[written:end]); err != nil {
 			return written, a.writeErr(err)
 		}
 		written = end
@@ -155,7 +167,7 @@ func (a *AttachConn) Resize(cols, rows int) error {
 	if err != nil {
 		return err
 	}
-	return a.writeErr(a.ws.writeFrame(opText, b))
+	return a.writeErr(a.ws.Write(a.ctx, websocket.MessageText, b))
 }
 
 func (a *AttachConn) writeErr(err error) error {
@@ -180,5 +192,9 @@ func (a *AttachConn) ExitCode() *int {
 // Close closes the connection; a blocked Read returns.
 func (a *AttachConn) Close() error {
 	a.stop()
-	return a.ws.close()
+	err := a.ws.Close(websocket.StatusNormalClosure, "")
+	if errors.Is(err, net.ErrClosed) {
+		return nil // closed already
+	}
+	return err
 }

@@ -3,8 +3,8 @@ package client
 // These tests cover what only the client does: decoding error replies a real
 // controller does not send (proxies' pages, plain text), Follow's reconnects and
 // offset checks against a server that drops the stream, and the WebSocket framing
-// (against golang.org/x/net/websocket's server). The API itself is tested end to end
-// against the real controller.
+// (against the servers of golang.org/x/net/websocket and github.com/coder/websocket).
+// The API itself is tested end to end against the real controller.
 
 import (
 	"bytes"
@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	cws "github.com/coder/websocket"
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/testutil"
 	"golang.org/x/net/websocket"
@@ -388,6 +389,9 @@ var frameCodec = websocket.Codec{
 	},
 }
 
+// The attach tests run against both WebSocket servers the controller has used
+// (golang.org/x/net/websocket and github.com/coder/websocket): the client speaks the
+// protocol, not one library's dialect.
 func TestAttachAgainstXNetWebSocket(t *testing.T) {
 	ws := websocket.Handler(func(conn *websocket.Conn) {
 		if err := frameCodec.Send(conn, frame{data: []byte("hello")}); err != nil {
@@ -413,6 +417,49 @@ func TestAttachAgainstXNetWebSocket(t *testing.T) {
 			return
 		}
 	})
+	testAttachEcho(t, ws)
+}
+
+func TestAttachAgainstCoderWebSocket(t *testing.T) {
+	ws := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, err := cws.Accept(w, r, nil)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.CloseNow()
+		conn.SetReadLimit(1 << 20)
+		ctx := r.Context()
+		if err := conn.Write(ctx, cws.MessageBinary, []byte("hello")); err != nil {
+			t.Error(err)
+			return
+		}
+		for {
+			typ, data, err := conn.Read(ctx)
+			if err != nil {
+				t.Errorf("server receive: %v", err)
+				return
+			}
+			if typ == cws.MessageBinary {
+				conn.Write(ctx, cws.MessageBinary, data) // echo
+				continue
+			}
+			var m api.AttachMsg
+			if err := json.Unmarshal(data, &m); err != nil || m.Type != "resize" {
+				t.Errorf("text message %q (%v)", data, err)
+			}
+			conn.Write(ctx, cws.MessageBinary, fmt.Appendf(nil, "resized %dx%d", m.Cols, m.Rows))
+			conn.Write(ctx, cws.MessageText, []byte(`{"type":"exit","exit_code":3}`))
+			conn.Close(cws.StatusNormalClosure, "")
+			return
+		}
+	})
+	testAttachEcho(t, ws)
+}
+
+// testAttachEcho drives an attach against ws, a server that sends "hello", echoes
+// binary messages and answers a resize with "resized CxR" and an exit message.
+func testAttachEcho(t *testing.T, ws http.Handler) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.Header.Get("Authorization") != "Bearer tok":

@@ -59,11 +59,43 @@ var rules = []rule{
 	// interface, which cmd wires the controller into.
 	{dir: "sshd", only: []string{"api", "internal/datadir", "golang.org/x/crypto"},
 		never: []string{"controller", "node", "transport"}},
-	{dir: "client", only: []string{"api"}},
+	{dir: "client", only: []string{"api", "github.com/coder/websocket"}},
 	// internal helpers that node and controller share (DESIGN's "internal/… (others)")
 	{dir: "internal/delay", only: []string{"api"}},
 	{dir: "internal/datadir", only: []string{}, depsToo: true},
 	{dir: "internal/reclaim", only: []string{}, depsToo: true},
+}
+
+// protocolLibraries: a package that speaks a protocol does it through the maintained
+// library DESIGN.md pins (Dependencies), never hand-written framing or a deprecated one.
+var protocolLibraries = []struct {
+	dir        string
+	uses       string
+	neverUses  string
+	handFramed string // a file whose presence means hand-written framing
+}{
+	{dir: "client", uses: "github.com/coder/websocket", neverUses: "golang.org/x/net/websocket", handFramed: "client/ws.go"},
+}
+
+func TestProtocolLibraries(t *testing.T) {
+	pkgs := listPackages(t)
+	root := moduleRoot(t)
+	for _, l := range protocolLibraries {
+		i := slices.IndexFunc(pkgs, func(p pkg) bool { return p.ImportPath == full(l.dir) })
+		if i < 0 {
+			t.Errorf("no package %s", full(l.dir))
+			continue
+		}
+		if !slices.Contains(pkgs[i].Deps, l.uses) {
+			t.Errorf("%s does not use %s (DESIGN.md, Dependencies)", l.dir, l.uses)
+		}
+		if slices.Contains(pkgs[i].Deps, l.neverUses) {
+			t.Errorf("%s depends on %s: use %s", l.dir, l.neverUses, l.uses)
+		}
+		if _, err := os.Stat(filepath.Join(root, l.handFramed)); err == nil {
+			t.Errorf("%s exists: %s's protocol goes through %s", l.handFramed, l.dir, l.uses)
+		}
+	}
 }
 
 // pkg is what go list tells about one package.
