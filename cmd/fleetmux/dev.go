@@ -48,8 +48,12 @@ func devCmd() *cobra.Command {
 			"FLEETMUX_ADDR/FLEETMUX_TOKEN is set, from any directory.\n\n" +
 			"It prints the HTTP API address, writes the NATS URL to DIR/nats.url and the\n" +
 			"credentials (each with the CA) to DIR/creds/{node,controller,subscriber}.creds\n" +
-			"(mode 0600) for any NATS client. Ctrl-C stops everything (the\n" +
-			"sessions end with it; their recordings stay under DIR/sessions/).\n\n" +
+			"(mode 0600) for any NATS client.\n\n" +
+			"Sessions live in a holder process (DIR/holder/), not in dev: Ctrl-C stops dev,\n" +
+			"and the sessions keep running; dev says which on its way out. A later fleetmux\n" +
+			"dev on the same --data reattaches them; fleetmux dev stop ends them and the\n" +
+			"holder. With --holder=false the sessions end with dev. Recordings stay under\n" +
+			"DIR/sessions/ either way.\n\n" +
 			"Then, in another terminal: fleetmux new; fleetmux run NODE/ID -- 'echo hi'.",
 		Example: "  fleetmux dev\n  fleetmux dev --http-listen 127.0.0.1:0 --nats-listen 127.0.0.1:0 --gossip-listen 127.0.0.1:0",
 		Args:    cobra.NoArgs,
@@ -66,6 +70,7 @@ func devCmd() *cobra.Command {
 	o.recording.add(f)
 	f.IntVar(&o.maxSessions, "max-sessions", api.DefaultMaxSessions, "sessions alive at once")
 	f.BoolVar(&o.verbose, "verbose", false, "debug logs")
+	c.AddCommand(devStopCmd())
 	f.BoolVar(&o.holder, "holder", true, "keep the sessions in a holder process (DIR/holder/holder.sock; started detached when none runs) so they outlive this process: a later fleetmux dev on the same --data reattaches them; --holder=false keeps them in this process (they end with it)")
 	return c
 }
@@ -182,7 +187,9 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c.Shutdown(sctx)
-	return n.Close()
+	err = n.Close()
+	devExitNote(stderr, hc, o.data)
+	return err
 }
 
 // policyLine is the banner's word on the guardrail policy.

@@ -29,6 +29,15 @@ var devOut, devAdminToken string
 // returns its HTTP API URL.
 func startDev(t *testing.T, extra ...string) string {
 	t.Helper()
+	addr, _ := startDevStop(t, extra...)
+	return addr
+}
+
+// startDevStop is startDev that can also be stopped before the test ends: stop
+// cancels dev (as Ctrl-C does), waits until it returned and gives what it wrote
+// on stderr; later calls (and the test's cleanup) give the same.
+func startDevStop(t *testing.T, extra ...string) (addr string, stop func() string) {
+	t.Helper()
 	needBash(t)
 	// As the README runs it: a data dir relative to the cwd (the default is
 	// ./.fleetmux), while the sessions start in $HOME.
@@ -45,7 +54,7 @@ func startDev(t *testing.T, extra ...string) string {
 		done <- run(ctx, append([]string{"dev", "--data", data, "--name", "here", "--ssh-listen", "off",
 			"--http-listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--gossip-listen", "127.0.0.1:0"}, extra...), &out, &errb)
 	}()
-	t.Cleanup(func() {
+	stop = sync.OnceValue(func() string {
 		cancel()
 		select {
 		case err := <-done:
@@ -55,7 +64,9 @@ func startDev(t *testing.T, extra ...string) string {
 		case <-time.After(20 * time.Second):
 			t.Errorf("dev did not stop on cancel; stderr:\n%s", errb.String())
 		}
+		return errb.String()
 	})
+	t.Cleanup(func() { stop() })
 	testutil.Eventually(t, 30*time.Second, func() bool {
 		select {
 		case err := <-done:
@@ -102,7 +113,7 @@ func startDev(t *testing.T, extra ...string) string {
 	if u := strings.TrimSpace(string(nb)); !strings.HasPrefix(u, "nats://127.0.0.1:") || strings.Contains(u, "@") {
 		t.Fatalf("nats.url: %q", nb)
 	}
-	return strings.TrimSpace(string(b))
+	return strings.TrimSpace(string(b)), stop
 }
 
 // TestDevQuickStart is the README's quick start: fleetmux dev, fleetmux new,
