@@ -99,7 +99,9 @@ func runVerbCmdWith(o *runOptions) *cobra.Command {
 	f.StringVar(&o.shell, "shell", "", "fan-out: shell of created sessions (bash or zsh)")
 	f.IntVar(&o.batch, "batch", 0, "fan-out: targets running at once (default and cap: 256)")
 	f.BoolVar(&o.stopOnFailure, "stop-on-failure", false, "fan-out: start no more targets once one failed")
-	f.BoolVarP(&o.verbose, "output", "v", false, "fan-out: print each target's whole output")
+	f.BoolVarP(&o.verbose, "verbose", "v", false, "fan-out: print each target's whole output")
+	f.BoolVar(&o.verbose, "output", false, "")
+	f.MarkHidden("output") // its old name, kept for scripts (MarkDeprecated would print to stdout)
 	return c
 }
 
@@ -125,7 +127,7 @@ func (o *runOptions) command(words []string) (string, error) {
 
 // single parses `run NODE/ID [--] CMD...`.
 func (o *runOptions) single(c *cobra.Command, args []string) (node, id string, body api.RunBody, err error) {
-	for _, name := range []string{"session", "shell", "batch", "stop-on-failure", "output"} {
+	for _, name := range []string{"session", "shell", "batch", "stop-on-failure", "verbose", "output"} {
 		if c.Flags().Changed(name) {
 			return "", "", body, usageError("run: --%s applies to a fan-out only (--all, --label, --nodes or --sessions)", name)
 		}

@@ -30,14 +30,15 @@ func mcpCmd() *cobra.Command {
 			"wait for them, type into them, read screens and blocks, and fan out; sessions are\n" +
 			"resources too (fleetmux://NODE/ID/screen). stdout carries the protocol alone: logs\n" +
 			"go to stderr. A controller also serves MCP itself at /mcp (streamable HTTP).\n\n" +
-			"MCP client configuration:\n" +
-			"  {\"mcpServers\": {\"fleetmux\": {\"command\": \"fleetmux\", \"args\": [\"mcp\"],\n" +
-			"                               \"env\": {\"FLEETMUX_ADDR\": \"http://127.0.0.1:7070\"}}}}",
+			"MCP client configuration (with fleetmux dev running, mcp finds its address and\n" +
+			"token in dev.json; for another controller set FLEETMUX_ADDR and FLEETMUX_TOKEN in\n" +
+			"the server's env):\n" +
+			"  {\"mcpServers\": {\"fleetmux\": {\"command\": \"fleetmux\", \"args\": [\"mcp\"]}}}",
 		Example: "  fleetmux mcp\n  FLEETMUX_ADDR=http://10.0.0.2:7070 FLEETMUX_TOKEN=... fleetmux mcp",
 		Args:    exactArgs("mcp", 0, ""),
 		RunE: func(c *cobra.Command, _ []string) error {
 			if o.maxOutput < 0 {
-				return usageError("mcp: --max-output-bytes %d: want a positive budget", o.maxOutput)
+				return usageError("mcp: --max-output %d: want a positive budget", o.maxOutput)
 			}
 			actor := "mcp"
 			if u := os.Getenv("USER"); u != "" {
@@ -65,7 +66,9 @@ func mcpCmd() *cobra.Command {
 		},
 	}
 	o.register(c, false)
-	c.Flags().IntVar(&o.maxOutput, "max-output-bytes", mcpserver.DefaultTextBytes, "default output budget of a tool result (head + tail)")
+	c.Flags().IntVar(&o.maxOutput, "max-output", mcpserver.DefaultTextBytes, "default output budget of a tool result in bytes (head + tail)")
+	c.Flags().IntVar(&o.maxOutput, "max-output-bytes", mcpserver.DefaultTextBytes, "")
+	c.Flags().MarkHidden("max-output-bytes") // its old name, kept for scripts
 	c.Flags().BoolVarP(&o.verbose, "verbose", "v", false, "log debug messages (to stderr)")
 	return c
 }

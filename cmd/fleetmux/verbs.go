@@ -425,11 +425,11 @@ type blockOptions struct {
 func blockCmd() *cobra.Command {
 	var o blockOptions
 	c := &cobra.Command{
-		Use:   "block NODE/ID N|last [--offset LINES] [--limit LINES] [--grep RE] [--max-bytes N]",
+		Use:   "block NODE/ID N|last [--offset LINES] [--limit LINES] [--grep RE] [--max-output N]",
 		Short: "Print one block's output",
 		Long: "block prints the rendered output of block N (or the last one) of a session.\n" +
 			"Long output is cut to a budget (head and tail, with the omitted byte count);\n" +
-			"--max-bytes -1 prints all of it, --offset and --limit page through it by\n" +
+			"--max-output -1 prints all of it, --offset and --limit page through it by\n" +
 			"lines, --grep keeps the lines matching a regular expression (numbered).",
 		Example: "  fleetmux block web-1/s3 last\n" +
 			"  fleetmux block web-1/s3 12 --grep 'FAIL|panic'\n" +
@@ -477,7 +477,9 @@ func blockCmd() *cobra.Command {
 	f.IntVar(&o.offset, "offset", 0, "skip this many lines (after --grep)")
 	f.IntVar(&o.limit, "limit", 0, "print at most this many lines (0: all)")
 	f.StringVar(&o.grep, "grep", "", "keep lines matching this regular expression")
-	f.IntVar(&o.maxBytes, "max-bytes", 0, "text budget in bytes (0: the default)")
+	f.IntVar(&o.maxBytes, "max-output", 0, "output budget in bytes (0: the default, -1: unlimited)")
+	f.IntVar(&o.maxBytes, "max-bytes", 0, "")
+	f.MarkHidden("max-bytes") // its old name, kept for scripts
 	return c
 }
 
@@ -500,7 +502,7 @@ func omittedNote(w io.Writer, addr string, r api.BlockResult) {
 	}
 	// a budget that holds all of it (the text shown, what was left out, the marker)
 	all := int64(len(r.Text)) + r.OmittedBytes + 64
-	fmt.Fprintf(w, "fleetmux: %d bytes omitted; read all of it with: fleetmux block %s %d --max-bytes %d (or page with --offset/--limit LINES, filter with --grep RE)\n",
+	fmt.Fprintf(w, "fleetmux: %d bytes omitted; read all of it with: fleetmux block %s %d --max-output %d (or page with --offset/--limit LINES, filter with --grep RE)\n",
 		r.OmittedBytes, addr, r.Block.N, all)
 }
 

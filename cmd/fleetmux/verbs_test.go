@@ -35,7 +35,8 @@ func TestClientVerbUsageErrors(t *testing.T) {
 		{[]string{"run", "a/b", "--", " "}, "run: no command given"},
 		{[]string{"run", "a/b", "ls", "-la"}, "unknown shorthand flag: 'l' in -la"},
 		{[]string{"run", "a/b", "--batch", "3", "--", "ls"}, "run: --batch applies to a fan-out only"},
-		{[]string{"run", "a/b", "-v", "--", "ls"}, "run: --output applies to a fan-out only"},
+		{[]string{"run", "a/b", "-v", "--", "ls"}, "run: --verbose applies to a fan-out only"},
+		{[]string{"run", "a/b", "--output", "--", "ls"}, "run: --output applies to a fan-out only"},
 		{[]string{"run", "a/b", "--timeout", "0s", "--", "ls"}, "run: --timeout 0s: want a positive duration"},
 		{[]string{"run", "a/b", "--max-output", "-2", "--", "ls"}, "--max-output -2"},
 		{[]string{"run", "--all", "--label", "a=b", "--", "ls"}, "run: --all selects every node"},
@@ -216,7 +217,7 @@ func TestOmittedNote(t *testing.T) {
 		t.Errorf("note without omitted bytes: %q", b.String())
 	}
 	omittedNote(&b, "web-1/s3", api.BlockResult{Block: api.Block{N: 4}, OmittedBytes: 1234, Text: "head\ntail\n"})
-	if want := "fleetmux: 1234 bytes omitted; read all of it with: fleetmux block web-1/s3 4 --max-bytes 1308"; !strings.HasPrefix(b.String(), want) {
+	if want := "fleetmux: 1234 bytes omitted; read all of it with: fleetmux block web-1/s3 4 --max-output 1308"; !strings.HasPrefix(b.String(), want) {
 		t.Errorf("note %q, want %q…", b.String(), want)
 	}
 }
@@ -391,5 +392,42 @@ func TestNewRequest(t *testing.T) {
 	}
 	if _, err := (&newOptions{shell: "zsh"}).request(nil); err != nil {
 		t.Errorf("shell alone: %v", err)
+	}
+}
+
+// TestFlagAliases: one name per flag meaning (--max-output for an output budget,
+// -v for --verbose), and the old names still set the same value, hidden from help
+// and silent (a warning would land on stdout: the MCP protocol, a script's input).
+func TestFlagAliases(t *testing.T) {
+	tests := []struct {
+		cmd       func() *cobra.Command
+		old, name string
+		arg, want string
+	}{
+		{blockCmd, "max-bytes", "max-output", "10", "10"},
+		{mcpCmd, "max-output-bytes", "max-output", "10", "10"},
+		{runVerbCmd, "output", "verbose", "", "true"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.old, func(t *testing.T) {
+			c := tt.cmd()
+			args := []string{"--" + tt.old}
+			if tt.arg != "" {
+				args = append(args, tt.arg)
+			}
+			if err := c.ParseFlags(args); err != nil {
+				t.Fatal(err)
+			}
+			if got := c.Flags().Lookup(tt.name).Value.String(); got != tt.want {
+				t.Errorf("--%s %s: --%s is %s, want %s", tt.old, tt.arg, tt.name, got, tt.want)
+			}
+			if f := c.Flags().Lookup(tt.old); !f.Hidden {
+				t.Errorf("--%s is shown in help", tt.old)
+			}
+		})
+	}
+	c := runVerbCmd()
+	if f := c.Flags().ShorthandLookup("v"); f == nil || f.Name != "verbose" {
+		t.Errorf("run -v is %v, want --verbose", f)
 	}
 }
