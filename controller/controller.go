@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/internal/netcap"
 	"github.com/fleetmux/fleetmux/trust"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -59,6 +60,11 @@ const (
 	MaxFanoutBatch = 256
 	// MaxFanoutTargets bounds the targets of one fan-out.
 	MaxFanoutTargets = 4096
+	// httpHeaderTimeout bounds the wait for a request's header, on a new
+	// connection too; httpIdleTimeout a kept-alive connection's wait for its next
+	// request.
+	httpHeaderTimeout = 5 * time.Second
+	httpIdleTimeout   = 30 * time.Second
 )
 
 // Config configures New. The zero value is not usable: Bus is required.
@@ -271,20 +277,27 @@ func (c *Controller) Start() error {
 	if err != nil {
 		return fmt.Errorf("controller: listen: %w", err)
 	}
-	c.ln = ln
+	// Every connection costs a descriptor before it authenticates: the listener
+	// caps them (in all and per address; an idle one gives way to a new one), and
+	// a connection that sends no request is closed within seconds.
+	capped := netcap.New(ln, netcap.Config{Name: "http", Logger: c.log})
+	c.ln = capped
 	c.srv = &http.Server{
 		Handler:           c.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		ReadHeaderTimeout: httpHeaderTimeout,
+		IdleTimeout:       httpIdleTimeout,
 		MaxHeaderBytes:    64 << 10,
 		BaseContext:       func(net.Listener) context.Context { return c.ctx },
-		ErrorLog:          slog.NewLogLogger(c.log.Handler(), slog.LevelWarn),
+		ConnState: func(nc net.Conn, st http.ConnState) {
+			capped.Idle(nc, st == http.StateNew || st == http.StateIdle)
+		},
+		ErrorLog: slog.NewLogLogger(c.log.Handler(), slog.LevelWarn),
 	}
 	c.started = true
 	c.serveWG.Add(1)
 	go func() {
 		defer c.serveWG.Done()
-		if err := c.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := c.srv.Serve(capped); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			c.log.Error("http serve", "err", err)
 		}
 	}()

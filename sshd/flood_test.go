@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -140,5 +142,50 @@ func TestSSHHandshakeFlood(t *testing.T) {
 		if errors.As(err, &ne) && ne.Timeout() {
 			t.Fatalf("idle connection %d still open %v after the flood", i, time.Since(start))
 		}
+	}
+}
+
+// exhausted is a listener whose first accepts fail as they do in a process out
+// of descriptors.
+type exhausted struct {
+	net.Listener
+	mu    sync.Mutex
+	fails int
+}
+
+func (e *exhausted) Accept() (net.Conn, error) {
+	e.mu.Lock()
+	if e.fails > 0 {
+		e.fails--
+		e.mu.Unlock()
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	}
+	e.mu.Unlock()
+	return e.Listener.Accept()
+}
+
+// TestSSHAcceptRecovers is the aftermath of the descriptor exhaustion attack of
+// issue 25 #6: the accept loop returned on its first EMFILE, and the SSH front
+// door never served again once descriptors were back. Now accepts that fail for
+// want of descriptors are retried with backoff.
+func TestSSHAcceptRecovers(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex := &exhausted{Listener: inner, fails: 8}
+	sf := newSSHFixture(t, sshOpt{ssh: func(c *sshd.Config) { c.Listener = ex }})
+	c, err := sf.loginFrom(t, "127.0.0.2", "me", sf.keys["operator"])
+	if err != nil {
+		t.Fatalf("no login after the accepts that failed with EMFILE: %v", err)
+	}
+	defer c.Close()
+	if out, _, code := execSSH(t, c, "nodes"); code != 0 || !strings.Contains(out, "role=operator") {
+		t.Errorf("after the login: %q %d", out, code)
+	}
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if ex.fails != 0 {
+		t.Errorf("%d failing accepts left", ex.fails)
 	}
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/datadir"
+	"github.com/fleetmux/fleetmux/internal/netcap"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -84,6 +85,9 @@ type Fleet interface {
 type Config struct {
 	// Listen is the SSH address. Default DefaultListen (loopback).
 	Listen string
+	// Listener, when set, is served instead of listening on Listen (Close closes
+	// it).
+	Listener net.Listener
 	// HostKeyFile is the host key (OpenSSH PEM); generated (ed25519) when missing.
 	// Required.
 	HostKeyFile string
@@ -182,11 +186,18 @@ func Start(cfg Config) (*Server, error) {
 		BannerCallback:    nil,
 	}
 	s.conf.AddHostKey(signer)
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("sshd: listen: %w", err)
+	ln := cfg.Listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+			return nil, fmt.Errorf("sshd: listen: %w", err)
+		}
 	}
-	s.ln = ln
+	// The connections the admission below lets stay, and room for the ones it
+	// refuses (closed at once): a bound on the descriptors SSH takes, whoever
+	// connects. Accepts that fail for want of descriptors are retried, so the
+	// front door serves again once they are back.
+	s.ln = netcap.New(ln, netcap.Config{Name: "ssh", Logger: cfg.Logger, PerHost: -1,
+		Max: cfg.MaxConns + cfg.MaxHandshakes + cfg.MaxHandshakes/2})
 	s.wg.Add(1)
 	go s.accept()
 	cfg.Logger.Info("ssh serving", "addr", ln.Addr().String())

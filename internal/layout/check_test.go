@@ -52,7 +52,7 @@ func TestCheckCatchesViolations(t *testing.T) {
 			[]string{"controller/ssh imports " + m + "node: controller must never import node or transport"}},
 		{"controller", pkg{ImportPath: m + "controller", Imports: []string{m + "replay"}, Deps: []string{m + "replay", m + "transport/nats"}},
 			[]string{"controller depends on " + m + "transport/nats: controller must never import"}},
-		{"controller", pkg{ImportPath: m + "controller", Imports: []string{m + "session"}}, []string{"controller may import api, replay, trust, policy, mcpserver, internal/datadir, internal/delay only"}},
+		{"controller", pkg{ImportPath: m + "controller", Imports: []string{m + "session"}}, []string{"controller may import api, replay, trust, policy, mcpserver, internal/datadir, internal/delay, internal/netcap only"}},
 		{"controller", pkg{ImportPath: m + "controller", Imports: []string{m + "api", m + "mcpserver"}}, nil},
 		{"mcpserver", pkg{ImportPath: m + "mcpserver", Imports: []string{"net/http", m + "api", "github.com/modelcontextprotocol/go-sdk/mcp", "github.com/google/jsonschema-go/jsonschema"},
 			Deps: []string{"github.com/yosida95/uritemplate/v3", "golang.org/x/oauth2"}}, nil},

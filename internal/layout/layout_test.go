@@ -52,18 +52,19 @@ var rules = []rule{
 	{dir: "trust", only: []string{"api", "golang.org/x/crypto"}},
 	{dir: "policy", only: []string{"api", "go.yaml.in/yaml/v3"}},
 	{dir: "node", ours: []string{"api", "session", "holder", "replay", "trust", "policy", "internal/datadir", "internal/delay", "internal/reclaim"}, never: []string{"controller", "transport"}},
-	{dir: "controller", ours: []string{"api", "replay", "trust", "policy", "mcpserver", "internal/datadir", "internal/delay"}, never: []string{"node", "transport", "sshd"}},
+	{dir: "controller", ours: []string{"api", "replay", "trust", "policy", "mcpserver", "internal/datadir", "internal/delay", "internal/netcap"}, never: []string{"node", "transport", "sshd"}},
 	{dir: "mcpserver", only: []string{"api", "github.com/modelcontextprotocol/go-sdk", "github.com/google/jsonschema-go"},
 		never: []string{"controller", "node", "transport"}},
 	// the SSH front door: it drives the controller through its own Fleet
 	// interface, which cmd wires the controller into.
-	{dir: "sshd", only: []string{"api", "internal/datadir", "golang.org/x/crypto"},
+	{dir: "sshd", only: []string{"api", "internal/datadir", "golang.org/x/crypto", "internal/netcap"},
 		never: []string{"controller", "node", "transport"}},
 	{dir: "client", only: []string{"api", "github.com/coder/websocket"}},
 	// internal helpers that node and controller share (DESIGN's "internal/… (others)")
 	{dir: "internal/delay", only: []string{"api"}},
 	{dir: "internal/datadir", only: []string{}, depsToo: true},
 	{dir: "internal/reclaim", only: []string{}, depsToo: true},
+	{dir: "internal/netcap", only: []string{}, depsToo: true},
 }
 
 // protocolLibraries: a package that speaks a protocol does it through the maintained
