@@ -138,26 +138,27 @@ func screenTail(sc api.Screen, n int) string {
 
 // Block is the structured content of run_command, wait_for and read_block.
 type Block struct {
-	Node    string `json:"node" jsonschema:"the session's node"`
-	Session string `json:"session" jsonschema:"the session id"`
-	// State is what happened: done, running, waiting_input, exited or no_block.
-	State string `json:"state" jsonschema:"done: the command finished; running: still running (call wait_for); waiting_input: the command waits for input (call send_input); exited: the session's process exited; no_block: nothing has run yet; held: a person must approve it first (call wait_for with approval); denied: it was denied or not approved in time and did not run; not_run: approved but it could not be typed"`
-	N     int    `json:"n,omitempty" jsonschema:"the block (command) number in the session, for read_block"`
+	Node    string `json:"node"`
+	Session string `json:"session"`
+	// State is what happened: done, running, waiting_input, exited, no_block,
+	// held, denied or not_run (the result's text says what to do next).
+	State string `json:"state" jsonschema:"done, running, waiting_input, exited, no_block, held, denied or not_run"`
+	N     int    `json:"n,omitempty"`
 	// Command is the block's command.
-	Command      string `json:"command,omitempty" jsonschema:"the command of the block"`
-	ExitCode     *int   `json:"exit_code,omitempty" jsonschema:"the command's exit code (absent while running, or when it is not known: exit_code_note says why)"`
-	ExitCodeNote string `json:"exit_code_note,omitempty" jsonschema:"why a finished command has no exit code (e.g. typed into a program without shell integration): do not take it for success"`
-	DurationMS   int64  `json:"duration_ms,omitempty" jsonschema:"how long the command ran (so far)"`
-	Cwd          string `json:"cwd,omitempty" jsonschema:"the working directory the command ran in"`
-	SessionState string `json:"session_state,omitempty" jsonschema:"the session's state now: idle, running, waiting_input, exited, starting"`
-	OmittedBytes int64  `json:"omitted_bytes,omitempty" jsonschema:"bytes of output left out of the text (read them with read_block)"`
-	LostBytes    int64  `json:"lost_bytes,omitempty" jsonschema:"bytes of output no longer held by the node"`
+	Command      string `json:"command,omitempty"`
+	ExitCode     *int   `json:"exit_code,omitempty" jsonschema:"absent while running or unknown"`
+	ExitCodeNote string `json:"exit_code_note,omitempty" jsonschema:"why a finished command has no exit code: not a success"`
+	DurationMS   int64  `json:"duration_ms,omitempty"`
+	Cwd          string `json:"cwd,omitempty"`
+	SessionState string `json:"session_state,omitempty"`
+	OmittedBytes int64  `json:"omitted_bytes,omitempty"`
+	LostBytes    int64  `json:"lost_bytes,omitempty"`
 	// OK is wait_for's answer: whether the condition held before the timeout.
-	OK *bool `json:"ok,omitempty" jsonschema:"wait_for only: whether the condition held before the timeout"`
+	OK *bool `json:"ok,omitempty"`
 	// Approval, Rule and ApprovalState describe a command the policy held.
-	Approval      string `json:"approval,omitempty" jsonschema:"the approval (NODE/ID) a held command waits for: pass it to wait_for"`
-	Rule          string `json:"rule,omitempty" jsonschema:"the policy rule that held (or denied) the command"`
-	ApprovalState string `json:"approval_state,omitempty" jsonschema:"pending, approved, denied or expired"`
+	Approval      string `json:"approval,omitempty"`
+	Rule          string `json:"rule,omitempty"`
+	ApprovalState string `json:"approval_state,omitempty"`
 }
 
 // blockView is what a block result is made from.
@@ -337,15 +338,15 @@ func sessionLine(s api.Session) string {
 
 // Screen is the structured content of read_screen.
 type Screen struct {
-	Node         string `json:"node" jsonschema:"the session's node"`
-	Session      string `json:"session" jsonschema:"the session id"`
-	Cols         int    `json:"cols" jsonschema:"screen width"`
-	Rows         int    `json:"rows" jsonschema:"screen height"`
-	CursorRow    int    `json:"cursor_row" jsonschema:"0-based cursor row"`
-	CursorCol    int    `json:"cursor_col" jsonschema:"0-based cursor column"`
+	Node         string `json:"node"`
+	Session      string `json:"session"`
+	Cols         int    `json:"cols"`
+	Rows         int    `json:"rows"`
+	CursorRow    int    `json:"cursor_row"`
+	CursorCol    int    `json:"cursor_col"`
 	AltScreen    bool   `json:"alt_screen" jsonschema:"a full-screen program (vim, less, top) is showing"`
-	WaitingInput bool   `json:"waiting_input" jsonschema:"the foreground program waits for input"`
-	Echo         bool   `json:"echo" jsonschema:"typed text is echoed (false at a password prompt)"`
+	WaitingInput bool   `json:"waiting_input"`
+	Echo         bool   `json:"echo"`
 }
 
 // screenView is what a screen result is made from.
@@ -401,19 +402,19 @@ func (v screenView) text() string {
 
 // Session is a session in structured content.
 type Session struct {
-	Node           string            `json:"node" jsonschema:"the node the session runs on"`
-	ID             string            `json:"id" jsonschema:"the session id (pass it as session)"`
-	Title          string            `json:"title" jsonschema:"what the session is for, in a few words"`
-	Description    string            `json:"description" jsonschema:"what the session is for, at more length"`
+	Node           string            `json:"node"`
+	ID             string            `json:"id"`
+	Title          string            `json:"title"`
+	Description    string            `json:"description"`
 	State          string            `json:"state" jsonschema:"starting, idle, running, waiting_input or exited"`
-	CurrentCommand string            `json:"current_command,omitempty" jsonschema:"the command running now"`
-	Cwd            string            `json:"cwd,omitempty" jsonschema:"the shell's working directory"`
-	LastExitCode   *int              `json:"last_exit_code,omitempty" jsonschema:"the exit code of the last finished command"`
-	ExitCode       *int              `json:"exit_code,omitempty" jsonschema:"the session's own exit code, once exited"`
-	Labels         map[string]string `json:"labels,omitempty" jsonschema:"the session's labels"`
-	Shell          string            `json:"shell,omitempty" jsonschema:"the shell (bash, zsh)"`
-	Blocks         int               `json:"blocks,omitempty" jsonschema:"how many commands (blocks) it has run"`
-	Integration    string            `json:"integration,omitempty" jsonschema:"ok: commands end with their exit codes; lost: the shell runs without fleetmux's hooks (it exec'd another shell), exit codes are unknown; none: a program without shell integration"`
+	CurrentCommand string            `json:"current_command,omitempty"`
+	Cwd            string            `json:"cwd,omitempty"`
+	LastExitCode   *int              `json:"last_exit_code,omitempty"`
+	ExitCode       *int              `json:"exit_code,omitempty"`
+	Labels         map[string]string `json:"labels,omitempty"`
+	Shell          string            `json:"shell,omitempty"`
+	Blocks         int               `json:"blocks,omitempty"`
+	Integration    string            `json:"integration,omitempty" jsonschema:"ok; lost or none: exit codes unknown"`
 }
 
 func sessionOut(s api.Session) Session {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,131 +26,133 @@ const (
 	createWaitMS = 15000
 )
 
-// Tool inputs.
+// Tool inputs. Descriptions are short: a model reads them on every tools/list.
+// The session's node and id are said once here and in the tools' descriptions.
 type (
 	listNodesIn    struct{}
 	listSessionsIn struct {
-		Node   string            `json:"node,omitempty" jsonschema:"only the sessions of this node"`
-		Labels map[string]string `json:"labels,omitempty" jsonschema:"only sessions having all these labels (a session has its node's labels too)"`
+		Node   string            `json:"node,omitempty" jsonschema:"only this node's sessions"`
+		Labels map[string]string `json:"labels,omitempty" jsonschema:"only sessions with all these labels (node labels count)"`
 	}
 	createSessionIn struct {
-		Node        string            `json:"node,omitempty" jsonschema:"the node to start it on (see list_nodes); omit to let the controller pick the alive node with the fewest sessions"`
-		Title       string            `json:"title,omitempty" jsonschema:"what the session is for, in a few words (e.g. build, db-migration); list_sessions shows it"`
-		Description string            `json:"description,omitempty" jsonschema:"what the session is for, at more length, so that you or another agent can pick it up later"`
+		Node        string            `json:"node,omitempty" jsonschema:"where to start it (default: the alive node with the fewest sessions)"`
+		Title       string            `json:"title,omitempty" jsonschema:"what it is for, in a few words"`
+		Description string            `json:"description,omitempty" jsonschema:"what it is for, at more length"`
 		Shell       string            `json:"shell,omitempty" jsonschema:"bash or zsh (default: the node's)"`
-		Cwd         string            `json:"cwd,omitempty" jsonschema:"the starting directory (default: the home directory)"`
-		Labels      map[string]string `json:"labels,omitempty" jsonschema:"labels to find it by (list_sessions, fanout_run)"`
+		Cwd         string            `json:"cwd,omitempty" jsonschema:"starting directory (default: home)"`
+		Labels      map[string]string `json:"labels,omitempty" jsonschema:"labels to find it by"`
 	}
 	runCommandIn struct {
 		Node           string `json:"node" jsonschema:"the session's node"`
 		Session        string `json:"session" jsonschema:"the session id, e.g. s3"`
-		Command        string `json:"command" jsonschema:"the shell command line to run (one command line; pipes, && and multi-line scripts are fine)"`
-		TimeoutMS      int    `json:"timeout_ms,omitempty" jsonschema:"how long to wait for it to finish, in ms (default 30000, at most 600000); it keeps running after that"`
-		MaxOutputBytes int    `json:"max_output_bytes,omitempty" jsonschema:"the output budget of the result in bytes (default 8192): head and tail are kept, the middle is left out and can be read with read_block"`
+		Command        string `json:"command" jsonschema:"the command line (pipes, && and multi-line scripts are fine)"`
+		TimeoutMS      int    `json:"timeout_ms,omitempty" jsonschema:"how long to wait, in ms (default 30000, at most 600000); the command keeps running after it"`
+		MaxOutputBytes int    `json:"max_output_bytes,omitempty" jsonschema:"output budget in bytes (default 8192): head and tail kept"`
 	}
 	waitForIn struct {
 		Node           string `json:"node" jsonschema:"the session's node"`
 		Session        string `json:"session" jsonschema:"the session id"`
-		Until          string `json:"until,omitempty" jsonschema:"idle (default: the command finished and the shell is back at its prompt; also returns early if the command starts waiting for input), waiting_input, exited, or output (any new output)"`
-		TimeoutMS      int    `json:"timeout_ms,omitempty" jsonschema:"how long to wait, in ms (default 30000, at most 600000)"`
-		After          int64  `json:"after,omitempty" jsonschema:"with until output: an output offset to pass (default: the session's output end now)"`
-		MaxOutputBytes int    `json:"max_output_bytes,omitempty" jsonschema:"the output budget of the result in bytes (default 8192)"`
-		Approval       string `json:"approval,omitempty" jsonschema:"the approval (NODE/ID) run_command or fanout_run said a held command waits for: wait until a person decides and, once approved, until the node ran it (its exit code and output); until is then ignored"`
+		Until          string `json:"until,omitempty" jsonschema:"idle (default: back at the prompt, or waiting for input), waiting_input, exited, or output (any new output)"`
+		TimeoutMS      int    `json:"timeout_ms,omitempty" jsonschema:"in ms (default 30000, at most 600000)"`
+		After          int64  `json:"after,omitempty" jsonschema:"until output: the output offset to pass (default: the end now)"`
+		MaxOutputBytes int    `json:"max_output_bytes,omitempty" jsonschema:"output budget in bytes (default 8192)"`
+		Approval       string `json:"approval,omitempty" jsonschema:"a held command's approval (NODE/ID): wait for the decision and the command's result"`
 	}
 	sendInputIn struct {
 		Node    string `json:"node" jsonschema:"the session's node"`
 		Session string `json:"session" jsonschema:"the session id"`
-		Text    string `json:"text,omitempty" jsonschema:"the text to type, as is (no Enter unless enter is true)"`
-		Enter   bool   `json:"enter,omitempty" jsonschema:"press Enter after the text"`
+		Text    string `json:"text,omitempty" jsonschema:"the text to type, as is"`
+		Enter   bool   `json:"enter,omitempty" jsonschema:"press Enter after it"`
 	}
 	sendKeysIn struct {
 		Node    string   `json:"node" jsonschema:"the session's node"`
 		Session string   `json:"session" jsonschema:"the session id"`
-		Keys    []string `json:"keys" jsonschema:"key names sent in order: C-c, C-d, C-z, Enter, Tab, Esc, Space, BSpace, Up, Down, Left, Right, Home, End, PgUp, PgDn, Delete, F1-F12, M-x, or one printable character"`
+		Keys    []string `json:"keys" jsonschema:"in order: C-c, C-d, C-z, Enter, Tab, Esc, Space, BSpace, Up, Down, Left, Right, Home, End, PgUp, PgDn, Delete, F1-F12, M-x, or one printable character"`
 	}
 	readScreenIn struct {
 		Node    string `json:"node" jsonschema:"the session's node"`
 		Session string `json:"session" jsonschema:"the session id"`
-		Lines   int    `json:"lines,omitempty" jsonschema:"show only the last this many non-blank lines (default: the whole screen)"`
+		Lines   int    `json:"lines,omitempty" jsonschema:"only the last this many non-blank lines"`
 	}
 	readBlockIn struct {
 		Node     string `json:"node" jsonschema:"the session's node"`
 		Session  string `json:"session" jsonschema:"the session id"`
-		N        int    `json:"n,omitempty" jsonschema:"the block (command) number, as results show it (#N); default: the last block"`
-		Offset   int    `json:"offset,omitempty" jsonschema:"skip this many lines of the output (after grep)"`
-		Limit    int    `json:"limit,omitempty" jsonschema:"return at most this many lines"`
-		Grep     string `json:"grep,omitempty" jsonschema:"keep only lines matching this regular expression (RE2), each prefixed with its line number"`
-		MaxBytes int    `json:"max_bytes,omitempty" jsonschema:"the budget of the result in bytes (default 8192)"`
+		N        int    `json:"n,omitempty" jsonschema:"the block number (#N; default: the last)"`
+		Offset   int    `json:"offset,omitempty" jsonschema:"skip this many lines (after grep)"`
+		Limit    int    `json:"limit,omitempty" jsonschema:"at most this many lines"`
+		Grep     string `json:"grep,omitempty" jsonschema:"only lines matching this RE2 regexp, with their line numbers"`
+		MaxBytes int    `json:"max_bytes,omitempty" jsonschema:"budget in bytes (default 8192)"`
 	}
 	setSessionInfoIn struct {
 		Node        string            `json:"node" jsonschema:"the session's node"`
 		Session     string            `json:"session" jsonschema:"the session id"`
-		Title       *string           `json:"title,omitempty" jsonschema:"the new title (omit to keep it)"`
-		Description *string           `json:"description,omitempty" jsonschema:"the new description (omit to keep it)"`
-		Labels      map[string]string `json:"labels,omitempty" jsonschema:"labels to set (merged with the existing ones)"`
+		Title       *string           `json:"title,omitempty" jsonschema:"the new title"`
+		Description *string           `json:"description,omitempty" jsonschema:"the new description"`
+		Labels      map[string]string `json:"labels,omitempty" jsonschema:"labels to add or change"`
 	}
 	closeSessionIn struct {
 		Node    string `json:"node" jsonschema:"the session's node"`
 		Session string `json:"session" jsonschema:"the session id"`
 	}
 	fanoutRunIn struct {
-		Command        string            `json:"command" jsonschema:"the shell command line to run on every target"`
-		All            bool              `json:"all,omitempty" jsonschema:"run on every alive node"`
-		Nodes          []string          `json:"nodes,omitempty" jsonschema:"run on these nodes"`
-		Labels         map[string]string `json:"labels,omitempty" jsonschema:"run on the nodes having all these labels (with nodes: those of them that match)"`
-		Sessions       []string          `json:"sessions,omitempty" jsonschema:"run in these existing sessions, as NODE/SESSION addresses (excludes all, nodes and labels)"`
-		SessionTitle   string            `json:"session_title,omitempty" jsonschema:"on each node, run in the session with this title (created when missing, and kept); default: a fresh session per node, closed afterwards"`
-		Batch          int               `json:"batch,omitempty" jsonschema:"how many targets run at once (default: all)"`
-		StopOnFailure  bool              `json:"stop_on_failure,omitempty" jsonschema:"once a target fails (an error or a non-zero exit code), start no more targets"`
-		TimeoutMS      int               `json:"timeout_ms,omitempty" jsonschema:"per-target timeout in ms (default 30000, at most 600000)"`
-		Details        bool              `json:"details,omitempty" jsonschema:"include each target's output (within the budget) after the one-line summaries"`
-		MaxOutputBytes int               `json:"max_output_bytes,omitempty" jsonschema:"with details: the output budget per target in bytes (default: 8192 split between the targets, at least 512)"`
+		Command        string            `json:"command" jsonschema:"the command line to run on every target"`
+		All            bool              `json:"all,omitempty" jsonschema:"every alive node"`
+		Nodes          []string          `json:"nodes,omitempty" jsonschema:"these nodes"`
+		Labels         map[string]string `json:"labels,omitempty" jsonschema:"the nodes with all these labels (with nodes: those of them)"`
+		Sessions       []string          `json:"sessions,omitempty" jsonschema:"these sessions, as NODE/SESSION (not with all, nodes or labels)"`
+		SessionTitle   string            `json:"session_title,omitempty" jsonschema:"run in each node's session with this title (created if missing, kept); default: a fresh session per node, closed after"`
+		Batch          int               `json:"batch,omitempty" jsonschema:"targets running at once (default: all)"`
+		StopOnFailure  bool              `json:"stop_on_failure,omitempty" jsonschema:"start no more targets after one fails"`
+		TimeoutMS      int               `json:"timeout_ms,omitempty" jsonschema:"per target, in ms (default 30000, at most 600000)"`
+		Details        bool              `json:"details,omitempty" jsonschema:"add each target's output"`
+		MaxOutputBytes int               `json:"max_output_bytes,omitempty" jsonschema:"with details: budget per target in bytes (default: 8192 shared, at least 512)"`
 	}
 )
 
-// Tool outputs besides Block, Screen and Session.
+// Tool outputs besides Block, Screen and Session. Their schemas describe only
+// what the field name does not say: the result text explains the rest.
 type (
 	// Node is a node in list_nodes' structured content.
 	Node struct {
-		Name     string            `json:"name" jsonschema:"the node name (pass it as node)"`
+		Name     string            `json:"name"`
 		Status   string            `json:"status" jsonschema:"alive, suspect, disconnected, dead or left"`
-		Sessions int               `json:"sessions" jsonschema:"how many sessions it has"`
-		Labels   map[string]string `json:"labels,omitempty" jsonschema:"the node's labels"`
-		Version  string            `json:"version,omitempty" jsonschema:"the node agent's version"`
+		Sessions int               `json:"sessions"`
+		Labels   map[string]string `json:"labels,omitempty"`
+		Version  string            `json:"version,omitempty"`
 	}
 	// Nodes is list_nodes' structured content.
 	Nodes struct {
-		Nodes []Node `json:"nodes" jsonschema:"the nodes, by name"`
+		Nodes []Node `json:"nodes"` // never nil
 	}
 	// Sessions is list_sessions' structured content.
 	Sessions struct {
-		Sessions    []Session `json:"sessions" jsonschema:"the sessions, by node and id"`
-		Unavailable []string  `json:"unavailable,omitempty" jsonschema:"nodes that did not answer: their sessions are missing"`
+		Sessions    []Session `json:"sessions"` // never nil
+		Unavailable []string  `json:"unavailable,omitempty"`
 	}
 	// Sent is the structured content of send_input and send_keys.
 	Sent struct {
-		Node    string `json:"node" jsonschema:"the session's node"`
-		Session string `json:"session" jsonschema:"the session id"`
-		Bytes   int    `json:"bytes,omitempty" jsonschema:"send_input: the bytes typed"`
-		Keys    int    `json:"keys,omitempty" jsonschema:"send_keys: the keys sent"`
+		Node    string `json:"node"`
+		Session string `json:"session"`
+		Bytes   int    `json:"bytes,omitempty"`
+		Keys    int    `json:"keys,omitempty"`
 	}
 	// FanoutTarget is one target of fanout_run.
 	FanoutTarget struct {
-		Node         string `json:"node" jsonschema:"the target's node"`
-		Session      string `json:"session,omitempty" jsonschema:"the session it ran in"`
-		Result       string `json:"result" jsonschema:"ok, exit_status (non-zero exit code), exit_unknown (finished, exit code unknown: error says why), timeout (still running), skipped, or an error code"`
-		ExitCode     *int   `json:"exit_code,omitempty" jsonschema:"the command's exit code"`
-		DurationMS   int64  `json:"duration_ms" jsonschema:"how long the target took"`
-		Error        string `json:"error,omitempty" jsonschema:"what went wrong"`
-		OmittedBytes int64  `json:"omitted_bytes,omitempty" jsonschema:"output bytes left out of the text"`
-		Approval     string `json:"approval,omitempty" jsonschema:"result held: the approval (NODE/ID) the command waits for (wait_for with it)"`
+		Node         string `json:"node"`
+		Session      string `json:"session,omitempty"`
+		Result       string `json:"result" jsonschema:"ok, exit_status, exit_unknown, timeout, skipped, held or an error code"`
+		ExitCode     *int   `json:"exit_code,omitempty"`
+		DurationMS   int64  `json:"duration_ms"`
+		Error        string `json:"error,omitempty"`
+		OmittedBytes int64  `json:"omitted_bytes,omitempty"`
+		Approval     string `json:"approval,omitempty"`
 	}
 	// Fanout is fanout_run's structured content.
 	Fanout struct {
-		Command string         `json:"command" jsonschema:"the command"`
-		OK      int            `json:"ok" jsonschema:"targets whose command finished with exit code 0 (an unknown exit code is not ok)"`
-		Failed  int            `json:"failed" jsonschema:"targets that failed, timed out or were skipped"`
-		Results []FanoutTarget `json:"results" jsonschema:"one per target, in order"`
+		Command string         `json:"command"`
+		OK      int            `json:"ok"`
+		Failed  int            `json:"failed"`
+		Results []FanoutTarget `json:"results"` // never nil
 	}
 )
 
@@ -166,16 +169,74 @@ var (
 	}
 )
 
-// inputSchema is the schema of In, changed by tweak (enums, minimums).
-func inputSchema[In any](tweak func(props map[string]*jsonschema.Schema)) *jsonschema.Schema {
-	s, err := jsonschema.For[In](nil)
+// schemaOf is the JSON schema of T, changed by tweak (enums, minimums), with no
+// nullable type arrays: jsonschema.For gives pointers and slices the type
+// ["null", X], which strict validators (the MCP inspector's --strict, the
+// OpenAPI subset some model providers take) refuse or misread. Here such a
+// field is X: the tools' JSON never holds null (an optional pointer or slice is
+// omitempty, a required slice is never nil), and a client's null is refused.
+func schemaOf[T any](tweak func(props map[string]*jsonschema.Schema)) *jsonschema.Schema {
+	s, err := jsonschema.For[T](nil)
 	if err != nil {
-		panic(fmt.Sprintf("mcp input schema: %v", err))
+		panic(fmt.Sprintf("mcp schema of %T: %v", *new(T), err))
 	}
+	noNull(s)
 	if tweak != nil {
 		tweak(s.Properties)
 	}
 	return s
+}
+
+// outputSchema is the schema of a tool's structured content: schemaOf, without
+// additionalProperties false (an input's unknown field is refused; the
+// server's own output needs no such bound, and it is bytes on every tools/list).
+func outputSchema[Out any]() *jsonschema.Schema {
+	s := schemaOf[Out](nil)
+	var open func(*jsonschema.Schema)
+	open = func(s *jsonschema.Schema) {
+		if s == nil {
+			return
+		}
+		if s.Type == "object" && s.Properties != nil {
+			s.AdditionalProperties = nil
+		}
+		for _, p := range s.Properties {
+			open(p)
+		}
+		open(s.Items)
+		open(s.AdditionalProperties)
+	}
+	open(s)
+	return s
+}
+
+// noNull takes "null" out of every type array in s and its subschemas; a type
+// array left with one type becomes that type.
+func noNull(s *jsonschema.Schema) {
+	if s == nil {
+		return
+	}
+	if len(s.Types) > 0 {
+		ts := slices.DeleteFunc(slices.Clone(s.Types), func(t string) bool { return t == "null" })
+		if len(ts) == 1 {
+			s.Type, s.Types = ts[0], nil
+		} else {
+			s.Types = ts
+		}
+	}
+	for _, p := range s.Properties {
+		noNull(p)
+	}
+	for _, d := range s.Defs {
+		noNull(d)
+	}
+	noNull(s.Items)
+	noNull(s.AdditionalProperties)
+	for _, l := range [][]*jsonschema.Schema{s.AnyOf, s.OneOf, s.AllOf, s.PrefixItems} {
+		for _, c := range l {
+			noNull(c)
+		}
+	}
 }
 
 func minimum(props map[string]*jsonschema.Schema, v float64, names ...string) {
@@ -192,6 +253,12 @@ type auditFn[In any] func(in In) (target, detail string)
 // cancellation), whose errors become tool errors a model can act on, and whose
 // calls are audited when audit is set.
 func addTool[In, Out any](m *Server, t *mcp.Tool, audit auditFn[In], h func(context.Context, In) (*mcp.CallToolResult, Out, error)) {
+	if t.InputSchema == nil {
+		t.InputSchema = schemaOf[In](nil)
+	}
+	if t.OutputSchema == nil {
+		t.OutputSchema = outputSchema[Out]()
+	}
 	mcp.AddTool(m.srv, t, func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
 		ctx, done := m.callCtx(ctx, req)
 		defer done()
@@ -273,35 +340,35 @@ func (m *Server) addTools() {
 
 	addTool(m, &mcp.Tool{
 		Name:        "list_nodes",
-		Description: "List the machines (nodes) of the fleet: name, status (alive, suspect, disconnected, dead, left), session count, labels. Call it to find where to create sessions or where a fan-out can run.",
+		Description: "List the fleet's machines (nodes): name, status, session count, labels.",
 		Annotations: annRead("List nodes"),
 	}, nil, m.listNodes)
 
 	addTool(m, &mcp.Tool{
 		Name: "list_sessions",
-		Description: "List the shell sessions fleet-wide (or of one node, or with given labels). Each line shows NODE/SESSION, state (idle, running, waiting_input, exited), title and description " +
-			"(what the session is for), the running command or the last exit code, and the cwd. Call it first to reuse a fitting session instead of creating one.",
+		Description: "List the shell sessions: NODE/SESSION, state, title and description (what it is for), running command or last exit code, cwd. " +
+			"Call it first: reuse a fitting session rather than create one.",
 		Annotations: annRead("List sessions"),
-		InputSchema: inputSchema[listSessionsIn](nil),
+		InputSchema: schemaOf[listSessionsIn](nil),
 	}, nil, m.listSessions)
 
 	addTool(m, &mcp.Tool{
 		Name: "create_session",
-		Description: "Start a new persistent shell session (bash or zsh with shell integration) and wait for its prompt. Give it a title and a description saying what it is for. " +
-			"Returns the session (node and id) to pass to run_command and the other tools. The session keeps its cwd, environment and history until close_session.",
+		Description: "Start a persistent shell session (bash or zsh) and wait for its prompt; give a title and description saying what it is for. " +
+			"Returns its node and id for the other tools. It keeps cwd, environment and history until close_session.",
 		Annotations: &mcp.ToolAnnotations{Title: "Create a session", DestructiveHint: boolp(false), OpenWorldHint: boolp(false)},
-		InputSchema: inputSchema[createSessionIn](nil),
+		InputSchema: schemaOf[createSessionIn](nil),
 	}, func(in createSessionIn) (string, string) {
 		return "", fmt.Sprintf("node %q title %q", in.Node, api.OneLine(in.Title, 80))
 	}, m.createSession)
 
 	addTool(m, &mcp.Tool{
 		Name: "run_command",
-		Description: "Run one command line in a session and wait for it (up to timeout_ms, default 30 s). Returns a header line (NODE/SESSION #N, exit code, duration, cwd, session state) then the output " +
-			"(head and tail within the budget; read_block reads the rest). If the command is still running, the result says state running: call wait_for. If it waits for input (a prompt, read, a pager), " +
-			"the result says waiting_input and shows the last screen lines: answer with send_input. Fails if another command is running in the session.",
+		Description: "Run one command line in a session and wait for it (timeout_ms, default 30 s). Returns a header (NODE/SESSION #N, exit code, duration, cwd, state) and the output " +
+			"(head and tail; read_block reads the rest). State running: call wait_for. State waiting_input: the result shows the screen's last lines; answer with send_input. " +
+			"Refused (busy) while another command runs.",
 		Annotations: annRun("Run a command"),
-		InputSchema: inputSchema[runCommandIn](func(p map[string]*jsonschema.Schema) {
+		InputSchema: schemaOf[runCommandIn](func(p map[string]*jsonschema.Schema) {
 			minimum(p, 0, "timeout_ms", "max_output_bytes")
 		}),
 	}, sessionAudit(func(in runCommandIn) (string, string, string) {
@@ -310,12 +377,10 @@ func (m *Server) addTools() {
 
 	addTool(m, &mcp.Tool{
 		Name: "wait_for",
-		Description: "Wait until a session is idle (its command finished; the default), waiting_input, exited, or has new output (until: output), for at most timeout_ms (default 30 s). " +
-			"Returns the session's last block like run_command: header (exit code, duration, cwd, state) and output; ok false in the structured content when the timeout passed first. " +
-			"Use it after run_command said running, or after send_input. " +
-			"After run_command said held, call it with approval: it waits until a person decides and returns the command's result once the node ran it (or that it was denied).",
+		Description: "Wait until a session is idle (the default), waiting_input, exited or has new output, for at most timeout_ms (default 30 s); returns its last block as run_command does (ok false: timed out). " +
+			"Use it after run_command said running, or after send_input. After run_command said held, pass approval: it waits for a person's decision and returns the command's result.",
 		Annotations: annRead("Wait for a session"),
-		InputSchema: inputSchema[waitForIn](func(p map[string]*jsonschema.Schema) {
+		InputSchema: schemaOf[waitForIn](func(p map[string]*jsonschema.Schema) {
 			p["until"].Enum = []any{api.UntilIdle, api.UntilWaitingInput, api.UntilExited, api.UntilOutput}
 			minimum(p, 0, "timeout_ms", "after", "max_output_bytes")
 		}),
@@ -323,48 +388,47 @@ func (m *Server) addTools() {
 
 	addTool(m, &mcp.Tool{
 		Name: "send_input",
-		Description: "Type text into a session, e.g. the answer to a prompt a command waits for (enter: true presses Enter after it). It does not wait: call wait_for next. " +
-			"To run a shell command at the prompt, use run_command instead; for control keys (C-c) use send_keys.",
+		Description: "Type text into a session, e.g. the answer to a prompt (enter: true presses Enter). It does not wait: call wait_for next. " +
+			"For a shell command use run_command; for keys (C-c, Esc) send_keys.",
 		Annotations: annRun("Type into a session"),
-		InputSchema: inputSchema[sendInputIn](nil),
+		InputSchema: schemaOf[sendInputIn](nil),
 	}, sessionAudit(func(in sendInputIn) (string, string, string) {
 		return in.Node, in.Session, fmt.Sprintf("%d bytes, enter %v", len(in.Text), in.Enter)
 	}), m.sendInput)
 
 	addTool(m, &mcp.Tool{
 		Name:        "send_keys",
-		Description: "Send named keys to a session: C-c to interrupt a command, C-d for end of input, q or Esc to leave a pager or editor, arrows to move. It does not wait: call wait_for or read_screen next.",
+		Description: "Send named keys to a session: C-c interrupts, C-d ends input, q or Esc leaves a pager or editor. It does not wait: call read_screen or wait_for next.",
 		Annotations: annRun("Send keys"),
-		InputSchema: inputSchema[sendKeysIn](nil),
+		InputSchema: schemaOf[sendKeysIn](nil),
 	}, sessionAudit(func(in sendKeysIn) (string, string, string) {
 		return in.Node, in.Session, api.OneLine(strings.Join(in.Keys, " "), 200)
 	}), m.sendKeys)
 
 	addTool(m, &mcp.Tool{
 		Name: "read_screen",
-		Description: "Read a session's current screen as text: what a person looking at the terminal sees. Use it for full-screen programs (vim, less, top, installers) and to see a prompt; " +
-			"the header line says the size, the cursor, whether a full-screen program is showing and whether it waits for input.",
+		Description: "Read a session's screen as text, as a person sees it: for full-screen programs (vim, less, top) and prompts. " +
+			"The header says the size, the cursor, whether a full-screen program shows and whether it waits for input.",
 		Annotations: annRead("Read the screen"),
-		InputSchema: inputSchema[readScreenIn](func(p map[string]*jsonschema.Schema) {
+		InputSchema: schemaOf[readScreenIn](func(p map[string]*jsonschema.Schema) {
 			minimum(p, 0, "lines")
 		}),
 	}, nil, m.readScreen)
 
 	addTool(m, &mcp.Tool{
-		Name: "read_block",
-		Description: "Read the output of one command (block) of a session: by default the last one. Page through long output with offset and limit (lines), or keep only the lines matching grep " +
-			"(each prefixed with its line number). The header line gives the exit code, duration and cwd.",
+		Name:        "read_block",
+		Description: "Read one command's (block's) output, by default the last one's: page with offset and limit (lines), or grep. The header gives exit code, duration and cwd.",
 		Annotations: annRead("Read a command's output"),
-		InputSchema: inputSchema[readBlockIn](func(p map[string]*jsonschema.Schema) {
+		InputSchema: schemaOf[readBlockIn](func(p map[string]*jsonschema.Schema) {
 			minimum(p, 0, "n", "offset", "limit", "max_bytes")
 		}),
 	}, nil, m.readBlock)
 
 	addTool(m, &mcp.Tool{
 		Name:        "set_session_info",
-		Description: "Set a session's title, description or labels, so that list_sessions tells you (and other agents) what the session is for. Only the fields given change.",
+		Description: "Set a session's title, description or labels (only those given), so that list_sessions says what it is for.",
 		Annotations: &mcp.ToolAnnotations{Title: "Describe a session", DestructiveHint: boolp(false), IdempotentHint: true, OpenWorldHint: boolp(false)},
-		InputSchema: inputSchema[setSessionInfoIn](nil),
+		InputSchema: schemaOf[setSessionInfoIn](nil),
 	}, sessionAudit(func(in setSessionInfoIn) (string, string, string) {
 		var d []string
 		if in.Title != nil {
@@ -381,18 +445,17 @@ func (m *Server) addTools() {
 
 	addTool(m, &mcp.Tool{
 		Name:        "close_session",
-		Description: "Close a session: its shell and whatever runs in it are ended. Its output stays readable in the recording. Use it for sessions you no longer need.",
+		Description: "Close a session you no longer need: its shell and what runs in it end; its recording stays.",
 		Annotations: &mcp.ToolAnnotations{Title: "Close a session", DestructiveHint: boolp(true), IdempotentHint: true, OpenWorldHint: boolp(false)},
-		InputSchema: inputSchema[closeSessionIn](nil),
+		InputSchema: schemaOf[closeSessionIn](nil),
 	}, sessionAudit(func(in closeSessionIn) (string, string, string) { return in.Node, in.Session, "" }), m.closeSession)
 
 	addTool(m, &mcp.Tool{
 		Name: "fanout_run",
-		Description: "Run one command on many nodes at once: all alive nodes (all: true), named nodes, nodes with labels, or named sessions. Returns one compact line per target " +
-			"(NODE/SESSION, exit code or error, duration, first output line) and the ok/failed counts; details: true adds each target's output. " +
-			"batch limits how many run at once; stop_on_failure stops starting targets after a failure.",
+		Description: "Run one command on many targets at once: all alive nodes, named nodes, nodes with labels, or named sessions. " +
+			"Returns a line per target (exit code or error, duration, first output line) and ok/failed counts; details: true adds the outputs.",
 		Annotations: annRun("Run on many nodes"),
-		InputSchema: inputSchema[fanoutRunIn](func(p map[string]*jsonschema.Schema) {
+		InputSchema: schemaOf[fanoutRunIn](func(p map[string]*jsonschema.Schema) {
 			minimum(p, 0, "batch", "timeout_ms", "max_output_bytes")
 		}),
 	}, func(in fanoutRunIn) (string, string) { return "", api.OneLine(in.Command, 200) }, m.fanoutRun)
