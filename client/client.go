@@ -26,6 +26,9 @@ import (
 // DefaultAddr is the controller's default HTTP API address.
 const DefaultAddr = "http://127.0.0.1:7070"
 
+// defaultAddr is DefaultAddr (a test puts its own listener there).
+var defaultAddr = DefaultAddr
+
 // maxReplyBytes bounds a JSON reply read into memory.
 const maxReplyBytes = 256 << 20
 
@@ -73,7 +76,7 @@ func New(cfg Config) (*Client, error) {
 // parseAddr turns a controller address into its base URL.
 func parseAddr(addr string) (*url.URL, error) {
 	if addr == "" {
-		addr = DefaultAddr
+		addr = defaultAddr
 	}
 	if !strings.Contains(addr, "://") {
 		addr = "http://" + addr

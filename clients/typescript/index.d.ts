@@ -298,6 +298,11 @@ export declare const ERRORS: Record<string, typeof FleetmuxError>;
 export declare function errorFor(status: number, code: string | undefined, message: string, extra?: { rule?: string; approval?: string }): FleetmuxError;
 
 export declare function devConfigPath(): string;
+/** dev.json when it is the user's alone (a regular file, mode 0600, not a link); else null. */
+export declare function readDevConfig(): { addr: string; token: string; data: string } | null;
+/** Whether a and b are the same controller address (localhost, 127.0.0.1 and ::1 are one host). */
+export declare function sameAddr(a: string, b: string): boolean;
+/** The address and token as the CLI finds them; throws BadRequest for a token without an address and no dev.json. */
 export declare function resolve(addr?: string, token?: string): { addr: string; token: string };
 
 export declare class Client {

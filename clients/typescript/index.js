@@ -3,7 +3,7 @@
 // API's JSON as it is (r.block.exit_code, r.text); errors are FleetmuxError
 // subclasses by code.
 
-import { readFileSync } from "node:fs";
+import { lstatSync, readFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { join } from "node:path";
 
@@ -69,25 +69,67 @@ export function devConfigPath() {
   return join(base, "fleetmux", "dev.json");
 }
 
+/** dev.json when it is the user's alone (a regular file, mode 0600 or stricter, not a link); else null. */
+export function readDevConfig() {
+  const p = devConfigPath();
+  try {
+    const st = lstatSync(p);
+    if (!st.isFile() || (st.mode & 0o077) !== 0) return null;
+    const dc = JSON.parse(readFileSync(p, "utf8"));
+    if (!dc || typeof dc.addr !== "string" || !dc.addr) return null;
+    return { addr: dc.addr, token: typeof dc.token === "string" ? dc.token : "", data: dc.data || "" };
+  } catch {
+    return null; // no dev.json
+  }
+}
+
+function normalize(addr) {
+  if (!addr.includes("://")) addr = "http://" + addr;
+  return addr.replace(/\/+$/, "");
+}
+
+function addrKey(addr) {
+  let u;
+  try {
+    u = new URL(normalize(addr));
+  } catch {
+    return null;
+  }
+  let host = u.hostname.toLowerCase().replace(/\.$/, "");
+  if (host === "localhost" || host === "[::1]" || host === "127.0.0.1") host = "127.0.0.1";
+  const port = u.port || (u.protocol === "https:" ? "443" : "80");
+  return `${u.protocol}//${host}:${port}${u.pathname.replace(/\/+$/, "")}`;
+}
+
+/** Whether a and b are the same controller address (localhost, 127.0.0.1 and ::1 are one host; a trailing slash is nothing). */
+export function sameAddr(a, b) {
+  const ka = addrKey(a);
+  return ka !== null && ka === addrKey(b);
+}
+
 /**
- * The address and token as the CLI finds them: the arguments, else FLEETMUX_ADDR /
- * FLEETMUX_TOKEN, else (neither given) dev.json, else the default address.
+ * The address and token as the CLI finds them (docs/api.md): the arguments, else
+ * FLEETMUX_ADDR / FLEETMUX_TOKEN. Neither: dev.json's, else the default address
+ * without a token. An address alone: dev.json's token when the address is dev's.
+ * A token alone: dev.json's address; without a dev.json an error, since a token is
+ * never sent to the default address unless it is named.
  */
 export function resolve(addr, token) {
   addr = addr || process.env.FLEETMUX_ADDR || "";
   token = token || process.env.FLEETMUX_TOKEN || "";
+  const dev = readDevConfig();
   if (!addr && !token) {
-    try {
-      const dc = JSON.parse(readFileSync(devConfigPath(), "utf8"));
-      addr = dc.addr || "";
-      token = dc.token || "";
-    } catch {
-      // no dev.json
+    if (dev) ({ addr, token } = dev);
+  } else if (addr && !token) {
+    if (dev && sameAddr(addr, dev.addr)) ({ addr, token } = dev);
+  } else if (!addr && token) {
+    if (!dev) {
+      throw new BadRequest("bad_request",
+        `FLEETMUX_TOKEN (or a token) is given but no address: set FLEETMUX_ADDR (or pass addr) to the controller the token belongs to; it is not sent to the default ${DEFAULT_ADDR}, where anyone on this machine may listen`);
     }
+    addr = dev.addr;
   }
-  addr = addr || DEFAULT_ADDR;
-  if (!addr.includes("://")) addr = "http://" + addr;
-  return { addr: addr.replace(/\/+$/, ""), token };
+  return { addr: normalize(addr || DEFAULT_ADDR), token };
 }
 
 function checkName(what, s) {

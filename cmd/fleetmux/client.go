@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -42,6 +43,7 @@ type clientOptions struct {
 	json  bool
 	actor string         // hidden --actor: who acts, for the audit
 	cmd   *cobra.Command // the verb, for its context (see frontDoor)
+	res   *client.Resolved
 }
 
 // register adds --addr, --token and (withJSON) --json to c. No default is read from
@@ -71,45 +73,36 @@ func withFrontDoor(ctx context.Context, fd frontDoor) context.Context {
 	return context.WithValue(ctx, frontDoorKey{}, fd)
 }
 
-// resolve returns the address, token and actor the verb uses: the front door's
-// when it runs one, else the flags, else the environment, else (when neither
-// address nor token is given) those `fleetmux dev` wrote to the user's config
-// (dev.json), else the defaults. It
-// records the address in o.addr for fail's messages.
-func (o *clientOptions) resolve() (addr, token, actor string) {
+// resolve returns the client's config: the front door's address, token and actor
+// when it runs one, else client.Resolve's (the flags, the environment, dev.json).
+// It records the address in o.addr and how it was found in o.res for fail's
+// messages. A token given without an address, and no dev.json, is a usage error.
+func (o *clientOptions) resolve() (client.Config, error) {
 	if o.cmd != nil {
 		if fd, ok := o.cmd.Context().Value(frontDoorKey{}).(frontDoor); ok {
 			o.addr = fd.addr
-			return fd.addr, fd.token, fd.actor
+			return client.Config{Addr: fd.addr, Token: fd.token, Actor: fd.actor}, nil
 		}
 	}
-	addr, token, actor = o.addr, o.token, o.actor
-	if addr == "" {
-		addr = os.Getenv(envAddr)
+	r, err := client.Resolve(o.addr, o.token)
+	if err != nil {
+		return client.Config{}, usageError("%v", err)
 	}
-	if token == "" {
-		token = os.Getenv(envToken)
+	r.Actor = o.actor
+	if u := os.Getenv("USER"); u != "" && r.Actor == "" {
+		r.Actor = "cli:" + u
 	}
-	if addr == "" && token == "" {
-		// Neither given: the `fleetmux dev` of this user, from any directory.
-		if dc, ok := readDevConfig(); ok {
-			addr, token = dc.Addr, dc.Token
-		}
-	}
-	if addr == "" {
-		addr = client.DefaultAddr
-	}
-	if u := os.Getenv("USER"); u != "" && actor == "" {
-		actor = "cli:" + u
-	}
-	o.addr = addr
-	return addr, token, actor
+	o.addr, o.res = r.Addr, &r
+	return r.Config, nil
 }
 
 // client returns a client of the controller (see resolve).
 func (o *clientOptions) client() (*client.Client, error) {
-	addr, token, actor := o.resolve()
-	c, err := client.New(client.Config{Addr: addr, Token: token, Actor: actor})
+	cfg, err := o.resolve()
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg)
 	if err != nil {
 		return nil, usageError("--addr: %v", strings.TrimPrefix(err.Error(), "client: "))
 	}
@@ -155,6 +148,11 @@ func (o *clientOptions) fail(err error) error {
 	var ce *client.Error
 	var ee *exitError
 	switch {
+	case errors.Is(err, client.ErrUnauthorized):
+		if h := o.tokenHint(); h != "" {
+			return &hintedError{err: err, hint: h}
+		}
+		return err
 	case errors.As(err, &ee), errors.As(err, &ce):
 		return err
 	case errors.Is(err, syscall.ECONNREFUSED):
@@ -164,6 +162,41 @@ func (o *clientOptions) fail(err error) error {
 	}
 	return fmt.Errorf("controller at %s: %w", o.addr, err)
 }
+
+// tokenHint says which token went to the controller, or that none did, and where
+// one is: dev's in <data>/token (and dev.json), others from `fleetmux token create`.
+func (o *clientOptions) tokenHint() string {
+	r := o.res
+	if r == nil {
+		return "" // the SSH front door's
+	}
+	devToken := "fleetmux dev keeps its admin token in ./.fleetmux/token (<data>/token)"
+	devPath, _ := client.DevConfigPath()
+	if r.Dev != nil && r.Dev.Data != "" {
+		devToken = "fleetmux dev keeps its admin token in " + filepath.Join(r.Dev.Data, "token")
+	}
+	switch {
+	case r.Token == "" && r.Dev != nil:
+		return fmt.Sprintf("no API token was sent to %s: it is not fleetmux dev's address (%s, from %s), whose token is used by itself. "+
+			"For this controller set $%s to one of its tokens (an admin makes one: fleetmux token create --name NAME --role operator); %s",
+			r.Addr, r.Dev.Addr, devPath, envToken, devToken)
+	case r.Token == "":
+		return fmt.Sprintf("no API token was sent to %s: set $%s (%s; an admin of another controller makes one: fleetmux token create --name NAME --role operator)",
+			r.Addr, envToken, devToken)
+	case r.DevToken:
+		return fmt.Sprintf("%s refused fleetmux dev's token from %s: is it still the dev that wrote it? (starting fleetmux dev again rewrites it)", r.Addr, devPath)
+	}
+	return fmt.Sprintf("%s refused the token of --token/$%s (expired or revoked? an admin makes a new one: fleetmux token create)", r.Addr, envToken)
+}
+
+// hintedError is an error with advice after it; it matches as err does.
+type hintedError struct {
+	err  error
+	hint string
+}
+
+func (e *hintedError) Error() string { return e.err.Error() + "\n  " + e.hint }
+func (e *hintedError) Unwrap() error { return e.err }
 
 // printJSON prints a raw JSON reply indented.
 func printJSON(w io.Writer, raw []byte) error {

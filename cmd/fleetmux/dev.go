@@ -169,7 +169,11 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if _, err := writeURLFile(o.data, "http.url", httpURL); err != nil {
 		return err
 	}
-	cfgFile, err := writeDevConfig(devConfig{Addr: httpURL, Token: token})
+	absData, err := filepath.Abs(o.data)
+	if err != nil {
+		return err
+	}
+	cfgFile, err := writeDevConfig(devConfig{Addr: httpURL, Token: token, Data: absData})
 	if err != nil {
 		return err
 	}

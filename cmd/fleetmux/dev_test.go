@@ -5,8 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -18,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/client"
 	"github.com/fleetmux/fleetmux/internal/testutil"
 )
 
@@ -347,4 +351,66 @@ func printBytesAndMatch(t *testing.T, addr, who string, same func(want []byte) b
 		want, _ := io.ReadAll(resp.Body)
 		return bytes.Contains(want, []byte("bytes:\x01\xff\xe2\x82\xac:done")) && same(want)
 	}, "%s's bytes to equal the session's output", who)
+}
+
+// TestTokenNeverToDefault: FLEETMUX_TOKEN set without an address must not reach a
+// listener on the default address (127.0.0.1:7070: anyone's, on a shared machine).
+// With dev.json the token goes to dev; without, the CLI refuses and says why.
+func TestTokenNeverToDefault(t *testing.T) {
+	ln, err := net.Listen("tcp", strings.TrimPrefix(client.DefaultAddr, "http://"))
+	if err != nil {
+		t.Skipf("the default address is taken here (%v): this test needs it free", err)
+	}
+	var mu sync.Mutex
+	var got []string
+	squatter := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Get("Authorization"))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"nodes":[],"sessions":[]}`))
+	})}
+	go squatter.Serve(ln)
+	t.Cleanup(func() { squatter.Close() })
+
+	addr := startDev(t)
+	t.Setenv(envToken, devAdminToken) // as a user who exported it
+	out, errs, err := runArgs(t, "nodes")
+	if err != nil || !strings.Contains(out, "here") {
+		t.Fatalf("nodes with FLEETMUX_TOKEN and dev.json: %q %q %v (want dev's %s)", out, errs, err, addr)
+	}
+	os.Remove(filepath.Join(os.Getenv("XDG_CONFIG_HOME"), "fleetmux", "dev.json"))
+	_, _, err = runArgs(t, "ls")
+	if exitCode(err) != 2 || !strings.Contains(fmt.Sprint(err), envAddr) {
+		t.Errorf("ls with FLEETMUX_TOKEN, no address, no dev.json: %v (exit %d), want a usage error naming %s", err, exitCode(err), envAddr)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, a := range got {
+		if a != "" {
+			t.Errorf("the listener on the default address received %q", a)
+		}
+	}
+}
+
+// TestUnauthorizedSaysWhereTheTokenIs: a controller that refuses says which token
+// went (none, dev's, the user's) and where one is.
+func TestUnauthorizedSaysWhereTheTokenIs(t *testing.T) {
+	startDev(t)
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusUnauthorized)
+		w.Write([]byte(`{"error":{"code":"unauthorized","message":"missing API token"}}`))
+	}))
+	defer other.Close()
+	data, _ := filepath.Abs("data")
+	t.Setenv(envToken, "")
+	_, _, err := runArgs(t, "ls", "--addr", other.URL)
+	if e := fmt.Sprint(err); exitCode(err) == 0 || !strings.Contains(e, filepath.Join(data, "token")) || !strings.Contains(e, "fleetmux token create") || !strings.Contains(e, envToken) {
+		t.Errorf("no token: %v", err)
+	}
+	t.Setenv(envToken, "fmx1.x.y")
+	_, _, err = runArgs(t, "ls", "--addr", other.URL)
+	if e := fmt.Sprint(err); !strings.Contains(e, "refused the token") || !strings.Contains(e, "fleetmux token create") {
+		t.Errorf("a refused token: %v", err)
+	}
 }

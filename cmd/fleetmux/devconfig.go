@@ -10,37 +10,22 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/client"
 	"github.com/fleetmux/fleetmux/internal/datadir"
 	"github.com/fleetmux/fleetmux/trust"
 )
 
 // `fleetmux dev` leaves its address and admin token in the user's config
 // (DESIGN.md, Trust model), so that the CLI and `fleetmux mcp` find it from any
-// directory when neither --addr/--token nor FLEETMUX_ADDR/FLEETMUX_TOKEN is set.
+// directory (client.Resolve says when they use it).
 
-// devConfig is $XDG_CONFIG_HOME/fleetmux/dev.json.
-type devConfig struct {
-	Addr  string `json:"addr"`
-	Token string `json:"token"`
-}
-
-// devConfigPath is $XDG_CONFIG_HOME/fleetmux/dev.json (default ~/.config/…).
-func devConfigPath() (string, error) {
-	dir := os.Getenv("XDG_CONFIG_HOME")
-	if dir == "" || !filepath.IsAbs(dir) {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return "", fmt.Errorf("no config dir: %w", err)
-		}
-		dir = filepath.Join(home, ".config")
-	}
-	return filepath.Join(dir, "fleetmux", "dev.json"), nil
-}
+// devConfig is $XDG_CONFIG_HOME/fleetmux/dev.json (client.DevConfigPath).
+type devConfig = client.DevConfig
 
 // writeDevConfig writes cfg to devConfigPath (directory 0700, file 0600) and
 // returns the path.
 func writeDevConfig(cfg devConfig) (string, error) {
-	p, err := devConfigPath()
+	p, err := client.DevConfigPath()
 	if err != nil {
 		return "", err
 	}
@@ -55,24 +40,6 @@ func writeDevConfig(cfg devConfig) (string, error) {
 		return "", fmt.Errorf("dev config: %w", err)
 	}
 	return p, nil
-}
-
-// readDevConfig reads devConfigPath; ok is false when there is none (or it is
-// not ours alone: a file others may write could point us at their server).
-func readDevConfig() (cfg devConfig, ok bool) {
-	p, err := devConfigPath()
-	if err != nil {
-		return devConfig{}, false
-	}
-	fi, err := os.Stat(p)
-	if err != nil || fi.Mode().Perm()&0o077 != 0 {
-		return devConfig{}, false
-	}
-	b, err := datadir.ReadFile(p) // never through a link
-	if err != nil || json.Unmarshal(b, &cfg) != nil || cfg.Addr == "" {
-		return devConfig{}, false
-	}
-	return cfg, true
 }
 
 // devToken returns the admin token of `fleetmux dev` kept in <data>/token (0600),

@@ -44,8 +44,12 @@ func mcpCmd() *cobra.Command {
 			if u := os.Getenv("USER"); u != "" {
 				actor += ":" + u
 			}
-			addr, token, _ := o.resolve()
-			cl, err := client.New(client.Config{Addr: addr, Token: token, Actor: actor})
+			cfg, err := o.resolve()
+			if err != nil {
+				return err
+			}
+			cfg.Actor = actor
+			cl, err := client.New(cfg)
 			if err != nil {
 				return usageError("mcp: --addr: %v", strings.TrimPrefix(err.Error(), "client: "))
 			}

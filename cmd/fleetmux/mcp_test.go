@@ -163,3 +163,30 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r.Header.Set("Authorization", "Bearer "+string(b))
 	return http.DefaultTransport.RoundTrip(r)
 }
+
+// TestMCPConfigAsWritten: the README's MCP configurations, as an MCP client runs
+// them: `fleetmux mcp` with no flags and no environment, and with FLEETMUX_ADDR set
+// to dev's address (also spelled localhost, with a trailing slash). Each finds dev's
+// token in dev.json, and a tool call succeeds.
+func TestMCPConfigAsWritten(t *testing.T) {
+	addr := startDev(t)
+	t.Setenv(envToken, "")
+	port := addr[strings.LastIndex(addr, ":")+1:]
+	for _, env := range []string{"", addr, "http://localhost:" + port + "/"} {
+		t.Run("FLEETMUX_ADDR="+env, func(t *testing.T) {
+			t.Setenv(envAddr, env)
+			cs, stderr := stdioMCP(t)
+			text, isErr := callTool(t, cs, "create_session", map[string]any{"title": "config"}, nil)
+			if isErr || !strings.Contains(text, "here/s") {
+				t.Fatalf("create_session: %v %s\nstderr:\n%s", isErr, text, stderr.String())
+			}
+		})
+	}
+	// The CLI alike: --addr naming dev does not turn dev's token off; token create
+	// (admin) works with it.
+	t.Setenv(envAddr, "")
+	out, errs, err := runArgs(t, "token", "create", "--addr", "localhost:"+port, "--name", "agent", "--role", "operator")
+	if err != nil || !strings.HasPrefix(out, "fmx1.agent.") {
+		t.Fatalf("token create --addr dev: %q %q %v", out, errs, err)
+	}
+}

@@ -8,7 +8,7 @@
         print(c.block(s.node, s.id, r.block.n, grep="error").text)
 """
 
-from .client import DEFAULT_ADDR, Client, dev_config_path, resolve
+from .client import DEFAULT_ADDR, Client, dev_config_path, read_dev_config, resolve, same_addr
 from .errors import (ERRORS, BadRequest, Busy, Denied, Exists, Exited, FleetmuxError, Forbidden, Gone,
                      Held, Internal, Limit, NotFound, Timeout, TooLarge, Unauthorized, Unavailable)
 from .types import (Approval, ApprovalList, Block, BlockResult, Chunk, Cursor, ErrorInfo, Fanout, FanoutResult,
@@ -16,7 +16,7 @@ from .types import (Approval, ApprovalList, Block, BlockResult, Chunk, Cursor, E
                     Writer)
 
 __all__ = [
-    "DEFAULT_ADDR", "Client", "dev_config_path", "resolve",
+    "DEFAULT_ADDR", "Client", "dev_config_path", "read_dev_config", "resolve", "same_addr",
     "ERRORS", "FleetmuxError", "BadRequest", "Busy", "Denied", "Exists", "Exited", "Forbidden", "Gone",
     "Held", "Internal", "Limit", "NotFound", "Timeout", "TooLarge", "Unauthorized", "Unavailable",
     "Approval", "ApprovalList", "Block", "BlockResult", "Chunk", "Cursor", "ErrorInfo", "Fanout", "FanoutResult",

@@ -4,6 +4,7 @@ import http.client
 import json
 import os
 import re
+import stat
 import time
 import urllib.error
 import urllib.parse
@@ -28,22 +29,73 @@ def dev_config_path() -> str:
     return os.path.join(base, "fleetmux", "dev.json")
 
 
-def resolve(addr: Optional[str] = None, token: Optional[str] = None) -> Tuple[str, str]:
-    """The address and token as the CLI finds them: the arguments, else
-    FLEETMUX_ADDR / FLEETMUX_TOKEN, else (neither given) dev.json, else the default."""
-    addr = addr or os.environ.get("FLEETMUX_ADDR") or ""
-    token = token or os.environ.get("FLEETMUX_TOKEN") or ""
-    if not addr and not token:
-        try:
-            with open(dev_config_path()) as f:
-                dc = json.load(f)
-            addr, token = dc.get("addr", ""), dc.get("token", "")
-        except (OSError, ValueError):
-            pass
-    addr = addr or DEFAULT_ADDR
+def read_dev_config() -> Optional[Dict[str, str]]:
+    """dev.json when it is the user's alone (a regular file, mode 0600 or stricter,
+    not a link); else None."""
+    p = dev_config_path()
+    try:
+        st = os.lstat(p)
+        if not stat.S_ISREG(st.st_mode) or st.st_mode & 0o077:
+            return None
+        with open(p) as f:
+            dc = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(dc, dict) or not isinstance(dc.get("addr"), str) or not dc["addr"]:
+        return None
+    return {"addr": dc["addr"], "token": str(dc.get("token") or ""), "data": str(dc.get("data") or "")}
+
+
+def _normalize(addr: str) -> str:
     if "://" not in addr:
         addr = "http://" + addr
-    return addr.rstrip("/"), token
+    return addr.rstrip("/")
+
+
+def _addr_key(addr: str) -> Optional[str]:
+    try:
+        u = urllib.parse.urlsplit(_normalize(addr))
+        port = u.port
+    except ValueError:
+        return None
+    host = (u.hostname or "").lower().rstrip(".")
+    if host in ("localhost", "::1", "127.0.0.1"):
+        host = "127.0.0.1"
+    if port is None:
+        port = 443 if u.scheme == "https" else 80
+    return "%s://%s:%d%s" % (u.scheme, host, port, u.path.rstrip("/"))
+
+
+def same_addr(a: str, b: str) -> bool:
+    """Whether a and b are the same controller address (localhost, 127.0.0.1 and
+    ::1 are one host; a trailing slash is nothing)."""
+    ka = _addr_key(a)
+    return ka is not None and ka == _addr_key(b)
+
+
+def resolve(addr: Optional[str] = None, token: Optional[str] = None) -> Tuple[str, str]:
+    """The address and token as the CLI finds them (docs/api.md): the arguments,
+    else FLEETMUX_ADDR / FLEETMUX_TOKEN. Neither: dev.json's, else the default
+    address without a token. An address alone: dev.json's token when the address
+    is dev's. A token alone: dev.json's address; without a dev.json BadRequest, since
+    a token is never sent to the default address unless it is named."""
+    addr = addr or os.environ.get("FLEETMUX_ADDR") or ""
+    token = token or os.environ.get("FLEETMUX_TOKEN") or ""
+    dev = read_dev_config()
+    if not addr and not token:
+        if dev:
+            addr, token = dev["addr"], dev["token"]
+    elif addr and not token:
+        if dev and same_addr(addr, dev["addr"]):
+            addr, token = dev["addr"], dev["token"]
+    elif not addr and token:
+        if not dev:
+            raise error_for(0, "bad_request",
+                            "FLEETMUX_TOKEN (or a token) is given but no address: set FLEETMUX_ADDR (or pass addr) "
+                            "to the controller the token belongs to; it is not sent to the default %s, "
+                            "where anyone on this machine may listen" % DEFAULT_ADDR)
+        addr = dev["addr"]
+    return _normalize(addr or DEFAULT_ADDR), token
 
 
 def _check_name(what: str, s: str) -> None:

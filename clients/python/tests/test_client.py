@@ -618,3 +618,50 @@ class FollowCutTest(unittest.TestCase):
             srv.shutdown()
             srv.server_close()
             t.join()
+
+
+class TestResolve(unittest.TestCase):
+    """The token rule (docs/api.md): a token goes only to an address the user gave
+    or that dev.json names with it."""
+
+    def setUp(self):
+        self.env = {k: os.environ.get(k) for k in ("XDG_CONFIG_HOME", "FLEETMUX_ADDR", "FLEETMUX_TOKEN")}
+        self.dir = tempfile.mkdtemp()
+        os.environ["XDG_CONFIG_HOME"] = self.dir
+        os.environ.pop("FLEETMUX_ADDR", None)
+        os.environ.pop("FLEETMUX_TOKEN", None)
+
+    def tearDown(self):
+        for k, v in self.env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        shutil.rmtree(self.dir)
+
+    def write_dev(self, mode=0o600):
+        os.makedirs(os.path.join(self.dir, "fleetmux"), mode=0o700, exist_ok=True)
+        p = fleetmux.dev_config_path()
+        with open(p, "w") as f:
+            json.dump({"addr": "http://127.0.0.1:41234", "token": "devtok"}, f)
+        os.chmod(p, mode)
+
+    def test_rule(self):
+        self.assertEqual(fleetmux.resolve(), (fleetmux.DEFAULT_ADDR, ""))
+        with self.assertRaises(fleetmux.FleetmuxError) as cm:
+            fleetmux.resolve(None, "mine")
+        self.assertIn("FLEETMUX_ADDR", str(cm.exception))
+        self.write_dev()
+        self.assertEqual(fleetmux.resolve(), ("http://127.0.0.1:41234", "devtok"))
+        self.assertEqual(fleetmux.resolve("localhost:41234/"), ("http://127.0.0.1:41234", "devtok"))
+        self.assertEqual(fleetmux.resolve("http://[::1]:41234"), ("http://127.0.0.1:41234", "devtok"))
+        self.assertEqual(fleetmux.resolve("http://127.0.0.1:41235"), ("http://127.0.0.1:41235", ""))
+        self.assertEqual(fleetmux.resolve(None, "mine"), ("http://127.0.0.1:41234", "mine"))
+        self.assertEqual(fleetmux.resolve("http://10.0.0.1:7070", "mine"), ("http://10.0.0.1:7070", "mine"))
+        os.environ["FLEETMUX_ADDR"] = "http://localhost:41234"
+        self.assertEqual(fleetmux.resolve(), ("http://127.0.0.1:41234", "devtok"))
+
+    def test_dev_config_of_others_unused(self):
+        self.write_dev(0o644)
+        self.assertIsNone(fleetmux.read_dev_config())
+        self.assertEqual(fleetmux.resolve(), (fleetmux.DEFAULT_ADDR, ""))

@@ -8,7 +8,7 @@
 
 import assert from "node:assert/strict";
 import { after, afterEach, beforeEach, describe, it } from "node:test";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createServer } from "node:http";
@@ -509,5 +509,50 @@ describe("follow", () => {
       srv.closeAllConnections?.();
       await new Promise((r) => srv.close(r));
     }
+  });
+});
+
+// The token rule (docs/api.md): a token goes only to an address the user gave or
+// that dev.json names with it.
+describe("resolve", { concurrency: 1 }, () => {
+  const saved = {};
+  let dir;
+  beforeEach(() => {
+    for (const k of ["XDG_CONFIG_HOME", "FLEETMUX_ADDR", "FLEETMUX_TOKEN"]) saved[k] = process.env[k];
+    dir = mkdtempSync(join(tmpdir(), "fm-resolve-"));
+    process.env.XDG_CONFIG_HOME = dir;
+    delete process.env.FLEETMUX_ADDR;
+    delete process.env.FLEETMUX_TOKEN;
+  });
+  afterEach(() => {
+    for (const [k, v] of Object.entries(saved)) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+    rmSync(dir, { recursive: true, force: true });
+  });
+  const writeDev = (mode = 0o600) => {
+    mkdirSync(join(dir, "fleetmux"), { mode: 0o700, recursive: true });
+    writeFileSync(fm.devConfigPath(), JSON.stringify({ addr: "http://127.0.0.1:41234", token: "devtok" }), { mode });
+    chmodSync(fm.devConfigPath(), mode);
+  };
+  it("follows the rule", () => {
+    assert.deepEqual(fm.resolve(), { addr: fm.DEFAULT_ADDR, token: "" });
+    assert.throws(() => fm.resolve(undefined, "mine"), (e) => e instanceof fm.BadRequest && /FLEETMUX_ADDR/.test(e.message));
+    writeDev();
+    const dev = { addr: "http://127.0.0.1:41234", token: "devtok" };
+    assert.deepEqual(fm.resolve(), dev);
+    assert.deepEqual(fm.resolve("localhost:41234/"), dev);
+    assert.deepEqual(fm.resolve("http://[::1]:41234"), dev);
+    assert.deepEqual(fm.resolve("http://127.0.0.1:41235"), { addr: "http://127.0.0.1:41235", token: "" });
+    assert.deepEqual(fm.resolve(undefined, "mine"), { addr: dev.addr, token: "mine" });
+    assert.deepEqual(fm.resolve("http://10.0.0.1:7070", "mine"), { addr: "http://10.0.0.1:7070", token: "mine" });
+    process.env.FLEETMUX_ADDR = "http://localhost:41234";
+    assert.deepEqual(fm.resolve(), dev);
+  });
+  it("ignores a dev.json others may read", () => {
+    writeDev(0o644);
+    assert.equal(fm.readDevConfig(), null);
+    assert.deepEqual(fm.resolve(), { addr: fm.DEFAULT_ADDR, token: "" });
   });
 });
