@@ -15,6 +15,9 @@ import (
 
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
+
+	"github.com/fleetmux/fleetmux/internal/ptyio"
+	"github.com/fleetmux/fleetmux/internal/ring"
 )
 
 // Ring sizes.
@@ -44,7 +47,7 @@ type held struct {
 
 	mu       sync.Mutex // guards everything below
 	meta     json.RawMessage
-	ring     *ring
+	ring     *ring.Ring
 	changed  chan struct{} // made by a waiter (changedLocked), closed on output, reap, exit and forget
 	reaped   bool          // the child exited; its zombie is kept (Exited) until released
 	status   int           // with reaped: its exit code (-1: unknown)
@@ -149,7 +152,7 @@ func spawn(sp *Spawn, files []*os.File, r *reaper) (*held, error) {
 	_ = cmd.Process.Release()
 	h := &held{
 		id: sp.ID, pid: pid, nonce: sp.Nonce, meta: sp.Meta,
-		master: master, kept: kept, ring: newRing(size),
+		master: master, kept: kept, ring: ring.New(size),
 	}
 	h.wg.Add(1)
 	go h.readLoop()
@@ -182,7 +185,7 @@ func (h *held) waitRoom() {
 	for {
 		h.mu.Lock()
 		o := h.out
-		if o == nil || h.gone || o.off >= h.ring.end-int64(max(h.ring.size-chunk, 0)) {
+		if o == nil || h.gone || o.off >= h.ring.End()-int64(max(h.ring.Size()-chunk, 0)) {
 			h.roomWait = false
 			h.mu.Unlock()
 			return
@@ -215,7 +218,7 @@ func (h *held) broadcastLocked() {
 // and starts the stream's sender when it is not running.
 func (h *held) readLoop() {
 	defer h.wg.Done()
-	pr, err := NewPTYReader(h.master)
+	pr, err := ptyio.NewReader(h.master)
 	for err == nil {
 		h.waitRoom()
 		var bp *[]byte
@@ -223,12 +226,12 @@ func (h *held) readLoop() {
 		bp, n, err = pr.Read() // a pooled buffer, taken only when there is output
 		if n > 0 {
 			h.mu.Lock()
-			h.ring.write((*bp)[:n])
+			h.ring.Write((*bp)[:n])
 			h.kickLocked()
 			h.broadcastLocked()
 			h.mu.Unlock()
 		}
-		Release(bp)
+		ptyio.Release(bp)
 	}
 	h.mu.Lock()
 	h.readDone = true
@@ -249,7 +252,7 @@ func (h *held) reap() bool {
 	if h.reaped {
 		return true
 	}
-	code, exited := Exited(h.pid) // the zombie stays: the pid is ours to signal until release
+	code, exited := ptyio.Exited(h.pid) // the zombie stays: the pid is ours to signal until release
 	if !exited {
 		return false // still running
 	}
@@ -307,7 +310,7 @@ func (h *held) info() Info {
 }
 
 func (h *held) infoLocked() Info {
-	return Info{ID: h.id, PID: h.pid, Meta: h.meta, Start: h.ring.start(), End: h.ring.end, Exited: h.exited, Code: h.code}
+	return Info{ID: h.id, PID: h.pid, Meta: h.meta, Start: h.ring.Start(), End: h.ring.End(), Exited: h.exited, Code: h.code}
 }
 
 // signal signals every process in the session: the shell and all its jobs,
@@ -350,7 +353,7 @@ func (h *held) signal(sig syscall.Signal) {
 // (close has sent its last signal, or the session was forgotten). h.mu held.
 func (h *held) releaseLocked() {
 	if h.reaped && !h.released {
-		Reap(h.pid)
+		ptyio.Reap(h.pid)
 		h.released = true
 	}
 }

@@ -81,15 +81,3 @@ func (r *reaper) close() {
 	close(r.stop)
 	<-r.done
 }
-
-// waitCode is the exit code of a wait status: the program's status, or 128+N when
-// signal N killed it (as a shell reports it); -1 when it did neither.
-func waitCode(ws syscall.WaitStatus) int {
-	switch {
-	case ws.Exited():
-		return ws.ExitStatus()
-	case ws.Signaled():
-		return 128 + int(ws.Signal())
-	}
-	return -1
-}

@@ -41,7 +41,7 @@ func (h *held) attach(c *conn, from int64) (o *outStream, info Info, ok bool) {
 		h.out.c.close() // the older agent's stream ends; its sender, if any, stops at its next look
 	}
 	// sending holds the sender back until begin.
-	o = &outStream{c: c, off: clamp(from, h.ring.start(), h.ring.end), sending: true}
+	o = &outStream{c: c, off: max(h.ring.Start(), min(from, h.ring.End())), sending: true}
 	h.out = o
 	h.broadcastLocked() // a read loop waiting for the older stream's room looks again
 	return o, h.infoLocked(), true
@@ -69,7 +69,7 @@ func (h *held) begin(o *outStream, sent bool) {
 // runs. h.mu held.
 func (h *held) kickLocked() {
 	o := h.out
-	if o == nil || o.sending || (o.off >= h.ring.end && !h.exited) {
+	if o == nil || o.sending || (o.off >= h.ring.End() && !h.exited) {
 		return
 	}
 	o.sending = true
@@ -92,14 +92,14 @@ func (h *held) send(o *outStream) {
 			h.mu.Unlock()
 			return
 		}
-		start, n := h.ring.read(o.off, msg[9:])
+		start, n := h.ring.ReadAt(o.off, msg[9:])
 		if n == 0 {
 			if !h.exited {
 				o.sending = false // caught up: the next output starts another sender
 				h.mu.Unlock()
 				return
 			}
-			x := exitInfo{Code: h.code, End: h.ring.end}
+			x := exitInfo{Code: h.code, End: h.ring.End()}
 			h.mu.Unlock()
 			// Still the stream while the exit is sent: forget (or a newer attach)
 			// closes it, should the agent not read.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/datadir"
+	"github.com/fleetmux/fleetmux/internal/delay"
 	"github.com/fleetmux/fleetmux/policy"
 	"github.com/fleetmux/fleetmux/replay"
 	"github.com/fleetmux/fleetmux/session"
@@ -218,7 +219,7 @@ func (e *entry) publish() {
 			return // io.EOF: exited or closed
 		}
 		if !ok {
-			if wait == 0 || sleepCtx(e.ctx, wait) != nil {
+			if wait == 0 || delay.Sleep(e.ctx, wait) != nil {
 				return // caught up (the next change kicks), or cancelled
 			}
 			continue
@@ -266,7 +267,7 @@ func (e *entry) record() {
 			return
 		}
 		if !ok {
-			if wait == 0 || sleepCtx(e.ctx, wait) != nil {
+			if wait == 0 || delay.Sleep(e.ctx, wait) != nil {
 				return
 			}
 			continue
@@ -307,18 +308,6 @@ func (e *entry) pumpEvents() {
 	for _, ev := range evs {
 		e.evSeq = ev.Seq
 		e.handleEvent(e.n.cfg.Name, e.id, ev)
-	}
-}
-
-// sleepCtx waits d or until ctx is done.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 

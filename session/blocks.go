@@ -429,17 +429,17 @@ func (s *Session) finishBlockLocked(b *Block, off int64, code *int, note string)
 // pasted text, then CR and cursor moves over the prompt) moves by columns that
 // count the prompt.
 func (s *Session) typedCommandLocked(off int64) string {
-	from := max(s.inputOff, s.ring.start(), off-16<<10)
+	from := max(s.inputOff, s.ring.Start(), off-16<<10)
 	if lineStart := s.lineStartLocked(from); lineStart < from {
-		pa, pb := s.ring.slices(lineStart, from)
+		pa, pb := s.ring.Slices(lineStart, from)
 		prompt, _ := renderText(s.rows, 0, pa, pb)
-		a, b := s.ring.slices(lineStart, off)
+		a, b := s.ring.Slices(lineStart, off)
 		text, _ := renderText(s.rows, 0, a, b)
 		if cmd, ok := strings.CutPrefix(text, strings.TrimRight(prompt, " ")); ok {
 			return strings.TrimSpace(cmd)
 		}
 	}
-	a, b := s.ring.slices(from, off)
+	a, b := s.ring.Slices(from, off)
 	text, _ := renderText(s.rows, 0, a, b)
 	return strings.TrimSpace(text)
 }
@@ -447,8 +447,8 @@ func (s *Session) typedCommandLocked(off int64) string {
 // lineStartLocked is the offset after the last newline before off (at most 1 KiB
 // back, and not before the ring's oldest byte); off itself when there is none.
 func (s *Session) lineStartLocked(off int64) int64 {
-	from := max(s.ring.start(), off-1<<10)
-	a, b := s.ring.slices(from, off)
+	from := max(s.ring.Start(), off-1<<10)
+	a, b := s.ring.Slices(from, off)
 	buf := append(append([]byte(nil), a...), b...)
 	if i := bytes.LastIndexByte(buf, '\n'); i >= 0 {
 		return from + int64(i) + 1
@@ -493,7 +493,7 @@ func (s *Session) computeStateLocked() State {
 func (s *Session) snapshotLocked(b *Block) Block {
 	c := *b
 	if c.State == BlockRunning {
-		c.End = s.ring.end
+		c.End = s.ring.End()
 	}
 	if b.ExitCode != nil {
 		v := *b.ExitCode

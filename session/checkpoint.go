@@ -82,7 +82,7 @@ func (s *Session) quiescentLocked() bool {
 }
 
 // checkpointEvery is how much raw output comes between checkpoints.
-func (s *Session) checkpointEvery() int64 { return int64(s.ring.size() / 4) }
+func (s *Session) checkpointEvery() int64 { return int64(s.ring.Size() / 4) }
 
 // checkpointLocked notes a checkpoint at raw, the holder's offset of the output
 // ingested so far, if the state allows, and reports whether it did; the read loop
@@ -95,7 +95,7 @@ func (s *Session) checkpointLocked(raw int64) bool {
 	// What the mark scanner holds back (the start of what may be a mark) has no
 	// offset yet: the replay begins with it and scans it again. (A program can
 	// end every write with such a start: checkpoints are taken all the same.)
-	c := checkpoint{Raw: raw - int64(len(s.scanner.pend)), Off: s.ring.end, Seq: s.eventSeq, Blocks: len(s.blocks), AtPrompt: s.atPrompt,
+	c := checkpoint{Raw: raw - int64(len(s.scanner.pend)), Off: s.ring.End(), Seq: s.eventSeq, Blocks: len(s.blocks), AtPrompt: s.atPrompt,
 		InputOff: s.inputOff, Cwd: s.cwd, LastExit: s.lastExit, ShellStatus: s.shellStatus,
 		LastReprompt: s.lastReprompt, Paste: s.paste, Alt: s.altOnLocked()}
 	if b := s.cur; b != nil {

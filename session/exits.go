@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/fleetmux/fleetmux/holder"
+	"github.com/fleetmux/fleetmux/internal/ptyio"
 )
 
 // exits watches the programs of every local session (a PTY of this process) for
@@ -126,8 +126,8 @@ func (s *Session) exitWork(wait bool) {
 	defer s.wg.Done()
 	code := -1
 	if wait {
-		code = holder.AwaitExited(s.pid) // on the poller, not in wait4: no thread per session
-	} else if c, ok := holder.Exited(s.pid); ok {
+		code = ptyio.AwaitExited(s.pid) // on the poller, not in wait4: no thread per session
+	} else if c, ok := ptyio.Exited(s.pid); ok {
 		code = c
 	}
 	// Let the read loop drain what the process wrote before it exited (bounded: a

@@ -77,7 +77,7 @@ func (s *Session) startInHolder(argv []string, dir string, env []string, as *run
 		s.integ.remove()
 		return nil, fmt.Errorf("%w: a session in a holder needs an ID", ErrBadConfig)
 	}
-	sp := holder.Spawn{ID: cfg.ID, Argv: argv, Dir: dir, Env: dedupEnv(env), Cols: s.cols, Rows: s.rows, Ring: s.ring.size()}
+	sp := holder.Spawn{ID: cfg.ID, Argv: argv, Dir: dir, Env: dedupEnv(env), Cols: s.cols, Rows: s.rows, Ring: s.ring.Size()}
 	if as != nil {
 		cr := as.credential()
 		sp.Cred, sp.UID, sp.GID, sp.Groups = true, cr.Uid, cr.Gid, cr.Groups

@@ -5,11 +5,13 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/fleetmux/fleetmux/internal/ring"
 )
 
 // machine is a session without a process: marks and output are fed by hand.
 func machine() *Session {
-	s := &Session{ring: newRing(1 << 16), integrated: true, integRemoved: true, rows: 24, cols: 80,
+	s := &Session{ring: ring.New(1 << 16), integrated: true, integRemoved: true, rows: 24, cols: 80,
 		cwd: "/", log: slog.Default(), changed: make(chan struct{}), noted: make(chan struct{})}
 	s.follow.init()
 	return s
@@ -23,10 +25,10 @@ func feed(s *Session, steps string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, st := range strings.Split(steps, " ") {
-		off := s.ring.end
+		off := s.ring.End()
 		switch {
 		case strings.HasPrefix(st, "out:"):
-			s.ring.write([]byte(strings.ReplaceAll(st[4:], "_", " ") + "\r\n"))
+			s.ring.Write([]byte(strings.ReplaceAll(st[4:], "_", " ") + "\r\n"))
 		case strings.HasPrefix(st, "run:"):
 			if s.pending != nil || s.cur != nil || s.fallback != nil {
 				continue // Run refuses a busy shell (ErrBusy)

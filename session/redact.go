@@ -60,7 +60,7 @@ func (s *Session) outputLocked(p []byte) {
 	if s.redact != nil {
 		p = s.redact.Write(p)
 	}
-	s.ring.write(p)
+	s.ring.Write(p)
 }
 
 // flushRedactLocked releases what the redactor holds back into the ring and wakes
@@ -70,7 +70,7 @@ func (s *Session) flushRedactLocked() {
 		return
 	}
 	if b := s.redact.Flush(); len(b) > 0 {
-		s.ring.write(b)
+		s.ring.Write(b)
 		s.broadcastOutputLocked()
 	}
 }

@@ -48,7 +48,7 @@ func (s *Session) infoLocked() Info {
 	in := Info{
 		ID: s.cfg.ID, Title: s.title, Description: s.description, Labels: copyLabels(s.labels),
 		Shell: s.shell, Argv: s.redactArgvLocked(s.argv), Cwd: s.cwd, Cols: s.cols, Rows: s.rows,
-		State: s.state, CreatedAt: s.createdAt, OutputOffset: s.ring.end, Pid: s.pid,
+		State: s.state, CreatedAt: s.createdAt, OutputOffset: s.ring.End(), Pid: s.pid,
 		Integrated: s.integrated, WaitingInput: s.waiting && !s.exited, Echo: s.echo, Blocks: len(s.blocks),
 		Integration: IntegrationNone,
 	}
@@ -196,7 +196,7 @@ func (s *Session) reserve(ctx context.Context, command string) (*Block, []byte, 
 					continue
 				}
 			}
-			b := s.newBlockLocked(command, s.ring.end)
+			b := s.newBlockLocked(command, s.ring.End())
 			b.echoFrom = b.Start
 			s.pending = b
 			s.forgetWaitingLocked()
@@ -214,7 +214,7 @@ func (s *Session) reserve(ctx context.Context, command string) (*Block, []byte, 
 			// In a shell with integration, only a program running inside a block
 			// (nested shell, ssh, REPL, read) takes typed commands; at the shell's
 			// own prompt the marks are the truth.
-			b := s.newBlockLocked(command, s.ring.end)
+			b := s.newBlockLocked(command, s.ring.End())
 			b.Fallback, b.echoFrom, b.prompt = true, b.Start, true
 			s.fallback = &fallbackRun{block: b, submitted: time.Now()}
 			paste := s.paste && strings.Contains(command, "\n")
@@ -268,7 +268,7 @@ func (s *Session) abandonLocked(b *Block) {
 	if s.fallback != nil && s.fallback.block == b {
 		s.fallback = nil
 	}
-	s.finishBlockLocked(b, s.ring.end, nil, NoteNotTyped)
+	s.finishBlockLocked(b, s.ring.End(), nil, NoteNotTyped)
 	s.updateStateLocked()
 	s.broadcastLocked()
 }
@@ -428,12 +428,12 @@ func (s *Session) renderRange(r *textRenderer, from, to int64) (lost int64, last
 	buf := make([]byte, 0, min(piece, max(0, to-from)))
 	for pos := from; pos < to; {
 		s.mu.Lock()
-		if start := s.ring.start(); pos < start {
+		if start := s.ring.Start(); pos < start {
 			// Not held (any more): a flood overwrote it, possibly while we rendered.
 			lost += min(start, to) - pos
 			pos = min(start, to)
 		}
-		a, b := s.ring.slices(pos, min(to, pos+piece))
+		a, b := s.ring.Slices(pos, min(to, pos+piece))
 		buf = append(append(buf[:0], a...), b...)
 		s.mu.Unlock()
 		if len(buf) == 0 {

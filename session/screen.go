@@ -160,7 +160,7 @@ func (sc *screen) buildLocked() bool {
 	}
 	s := sc.s
 	s.mu.Lock()
-	cols, rows, from := s.cols, s.rows, s.ring.start()
+	cols, rows, from := s.cols, s.rows, s.ring.Start()
 	on, _ := s.altAtLocked(from)
 	s.mu.Unlock()
 	sc.emu, sc.fed = newVTEmulator(cols, rows), from
@@ -192,7 +192,7 @@ func (sc *screen) feedLoop() {
 		// Take the channel before looking, so no output is missed.
 		sc.s.mu.Lock()
 		wake := sc.s.followedOutputLocked()
-		end := sc.s.ring.end
+		end := sc.s.ring.End()
 		sc.s.mu.Unlock()
 		flood := end-seen > screenKeep
 		seen = end
@@ -280,11 +280,11 @@ func (sc *screen) catchUpLocked(end int64) (skipped bool) {
 	s := sc.s
 	rows := sc.emu.Height()
 	s.mu.Lock()
-	if start := s.ring.start(); sc.fed < start {
+	if start := s.ring.Start(); sc.fed < start {
 		sc.fed = start
 	}
 	if lag := end - sc.fed; lag > int64(4*rows) {
-		a, b := s.ring.slices(sc.fed, end)
+		a, b := s.ring.Slices(sc.fed, end)
 		if lag > screenMaxLag || bytes.Count(a, nl)+bytes.Count(b, nl) > 4*rows {
 			to := sc.skipTargetLocked(end, 2*rows)
 			if on, ok := s.altAtLocked(to); ok && on != sc.emu.IsAltScreen() {
@@ -301,10 +301,10 @@ func (sc *screen) catchUpLocked(end int64) (skipped bool) {
 	buf := make([]byte, 0, min(screenPiece, max(0, end-sc.fed)))
 	for sc.fed < end {
 		s.mu.Lock()
-		if start := s.ring.start(); sc.fed < start {
+		if start := s.ring.Start(); sc.fed < start {
 			sc.fed = start
 		}
-		a, b := s.ring.slices(sc.fed, min(end, sc.fed+screenPiece))
+		a, b := s.ring.Slices(sc.fed, min(end, sc.fed+screenPiece))
 		buf = append(append(buf[:0], a...), b...)
 		s.mu.Unlock()
 		if len(buf) == 0 {
@@ -321,8 +321,8 @@ var nl = []byte{'\n'}
 // skipTargetLocked is where the last `lines` lines before end start, but no earlier
 // than screenKeep bytes before end. Called with s.mu held.
 func (sc *screen) skipTargetLocked(end int64, lines int) int64 {
-	from := max(end-screenKeep, sc.s.ring.start())
-	a, b := sc.s.ring.slices(from, end)
+	from := max(end-screenKeep, sc.s.ring.Start())
+	a, b := sc.s.ring.Slices(from, end)
 	pos := end
 	for _, part := range [][]byte{b, a} {
 		for len(part) > 0 {
@@ -343,7 +343,7 @@ func (sc *screen) skipTargetLocked(end int64, lines int) int64 {
 
 func (sc *screen) resize(cols, rows int) {
 	sc.s.mu.Lock()
-	end := sc.s.ring.end
+	end := sc.s.ring.End()
 	sc.s.mu.Unlock()
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
@@ -379,7 +379,7 @@ func (s *Session) Screen() (Screen, error) {
 		s.mu.Unlock()
 		return Screen{}, ErrClosed
 	}
-	end := s.ring.end
+	end := s.ring.End()
 	out := Screen{Cols: s.cols, Rows: s.rows, WaitingInput: s.waiting && !s.exited, Echo: s.echo}
 	s.mu.Unlock()
 

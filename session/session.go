@@ -9,7 +9,7 @@
 // the session is not idle at its prompt (state.go), the guard's worker while a
 // request waits, the screen feeder while a full-screen program draws (screen.go),
 // and followers such as the node's publisher on Config.Notify. An idle session
-// holds no read buffer (holder.PTYReader), no screen emulator and only the output
+// holds no read buffer (ptyio.Reader), no screen emulator and only the output
 // it had (the ring grows). The read loop never waits on anyone: it appends
 // to the scrollback ring under a short lock and wakes whoever is interested; viewers,
 // the screen emulator and waiters each catch up at their own pace. Close stops all of
@@ -36,6 +36,8 @@ import (
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/holder"
+	"github.com/fleetmux/fleetmux/internal/ptyio"
+	"github.com/fleetmux/fleetmux/internal/ring"
 )
 
 // Defaults for zero Config fields.
@@ -144,7 +146,7 @@ type Session struct {
 	runMu   sync.Mutex // serializes Run submissions
 
 	mu            sync.Mutex // guards everything below
-	ring          *ring
+	ring          *ring.Ring
 	changed       chan struct{} // closed and replaced on every change (output, marks, state), if taken: see changedLocked
 	changedTaken  bool          // changed was handed to a possible waiter since it was made
 	noted         chan struct{} // the same, but not for plain output (a flood wakes only readers of it)
@@ -424,8 +426,7 @@ func Start(cfg Config) (*Session, error) {
 // initLocked makes the ring (its first offset base) and the channels of a new
 // session.
 func (s *Session) initLocked(scrollback int, base int64) {
-	s.ring = newRing(scrollback)
-	s.ring.base, s.ring.end = base, base
+	s.ring = ring.NewAt(scrollback, base)
 	s.changed = make(chan struct{})
 	s.noted = make(chan struct{})
 	s.follow.init()
@@ -450,7 +451,7 @@ func copyLabels(m map[string]string) map[string]string {
 func (s *Session) readLoop() {
 	defer s.wg.Done()
 	var r chunkReader
-	pr, err := holder.NewPTYReader(s.master)
+	pr, err := ptyio.NewReader(s.master)
 	for err == nil {
 		var bp *[]byte
 		var n int
@@ -458,7 +459,7 @@ func (s *Session) readLoop() {
 		if n > 0 {
 			r.ingest(s, (*bp)[:n])
 		}
-		holder.Release(bp)
+		ptyio.Release(bp)
 	}
 	s.endRead(err)
 }
@@ -478,7 +479,7 @@ func (r *chunkReader) ingest(s *Session, p []byte) {
 	s.scanner.scan(p, s.outputLocked, func(m mark) {
 		s.flushRedactLocked() // a mark ends the redactor's stream: see redact.go
 		r.marks = append(r.marks, m)
-		r.offs = append(r.offs, s.ring.end)
+		r.offs = append(r.offs, s.ring.End())
 	})
 	s.ingestLocked(r.marks, r.offs)
 	s.armReleaseLocked()
@@ -530,7 +531,7 @@ func (s *Session) recordExit(code *int) {
 	s.flushRedactLocked() // the program's last output belongs to its blocks
 	s.exited = true
 	s.exitCode = code
-	off := s.ring.end
+	off := s.ring.End()
 	if s.cur != nil {
 		// The shell exited inside a command (`exit 3`): its status is the command's.
 		s.finishBlockLocked(s.cur, off, s.exitCode, NoteExited)
@@ -768,14 +769,14 @@ func (s *Session) Read(from int64, max int) ([]byte, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.ring.read(from, max)
+	return readScrollback(s.ring, from, max)
 }
 
 // Offsets returns the oldest offset still in scrollback and the end of the output.
 func (s *Session) Offsets() (oldest, end int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.ring.start(), s.ring.end
+	return s.ring.Start(), s.ring.End()
 }
 
 // Pid is the process id of the session's program.

@@ -257,9 +257,9 @@ func (s *Session) sample() bool {
 		// read in between, agrees; when the reader is the shell itself (`read x`,
 		// or the shell back at its line editor with D not read yet), only once the
 		// output has been quiet for Settle as well.
-		fresh := ahead || !s.waitCand || s.waitCandEnd != s.ring.end
+		fresh := ahead || !s.waitCand || s.waitCandEnd != s.ring.End()
 		if fresh {
-			s.waitCand, s.waitCandEnd, s.waitCandAt = true, s.ring.end, time.Now()
+			s.waitCand, s.waitCandEnd, s.waitCandAt = true, s.ring.End(), time.Now()
 		}
 		if fresh || byShell && time.Since(s.waitCandAt) < s.cfg.Settle {
 			waiting, confirm = false, true
@@ -280,7 +280,7 @@ func (s *Session) sample() bool {
 		s.pending == nil && s.fallback == nil {
 		// The prompt came back (A) and the shell reads at it, and no D came: the
 		// hook that sends it was removed. The command is over, its code unknown.
-		s.endOpenLocked(s.ring.end, nil, NoteEndLost)
+		s.endOpenLocked(s.ring.End(), nil, NoteEndLost)
 		changed = true
 	}
 	if waiting && byShell && !ahead && s.integrated && !s.lost && s.seenPrompt && !s.atPrompt &&
@@ -288,7 +288,7 @@ func (s *Session) sample() bool {
 		// The shell reads its terminal after its prompt hook (D or N, and the cwd)
 		// with no A mark on the way: its prompt lacks our wrapper (a theme rewrote
 		// it after our hook ran). It is at its prompt all the same.
-		s.atPrompt, s.inputOff, changed = true, s.ring.end, true
+		s.atPrompt, s.inputOff, changed = true, s.ring.End(), true
 	}
 	if fb := s.fallback; fb != nil && waiting && queued == 0 {
 		quietSince := s.lastOutput
@@ -298,7 +298,7 @@ func (s *Session) sample() bool {
 		if time.Since(quietSince) >= s.cfg.Settle {
 			s.flushRedactLocked() // the output has settled: what is held back is the block's
 			b := fb.block
-			s.finishBlockLocked(b, s.ring.end, nil, s.fallbackNoteLocked())
+			s.finishBlockLocked(b, s.ring.End(), nil, s.fallbackNoteLocked())
 			s.fallback = nil
 			changed = true
 		}
@@ -343,7 +343,7 @@ func (s *Session) Wait(ctx context.Context, until Until, after int64) (Info, err
 		case UntilExited:
 			ok = s.exited
 		case UntilOutput:
-			ok = s.ring.end > after
+			ok = s.ring.End() > after
 		}
 		exited, closed, ch := s.exited, s.closed, s.noted
 		if until == UntilOutput {
@@ -385,5 +385,5 @@ func (s *Session) Noted() <-chan struct{} {
 func (s *Session) ScrollbackBytes() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.ring.size()
+	return s.ring.Size()
 }

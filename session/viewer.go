@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/fleetmux/fleetmux/internal/delay"
 )
 
 // Viewers follow the output stream live. A viewer is only a cursor into the scrollback
@@ -62,10 +64,10 @@ type Viewer struct {
 func (s *Session) Subscribe(from int64, opts ViewerOptions) *Viewer {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if from < 0 || from > s.ring.end {
-		from = s.ring.end
+	if from < 0 || from > s.ring.End() {
+		from = s.ring.End()
 	}
-	size := int64(s.ring.size())
+	size := int64(s.ring.Size())
 	if opts.MaxLag <= 0 {
 		opts.MaxLag = DefaultViewerMaxLag
 	}
@@ -104,7 +106,7 @@ func (v *Viewer) Next(ctx context.Context) (Chunk, error) {
 		case ok || err != nil:
 			return c, err
 		case wait > 0:
-			if err := sleepCtx(ctx, wait); err != nil {
+			if err := delay.Sleep(ctx, wait); err != nil {
 				return Chunk{}, err
 			}
 			continue
@@ -135,7 +137,7 @@ func (v *Viewer) TryNext() (c Chunk, ok bool, wait time.Duration, err error) {
 // Linger holds back output that is there (wait), or nothing new yet (neither).
 func (v *Viewer) stepLocked() (c Chunk, ok bool, wait time.Duration, err error) {
 	s := v.s
-	end, start := s.ring.end, s.ring.start()
+	end, start := s.ring.End(), s.ring.Start()
 	var skipped int64
 	if lag := end - v.next; lag > v.opts.MaxLag || v.next < start {
 		if !v.opts.SkipAhead {
@@ -150,7 +152,7 @@ func (v *Viewer) stepLocked() (c Chunk, ok bool, wait time.Duration, err error) 
 		if wait := v.linger(end, finished); wait > 0 && skipped == 0 {
 			return Chunk{}, false, wait, nil
 		}
-		data, _ := s.ring.read(v.next, v.opts.MaxChunk)
+		data, _ := readScrollback(s.ring, v.next, v.opts.MaxChunk)
 		c := Chunk{Offset: v.next, Data: data, Skipped: skipped}
 		v.next += int64(len(data))
 		if v.opts.Linger > 0 {
@@ -171,16 +173,4 @@ func (v *Viewer) linger(end int64, finished bool) time.Duration {
 		return 0
 	}
 	return time.Until(v.last.Add(v.opts.Linger))
-}
-
-// sleepCtx waits d or until ctx is done.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -1,4 +1,4 @@
-// Package delay holds Queue, which sends messages a short, bounded time after they
+// Package delay holds Sleep, a wait a context cuts short, and Queue, which sends messages a short, bounded time after they
 // were added, in order, in batches. The node and the controller use it for their
 // audit records: published at once, a record reaches the NATS server together with
 // the reply, and the server stores it in its JetStream stream before it delivers the
@@ -8,6 +8,7 @@
 package delay
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -76,4 +77,16 @@ func (q *Queue[T]) Close() {
 	}
 	q.mu.Unlock()
 	q.Flush()
+}
+
+// Sleep waits d or until ctx is done; it returns ctx's error in the second case.
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -1,6 +1,8 @@
 package delay
 
 import (
+	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -86,4 +88,19 @@ func TestQueueClose(t *testing.T) {
 		t.Fatal("an Add after Close was not sent at once")
 	}
 	q.Close() // idempotent
+}
+
+func TestSleep(t *testing.T) {
+	if err := Sleep(context.Background(), time.Millisecond); err != nil {
+		t.Fatalf("Sleep = %v, want nil", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	start := time.Now()
+	if err := Sleep(ctx, time.Hour); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Sleep on a done context = %v, want context.Canceled", err)
+	}
+	if d := time.Since(start); d > time.Minute {
+		t.Fatalf("Sleep on a done context waited %v", d)
+	}
 }

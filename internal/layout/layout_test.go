@@ -40,13 +40,13 @@ type rule struct {
 var rules = []rule{
 	{dir: "api", only: []string{}, depsToo: true},
 	{dir: "session", only: []string{
-		"api", "holder", "github.com/creack/pty", "golang.org/x/term", "golang.org/x/sys", "github.com/charmbracelet/x/vt",
+		"api", "holder", "internal/delay", "internal/ptyio", "internal/ring", "github.com/creack/pty", "golang.org/x/term", "golang.org/x/sys", "github.com/charmbracelet/x/vt",
 	}},
 	{dir: "replay", only: []string{"api"}},
 	// the session holder (sessions that outlive the agent): the process that keeps
 	// the PTYs, and the client of its protocol; it knows nothing of sessions' marks,
 	// blocks or screens.
-	{dir: "holder", only: []string{"api", "internal/datadir", "internal/reclaim", "github.com/creack/pty", "golang.org/x/sys"},
+	{dir: "holder", only: []string{"api", "internal/datadir", "internal/ptyio", "internal/reclaim", "internal/ring", "github.com/creack/pty", "golang.org/x/sys"},
 		never: []string{"session", "node", "controller", "transport"}},
 	{dir: "transport", only: []string{"api", "internal/datadir", "github.com/nats-io", "github.com/hashicorp/memberlist"}},
 	{dir: "trust", only: []string{"api", "golang.org/x/crypto"}},
@@ -65,6 +65,10 @@ var rules = []rule{
 	{dir: "internal/datadir", only: []string{}, depsToo: true},
 	{dir: "internal/reclaim", only: []string{}, depsToo: true},
 	{dir: "internal/netcap", only: []string{}, depsToo: true},
+	// one offset-addressed ring (holder's raw output, session's scrollback) and the
+	// PTY and child waits both use
+	{dir: "internal/ring", only: []string{}, depsToo: true},
+	{dir: "internal/ptyio", only: []string{"golang.org/x/sys"}},
 }
 
 // protocolLibraries: a package that speaks a protocol does it through the maintained

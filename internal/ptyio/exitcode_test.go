@@ -1,4 +1,4 @@
-package holder
+package ptyio
 
 import (
 	"errors"

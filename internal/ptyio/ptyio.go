@@ -1,7 +1,6 @@
-package holder
-
-// Waiting on PTYs and children without holding memory or threads while idle; the
-// holder's sessions and the agent's own (package session) both use these.
+// Package ptyio waits on PTYs and children without holding memory or threads while
+// idle: the holder's sessions and the agent's own (package session) both use it.
+package ptyio
 
 import (
 	"errors"
@@ -15,32 +14,35 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// bufSize is the size of a read buffer: the most one Read returns.
+const bufSize = 32 << 10
+
 // readBufs are the read buffers of PTY readers, shared by every session of the
 // process: a reader takes one only while there is something to read, so an idle
 // session holds none (a 32 KiB buffer per session was most of what an idle session
 // cost once its ring grew with its output).
-var readBufs = sync.Pool{New: func() any { b := make([]byte, chunk); return &b }}
+var readBufs = sync.Pool{New: func() any { b := make([]byte, bufSize); return &b }}
 
-// PTYReader reads a non-blocking PTY master through the runtime's poller into
+// Reader reads a non-blocking PTY master through the runtime's poller into
 // pooled buffers. It is meant for one goroutine.
-type PTYReader struct {
+type Reader struct {
 	rc syscall.RawConn
 }
 
-// NewPTYReader reads f, which must be non-blocking.
-func NewPTYReader(f *os.File) (*PTYReader, error) {
+// NewReader reads f, which must be non-blocking.
+func NewReader(f *os.File) (*Reader, error) {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return nil, err
 	}
-	return &PTYReader{rc: rc}, nil
+	return &Reader{rc: rc}, nil
 }
 
 // Read waits until the master has output, then reads it into a buffer of the pool
 // (at most 32 KiB), which the caller gives back with Release. It returns io.EOF at
 // the end, and the master's error otherwise (EIO once the terminal's last holder
 // closed it, os.ErrClosed after Close).
-func (r *PTYReader) Read() (buf *[]byte, n int, err error) {
+func (r *Reader) Read() (buf *[]byte, n int, err error) {
 	var rerr error
 	err = r.rc.Read(func(fd uintptr) bool {
 		b := readBufs.Get().(*[]byte)
@@ -198,4 +200,16 @@ func AwaitExited(pid int) int {
 			return -1
 		}
 	}
+}
+
+// waitCode is the exit code of a wait status: the program's status, or 128+N when
+// signal N killed it (as a shell reports it); -1 when it did neither.
+func waitCode(ws syscall.WaitStatus) int {
+	switch {
+	case ws.Exited():
+		return ws.ExitStatus()
+	case ws.Signaled():
+		return 128 + int(ws.Signal())
+	}
+	return -1
 }
