@@ -13,7 +13,7 @@ import (
 // BenchmarkGuardRoundTrip measures Run("true") in a session whose Guard allows at
 // once against one without a Guard, interleaved (one of each per iteration, so a
 // machine's changing load hits both alike), per shell: the cost of the shell's own
-// check of each line (guardhooks.go) and of the guard channel (guard.go).
+// check of each line (shell/guard.bash, shell/guard.zsh) and of the guard channel (guard.go).
 func BenchmarkGuardRoundTrip(b *testing.B) {
 	for _, sh := range shells {
 		b.Run(sh, func(b *testing.B) {
