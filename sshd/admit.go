@@ -118,14 +118,43 @@ func (s *Server) authLog(meta ssh.ConnMetadata, _ string, err error) {
 	}
 }
 
-// loggedIn checks that nc, logged in, fits under MaxConns; "" lets it stay.
-func (s *Server) loggedIn(nc net.Conn) string {
+// Who stays, once logged in. MaxConns bounds the logged-in connections; within
+// it, one key (a certificate: one principal with one key) holds at most
+// MaxConnsPerKey, viewers together at most half of MaxConns, and viewers and
+// operators together all but an eighth: whatever viewers do, operators and
+// admins find room, and admins whatever operators do.
+
+// loggedIn checks that nc, logged in as id, fits under the caps; "" lets it
+// stay (counted until forget).
+func (s *Server) loggedIn(nc net.Conn, id identity) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.pending, nc)
-	if len(s.conns)-len(s.pending) > s.cfg.MaxConns {
-		return "too many connections"
+	total, key, viewers, admins := 0, 0, 0, 0
+	for _, other := range s.logged {
+		total++
+		if other.actor() == id.actor() {
+			key++
+		}
+		switch other.role {
+		case api.RoleViewer:
+			viewers++
+		case api.RoleAdmin:
+			admins++
+		}
 	}
+	maxConns := s.cfg.MaxConns
+	switch {
+	case total >= maxConns:
+		return fmt.Sprintf("too many connections (%d)", maxConns)
+	case key >= s.cfg.MaxConnsPerKey:
+		return fmt.Sprintf("too many connections of this key (%d)", s.cfg.MaxConnsPerKey)
+	case id.role == api.RoleViewer && viewers >= max(1, maxConns/2):
+		return fmt.Sprintf("too many viewer connections (%d): the rest are kept for operators and admins", max(1, maxConns/2))
+	case id.role != api.RoleAdmin && total-admins >= max(1, maxConns-maxConns/8):
+		return fmt.Sprintf("too many connections (%d) but for admins", max(1, maxConns-maxConns/8))
+	}
+	s.logged[nc] = id
 	return ""
 }
 
@@ -133,6 +162,7 @@ func (s *Server) forget(nc net.Conn) {
 	s.mu.Lock()
 	delete(s.conns, nc)
 	delete(s.pending, nc)
+	delete(s.logged, nc)
 	s.mu.Unlock()
 	nc.Close()
 }

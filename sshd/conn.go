@@ -47,7 +47,7 @@ func (s *Server) serveConn(nc net.Conn) {
 	nc.SetDeadline(time.Time{})
 	defer conn.Close()
 	id := identity{fingerprint: conn.Permissions.Extensions["fp"], role: conn.Permissions.Extensions["role"], principal: conn.Permissions.Extensions["principal"]}
-	if why := s.loggedIn(nc); why != "" {
+	if why := s.loggedIn(nc, id); why != "" {
 		s.log.Warn("ssh connection refused", "remote", nc.RemoteAddr().String(), "why", why)
 		s.fleet.Audit(api.AuditRecord{Actor: id.actor(), Action: "ssh login", Detail: "from " + conn.RemoteAddr().String(), Result: "refused", Error: why})
 		return

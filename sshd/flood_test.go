@@ -189,3 +189,105 @@ func TestSSHAcceptRecovers(t *testing.T) {
 		t.Errorf("%d failing accepts left", ex.fails)
 	}
 }
+
+// stays logs in with key from the address from and reports whether the
+// connection was let stay (a session opens on it); the connection is returned
+// for the caller to close.
+func (sf *sshFixture) stays(t *testing.T, from string, key ssh.Signer) (*ssh.Client, bool) {
+	t.Helper()
+	c, err := sf.loginFrom(t, from, "me", key)
+	if err != nil {
+		t.Fatalf("login from %s: %v", from, err)
+	}
+	s, err := c.NewSession()
+	if err != nil {
+		return c, false
+	}
+	s.Close()
+	return c, true
+}
+
+// TestSSHLoginSlots is the attack of issue 25 #7: one viewer key logged in 64
+// times and took every SSH login slot, and admins were refused meanwhile. Now one
+// key holds at most MaxConnsPerKey connections, viewers together half of
+// MaxConns, viewers and operators all but an eighth: with one viewer key at its
+// cap, and then many viewer keys at theirs, an operator and an admin log in.
+func TestSSHLoginSlots(t *testing.T) {
+	sf := newSSHFixture(t)
+	var open []*ssh.Client
+	defer func() {
+		for _, c := range open {
+			c.Close()
+		}
+	}()
+	attempt := 0
+	from := func() string { // 10 logins per address: under its rate limit
+		attempt++
+		return fmt.Sprintf("127.0.0.%d", 10+attempt/10)
+	}
+	login := func(key ssh.Signer) bool {
+		c, ok := sf.stays(t, from(), key)
+		open = append(open, c)
+		return ok
+	}
+	mustLogin := func(who string) {
+		t.Helper()
+		c, ok := sf.stays(t, from(), sf.keys[who])
+		open = append(open, c)
+		if !ok {
+			t.Fatalf("the %s was refused", who)
+		}
+		if out, _, code := execSSH(t, c, "nodes"); code != 0 || !strings.Contains(out, "role="+who) {
+			t.Fatalf("the %s's verb: %q %d", who, out, code)
+		}
+	}
+
+	// One viewer key, as many logins as the server has slots.
+	stayed := 0
+	for range sshd.DefaultMaxConns + 2 {
+		if login(sf.keys["viewer"]) {
+			stayed++
+		}
+	}
+	if stayed != sshd.DefaultMaxConnsPerKey {
+		t.Errorf("one viewer key holds %d connections, want %d", stayed, sshd.DefaultMaxConnsPerKey)
+	}
+	mustLogin("admin")
+	mustLogin("operator")
+
+	// Many viewer keys, each at its cap: viewers hold half the slots.
+	ak, err := os.ReadFile(sf.ak)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var viewers []ssh.Signer
+	for range 8 {
+		k := newSigner(t)
+		viewers = append(viewers, k)
+		ak = append(append(ak, "role=viewer "...), ssh.MarshalAuthorizedKey(k.PublicKey())...)
+	}
+	if err := os.WriteFile(sf.ak, ak, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range viewers {
+		for range sshd.DefaultMaxConnsPerKey {
+			if login(k) {
+				stayed++
+			}
+		}
+	}
+	if stayed != sshd.DefaultMaxConns/2 {
+		t.Errorf("viewers hold %d connections, want %d", stayed, sshd.DefaultMaxConns/2)
+	}
+	mustLogin("admin")
+	mustLogin("operator")
+	var refusals int
+	for _, r := range testutil.AuditRecords(t, sf.audit) {
+		if r.Action == "ssh login" && r.Result == "refused" && strings.Contains(r.Error, "connections") {
+			refusals++
+		}
+	}
+	if want := len(open) - stayed - 4; refusals != want {
+		t.Errorf("%d refused logins in the audit, want %d", refusals, want)
+	}
+}

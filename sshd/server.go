@@ -31,6 +31,8 @@ const (
 	DefaultListen = "127.0.0.1:2222"
 	// DefaultMaxConns bounds concurrent logged-in SSH connections.
 	DefaultMaxConns = 64
+	// DefaultMaxConnsPerKey bounds one key's concurrent logged-in connections.
+	DefaultMaxConnsPerKey = 8
 	// DefaultMaxHandshakes bounds connections that have not logged in yet.
 	DefaultMaxHandshakes = 32
 	// DefaultHandshakeTimeout bounds a connection's handshake and login.
@@ -102,9 +104,14 @@ type Config struct {
 	AuthorizedKeys string
 	// DefaultRole is the role of keys that name none. Default api.RoleViewer.
 	DefaultRole string
-	// MaxConns bounds concurrent logged-in connections. Default
-	// DefaultMaxConns.
+	// MaxConns bounds concurrent logged-in connections: viewers hold at most
+	// half of them, viewers and operators all but an eighth (the rest are kept
+	// for operators and admins). Default DefaultMaxConns.
 	MaxConns int
+	// MaxConnsPerKey bounds one key's concurrent logged-in connections (a
+	// certificate's: its principal's with that key). Default
+	// DefaultMaxConnsPerKey, at most MaxConns.
+	MaxConnsPerKey int
 	// MaxHandshakes bounds connections still in their handshake (not logged in),
 	// which count apart from MaxConns: one address may hold half of them; when
 	// they are all taken, a new connection ends the oldest handshake. Default
@@ -130,9 +137,10 @@ type Server struct {
 	ln    net.Listener
 	keys  *keyFile
 
-	mu      sync.Mutex             // guards conns, pending, rate, refused, closed
+	mu      sync.Mutex             // guards conns, pending, logged, rate, refused, closed
 	conns   map[net.Conn]struct{}  // every connection
 	pending map[net.Conn]handshake // those not logged in yet
+	logged  map[net.Conn]identity  // those logged in and let stay (loggedIn)
 	rate    map[string]*bucket
 	refused refusals
 	closed  bool
@@ -160,6 +168,10 @@ func Start(cfg Config) (*Server, error) {
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = DefaultMaxConns
 	}
+	if cfg.MaxConnsPerKey <= 0 {
+		cfg.MaxConnsPerKey = DefaultMaxConnsPerKey
+	}
+	cfg.MaxConnsPerKey = min(cfg.MaxConnsPerKey, cfg.MaxConns)
 	if cfg.MaxHandshakes <= 0 {
 		cfg.MaxHandshakes = DefaultMaxHandshakes
 	}
@@ -173,7 +185,7 @@ func Start(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{fleet: cfg.Fleet, log: cfg.Logger, cfg: cfg, conns: map[net.Conn]struct{}{}, pending: map[net.Conn]handshake{}, rate: map[string]*bucket{},
+	s := &Server{fleet: cfg.Fleet, log: cfg.Logger, cfg: cfg, conns: map[net.Conn]struct{}{}, pending: map[net.Conn]handshake{}, logged: map[net.Conn]identity{}, rate: map[string]*bucket{},
 		refused: refusals{tokens: refusalBurst}}
 	s.keys = &keyFile{path: cfg.AuthorizedKeys, defaultRole: cfg.DefaultRole, logf: func(line int, why string) {
 		cfg.Logger.Warn("ssh authorized_keys: line refused", "file", cfg.AuthorizedKeys, "line", line, "why", why)
