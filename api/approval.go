@@ -32,6 +32,10 @@ const (
 	// integration (a REPL, a nested shell), held whole: nothing of it was written;
 	// once approved the node writes it as it was asked (no block is recorded).
 	ApprovalInput = "input"
+	// ApprovalCreate: a create whose argv an approve rule matched, held whole:
+	// no session was started; once approved the node creates it as it was asked,
+	// as the writer who asked, and Approval.Session names it.
+	ApprovalCreate = "create"
 )
 
 // Decisions (DecideBody.Decision).
@@ -55,7 +59,7 @@ type Approval struct {
 	ID      string `json:"id"` // a<N>
 	Node    string `json:"node"`
 	Session string `json:"session"`
-	Kind    string `json:"kind"` // ApprovalRun, ApprovalLine or ApprovalInput
+	Kind    string `json:"kind"` // ApprovalRun, ApprovalLine, ApprovalInput or ApprovalCreate
 	Command string `json:"command"`
 	// Who asked: the verified principal, the actor label and the role of the writer
 	// the command came from.

@@ -2,9 +2,12 @@ package node
 
 import (
 	"encoding/json"
+	"sort"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/guard"
 	"github.com/fleetmux/fleetmux/session"
 )
 
@@ -53,10 +56,12 @@ func (n *Node) auditRecord(req request, out any, aerr *api.Error) []byte {
 	rec := api.AuditRecord{Time: req.at, Node: n.cfg.Name, Actor: req.actor, Principal: req.principal, Role: req.role, Controller: req.controller,
 		Claimed: truncate(req.label, 256), Action: req.verb, Result: "ok"}
 	var probe struct {
-		Session string   `json:"session"`
-		Command string   `json:"command"`
-		Keys    []string `json:"keys"`
-		Data    string   `json:"data"`
+		Session string            `json:"session"`
+		Command string            `json:"command"`
+		Keys    []string          `json:"keys"`
+		Data    string            `json:"data"`
+		Argv    []string          `json:"argv"`
+		Env     map[string]string `json:"env"`
 	}
 	_ = json.Unmarshal(req.data, &probe)
 	rec.Session = probe.Session
@@ -66,6 +71,20 @@ func (n *Node) auditRecord(req request, out any, aerr *api.Error) []byte {
 	case len(probe.Keys) > 0:
 		b, _ := json.Marshal(probe.Keys)
 		rec.Detail = "keys " + truncate(string(b), 256)
+	case len(probe.Argv) > 0 || len(probe.Env) > 0: // create: what was decided (env: the names only)
+		var d string
+		if len(probe.Argv) > 0 {
+			d = "argv " + n.redactText(guard.ArgvCommand(probe.Argv))
+		}
+		if len(probe.Env) > 0 {
+			keys := make([]string, 0, len(probe.Env))
+			for k := range probe.Env {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			d = strings.TrimSpace(d + " env " + strings.Join(keys, ","))
+		}
+		rec.Detail = truncate(d, 512)
 	case probe.Data != "":
 		rec.Detail = "input of " + itoa(len(probe.Data)) + " bytes"
 	}
@@ -78,7 +97,7 @@ func (n *Node) auditRecord(req request, out any, aerr *api.Error) []byte {
 	if aerr != nil {
 		rec.Result, rec.Error = aerr.Code, truncate(n.redactText(aerr.Message), 512)
 	}
-	req.decision.fill(&rec)
+	req.decision.Fill(&rec)
 	return marshalRecord(rec)
 }
 

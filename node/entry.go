@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/guard"
 	"github.com/fleetmux/fleetmux/internal/datadir"
 	"github.com/fleetmux/fleetmux/internal/delay"
 	"github.com/fleetmux/fleetmux/policy"
@@ -88,9 +89,9 @@ type entry struct {
 	rec       *replay.Recording // opened lazily to serve reads older than the scrollback
 	recErr    error             // the recording stopped being exact (see recorder)
 
-	guard entryGuard // guardrail state (guard.go)
-	lease lease      // the writer lease (lease.go)
-	sudo  entrySudo  // answering password prompts (sudo.go)
+	// guard is the session's guardrail state: writer lease, typed lines, password
+	// prompts (package guard; the entry is its Target and Prompt: guard.go).
+	guard *guard.Session
 	// redactFor is the policy whose redactor the session has (redact.go); guarded
 	// by n.redaction.mu.
 	redactFor *policy.Policy
@@ -348,7 +349,7 @@ func (e *entry) handleEvent(node, id string, ev session.Event) {
 	}
 	publishJSON(bus, e.n.subj.Event(node, id), se)
 	if ev.Kind == session.EventState && ev.State == session.StateWaitingInput {
-		e.answerPrompt()
+		e.guard.AnswerPrompt(e)
 	}
 }
 

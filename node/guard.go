@@ -1,399 +1,226 @@
 package node
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
-	"strconv"
-	"strings"
-	"sync"
+	"errors"
+	"regexp"
+	"sync/atomic"
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
-	"github.com/fleetmux/fleetmux/policy"
+	"github.com/fleetmux/fleetmux/guard"
+	"github.com/fleetmux/fleetmux/session"
 )
 
-// Guardrails at the node (DESIGN.md "Guardrails"): the node holds the policy in
-// force, taken from its PolicySource (the FLEETMUX_POLICY bucket in production),
-// and decides every command before it reaches a session, whatever door it came
-// through: run and fan-out before anything is typed, input and keys text that ends
-// a line (guard_input.go), and the lines an integrated shell asks about before it
-// runs them (session.Config.Guard, which calls enforce for the session's last
-// writer).
+// Guardrails at the node: package guard decides, the node acts. The node's verbs
+// call n.guard.Check before they touch a session; the guard reaches the node only
+// through what it defines: an Auditor and a Publisher (guardLink), a Target and a
+// Prompt per session (the entry, below) and a Creator (create's held sessions).
 
-// PolicySource is where the node takes its policy from (cmd wires transport's
-// reader of the FLEETMUX_POLICY bucket in). Implementations are safe for
-// concurrent use.
-type PolicySource interface {
-	// Watch calls fn with the policy document in force and its revision (doc nil:
-	// no policy is set), first the one held now, before Watch returns, then every
-	// change until stop is called. ctx bounds only the wait for the first value:
-	// Watch returns its error when ctx ends first. fn runs on one goroutine owned
-	// by the watch, never twice at once, and must not block for long; it may see a
-	// revision again (a watch started again after a lost connection). stop waits
-	// until fn no longer runs.
-	Watch(ctx context.Context, fn func(doc []byte, revision uint64)) (stop func(), err error)
+// PolicySource is where the node takes its policy from (guard.PolicySource).
+type PolicySource = guard.PolicySource
+
+// guardLink is how the guard audits and announces through the node.
+type guardLink struct{ n *Node }
+
+func (l guardLink) Audit(rec api.AuditRecord) {
+	l.n.audits.Add(func() []byte { return marshalRecord(rec) })
 }
 
-// unreadablePolicy is what the node enforces when the first policy it is given
-// cannot be parsed: everything is denied, naming this rule, until a readable
-// version arrives (a node never falls back to allowing everything silently).
-const unreadablePolicy = "policy-unreadable"
-
-// unknownWriter is the rule that denies, while a policy is in force, a line the
-// shell asks about that no writer this agent knows of typed (see decide): after an
-// agent restart, whoever typed a pending line must type it again.
-const unknownWriter = "writer-unknown"
-
-// guard is the node's policy state; the policy in force itself is Node.pol (nil:
-// none), read lock-free by policy() and stored only under mu (setPolicy).
-type guard struct {
-	mu  sync.Mutex // guards fns and serialises setPolicy, so every follower sees every version in order
-	fns []func(*policy.Policy)
-	// ready is closed once the first state is known (a policy, or none).
-	ready     chan struct{}
-	readyOnce sync.Once
+func (l guardLink) PublishApproval(ev api.ApprovalEvent) {
+	publishJSON(l.n.cfg.Bus, l.n.subj.Approval(l.n.cfg.Name), ev)
 }
-
-// policy returns the policy in force; nil means none (everything is allowed). It
-// never blocks.
-func (n *Node) policy() *policy.Policy { return n.pol.Load() }
-
-// onPolicy registers f to follow the policy in force: f is called at once with the
-// current one (nil: none), then with every new version, in order, never twice at
-// once. f must not block and must not call onPolicy.
-func (n *Node) onPolicy(f func(*policy.Policy)) {
-	n.guard.mu.Lock()
-	defer n.guard.mu.Unlock()
-	n.guard.fns = append(n.guard.fns, f)
-	f(n.pol.Load())
-}
-
-// setPolicy puts p in force and tells the followers.
-func (n *Node) setPolicy(p *policy.Policy) {
-	n.guard.mu.Lock()
-	defer n.guard.mu.Unlock()
-	n.pol.Store(p)
-	for _, f := range n.guard.fns {
-		f(p)
-	}
-	n.guard.readyOnce.Do(func() { close(n.guard.ready) })
-}
-
-// applyPolicy is the PolicySource's callback: it parses a new version and puts it
-// in force. A document that does not parse leaves the version in force as it is
-// (or, before any was in force, denies everything), says so loudly in the log and
-// in an audit record; a deleted one means no policy, which is logged too.
-func (n *Node) applyPolicy(doc []byte, revision uint64) {
-	cur, known := n.pol.Load(), n.policyKnown()
-	if doc == nil {
-		if known && cur == nil {
-			return
-		}
-		if n.cfg.Exposed {
-			n.log.Warn("NO POLICY in force on a node reachable beyond loopback: every command is allowed (fleetmux policy set FILE)", "revision", revision)
-		} else {
-			n.log.Info("no policy in force: every command is allowed (the policy is not set, or was removed)", "revision", revision)
-		}
-		n.auditPolicy(revision, nil)
-		n.setPolicy(nil)
-		return
-	}
-	if known && cur != nil && cur.Version == revision {
-		return // seen again after a restarted watch
-	}
-	p, err := policy.Parse(doc)
-	if err != nil {
-		n.auditPolicy(revision, err)
-		if known {
-			n.log.Error("POLICY REFUSED: the stored policy does not parse on this node; the one in force stays",
-				"revision", revision, "in_force", versionOf(cur), "err", err)
-			return
-		}
-		n.log.Error("POLICY REFUSED: the stored policy does not parse on this node; every command is denied until a readable version is set",
-			"revision", revision, "rule", unreadablePolicy, "err", err)
-		n.setPolicy(denyAll(revision))
-		return
-	}
-	p.Version = revision
-	n.log.Info("policy in force", "version", revision, "rules", len(p.Rules), "redact", len(p.Redacts))
-	n.auditPolicy(revision, nil)
-	n.setPolicy(p)
-}
-
-// denyAll is the policy of a node whose first policy does not parse: one rule,
-// unreadablePolicy, that denies everything.
-func denyAll(revision uint64) *policy.Policy {
-	p, err := policy.Parse([]byte("version: 1\nrules:\n  - {name: " + unreadablePolicy + ", action: deny}\n"))
-	if err != nil {
-		panic("node: the deny-all policy does not parse: " + err.Error())
-	}
-	p.Version = revision
-	return p
-}
-
-// versionOf is p's version, "none" for no policy (for logs).
-func versionOf(p *policy.Policy) string {
-	if p == nil {
-		return "none"
-	}
-	return strconv.FormatUint(p.Version, 10)
-}
-
-// policyKnown reports whether the first policy state has been set.
-func (n *Node) policyKnown() bool {
-	select {
-	case <-n.guard.ready:
-		return true
-	default:
-		return false
-	}
-}
-
-// policyWait is how long a request waits for the node's first policy state before
-// it is refused (the node has just started and its policy source is not read yet).
-const policyWait = 10 * time.Second
-
-// policyLoaded waits until the node knows its policy (at most policyWait, or ctx).
-// Until then nothing is decided: the request is refused as unavailable, never
-// allowed unchecked.
-func (n *Node) policyLoaded(ctx context.Context) error {
-	select {
-	case <-n.guard.ready:
-		return nil
-	default:
-	}
-	t := time.NewTimer(policyWait)
-	defer t.Stop()
-	select {
-	case <-n.guard.ready:
-		return nil
-	case <-ctx.Done():
-	case <-t.C:
-	}
-	return api.Errorf(api.CodeUnavailable, "node %s has not loaded its policy yet: try again", n.cfg.Name)
-}
-
-// policyWatchTimeout bounds one attempt to read the policy source.
-const policyWatchTimeout = 15 * time.Second
-
-// watchPolicy follows the policy source until the node closes, starting the watch
-// again when it fails. It is a goroutine of the node (n.wg).
-func (n *Node) watchPolicy() {
-	defer n.wg.Done()
-	backoff := 100 * time.Millisecond
-	for {
-		// Bounded, so a source that cannot be read (no JetStream, no permission)
-		// is logged below instead of retried in silence.
-		wctx, cancel := context.WithTimeout(n.ctx, policyWatchTimeout)
-		stop, err := n.cfg.Policy.Watch(wctx, n.applyPolicy)
-		cancel()
-		if err == nil {
-			<-n.ctx.Done()
-			stop()
-			return
-		}
-		if n.ctx.Err() != nil {
-			return
-		}
-		n.log.Warn("policy source not readable: trying again", "err", err, "known", n.policyKnown())
-		t := time.NewTimer(backoff)
-		select {
-		case <-n.ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		backoff = min(2*backoff, 5*time.Second)
-	}
-}
-
-// writer is who types into a session: the verified principal, actor label and role
-// of the request that typed (writerOf), or of the person holding the session.
-type writer struct{ Principal, Actor, Role string }
 
 // writerOf is the writer of a verified request.
-func writerOf(req request) writer {
-	return writer{Principal: req.principal, Actor: req.actor, Role: req.role}
+func writerOf(req request) guard.Writer {
+	return guard.Writer{Principal: req.principal, Actor: req.actor, Role: req.role}
 }
 
-// decisionKey carries a request's *decision slot in the ctx of its handler, so the
-// request's audit record names the decision enforce made for it.
-type decisionKey struct{}
-
-// decision is what enforce decided for a request (its audit record carries it).
-type decision struct {
-	mu      sync.Mutex // guards the fields below
-	made    bool
-	action  string
-	rule    string
-	version uint64
-}
-
-func (d *decision) set(p policy.Decision) {
-	d.mu.Lock()
-	d.made, d.action, d.rule, d.version = true, p.Action, p.Rule, p.Version
-	d.mu.Unlock()
-}
-
-// fill copies the decision into an audit record.
-func (d *decision) fill(rec *api.AuditRecord) {
-	if d == nil {
-		return
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.made {
-		rec.Decision, rec.Rule, rec.PolicyVersion = d.action, d.rule, d.version
+// shellGuard is the session.Config.Guard of a session whose entry ep will hold once
+// it is registered (a line asked about before that is refused: nobody typed it).
+// A line the node itself decided and typed passes without a second decision; any
+// other is decided by the guard (guard.Line), held for a person when the policy
+// says approve (the line waits unexecuted at the prompt).
+func (n *Node) shellGuard(ep *atomic.Pointer[entry]) func(ctx context.Context, line string) session.GuardVerdict {
+	return func(ctx context.Context, line string) session.GuardVerdict {
+		e := ep.Load()
+		if e == nil {
+			return session.GuardVerdict{Message: "the session is not registered yet"}
+		}
+		return n.guardLine(ctx, e, line)
 	}
 }
 
-// enforce decides whether w may have command run in e's session, under the policy
-// in force: nil (allow), an *api.Error with CodeDenied naming the rule (deny), or
-// for an approve decision what approve returns (it may block until a person
-// decides or ctx ends). Every decision is audited with the policy version: in the
-// record of the request whose ctx carries a decision slot (handle), otherwise in
-// its own record (a line an integrated shell asked about). A node whose policy is
-// not known yet refuses (unavailable).
-func (n *Node) enforce(ctx context.Context, e *entry, w writer, command string) error {
-	if err := n.policyLoaded(ctx); err != nil {
+// guardLine decides line for e's shell; it blocks while an approval waits (until
+// ctx ends: the shell asked about a newer line, or the session closed).
+func (n *Node) guardLine(ctx context.Context, e *entry, line string) session.GuardVerdict {
+	err := n.guard.Check(ctx, guard.Request{Verb: guard.Line, Session: e.guard, Command: line})
+	if err == nil {
+		return session.GuardVerdict{Allow: true}
+	}
+	var ae *api.Error
+	if !errors.As(err, &ae) {
+		n.log.Warn("guard: a line could not be decided: denied", "session", e.id, "err", err)
+		return session.GuardVerdict{Message: "the node could not decide it"}
+	}
+	rule, msg := guard.LineVerdict(ae)
+	return session.GuardVerdict{Rule: rule, Message: msg}
+}
+
+// Integrated reports whether a command Run types may go to an integrated shell's
+// prompt, which asks about it before it runs: then the guard marks it expected.
+// Whatever the state now (starting, at the prompt, between a command's end and the
+// prompt, the guard's answer to a typed line being acted on): the prompt may come
+// back before Run types; a mark that is not used lapses, and passes only that very
+// line.
+func (e *entry) Integrated() bool {
+	return e.s.Info().Integration == session.IntegrationOK
+}
+
+// atPrompt reports whether an integrated shell waits at its prompt (it asks about
+// a typed line itself).
+func (e *entry) atPrompt() bool {
+	in := e.s.Info()
+	return in.Integration == session.IntegrationOK && in.State == session.StateIdle
+}
+
+// keyBytes is what named keys type (nil for a bad name: the session refuses it).
+func keyBytes(names []string) []byte {
+	b, err := session.KeysBytes(names)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// heldOf is what approving req types, for the writer w: a run's command, or an
+// input's or keys request's exact input.
+func heldOf(verb string, w guard.Writer, command string, data []byte, keys []string) *guard.Held {
+	return &guard.Held{Writer: w, Verb: verb, Command: command, Data: data, Keys: keys}
+}
+
+// The entry is the guard's Target and Prompt.
+
+func (e *entry) ID() string                { return e.id }
+func (e *entry) Labels() map[string]string { return e.s.Info().Labels }
+
+// BlockDone reports whether block n of the session has ended (or is unknown).
+func (e *entry) BlockDone(n int) bool {
+	b, err := e.s.Block(n)
+	return err != nil || b.State == session.BlockDone
+}
+
+// Replay types an approved held request as its writer and waits for its block (a
+// run) or writes it (input, keys: no block, the program was not at a shell
+// prompt). A session busy with another command, or whose lease another writer
+// holds, is waited for (up to api.MaxWait); one that closed ends it with an error.
+func (e *entry) Replay(ctx context.Context, h guard.Held) (int, *int, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(e.ctx, cancel) // the session closed (or the node)
+	defer stop()
+	if h.Verb != guard.VerbRun {
+		return 0, nil, e.typeApproved(ctx, h)
+	}
+	opts := session.RunOptions{Timeout: api.MaxWait, MaxOutputBytes: 1}
+	typeIt := func() (session.Result, error) {
+		ran, err := e.guard.AwaitRun(ctx, h.Writer) // the writer lease, as for any run
+		if err != nil {
+			return session.Result{}, err
+		}
+		// Typed at an integrated shell's prompt, the shell asks about it: it was
+		// decided. Marked whatever the state now: the prompt may come back between
+		// this check and Run (an unused mark lapses; it passes only this line).
+		if e.Integrated() {
+			e.guard.ExpectLine(h.Command)
+		}
+		res, err := e.s.Run(ctx, h.Command, opts)
+		ran(res.Block.N, res.Block.State == session.BlockDone)
+		return res, err
+	}
+	res, err := typeIt()
+	if errors.Is(err, session.ErrBusy) {
+		wctx, cancel := context.WithTimeout(ctx, api.MaxWait)
+		_, err = e.s.Wait(wctx, session.UntilIdle, 0)
+		cancel()
+		if err == nil {
+			res, err = typeIt()
+		}
+	}
+	for err == nil && res.Block.State != session.BlockDone {
+		res, err = e.s.WaitBlock(ctx, res.Block.N, opts)
+	}
+	if err != nil {
+		return res.Block.N, nil, err
+	}
+	return res.Block.N, res.Block.ExitCode, nil
+}
+
+// typeApproved writes an approved input or keys request as it was asked, as the
+// writer who asked (waiting, up to api.MaxWait, while another writer holds the
+// session's lease).
+func (e *entry) typeApproved(ctx context.Context, h guard.Held) error {
+	deadline := time.Now().Add(api.MaxWait)
+	err := e.guard.Typed(h.Writer, false)
+	for errors.Is(err, &api.Error{Code: api.CodeBusy}) && time.Now().Before(deadline) {
+		t := time.NewTimer(guard.LeaseRetry)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return errors.New("the session closed before it could be typed")
+		case <-t.C:
+		}
+		err = e.guard.Typed(h.Writer, false)
+	}
+	if err == nil {
+		if h.Verb == guard.VerbInput {
+			err = e.s.Input(h.Data)
+		} else {
+			err = e.s.SendKeys(h.Keys...)
+		}
+	}
+	if err != nil {
 		return err
 	}
-	d := n.decide(e, w, command)
-	err := n.verdict(ctx, e, w, command, d)
-	if slot, ok := ctx.Value(decisionKey{}).(*decision); ok {
-		slot.set(d)
-	} else {
-		n.auditLine(e, w, command, d, err)
-	}
-	return err
-}
-
-// guardRun decides a command that run is about to type: on nil, w is the session's
-// writer and the line is expected (the shell's own check lets it pass without
-// deciding or holding it again).
-func (n *Node) guardRun(ctx context.Context, e *entry, w writer, command string) error {
-	if err := n.enforce(ctx, e, w, command); err != nil {
-		return err
-	}
-	if err := e.stillHolds(w); err != nil {
-		return err // taken over while it was decided (an approval)
-	}
-	if e.shellAsks() {
-		e.expectLine(command) // typed at the prompt: the shell will ask about it
-	}
+	e.guard.TypedInput(h.Writer, h.Data)
 	return nil
 }
 
-// verdict turns a decision into enforce's result.
-func (n *Node) verdict(ctx context.Context, e *entry, w writer, command string, d policy.Decision) error {
-	switch d.Action {
-	case api.ActionAllow:
-		return nil
-	case api.ActionApprove:
-		return n.approve(ctx, e, w, command, d)
-	case api.ActionDeny:
-		return &api.Error{Code: api.CodeDenied, Rule: d.Rule,
-			Message: "denied by rule " + quoteRule(d.Rule) + " of the policy (version " + strconv.FormatUint(d.Version, 10) + ") on node " + n.cfg.Name + ": nothing was typed"}
+// PasswordPrompt: the foreground program waits for input with echo off.
+func (e *entry) PasswordPrompt() (int, bool) {
+	in := e.s.Info()
+	if !in.WaitingInput || in.Echo || in.State == session.StateExited {
+		return 0, false
 	}
-	// Decide returns one of the three; anything else must not pass.
-	return &api.Error{Code: api.CodeDenied, Rule: d.Rule, Message: "denied: unknown policy action " + quoteRule(d.Action)}
+	return in.Blocks + 1, true // +1: a prompt before the first block counts too
 }
 
-func quoteRule(s string) string {
-	b, _ := json.Marshal(s)
-	return string(b)
-}
+func (e *entry) Reader() (int, bool)     { return e.s.Reader() }
+func (e *entry) SoleReader(pid int) bool { return e.s.SoleReader(pid) }
+func (e *entry) Input(b []byte) error    { return e.s.Input(b) }
 
-// auditLine audits a decision made outside a request (a line an integrated shell
-// asked about before running it).
-func (n *Node) auditLine(e *entry, w writer, command string, d policy.Decision, err error) {
-	rec := api.AuditRecord{Time: time.Now().UTC(), Node: n.cfg.Name, Session: e.id, Actor: w.Actor, Principal: w.Principal, Role: w.Role,
-		Action: auditTyped, Detail: truncate(n.redactText(command), 512), Result: "ok", Decision: d.Action, Rule: d.Rule, PolicyVersion: d.Version}
+// promptTail is how much of the output's end PromptLine reads for the prompt line.
+const promptTail = 512
+
+// PromptLine is the last line of the session's output without control sequences:
+// what a password prompt leaves on the screen.
+func (e *entry) PromptLine() string {
+	oldest, end := e.s.Offsets()
+	data, err := e.s.Read(max(oldest, end-promptTail), promptTail)
 	if err != nil {
-		rec.Result, rec.Error = api.CodeInternal, truncate(err.Error(), 512)
-		if ae, ok := err.(*api.Error); ok {
-			rec.Result, rec.Error = ae.Code, truncate(ae.Message, 512)
-		}
+		return ""
 	}
-	n.audits.Add(func() []byte { return marshalRecord(rec) })
-}
-
-// Audit actions of records that are not a verb's.
-const (
-	auditTyped  = "typed"  // a line typed at an integrated shell's prompt, decided before it ran
-	auditPolicy = "policy" // the node put a policy version in force, or refused one
-)
-
-// auditPolicy audits a new policy version put in force (err nil) or refused.
-func (n *Node) auditPolicy(revision uint64, err error) {
-	rec := api.AuditRecord{Time: time.Now().UTC(), Node: n.cfg.Name, Action: auditPolicy, Result: "ok", PolicyVersion: revision}
-	if err != nil {
-		rec.Result, rec.Error = api.CodeBadRequest, truncate(err.Error(), 512)
+	if i := bytes.LastIndexByte(data, '\n'); i >= 0 {
+		data = data[i+1:]
 	}
-	n.audits.Add(func() []byte { return marshalRecord(rec) })
-}
-
-// entryGuard is an entry's guardrail state.
-type entryGuard struct {
-	mu sync.Mutex // guards the fields below
-	// expected are lines the node decided and is about to type (run): the shell's
-	// check of exactly such a line consumes it and allows it without deciding again.
-	expected []expectedLine
-	// pending is input text typed since the last line end (guard_input.go).
-	pending []byte
-	// pendingBy is the writer who typed pending (zero while it is empty);
-	// pendingMixed: another writer typed into it too. A line is the writer's whose
-	// text it is: nobody completes a line someone else started (guardInput).
-	pendingBy    writer
-	pendingMixed bool
-}
-
-type expectedLine struct {
-	line  string
-	until time.Time
-}
-
-// expectFor is how long a pre-approved line waits for the shell's check; maxExpected
-// bounds the lines waiting (oldest dropped).
-const (
-	expectFor   = 30 * time.Second
-	maxExpected = 16
-)
-
-// expectLine marks command as decided: the node is about to type it, and the
-// shell's own check of that line must not decide (or hold) it again.
-func (e *entry) expectLine(command string) {
-	e.guard.mu.Lock()
-	defer e.guard.mu.Unlock()
-	now := time.Now()
-	keep := e.guard.expected[:0]
-	for _, x := range e.guard.expected {
-		if now.Before(x.until) {
-			keep = append(keep, x)
-		}
+	data = controlSeq.ReplaceAll(data, nil)
+	if i := bytes.LastIndexByte(data, '\r'); i >= 0 {
+		data = data[i+1:]
 	}
-	if len(keep) >= maxExpected {
-		keep = keep[1:]
-	}
-	e.guard.expected = append(keep, expectedLine{line: normLine(command), until: now.Add(expectFor)})
+	return string(data)
 }
 
-// expected consumes a pre-approved line equal to line, reporting whether there was
-// one (then the shell runs it without a new decision).
-func (e *entry) expected(line string) bool {
-	line = normLine(line)
-	e.guard.mu.Lock()
-	defer e.guard.mu.Unlock()
-	now := time.Now()
-	for i, x := range e.guard.expected {
-		if x.line == line && now.Before(x.until) {
-			e.guard.expected = append(e.guard.expected[:i], e.guard.expected[i+1:]...)
-			return true
-		}
-	}
-	return false
-}
-
-// normLine is a command line as compared by expected: without the line ends and
-// blanks around it.
-func normLine(s string) string { return strings.TrimSpace(s) }
+// controlSeq matches terminal control sequences (CSI, OSC, other ESC sequences)
+// and the C0 controls but \r.
+var controlSeq = regexp.MustCompile(`\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)?|\x1b[@-_]|[\x00-\x0c\x0e-\x1f\x7f]`)

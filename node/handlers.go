@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/guard"
 	"github.com/fleetmux/fleetmux/replay"
 	"github.com/fleetmux/fleetmux/session"
 )
@@ -34,9 +35,9 @@ type request struct {
 	// label is the request's bare api.HeaderActor, audited (as a claim) only when
 	// the request is refused before it is verified: it is never an identity.
 	label string
-	// decision is what enforce decided for a mutating request (its audit record
-	// names it); the handler's ctx carries it (decisionKey).
-	decision *decision
+	// decision is what the guard decided for a mutating request (its audit record
+	// names it).
+	decision *guard.Decision
 }
 
 // verbs is the node API. mutating verbs are audited.
@@ -87,10 +88,8 @@ func (n *Node) handle(ctx context.Context, verb, subject string, header map[stri
 		return errorReply(api.Errorf(api.CodeBadRequest, "unknown verb %q", verb))
 	}
 	if v.mutating {
-		req.decision = &decision{}
-		ctx = context.WithValue(ctx, decisionKey{}, req.decision)
+		req.decision = &guard.Decision{}
 	}
-	ctx = context.WithValue(ctx, requestKey{}, req) // what an approval keeps (approval.go)
 	out, err := v.h(n, ctx, req)
 	var aerr *api.Error
 	if err != nil && !errors.As(err, &aerr) {
@@ -219,6 +218,30 @@ func (n *Node) create(ctx context.Context, req request) (any, error) {
 	if r.Shell == "" && len(r.Argv) == 0 {
 		r.Shell = n.cfg.DefaultShell
 	}
+	w := writerOf(req)
+	if err := n.guard.Check(ctx, guard.Request{Verb: guard.VerbCreate, Writer: w, Create: &r,
+		Held: &guard.Held{Writer: w, Verb: guard.VerbCreate, Create: &r}, Decision: req.decision}); err != nil {
+		return nil, err
+	}
+	return n.startNew(r)
+}
+
+// creator creates the sessions of creates an approval held (guard.Creator).
+type creator struct{ n *Node }
+
+// CreateApproved creates the session of an approved create, as it was asked.
+func (c creator) CreateApproved(ctx context.Context, h guard.Held) (string, error) {
+	n := c.n
+	s, err := n.startNew(*h.Create)
+	if err != nil {
+		return "", err
+	}
+	n.log.Info("held session created", "session", s.ID, "principal", h.Writer.Principal)
+	return s.ID, nil
+}
+
+// startNew starts the session r asks for (checked) and registers it.
+func (n *Node) startNew(r api.CreateRequest) (api.Session, error) {
 	env := make([]string, 0, len(r.Env))
 	for k, v := range r.Env {
 		env = append(env, k+"="+v)
@@ -228,21 +251,22 @@ func (n *Node) create(ctx context.Context, req request) (any, error) {
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
-		return nil, api.Errorf(api.CodeUnavailable, "node %s is shutting down", n.cfg.Name)
+		return api.Session{}, api.Errorf(api.CodeUnavailable, "node %s is shutting down", n.cfg.Name)
 	}
 	if len(n.sessions) >= n.cfg.MaxSessions {
 		n.mu.Unlock()
-		return nil, api.Errorf(api.CodeLimit, "node %s has %d sessions (limit %d): close one first", n.cfg.Name, len(n.sessions), n.cfg.MaxSessions)
+		return api.Session{}, api.Errorf(api.CodeLimit, "node %s has %d sessions (limit %d): close one first", n.cfg.Name, len(n.sessions), n.cfg.MaxSessions)
 	}
 	n.mu.Unlock()
 
 	red, redFrom := n.newSessionRedactor()
 	var ep atomic.Pointer[entry] // the shell's guard reaches the entry once it is registered
-	var guard func(context.Context, string) session.GuardVerdict
+	var shellCheck func(context.Context, string) session.GuardVerdict
 	if n.cfg.Policy != nil { // without a source no policy ever comes: no checks, no cost
-		guard = n.shellGuard(&ep)
+		shellCheck = n.shellGuard(&ep)
 	}
 	e := &entry{n: n} // its kick is the session's Notify from the start (a no-op until run)
+	e.guard = n.guard.NewSession(e)
 	// A session in a holder is named there at its start: its id comes first.
 	var id string
 	var num int
@@ -252,7 +276,7 @@ func (n *Node) create(ctx context.Context, req request) (any, error) {
 		id, num, err = n.allocIDLocked()
 		n.mu.Unlock()
 		if err != nil {
-			return nil, err
+			return api.Session{}, err
 		}
 	}
 	s, err := startSession(session.Config{
@@ -260,10 +284,10 @@ func (n *Node) create(ctx context.Context, req request) (any, error) {
 		Shell: r.Shell, Argv: r.Argv, Dir: r.Cwd, Env: env, Cols: r.Cols, Rows: r.Rows, User: r.User,
 		ScrollbackBytes: n.cfg.ScrollbackBytes, RuntimeDir: filepath.Join(n.cfg.DataDir, "run"),
 		Title: r.Title, Description: r.Description, Labels: r.Labels, Logger: n.log,
-		Redactor: red, Guard: guard, Holder: n.cfg.Holder, Notify: e.kick,
+		Redactor: red, Guard: shellCheck, Holder: n.cfg.Holder, Notify: e.kick,
 	})
 	if err != nil {
-		return nil, sessionErr("", err)
+		return api.Session{}, sessionErr("", err)
 	}
 	n.mu.Lock()
 	if id == "" {
@@ -275,10 +299,9 @@ func (n *Node) create(ctx context.Context, req request) (any, error) {
 		if err == nil {
 			err = api.Errorf(api.CodeUnavailable, "node %s is shutting down", n.cfg.Name)
 		}
-		return nil, err
+		return api.Session{}, err
 	}
 	e.id, e.num, e.s, e.started, e.dir = id, num, s, time.Now(), filepath.Join(n.cfg.DataDir, "sessions", id)
-	e.lease.ttl = n.cfg.WriterLease
 	e.castTo = filepath.Join(e.dir, "output.cast")
 	e.ctx, e.cancel = context.WithCancel(n.ctx)
 	info := s.Info()
@@ -288,7 +311,7 @@ func (n *Node) create(ctx context.Context, req request) (any, error) {
 	}); err != nil {
 		n.mu.Unlock()
 		s.Close()
-		return nil, fmt.Errorf("recording of %s: %w", id, err)
+		return api.Session{}, fmt.Errorf("recording of %s: %w", id, err)
 	}
 	e.openPublished()
 	n.sessions[id] = e
@@ -357,7 +380,7 @@ func validInfo(title, desc *string, labels map[string]string) error {
 // Label keys are names (api.ValidName) and stay. Redacted when they enter the node
 // (create, update): a later policy version does not change them.
 func (n *Node) redactInfo(title, desc *string, labels map[string]string) {
-	p := n.withSecrets(n.policy())
+	p := n.guard.Redaction()
 	if p == nil || len(p.Redacts) == 0 {
 		return
 	}
@@ -415,25 +438,25 @@ func (n *Node) run(ctx context.Context, req request) (any, error) {
 	}
 	opts := session.RunOptions{Timeout: waitTimeout(r.TimeoutMS), MaxOutputBytes: r.MaxOutputBytes}
 	w := writerOf(req)
-	ran, err := e.startRun(w)
+	ran, err := e.guard.StartRun(w)
 	if err != nil {
 		return nil, err
 	}
-	res, err := n.runLeased(ctx, e, w, r, opts)
-	ran(res)
+	res, err := n.runLeased(ctx, e, req, r, opts)
+	ran(res.Block.N, res.Block.State == session.BlockDone)
 	if err != nil {
 		return nil, err
 	}
 	return toResult(n.cfg.Name, e.id, res), nil
 }
 
-// runLeased is run once w holds the session's writer lease: decided, then typed
-// (at most once under an idempotency key). Errors are API errors.
-func (n *Node) runLeased(ctx context.Context, e *entry, w writer, r api.RunRequest, opts session.RunOptions) (session.Result, error) {
+// runLeased is run once req's writer holds the session's writer lease: checked,
+// then typed (at most once under an idempotency key). Errors are API errors.
+func (n *Node) runLeased(ctx context.Context, e *entry, req request, r api.RunRequest, opts session.RunOptions) (session.Result, error) {
 	if r.IdempotencyKey != "" {
-		return n.runOnce(ctx, e, w, r.Command, opts, e.id+"\x00"+r.IdempotencyKey)
+		return n.runOnce(ctx, e, req, r.Command, opts, e.id+"\x00"+r.IdempotencyKey)
 	}
-	if err := n.guardRun(ctx, e, w, r.Command); err != nil {
+	if err := n.checkRun(ctx, e, req, r.Command); err != nil {
 		return session.Result{}, err
 	}
 	res, err := e.s.Run(ctx, r.Command, opts)
@@ -450,7 +473,7 @@ type idemRun struct {
 // runs it; a retry (concurrent or later) waits for that run and returns the same
 // block (waiting for it to finish, within its own timeout). If the first run
 // typed nothing (busy, exited), a retry runs it.
-func (n *Node) runOnce(ctx context.Context, e *entry, w writer, command string, opts session.RunOptions, key string) (session.Result, error) {
+func (n *Node) runOnce(ctx context.Context, e *entry, req request, command string, opts session.RunOptions, key string) (session.Result, error) {
 	for {
 		n.mu.Lock()
 		ir := n.idem[key]
@@ -463,7 +486,7 @@ func (n *Node) runOnce(ctx context.Context, e *entry, w writer, command string, 
 				n.idemKeys = n.idemKeys[1:]
 			}
 			n.mu.Unlock()
-			return n.runFirst(ctx, e, w, command, opts, key, ir)
+			return n.runFirst(ctx, e, req, command, opts, key, ir)
 		}
 		n.mu.Unlock()
 		timer := time.NewTimer(opts.Timeout)
@@ -487,9 +510,9 @@ func (n *Node) runOnce(ctx context.Context, e *entry, w writer, command string, 
 	}
 }
 
-func (n *Node) runFirst(ctx context.Context, e *entry, w writer, command string, opts session.RunOptions, key string, ir *idemRun) (session.Result, error) {
+func (n *Node) runFirst(ctx context.Context, e *entry, req request, command string, opts session.RunOptions, key string, ir *idemRun) (session.Result, error) {
 	before := len(e.s.Blocks())
-	err := n.guardRun(ctx, e, w, command)
+	err := n.checkRun(ctx, e, req, command)
 	var res session.Result
 	if err == nil {
 		res, err = e.s.Run(ctx, command, opts)
@@ -523,16 +546,18 @@ func (n *Node) input(ctx context.Context, req request) (any, error) {
 		return nil, api.Errorf(api.CodeTooLarge, "input of %d bytes (limit %d)", len(r.Data), api.MaxInputBytes)
 	}
 	w := writerOf(req)
-	if err := e.typed(w, r.Attach); err != nil {
+	if err := e.guard.Typed(w, r.Attach); err != nil {
 		return nil, err
 	}
-	if err := n.guardInput(ctx, e, w, []byte(r.Data)); err != nil {
+	data := []byte(r.Data)
+	if err := n.guard.Check(ctx, guard.Request{Verb: guard.VerbInput, Session: e.guard, Writer: w, Data: data,
+		AtPrompt: e.atPrompt(), Held: heldOf(guard.VerbInput, w, "", data, nil), Decision: req.decision}); err != nil {
 		return nil, err
 	}
-	if err := e.s.Input([]byte(r.Data)); err != nil {
+	if err := e.s.Input(data); err != nil {
 		return nil, sessionErr(e.id, err)
 	}
-	e.typedInput(w, []byte(r.Data))
+	e.guard.TypedInput(w, data)
 	return api.Empty{}, nil
 }
 
@@ -547,16 +572,17 @@ func (n *Node) keys(ctx context.Context, req request) (any, error) {
 	}
 	typed := keyBytes(r.Keys)
 	w := writerOf(req)
-	if err := e.typed(w, false); err != nil {
+	if err := e.guard.Typed(w, false); err != nil {
 		return nil, err
 	}
-	if err := n.guardInput(ctx, e, w, typed); err != nil {
+	if err := n.guard.Check(ctx, guard.Request{Verb: guard.VerbKeys, Session: e.guard, Writer: w, Data: typed,
+		AtPrompt: e.atPrompt(), Held: heldOf(guard.VerbKeys, w, "", typed, r.Keys), Decision: req.decision}); err != nil {
 		return nil, err
 	}
 	if err := e.s.SendKeys(r.Keys...); err != nil {
 		return nil, sessionErr(e.id, err)
 	}
-	e.typedInput(w, typed)
+	e.guard.TypedInput(w, typed)
 	return api.Empty{}, nil
 }
 
@@ -677,4 +703,12 @@ func waitTimeout(ms int) time.Duration {
 		return api.DefaultWait
 	}
 	return min(time.Duration(ms)*time.Millisecond, api.MaxWait)
+}
+
+// checkRun has the guard check a command run is about to type for req's writer
+// (on nil the line is expected: the shell's own check lets it pass).
+func (n *Node) checkRun(ctx context.Context, e *entry, req request, command string) error {
+	w := writerOf(req)
+	return n.guard.Check(ctx, guard.Request{Verb: guard.VerbRun, Session: e.guard, Writer: w, Command: command,
+		Held: heldOf(guard.VerbRun, w, command, nil, nil), Decision: req.decision})
 }

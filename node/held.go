@@ -74,7 +74,7 @@ func (n *Node) reattachOne(id string) error {
 		return fmt.Errorf("not a session id of this node: %q", id)
 	}
 	e := &entry{n: n, id: id, num: num, dir: filepath.Join(n.cfg.DataDir, "sessions", id)}
-	e.lease.ttl = n.cfg.WriterLease
+	e.guard = n.guard.NewSession(e)
 	e.castTo = filepath.Join(e.dir, "output.cast")
 	idx, err := replay.OpenIndex(e.castTo)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -90,7 +90,7 @@ func (n *Node) reattachOne(id string) error {
 	known = append(known, startedBlocks(e.castTo, indexed)...) // running at the restart: only their start marker
 	red, redFrom := n.newSessionRedactor()
 	var ep atomic.Pointer[entry]
-	var guard func(context.Context, string) session.GuardVerdict
+	var shellCheck func(context.Context, string) session.GuardVerdict
 	registered := make(chan struct{}) // closed once ep is stored, or the reattach failed
 	defer func() {
 		select {
@@ -103,7 +103,7 @@ func (n *Node) reattachOne(id string) error {
 		// The shell may have asked about a line while no agent ran: the question
 		// comes in as soon as the session is back, before it is registered here.
 		inner := n.shellGuard(&ep)
-		guard = func(ctx context.Context, line string) session.GuardVerdict {
+		shellCheck = func(ctx context.Context, line string) session.GuardVerdict {
 			select {
 			case <-registered:
 			case <-ctx.Done():
@@ -113,7 +113,7 @@ func (n *Node) reattachOne(id string) error {
 	}
 	s, err := session.Reattach(session.Config{
 		ID: id, Holder: n.cfg.Holder, ScrollbackBytes: n.cfg.ScrollbackBytes, Logger: n.log,
-		Redactor: red, Guard: guard, Notify: e.kick,
+		Redactor: red, Guard: shellCheck, Notify: e.kick,
 	}, session.Recorded{Blocks: known, End: recordingEnd(e.castTo)})
 	if err != nil {
 		return err

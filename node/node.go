@@ -24,11 +24,11 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/guard"
 	"github.com/fleetmux/fleetmux/holder"
 	"github.com/fleetmux/fleetmux/internal/datadir"
 	"github.com/fleetmux/fleetmux/internal/delay"
 	"github.com/fleetmux/fleetmux/internal/reclaim"
-	"github.com/fleetmux/fleetmux/policy"
 )
 
 // Config configures a node. Name, DataDir and Bus are required.
@@ -119,13 +119,10 @@ type Node struct {
 	published atomic.Int64                // output bytes published, gossiped as NodeMeta.Published
 	audits    *delay.Queue[func() []byte] // audit records (made when sent), published off the request path
 	sweep     chan struct{}               // asks the janitor for a sweep (buffered 1)
-	appr      approvals                   // held commands (approval.go)
 	reclaim   *reclaim.Quiet              // nil without Config.ReclaimAfter
 
-	pol        atomic.Pointer[policy.Policy] // the policy in force (nil: none); see guard.go
-	guard      guard
-	redaction  redaction  // redact.go
-	secretLits secretLits // the stored secrets as literal redact patterns (secret.go)
+	guard     *guard.Guard // everything decided before the node acts (guard.go)
+	redaction redaction    // redact.go
 
 	mu       sync.Mutex // guards the fields below
 	sessions map[string]*entry
@@ -201,22 +198,13 @@ func New(cfg Config) (*Node, error) {
 		sessions: map[string]*entry{},
 		idem:     map[string]*idemRun{},
 		sweep:    make(chan struct{}, 1),
-		guard:    guard{ready: make(chan struct{})},
 	}
-	if cfg.Policy == nil {
-		close(n.guard.ready) // no source: no policy, known at once
-	}
-	n.onPolicy(n.followRedaction)
 	if n.log == nil {
 		n.log = slog.Default()
 	}
 	n.log = n.log.With("node", cfg.Name)
-	n.secretsChanged() // before any session: secrets stored before a restart are redacted too
 	var err error
 	if n.nextID, err = readCounter(n.counterPath()); err != nil {
-		return nil, err
-	}
-	if err := n.initApprovals(); err != nil {
 		return nil, err
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
@@ -229,6 +217,18 @@ func New(cfg Config) (*Node, error) {
 			_ = cfg.Bus.Publish(audit, nil, b)
 		}
 	})
+	// Before any session: secrets stored before a restart are redacted too.
+	n.guard, err = guard.New(guard.Config{
+		Node: cfg.Name, Labels: cfg.Labels, DataDir: cfg.DataDir, Source: cfg.Policy, Exposed: cfg.Exposed,
+		WriterLease: cfg.WriterLease, Logger: n.log, Audit: guardLink{n}, Events: guardLink{n},
+	})
+	if err != nil {
+		n.audits.Close()
+		n.cancel()
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	n.guard.OnRedaction(n.followRedaction)
+	n.guard.SetCreator(creator{n})
 	if cfg.Holder != nil {
 		if err := n.reattach(); err != nil {
 			n.Close()
@@ -273,13 +273,9 @@ func (n *Node) Start() error {
 	}
 	n.stop = stop
 	n.gossipLocked()
-	n.wg.Add(2)
+	n.wg.Add(1)
 	go n.janitor()
-	go n.expireApprovals()
-	if n.cfg.Policy != nil {
-		n.wg.Add(1)
-		go n.watchPolicy()
-	}
+	n.guard.Start()
 	if n.cfg.Gossip != nil {
 		n.wg.Add(1)
 		go n.gossipPublished()
@@ -323,7 +319,7 @@ func (n *Node) Close() error {
 		}()
 	}
 	wg.Wait()
-	n.closeApprovals()
+	n.guard.Close()  // pending approvals expire; what an approval typed has ended
 	n.audits.Close() // every request has returned: its record is queued
 	n.cancel()
 	n.wg.Wait()

@@ -51,7 +51,11 @@ var rules = []rule{
 	{dir: "transport", only: []string{"api", "internal/datadir", "github.com/nats-io", "github.com/hashicorp/memberlist"}},
 	{dir: "trust", only: []string{"api", "golang.org/x/crypto"}},
 	{dir: "policy", only: []string{"api", "go.yaml.in/yaml/v3"}},
-	{dir: "node", ours: []string{"api", "session", "holder", "replay", "trust", "policy", "internal/datadir", "internal/delay", "internal/reclaim"}, never: []string{"controller", "transport"}},
+	// everything the node decides before it acts: policy decisions, writer lease,
+	// approvals, secrets, redaction settings; it reaches the node only through
+	// interfaces of its own.
+	{dir: "guard", ours: []string{"api", "policy", "internal/datadir"}, never: []string{"session", "node", "controller", "transport"}},
+	{dir: "node", ours: []string{"api", "session", "holder", "replay", "guard", "trust", "policy", "internal/datadir", "internal/delay", "internal/reclaim"}, never: []string{"controller", "transport"}},
 	{dir: "controller", ours: []string{"api", "replay", "trust", "policy", "mcpserver", "internal/datadir", "internal/delay", "internal/netcap"}, never: []string{"node", "transport", "sshd"}},
 	{dir: "mcpserver", only: []string{"api", "github.com/modelcontextprotocol/go-sdk", "github.com/google/jsonschema-go"},
 		never: []string{"controller", "node", "transport"}},

@@ -1,4 +1,4 @@
-package node
+package guard
 
 import (
 	"strings"
@@ -12,15 +12,15 @@ import (
 // held, and what busy says.
 func TestLeaseHeld(t *testing.T) {
 	now := time.Unix(1000, 0)
-	alice := writer{Principal: "ssh:SHA256:alice", Actor: "ssh:SHA256:alice", Role: api.RoleOperator}
-	agent := writer{Principal: "token:agent", Actor: "mcp:\x1b[2Jclaude", Role: api.RoleOperator}
-	agentB := writer{Principal: "token:agent", Actor: "mcp:other", Role: api.RoleOperator}
+	alice := Writer{Principal: "ssh:SHA256:alice", Actor: "ssh:SHA256:alice", Role: api.RoleOperator}
+	agent := Writer{Principal: "token:agent", Actor: "mcp:\x1b[2Jclaude", Role: api.RoleOperator}
+	agentB := Writer{Principal: "token:agent", Actor: "mcp:other", Role: api.RoleOperator}
 	done := map[int]bool{3: true}
 	blockDone := func(n int) bool { return done[n] }
 	for _, tt := range []struct {
 		name string
 		l    *lease
-		w    writer
+		w    Writer
 		held bool
 		busy string // in busy's message when held
 	}{
@@ -55,7 +55,7 @@ func TestLeaseHeld(t *testing.T) {
 // TestMayWrite: viewers (and callers without a role) never hold a lease.
 func TestMayWrite(t *testing.T) {
 	for role, ok := range map[string]bool{api.RoleViewer: false, "": false, "root": false, api.RoleOperator: true, api.RoleAdmin: true} {
-		if err := mayWrite(writer{Principal: "p", Role: role}); (err == nil) != ok {
+		if err := mayWrite(Writer{Principal: "p", Role: role}); (err == nil) != ok {
 			t.Errorf("mayWrite(%q) = %v, want ok %v", role, err, ok)
 		}
 	}

@@ -1,4 +1,4 @@
-package node
+package guard
 
 import (
 	"context"
@@ -49,31 +49,31 @@ func TestEditLineBounded(t *testing.T) {
 }
 
 func TestExpectLine(t *testing.T) {
-	e := &entry{}
-	e.expectLine("make test\n")
-	if e.expected("make") || !e.expected("  make test ") || e.expected("make test") {
+	s := &Session{}
+	s.ExpectLine("make test\n")
+	if s.expected("make") || !s.expected("  make test ") || s.expected("make test") {
 		t.Fatal("an expected line is consumed once, when equal")
 	}
 	for i := 0; i < maxExpected+4; i++ {
-		e.expectLine("x")
+		s.ExpectLine("x")
 	}
-	if len(e.guard.expected) != maxExpected {
-		t.Fatalf("%d lines expected, want at most %d", len(e.guard.expected), maxExpected)
+	if len(s.expectedLines) != maxExpected {
+		t.Fatalf("%d lines expected, want at most %d", len(s.expectedLines), maxExpected)
 	}
 }
 
 // TestPolicyNotLoadedRefuses: until the node has read its policy source once,
 // nothing is decided: a request that needs a decision is refused, never allowed.
 func TestPolicyNotLoadedRefuses(t *testing.T) {
-	n := &Node{cfg: Config{Name: "n1"}, guard: guard{ready: make(chan struct{})}}
+	g := &Guard{cfg: Config{Node: "n1"}, ready: make(chan struct{})}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	var e *api.Error
-	if err := n.enforce(ctx, nil, writer{}, "true"); !errors.As(err, &e) || e.Code != api.CodeUnavailable {
+	if err := g.enforce(ctx, nil, Writer{}, "true", nil, nil); !errors.As(err, &e) || e.Code != api.CodeUnavailable {
 		t.Fatalf("enforce before the policy is known = %v, want unavailable", err)
 	}
-	n.setPolicy(nil)
-	if err := n.policyLoaded(context.Background()); err != nil {
+	g.SetPolicy(nil)
+	if err := g.Loaded(context.Background()); err != nil {
 		t.Fatalf("once known: %v", err)
 	}
 }
