@@ -64,7 +64,7 @@ func controllerCmd() *cobra.Command {
 		Short: "Run a controller: the node table from gossip and the HTTP API to every session",
 		Long: "controller joins the gossip cluster of the node agents, keeps a table of the nodes\n" +
 			"(alive, suspect, disconnected, dead: from gossip and their NATS connections),\n" +
-			"and serves the HTTP API (DESIGN.md: /v1/...) on\n" +
+			"and serves the HTTP API (/v1/..., docs/api.md) on\n" +
 			"--http-listen, routing each request to its node over NATS. It keeps no state of\n" +
 			"its own: run several, restart them at will.\n\n" +
 			"NATS: --nats URL connects to an existing server (or cluster); --nats-listen ADDR\n" +

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
@@ -106,6 +107,8 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var exitNote strings.Builder // printed last, after the stack's own logs
+	defer func() { fmt.Fprint(stderr, exitNote.String()) }()
 	var st stack
 	defer st.close()
 	auth, err := openAuthority(o.data)
@@ -192,7 +195,7 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	defer cancel()
 	c.Shutdown(sctx)
 	err = n.Close()
-	devExitNote(stderr, hc, o.data)
+	devExitNote(&exitNote, hc, o.data)
 	return err
 }
 

@@ -16,7 +16,7 @@ func policyCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "policy set FILE|show|rm",
 		Short: "Set, show or remove the guardrail policy",
-		Long: "The policy (DESIGN.md, Guardrails) is one YAML document kept in the\n" +
+		Long: "The policy (docs/guardrails.md) is one YAML document kept in the\n" +
 			"FLEETMUX_POLICY bucket: every node applies each new version within a second\n" +
 			"and decides every command by it before it runs (run, fan-out, typed lines);\n" +
 			"every decision names the version. Without a policy everything is allowed.\n" +

@@ -35,10 +35,12 @@ func cliRoot() *cobra.Command {
 		Short: "A terminal multiplexer for fleets of machines, built for AI agents",
 		Long: "fleetmux keeps persistent PTY sessions on many machines and gives each command\n" +
 			"back as one clean block: its output and its exit code.\n\n" +
-			"Client verbs talk to a controller's HTTP API (--addr, default $FLEETMUX_ADDR or\n" +
-			"http://127.0.0.1:7070; --token or $FLEETMUX_TOKEN): nodes, ls, new, run, send,\n" +
-			"keys, screen, blocks, block, wait, logs, attach, kill. --json prints the API's\n" +
-			"JSON. `fleetmux try` runs commands in a local session, without any server.",
+			"fleetmux dev starts everything on this machine (NATS, a controller, a node); then,\n" +
+			"from any directory: fleetmux new, fleetmux run NODE/ID -- CMD, fleetmux attach\n" +
+			"NODE/ID. Client verbs talk to a controller's HTTP API at --addr and --token, else\n" +
+			"$FLEETMUX_ADDR and $FLEETMUX_TOKEN, else the address and token fleetmux dev wrote\n" +
+			"to dev.json. --json prints the API's JSON. fleetmux mcp serves MCP over stdio for\n" +
+			"AI agents; fleetmux try runs commands in a local session, without any server.",
 		SilenceErrors: true, // report prints errors, once
 		SilenceUsage:  true,
 		Args: func(c *cobra.Command, args []string) error {
