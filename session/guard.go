@@ -3,6 +3,7 @@ package session
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
 	"fmt"
@@ -87,7 +88,10 @@ const (
 	// guardAnswerTimeout bounds how long an answer may wait for room in the socket.
 	guardAnswerTimeout = 5 * time.Second
 	// guardRecent is how many keys' verdicts are kept, so that the shell and its
-	// subshells asking about the same line get one decision.
+	// subshells asking about the same line get one decision. A verdict is kept with
+	// the line's text and reused only for that very text under that key: code the
+	// shell sources can ask about the next line numbers itself, and must not get
+	// an allow for "true" that the next real line would run on.
 	guardRecent = 8
 	// guardAwaitFor bounds how long the session waits for the shell to act on an
 	// answer (it takes milliseconds) before it trusts its prompt again.
@@ -254,10 +258,11 @@ type guard struct {
 	lapseArmed bool // lapse is set and its step has not started (counted in Session.wg)
 }
 
-// decided is a verdict kept for its key.
+// decided is a verdict kept for its key and the line's text (a hash of it).
 type decided struct {
-	key uint64
-	v   GuardVerdict
+	key  uint64
+	line [sha256.Size]byte
+	v    GuardVerdict
 }
 
 func newGuard(s *Session, conn *net.UnixConn, keep int, nonce string, decide func(context.Context, string) GuardVerdict) *guard {
@@ -476,8 +481,9 @@ func (g *guard) work() {
 // answer decides one request and answers it.
 func (g *guard) answer(req guardRequest) {
 	v, known := GuardVerdict{}, false
+	sum := sha256.Sum256([]byte(req.line))
 	for _, d := range g.recent {
-		if d.key == req.key && !req.unaccepted {
+		if d.key == req.key && d.line == sum && !req.unaccepted {
 			v, known = d.v, true
 		}
 	}
@@ -496,7 +502,7 @@ func (g *guard) answer(req guardRequest) {
 		}
 		cancel()
 		if !req.unaccepted {
-			g.recent = append(g.recent, decided{req.key, v})
+			g.recent = append(g.recent, decided{req.key, sum, v})
 			if len(g.recent) > guardRecent {
 				g.recent = g.recent[1:]
 			}
