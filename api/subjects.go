@@ -43,6 +43,13 @@ const (
 	StreamEvents = "FLEETMUX_EVENTS"
 	StreamAudit  = "FLEETMUX_AUDIT"
 
+	// BucketTokens, BucketPolicy and BucketApprovals are the JetStream key-value
+	// buckets every controller and node share: API tokens (hashed), the current
+	// policy, pending and decided approvals.
+	BucketTokens    = "FLEETMUX_TOKENS"
+	BucketPolicy    = "FLEETMUX_POLICY"
+	BucketApprovals = "FLEETMUX_APPROVALS"
+
 	// MaxChunk bounds the payload of one output message (well under NATS's 1 MB).
 	MaxChunk = 64 << 10
 )

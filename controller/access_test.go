@@ -216,7 +216,7 @@ func TestTokensTwoControllers(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn2.Close() })
-	kv2, err := transport.OpenKV(ctx, conn2.NC(), transport.BucketTokens, stack.Quiet())
+	kv2, err := transport.OpenKV(ctx, conn2.NC(), api.BucketTokens, stack.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}

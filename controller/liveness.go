@@ -25,7 +25,7 @@ import (
 
 // Presence is the second liveness signal: which nodes hold a NATS connection now,
 // named by their authenticated NATS identity, never by a name a client chose
-// (transport.Presence in production). Implementations are safe for concurrent use.
+// (presence.Watcher in production). Implementations are safe for concurrent use.
 type Presence interface {
 	// Watch calls fn with the set of nodes holding a NATS connection each time it
 	// changes, and with known false while it cannot be told. fn runs on the

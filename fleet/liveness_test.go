@@ -18,7 +18,7 @@ import (
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/testutil"
-	"github.com/fleetmux/fleetmux/transport"
+	"github.com/fleetmux/fleetmux/transport/gossip"
 )
 
 // Liveness from two signals (issue 18 part 3): a killed agent's in-flight request
@@ -302,13 +302,13 @@ func TestFleetFakeGossipMemberNeverAlive(t *testing.T) {
 	lf.f.eventually(30*time.Second, func() bool { return a.nodes()["n1"].Status == api.NodeAlive && a.serves("n1") }, "n1 alive and serving")
 	lf.f.eventually(10*time.Second, a.twoSignals, "the controller's liveness uses the NATS connections")
 
-	key, err := transport.ReadGossipKey(transport.GossipKeyPath(filepath.Join(lf.root, "ctl")))
+	key, err := gossip.ReadKey(gossip.KeyPath(filepath.Join(lf.root, "ctl")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	fake, err := transport.StartGossip(ctx, transport.GossipConfig{Name: "a-fake", SecretKey: key, Join: []string{lf.gossipIn},
+	fake, err := gossip.Start(ctx, gossip.Config{Name: "a-fake", SecretKey: key, Join: []string{lf.gossipIn},
 		Meta: api.NodeMeta{Name: "a-fake", Version: "dev", Proto: api.ProtocolVersion}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -15,7 +15,7 @@ import (
 func TestEnsureStreams(t *testing.T) {
 	srv := testutil.StartNATS(t, t.TempDir())
 	c := connected(t, srv.ClientURL())
-	ctx := ctxT(t, 20*time.Second)
+	ctx := testutil.Context(t, 20*time.Second)
 	for i := range 2 { // idempotent
 		if err := transport.EnsureStreams(ctx, c.NC(), "", transport.StreamLimits{}); err != nil {
 			t.Fatalf("ensure streams (%d): %v", i+1, err)
@@ -87,7 +87,7 @@ func TestEnsureStreams(t *testing.T) {
 func TestEnsureStreamsMovesAudit(t *testing.T) {
 	srv := testutil.StartNATS(t, t.TempDir())
 	c := connected(t, srv.ClientURL())
-	ctx := ctxT(t, 20*time.Second)
+	ctx := testutil.Context(t, 20*time.Second)
 	js, _ := jetstream.New(c.NC())
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: api.StreamEvents, Subjects: []string{"fleetmux.block.>", "fleetmux.event.>", "fleetmux.audit.>"}}); err != nil {
 		t.Fatal(err)
@@ -106,7 +106,7 @@ func TestEnsureStreamsMovesAudit(t *testing.T) {
 func TestEnsureStreamsCustomPrefix(t *testing.T) {
 	srv := testutil.StartNATS(t, t.TempDir())
 	c := connected(t, srv.ClientURL())
-	ctx := ctxT(t, 20*time.Second)
+	ctx := testutil.Context(t, 20*time.Second)
 	if err := transport.EnsureStreams(ctx, c.NC(), "acme.fm", transport.StreamLimits{}); err != nil {
 		t.Fatal(err)
 	}
@@ -124,14 +124,14 @@ func TestEnsureStreamsCustomPrefix(t *testing.T) {
 }
 
 func TestEnsureStreamsNoJetStream(t *testing.T) {
-	srv, err := transport.StartServer(transport.ServerConfig{Listen: "127.0.0.1:0", Logger: logger()})
+	srv, err := transport.StartServer(transport.ServerConfig{Listen: "127.0.0.1:0", Logger: testutil.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { testutil.StopNATS(t, srv) })
 	c := connected(t, srv.ClientURL())
 	start := time.Now()
-	err = transport.EnsureStreams(ctxT(t, 20*time.Second), c.NC(), "", transport.StreamLimits{})
+	err = transport.EnsureStreams(testutil.Context(t, 20*time.Second), c.NC(), "", transport.StreamLimits{})
 	if !errors.Is(err, transport.ErrNoJetStream) {
 		t.Fatalf("server without jetstream: %v", err)
 	}

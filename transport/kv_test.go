@@ -10,6 +10,7 @@ import (
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/fleetmux/fleetmux/transport"
+	"github.com/fleetmux/fleetmux/transport/natsauth"
 )
 
 // kvSeen is what a watch has delivered: key → value (absent: deleted).
@@ -38,18 +39,18 @@ func (s *kvSeen) get(key string) (string, bool) {
 // TestKVTwoControllers: two controllers, each with its own NATS identity, share
 // the tokens bucket: one creates and deletes, the other's watch sees both.
 func TestKVTwoControllers(t *testing.T) {
-	f := startAuthFleet(t)
-	ctx := ctxT(t, 20*time.Second)
-	c1, log1 := f.conn(transport.Identity{Kind: transport.KindController, Name: "c1"})
-	c2, log2 := f.conn(transport.Identity{Kind: transport.KindController, Name: "c2"})
-	kv1, err := transport.OpenKV(ctx, c1.NC(), transport.BucketTokens, logger())
+	f := testutil.StartAuthFleet(t)
+	ctx := testutil.Context(t, 20*time.Second)
+	c1, log1 := f.Conn(natsauth.Identity{Kind: natsauth.KindController, Name: "c1"})
+	c2, log2 := f.Conn(natsauth.Identity{Kind: natsauth.KindController, Name: "c2"})
+	kv1, err := transport.OpenKV(ctx, c1.NC(), api.BucketTokens, testutil.Logger())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := kv1.Create(ctx, "before", []byte("v0")); err != nil {
 		t.Fatal(err)
 	}
-	kv2, err := transport.OpenKV(ctx, c2.NC(), transport.BucketTokens, logger())
+	kv2, err := transport.OpenKV(ctx, c2.NC(), api.BucketTokens, testutil.Logger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,15 +88,15 @@ func TestKVTwoControllers(t *testing.T) {
 
 // TestKVNodeCannotWriteTokens: a node's identity cannot touch the tokens bucket.
 func TestKVNodeCannotWriteTokens(t *testing.T) {
-	f := startAuthFleet(t)
-	ctx := ctxT(t, 20*time.Second)
-	c, _ := f.conn(transport.Identity{Kind: transport.KindController, Name: "c1"})
-	if _, err := transport.OpenKV(ctx, c.NC(), transport.BucketTokens, logger()); err != nil {
+	f := testutil.StartAuthFleet(t)
+	ctx := testutil.Context(t, 20*time.Second)
+	c, _ := f.Conn(natsauth.Identity{Kind: natsauth.KindController, Name: "c1"})
+	if _, err := transport.OpenKV(ctx, c.NC(), api.BucketTokens, testutil.Logger()); err != nil {
 		t.Fatal(err)
 	}
-	n, _ := f.conn(transport.Identity{Kind: transport.KindNode, Name: "n1"})
-	short := ctxT(t, 2*time.Second)
-	if kv, err := transport.OpenKV(short, n.NC(), transport.BucketTokens, logger()); err == nil {
+	n, _ := f.Conn(natsauth.Identity{Kind: natsauth.KindNode, Name: "n1"})
+	short := testutil.Context(t, 2*time.Second)
+	if kv, err := transport.OpenKV(short, n.NC(), api.BucketTokens, testutil.Logger()); err == nil {
 		if err := kv.Create(short, "evil", []byte("x")); err == nil {
 			t.Fatal("a node created a token")
 		}

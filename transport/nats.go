@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/transport/natsauth"
 	"github.com/nats-io/nats.go"
 )
 
@@ -31,11 +32,11 @@ type NATSConfig struct {
 	// loopback is reached over TLS only: that needs a CA (from Creds, CredsFile or
 	// CAFile) or a tls:// URL (verified against the system's roots).
 	URL string
-	// Creds are the user's credentials (Authority.Issue). At most one of Creds and
+	// Creds are the user's credentials (natsauth.Authority.Issue). At most one of Creds and
 	// CredsFile may be set. Their CA, if any, verifies the server (and then TLS is
-	// required), and their inbox prefix (Identity.Inbox) becomes the connection's.
-	Creds *Creds
-	// CredsFile is a .creds file (ReadCreds), read once by Connect.
+	// required), and their inbox prefix (natsauth.Identity.Inbox) becomes the connection's.
+	Creds *natsauth.Creds
+	// CredsFile is a .creds file (natsauth.ReadCreds), read once by Connect.
 	CredsFile string
 	// CAFile is a PEM file of root CAs that verify the server's TLS certificate
 	// (instead of the CA in the credentials); setting it requires TLS.
@@ -116,7 +117,7 @@ func (cfg NATSConfig) options() ([]nats.Option, error) {
 	}
 	creds := cfg.Creds
 	if cfg.CredsFile != "" {
-		c, err := ReadCreds(cfg.CredsFile)
+		c, err := natsauth.ReadCreds(cfg.CredsFile)
 		if err != nil {
 			return nil, err
 		}
@@ -129,7 +130,7 @@ func (cfg NATSConfig) options() ([]nats.Option, error) {
 			return nil, err
 		}
 		opts = append(opts, nats.UserJWTAndSeed(creds.JWT, string(creds.Seed)))
-		if inbox := InboxOf(uc.Permissions); inbox != "" {
+		if inbox := natsauth.InboxOf(uc.Permissions); inbox != "" {
 			opts = append(opts, nats.CustomInboxPrefix(inbox))
 		}
 		ca = creds.CA
@@ -144,7 +145,7 @@ func (cfg NATSConfig) options() ([]nats.Option, error) {
 	if len(ca) > 0 || cfg.CertFile != "" {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12}
 		if len(ca) > 0 {
-			pool, err := certPool(ca)
+			pool, err := natsauth.CertPool(ca)
 			if err != nil {
 				return nil, fmt.Errorf("%w: nats ca: %w", ErrConfig, err)
 			}
@@ -192,7 +193,7 @@ type Conn struct {
 	closing  bool
 	nextSvc  int
 	services map[int]func() error // stop functions of running Serve calls
-	hooks    map[int]func()       // onReconnect hooks; they never block
+	hooks    map[int]func()       // OnReconnect hooks; they never block
 
 	// Until the first connection, nats.go refuses messages with headers (it does
 	// not know yet whether the server supports them), so Publish keeps them here
@@ -309,10 +310,10 @@ func (c *Conn) runHooks() {
 	}
 }
 
-// onReconnect registers f to be called after each reconnect (and after a first
+// OnReconnect registers f to be called after each reconnect (and after a first
 // connect made in the background), on nats.go's callback goroutine (f must not
 // block); remove unregisters it.
-func (c *Conn) onReconnect(f func()) (remove func()) {
+func (c *Conn) OnReconnect(f func()) (remove func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.hooks == nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/fleetmux/fleetmux/transport"
+	"github.com/fleetmux/fleetmux/transport/natsauth"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -62,7 +62,7 @@ func TestPublishSubscribeWithHeaders(t *testing.T) {
 func TestReconnectBuffersWhileDown(t *testing.T) {
 	srv := testutil.StartNATS(t, t.TempDir())
 	c := connected(t, srv.ClientURL())
-	if err := transport.EnsureStreams(ctxT(t, 10*time.Second), c.NC(), "", transport.StreamLimits{}); err != nil {
+	if err := transport.EnsureStreams(testutil.Context(t, 10*time.Second), c.NC(), "", transport.StreamLimits{}); err != nil {
 		t.Fatal(err)
 	}
 	// The publisher's own subscription is sent again on reconnect, before the
@@ -92,7 +92,7 @@ func TestReconnectBuffersWhileDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 5*time.Second, func() bool {
-		s, err := js.Stream(ctxT(t, time.Second), api.StreamOut)
+		s, err := js.Stream(testutil.Context(t, time.Second), api.StreamOut)
 		return err == nil && s.CachedInfo().State.Msgs == 10
 	}, "the stream stores the first messages")
 
@@ -128,7 +128,7 @@ func TestReconnectBuffersWhileDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := ctxT(t, 10*time.Second)
+	ctx := testutil.Context(t, 10*time.Second)
 	cons, err := js.OrderedConsumer(ctx, api.StreamOut, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -162,7 +162,7 @@ func TestReconnectBuffersWhileDown(t *testing.T) {
 // TestConnectWhileServerDown: Connect returns a connection that is not connected yet,
 // buffers, and connects once a server starts.
 func TestConnectWhileServerDown(t *testing.T) {
-	addr := freePort(t)
+	addr := testutil.FreeAddr(t)
 	c := connect(t, "nats://"+addr)
 	if c.Connected() {
 		t.Fatal("connected with no server")
@@ -185,7 +185,7 @@ func TestConnectWhileServerDown(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("serve while down: %v", err)
 	}
-	srv, err := transport.StartServer(transport.ServerConfig{Listen: addr, Logger: logger()})
+	srv, err := transport.StartServer(transport.ServerConfig{Listen: addr, Logger: testutil.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,14 +199,14 @@ func TestConnectWhileServerDown(t *testing.T) {
 		t.Fatalf("got %q %v", m.Data, m.Header)
 	}
 	other := connected(t, srv.ClientURL())
-	reply, err := other.Request(ctxT(t, 5*time.Second), "fleetmux.rpc.early.ping", map[string]string{"k": "v"}, []byte("x"))
+	reply, err := other.Request(testutil.Context(t, 5*time.Second), "fleetmux.rpc.early.ping", map[string]string{"k": "v"}, []byte("x"))
 	if err != nil || string(reply) != "v:x" {
 		t.Fatalf("request to a service started while down: %q %v", reply, err)
 	}
 }
 
 func TestPublishFailsWhenBufferFull(t *testing.T) {
-	c, err := transport.Connect(ctxT(t, 5*time.Second), transport.NATSConfig{URL: "nats://" + freePort(t), ReconnectBufSize: 1024, Logger: logger()})
+	c, err := transport.Connect(testutil.Context(t, 5*time.Second), transport.NATSConfig{URL: "nats://" + testutil.FreeAddr(t), ReconnectBufSize: 1024, Logger: testutil.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,25 +243,13 @@ func TestConnCloseIdempotent(t *testing.T) {
 func TestConnectConfigErrors(t *testing.T) {
 	for name, cfg := range map[string]transport.NATSConfig{
 		"cert without key":     {CertFile: "c.pem"},
-		"creds and creds file": {Creds: &transport.Creds{}, CredsFile: "x.creds"},
+		"creds and creds file": {Creds: &natsauth.Creds{}, CredsFile: "x.creds"},
 		"bad url":              {URL: "nats://[::1"},
 	} {
-		if _, err := transport.Connect(ctxT(t, time.Second), cfg); !errors.Is(err, transport.ErrConfig) {
+		if _, err := transport.Connect(testutil.Context(t, time.Second), cfg); !errors.Is(err, transport.ErrConfig) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-}
-
-// freePort returns a loopback address nothing listens on (anymore).
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
 }
 
 func indexOf(s []string, v string) int {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fleetmux/fleetmux/api"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -31,13 +32,13 @@ type Policy struct {
 // NewPolicy is the policy store of a controller: binding (on first use) creates
 // the bucket when it does not exist.
 func NewPolicy(nc *nats.Conn, log *slog.Logger) *Policy {
-	return &Policy{kv: NewKV(nc, BucketPolicy, log)}
+	return &Policy{kv: NewKV(nc, api.BucketPolicy, log)}
 }
 
 // NewPolicyReader is the policy of a node: it only reads, and a bucket that does
 // not exist yet means no policy until one is created.
 func NewPolicyReader(nc *nats.Conn, log *slog.Logger) *Policy {
-	return &Policy{kv: NewKVReader(nc, BucketPolicy, log)}
+	return &Policy{kv: NewKVReader(nc, api.BucketPolicy, log)}
 }
 
 // Get returns the stored document and its revision; nil and 0 when none is set.
@@ -129,7 +130,7 @@ func (p *Policy) Watch(ctx context.Context, fn func(doc []byte, revision uint64)
 				return
 			}
 			if !errors.Is(err, ErrNoBucket) && wctx.Err() == nil {
-				p.kv.log.Warn("policy bucket not readable: trying again", "bucket", BucketPolicy, "err", err)
+				p.kv.log.Warn("policy bucket not readable: trying again", "bucket", api.BucketPolicy, "err", err)
 			}
 		}
 	}()

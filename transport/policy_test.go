@@ -8,6 +8,7 @@ import (
 
 	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/fleetmux/fleetmux/transport"
+	"github.com/fleetmux/fleetmux/transport/natsauth"
 )
 
 // policySeen is what a policy watch has delivered, in order.
@@ -37,10 +38,10 @@ func (s *policySeen) last() (string, uint64, int) {
 // policy bucket), watches the policy before any controller created the bucket, then
 // sees each version a controller stores, with its revision, and the deletion.
 func TestPolicyNodeWatch(t *testing.T) {
-	f := startAuthFleet(t)
-	ctx := ctxT(t, 30*time.Second)
-	node, nodeLog := f.conn(transport.Identity{Kind: transport.KindNode, Name: "a"})
-	reader := transport.NewPolicyReader(node.NC(), logger())
+	f := testutil.StartAuthFleet(t)
+	ctx := testutil.Context(t, 30*time.Second)
+	node, nodeLog := f.Conn(natsauth.Identity{Kind: natsauth.KindNode, Name: "a"})
+	reader := transport.NewPolicyReader(node.NC(), testutil.Logger())
 	if doc, rev, err := reader.Get(ctx); err != nil || doc != nil || rev != 0 {
 		t.Fatalf("Get before the bucket exists = %q, %d, %v; want none", doc, rev, err)
 	}
@@ -54,8 +55,8 @@ func TestPolicyNodeWatch(t *testing.T) {
 		t.Fatalf("first delivery %q (%d deliveries), want none at once", doc, n)
 	}
 
-	ctl, ctlLog := f.conn(transport.Identity{Kind: transport.KindController, Name: "c"})
-	store := transport.NewPolicy(ctl.NC(), logger())
+	ctl, ctlLog := f.Conn(natsauth.Identity{Kind: natsauth.KindController, Name: "c"})
+	store := transport.NewPolicy(ctl.NC(), testutil.Logger())
 	rev1, err := store.Put(ctx, []byte("version: 1\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +89,7 @@ func TestPolicyNodeWatch(t *testing.T) {
 		t.Fatalf("permission errors while reading the policy:\n%s\n%s", nodeLog, ctlLog)
 	}
 	// The node may not write the policy.
-	if _, err := transport.NewPolicyReader(node.NC(), logger()).Put(ctxT(t, 3*time.Second), []byte("rules: []")); err == nil {
+	if _, err := transport.NewPolicyReader(node.NC(), testutil.Logger()).Put(testutil.Context(t, 3*time.Second), []byte("rules: []")); err == nil {
 		t.Fatal("a node stored a policy")
 	}
 }

@@ -85,7 +85,7 @@ func serveTest(t *testing.T) (client *transport.Conn, stop func() error, b *bloc
 
 func TestServeRoundTrip(t *testing.T) {
 	client, _, _ := serveTest(t)
-	got, err := client.Request(ctxT(t, 5*time.Second), api.Subjects{}.RPC("n1", "echo"), map[string]string{api.HeaderActor: "alice"}, []byte("hi"))
+	got, err := client.Request(testutil.Context(t, 5*time.Second), api.Subjects{}.RPC("n1", "echo"), map[string]string{api.HeaderActor: "alice"}, []byte("hi"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestServeRoundTrip(t *testing.T) {
 		t.Fatalf("reply %q", got)
 	}
 	// The micro framework makes the service discoverable.
-	info, err := client.Request(ctxT(t, 5*time.Second), "$SRV.INFO."+api.ServiceName, nil, nil)
+	info, err := client.Request(testutil.Context(t, 5*time.Second), "$SRV.INFO."+api.ServiceName, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestServeRoundTrip(t *testing.T) {
 
 func TestServeHandlerPanicIsAnError(t *testing.T) {
 	client, _, _ := serveTest(t)
-	got, err := client.Request(ctxT(t, 5*time.Second), api.Subjects{}.RPC("n1", "panic"), nil, nil)
+	got, err := client.Request(testutil.Context(t, 5*time.Second), api.Subjects{}.RPC("n1", "panic"), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestServeBlockingHandlerDoesNotBlockOthers(t *testing.T) {
 		blocked <- err
 	}()
 	testutil.Eventually(t, 5*time.Second, func() bool { return b.entered.Load() == 1 }, "block handler running")
-	got, err := client.Request(ctxT(t, 5*time.Second), api.Subjects{}.RPC("n1", "echo"), nil, []byte("x"))
+	got, err := client.Request(testutil.Context(t, 5*time.Second), api.Subjects{}.RPC("n1", "echo"), nil, []byte("x"))
 	if err != nil || string(got) != "echo::x" {
 		t.Fatalf("echo while another handler blocks: %q %v", got, err)
 	}
@@ -146,7 +146,7 @@ func TestServeBusyBeyondMaxInFlight(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			reply, err := client.Request(ctxT(t, 30*time.Second), api.Subjects{}.RPC("n1", "block"), nil, nil)
+			reply, err := client.Request(testutil.Context(t, 30*time.Second), api.Subjects{}.RPC("n1", "block"), nil, nil)
 			if err == nil && string(reply) != "released" {
 				err = fmt.Errorf("reply %q", reply)
 			}
@@ -156,7 +156,7 @@ func TestServeBusyBeyondMaxInFlight(t *testing.T) {
 		}()
 	}
 	testutil.Eventually(t, 20*time.Second, func() bool { return b.entered.Load() == transport.MaxInFlight }, "%d handlers running (now %d)", transport.MaxInFlight, b.entered.Load())
-	got, err := client.Request(ctxT(t, 5*time.Second), api.Subjects{}.RPC("n1", "echo"), nil, nil)
+	got, err := client.Request(testutil.Context(t, 5*time.Second), api.Subjects{}.RPC("n1", "echo"), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestServeBusyBeyondMaxInFlight(t *testing.T) {
 		t.Error(err)
 	}
 	// Capacity is back.
-	got, err = client.Request(ctxT(t, 5*time.Second), api.Subjects{}.RPC("n1", "echo"), nil, []byte("y"))
+	got, err = client.Request(testutil.Context(t, 5*time.Second), api.Subjects{}.RPC("n1", "echo"), nil, []byte("y"))
 	if err != nil || string(got) != "echo::y" {
 		t.Fatalf("after release: %q %v", got, err)
 	}
@@ -180,7 +180,7 @@ func TestServeStopCancelsAndWaits(t *testing.T) {
 	client, stop, b := serveTest(t)
 	replies := make(chan string, 1)
 	go func() {
-		reply, err := client.Request(ctxT(t, 10*time.Second), api.Subjects{}.RPC("n1", "block"), nil, nil)
+		reply, err := client.Request(testutil.Context(t, 10*time.Second), api.Subjects{}.RPC("n1", "block"), nil, nil)
 		if err != nil {
 			reply = []byte(err.Error())
 		}
@@ -200,7 +200,7 @@ func TestServeStopCancelsAndWaits(t *testing.T) {
 		t.Fatalf("second stop: %v", err)
 	}
 	testutil.Eventually(t, 5*time.Second, func() bool {
-		_, err := client.Request(ctxT(t, time.Second), api.Subjects{}.RPC("n1", "echo"), nil, nil)
+		_, err := client.Request(testutil.Context(t, time.Second), api.Subjects{}.RPC("n1", "echo"), nil, nil)
 		return errors.Is(err, nats.ErrNoResponders)
 	}, "no responders after stop")
 }
@@ -224,7 +224,7 @@ func TestConnCloseStopsServices(t *testing.T) {
 	if err := server.NC().Flush(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { _, _ = client.Request(ctxT(t, 5*time.Second), "fleetmux.rpc.n2.block", nil, nil) }()
+	go func() { _, _ = client.Request(testutil.Context(t, 5*time.Second), "fleetmux.rpc.n2.block", nil, nil) }()
 	<-entered
 	if err := server.Close(); err != nil {
 		t.Fatal(err)
@@ -258,7 +258,7 @@ func TestServeReusesWorkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 50 {
-		if _, err := client.Request(ctxT(t, 5*time.Second), "fleetmux.rpc.n4.g", nil, nil); err != nil {
+		if _, err := client.Request(testutil.Context(t, 5*time.Second), "fleetmux.rpc.n4.g", nil, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -304,7 +304,7 @@ func TestServeVersion(t *testing.T) {
 		t.Fatalf("version dev: %v", err)
 	}
 	defer stop()
-	info, err := c.Request(ctxT(t, 5*time.Second), "$SRV.INFO."+api.ServiceName, nil, nil)
+	info, err := c.Request(testutil.Context(t, 5*time.Second), "$SRV.INFO."+api.ServiceName, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +348,7 @@ func TestServeLongVerbsLeaveRoom(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			reply, err := client.Request(ctxT(t, 30*time.Second), api.Subjects{}.RPC("n1", "wait"), nil, nil)
+			reply, err := client.Request(testutil.Context(t, 30*time.Second), api.Subjects{}.RPC("n1", "wait"), nil, nil)
 			switch {
 			case err != nil:
 				errs <- err
@@ -364,7 +364,7 @@ func TestServeLongVerbsLeaveRoom(t *testing.T) {
 		return b.entered.Load() == transport.MaxLongInFlight && busy.Load() == extra
 	}, "%d long handlers running and %d refused busy", transport.MaxLongInFlight, extra)
 	for i := range 10 {
-		got, err := client.Request(ctxT(t, 5*time.Second), api.Subjects{}.RPC("n1", "echo"), nil, []byte("x"))
+		got, err := client.Request(testutil.Context(t, 5*time.Second), api.Subjects{}.RPC("n1", "echo"), nil, []byte("x"))
 		if err != nil || string(got) != "echo::x" {
 			t.Fatalf("short request %d while the long ones wait: %q %v", i, got, err)
 		}
@@ -396,7 +396,7 @@ func TestServeCancelReachesHandler(t *testing.T) {
 	testutil.Eventually(t, 5*time.Second, func() bool { return b.done.Load() == 1 }, "the handler to end when its caller left")
 	// A short verb has no cancel subject; a request that ends normally leaves no
 	// cancel behind.
-	if got, err := client.Request(ctxT(t, 5*time.Second), api.Subjects{}.RPC("n1", "echo"), nil, []byte("z")); err != nil || string(got) != "echo::z" {
+	if got, err := client.Request(testutil.Context(t, 5*time.Second), api.Subjects{}.RPC("n1", "echo"), nil, []byte("z")); err != nil || string(got) != "echo::z" {
 		t.Fatalf("echo: %q %v", got, err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/transport/natsauth"
 	"github.com/nats-io/nats-server/v2/server"
 )
 
@@ -37,7 +38,7 @@ type ServerConfig struct {
 	// token and user/password clients are refused. The server then speaks TLS only,
 	// with a certificate issued from Auth's CA at start (for TLSHosts, the listen and
 	// cluster hosts, localhost and loopback), and routes use mutual TLS with it.
-	Auth *Authority
+	Auth *natsauth.Authority
 	// TLSHosts are more names or addresses the server's certificate carries (the
 	// names clients use to reach it, e.g. a DNS name).
 	TLSHosts []string
@@ -200,7 +201,7 @@ func (cfg ServerConfig) serverOptions() (*server.Options, error) {
 		}
 	}
 	if cfg.Auth != nil {
-		if err := cfg.Auth.configure(opts, append(slices.Clone(cfg.TLSHosts), host, chost)); err != nil {
+		if err := cfg.Auth.Configure(opts, append(slices.Clone(cfg.TLSHosts), host, chost)); err != nil {
 			return nil, err
 		}
 	}

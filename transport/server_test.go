@@ -14,12 +14,12 @@ import (
 
 func TestServerRefusesNonLoopbackWithoutAuth(t *testing.T) {
 	for _, listen := range []string{"0.0.0.0:0", ":0", "[::]:0", "192.0.2.1:4222"} {
-		_, err := transport.StartServer(transport.ServerConfig{Listen: listen, Logger: logger()})
+		_, err := transport.StartServer(transport.ServerConfig{Listen: listen, Logger: testutil.Logger()})
 		if !errors.Is(err, transport.ErrInsecure) {
 			t.Errorf("listen %s without auth: %v", listen, err)
 		}
 	}
-	_, err := transport.StartServer(transport.ServerConfig{Listen: "127.0.0.1:0", ClusterListen: "0.0.0.0:0", Logger: logger()})
+	_, err := transport.StartServer(transport.ServerConfig{Listen: "127.0.0.1:0", ClusterListen: "0.0.0.0:0", Logger: testutil.Logger()})
 	if !errors.Is(err, transport.ErrInsecure) {
 		t.Errorf("cluster listen beyond loopback without auth: %v", err)
 	}
@@ -34,7 +34,7 @@ func TestServerConfigErrors(t *testing.T) {
 		"clustered js no name": {Listen: "127.0.0.1:0", JetStream: true, DataDir: t.TempDir(),
 			ClusterListen: "127.0.0.1:0", Routes: []string{"nats://127.0.0.1:6222"}},
 	} {
-		cfg.Logger = logger()
+		cfg.Logger = testutil.Logger()
 		if _, err := transport.StartServer(cfg); !errors.Is(err, transport.ErrConfig) {
 			t.Errorf("%s: %v", name, err)
 		}
@@ -48,7 +48,7 @@ func TestServerPortInUseFailsFast(t *testing.T) {
 	}
 	defer l.Close()
 	start := time.Now()
-	_, err = transport.StartServer(transport.ServerConfig{Listen: l.Addr().String(), Logger: logger()})
+	_, err = transport.StartServer(transport.ServerConfig{Listen: l.Addr().String(), Logger: testutil.Logger()})
 	if !errors.Is(err, transport.ErrNotReady) {
 		t.Fatalf("port in use: %v", err)
 	}

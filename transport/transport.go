@@ -1,20 +1,19 @@
-// Package transport holds the concrete network plumbing of fleetmux: the NATS client
-// (Connect, *Conn: publishing, the node API as a NATS micro service, requests), an
-// embedded nats-server (StartServer), JetStream stream setup (EnsureStreams), the
-// fleet's NATS identities (Authority: operator, account and user JWTs with the
-// permissions of Identity, a TLS CA; Creds: .creds files), which nodes hold a NATS
-// connection (Presence: connect/disconnect advisories) and a memberlist adapter
-// for gossip (StartGossip).
+// Package transport is fleetmux's NATS plumbing: the client (Connect, *Conn:
+// publishing, subscribing, the node API as a NATS micro service, requests), an
+// embedded nats-server (StartServer), JetStream streams (EnsureStreams) and
+// key-value buckets (KV, Policy). The fleet's NATS identities are in
+// transport/natsauth, which nodes hold a connection in transport/presence, and
+// gossip (memberlist) in transport/gossip.
 //
-// node and controller never import this package: they define small interfaces (a bus,
-// a gossip) that *Conn and *Gossip satisfy, and cmd/fleetmux wires them together.
+// node and controller never import this package: they define small interfaces (a
+// bus, a policy store) that its values satisfy, and cmd/fleetmux wires them in.
 //
 // Conventions: everything listens on loopback unless configured otherwise, and a
 // listener beyond loopback requires authentication (the fleet's NATS authority, with
-// TLS; a gossip encryption key) or its constructor fails with ErrInsecure, and so
-// does a plain-text NATS connection beyond loopback. Callbacks from the
-// NATS client and from memberlist never block: they hand work to goroutines owned by
-// the value that registered them, and Close/Shutdown waits for those goroutines.
+// TLS) or its constructor fails with ErrInsecure, and so does a plain-text NATS
+// connection beyond loopback. Callbacks from the NATS client never block: they hand
+// work to goroutines owned by the value that registered them, and Close/Shutdown
+// waits for those goroutines.
 package transport
 
 import (
@@ -32,10 +31,6 @@ var (
 	ErrClosed = errors.New("transport: closed")
 	// ErrNoJetStream: the NATS server has no JetStream.
 	ErrNoJetStream = errors.New("transport: the nats server has no jetstream")
-	// ErrMetaTooLarge: gossip metadata over MaxMetaSize bytes.
-	ErrMetaTooLarge = errors.New("transport: gossip metadata too large")
-	// ErrJoin: no gossip seed could be joined.
-	ErrJoin = errors.New("transport: gossip join failed")
 	// ErrNotReady: the embedded server did not become ready in time.
 	ErrNotReady = errors.New("transport: nats server not ready")
 )

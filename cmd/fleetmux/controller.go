@@ -16,6 +16,9 @@ import (
 	"github.com/fleetmux/fleetmux/internal/datadir"
 	"github.com/fleetmux/fleetmux/sshd"
 	"github.com/fleetmux/fleetmux/transport"
+	"github.com/fleetmux/fleetmux/transport/gossip"
+	"github.com/fleetmux/fleetmux/transport/natsauth"
+	"github.com/fleetmux/fleetmux/transport/presence"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -155,7 +158,7 @@ func (o *controllerOptions) run(ctx context.Context, stdout, stderr io.Writer) e
 	defer st.close()
 	url := o.natsURL
 	natsCfg := transport.NATSConfig{CredsFile: o.natsCreds, CAFile: o.natsCA, Name: "fleetmux-controller " + o.name, Logger: log}
-	var auth *transport.Authority
+	var auth *natsauth.Authority
 	if url == "" {
 		var err error
 		if auth, err = openAuthority(o.data); err != nil {
@@ -178,17 +181,17 @@ func (o *controllerOptions) run(ctx context.Context, stdout, stderr io.Writer) e
 			return err
 		}
 		url = srv.ClientURL()
-		fmt.Fprintf(stderr, "embedded NATS at %s (TLS; CA %s)\n", url, filepath.Join(o.data, transport.AuthorityDir, transport.CACertFile))
+		fmt.Fprintf(stderr, "embedded NATS at %s (TLS; CA %s)\n", url, filepath.Join(o.data, natsauth.AuthorityDir, natsauth.CACertFile))
 	} else if o.natsCreds == "" {
 		// A controller may run where its fleet's authority lives, without a .creds file.
-		a, err := transport.LoadAuthority(o.data)
+		a, err := natsauth.LoadAuthority(o.data)
 		if err != nil {
 			return usageError("--nats needs --nats-creds FILE (fleetmux enroll controller %s) or the fleet's authority in --data: %v", o.name, err)
 		}
 		auth = a
 	}
 	if o.natsCreds == "" {
-		creds, err := auth.Issue(transport.Identity{Kind: transport.KindController, Name: o.name, Prefix: o.prefix})
+		creds, err := auth.Issue(natsauth.Identity{Kind: natsauth.KindController, Name: o.name, Prefix: o.prefix})
 		if err != nil {
 			return err
 		}
@@ -235,12 +238,12 @@ func (o *controllerOptions) run(ctx context.Context, stdout, stderr io.Writer) e
 
 // startController starts a controller on conn in the gossip cluster; its shutdown
 // is registered on st.
-func startController(ctx context.Context, st *stack, conn *transport.Conn, cfg controller.Config, g gossipOptions) (*controller.Controller, *transport.Gossip, error) {
+func startController(ctx context.Context, st *stack, conn *transport.Conn, cfg controller.Config, g gossipOptions) (*controller.Controller, *gossip.Gossip, error) {
 	cfg.Bus, cfg.Version = conn, buildVersion()
 	// Node liveness from gossip and the nodes' NATS connections (advisories and the
 	// account's connection list): a killed agent is seen at once, a starved one
 	// is never dead, and a gossip member no node identity backs is never alive.
-	cfg.Presence = transport.NewPresence(conn, transport.PresenceConfig{Logger: cfg.Logger})
+	cfg.Presence = presence.New(conn, presence.Config{Logger: cfg.Logger})
 	c, err := controller.New(cfg)
 	if err != nil {
 		return nil, nil, err
@@ -286,7 +289,7 @@ func sshExec(c *controller.Controller) sshd.Exec {
 // openTokens is the FLEETMUX_TOKENS bucket of a controller: bound (created when
 // missing) when the controller starts, after its gossip listens.
 func openTokens(conn *transport.Conn, log *slog.Logger) *transport.KV {
-	return transport.NewKV(conn.NC(), transport.BucketTokens, log)
+	return transport.NewKV(conn.NC(), api.BucketTokens, log)
 }
 
 // startSSH starts the SSH front door unless it is off or there are no authorized

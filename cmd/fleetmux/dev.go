@@ -14,6 +14,7 @@ import (
 	"github.com/fleetmux/fleetmux/internal/datadir"
 	"github.com/fleetmux/fleetmux/node"
 	"github.com/fleetmux/fleetmux/transport"
+	"github.com/fleetmux/fleetmux/transport/gossip"
 	"github.com/spf13/cobra"
 )
 
@@ -98,7 +99,7 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err := datadir.Ensure(o.data); err != nil {
 		return err
 	}
-	gkey, err := transport.EnsureGossipKey(o.data) // made once, kept (0600)
+	gkey, err := gossip.EnsureKey(o.data) // made once, kept (0600)
 	if err != nil {
 		return err
 	}

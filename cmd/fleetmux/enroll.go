@@ -11,13 +11,14 @@ import (
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/datadir"
-	"github.com/fleetmux/fleetmux/transport"
+	"github.com/fleetmux/fleetmux/transport/gossip"
+	"github.com/fleetmux/fleetmux/transport/natsauth"
 	"github.com/fleetmux/fleetmux/trust"
 	"github.com/spf13/cobra"
 )
 
 // `fleetmux controller init` and `fleetmux enroll`: the fleet's NATS authority and
-// the credentials of each process (transport.Authority does the work).
+// the credentials of each process (natsauth.Authority does the work).
 
 func controllerInitCmd() *cobra.Command {
 	var data string
@@ -36,22 +37,22 @@ func controllerInitCmd() *cobra.Command {
 			if err := datadir.Ensure(data); err != nil {
 				return err
 			}
-			a, err := transport.InitAuthority(data, force)
+			a, err := natsauth.InitAuthority(data, force)
 			if err != nil {
 				return err
 			}
 			// The fleet root that certifies the controllers' signing keys (kept when
 			// it exists: nodes trust it).
-			keys := filepath.Join(data, transport.AuthorityDir)
+			keys := filepath.Join(data, natsauth.AuthorityDir)
 			if _, err := trust.InitRoot(keys); err != nil {
 				return err
 			}
 			// The gossip key (kept when it exists: the members use it).
-			if _, err := transport.EnsureGossipKey(data); err != nil {
+			if _, err := gossip.EnsureKey(data); err != nil {
 				return err
 			}
 			fmt.Fprintf(c.OutOrStdout(), "fleet authority created in %s\n  NATS account %s\n  NATS CA      %s\n  fleet root   %s\n  gossip key   %s\nnext: fleetmux enroll node|controller|subscriber NAME --data %s\n",
-				keys, a.Account(), filepath.Join(keys, transport.CACertFile), filepath.Join(keys, trust.RootPubFile), transport.GossipKeyPath(data), data)
+				keys, a.Account(), filepath.Join(keys, natsauth.CACertFile), filepath.Join(keys, trust.RootPubFile), gossip.KeyPath(data), data)
 			return nil
 		},
 	}
@@ -104,11 +105,11 @@ func enrollCmd() *cobra.Command {
 }
 
 func (o *enrollOptions) run(kind, name string, stdout io.Writer) error {
-	id := transport.Identity{Kind: kind, Name: name, Nodes: o.nodes, Prefix: o.prefix}
+	id := natsauth.Identity{Kind: kind, Name: name, Nodes: o.nodes, Prefix: o.prefix}
 	if err := id.Validate(); err != nil {
 		return usageError("%v", err)
 	}
-	a, err := transport.LoadAuthority(o.data)
+	a, err := natsauth.LoadAuthority(o.data)
 	if err != nil {
 		return err
 	}
@@ -120,14 +121,14 @@ func (o *enrollOptions) run(kind, name string, stdout io.Writer) error {
 	if out == "" {
 		out = kind + "-" + name + ".creds"
 	}
-	if err := transport.WriteCreds(out, creds); err != nil {
+	if err := natsauth.WriteCreds(out, creds); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "wrote %s (%s %s; keep it secret: it is this identity)\n", out, kind, name)
-	keys := filepath.Join(o.data, transport.AuthorityDir)
+	keys := filepath.Join(o.data, natsauth.AuthorityDir)
 	bundle := strings.TrimSuffix(out, ".creds") + ".keys"
 	switch kind {
-	case transport.KindNode:
+	case natsauth.KindNode:
 		pub, err := trust.ReadPublicKey(filepath.Join(keys, trust.RootPubFile))
 		if err != nil {
 			return fmt.Errorf("the fleet root's public key: %w (run fleetmux controller init)", err)
@@ -140,26 +141,26 @@ func (o *enrollOptions) run(kind, name string, stdout io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "wrote %s (the fleet root the node trusts: install it as the node's DIR/keys/%s or give --trust-root)\n",
 			filepath.Join(bundle, trust.RootPubFile), trust.RootPubFile)
-	case transport.KindController:
+	case natsauth.KindController:
 		if err := trust.EnrollController(keys, bundle, name, 0); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "wrote %s and %s (its request-signing key and certificate: install them in the controller's DIR/keys/)\n",
 			filepath.Join(bundle, trust.ControllerKeyFile), filepath.Join(bundle, trust.ControllerCertFile))
 	}
-	if kind == transport.KindNode || kind == transport.KindController {
+	if kind == natsauth.KindNode || kind == natsauth.KindController {
 		// Gossip's key, in a file (never a flag): install it as DIR/keys/gossip.key
 		// or give --gossip-key-file.
-		gkey, err := transport.ReadGossipKey(transport.GossipKeyPath(o.data))
+		gkey, err := gossip.ReadKey(gossip.KeyPath(o.data))
 		if err != nil {
 			return fmt.Errorf("%w (run fleetmux controller init)", err)
 		}
-		gpath := filepath.Join(bundle, transport.GossipKeyFile)
+		gpath := filepath.Join(bundle, gossip.KeyFile)
 		_ = os.Remove(gpath) // a new enrollment replaces what the last one wrote
-		if err := transport.WriteGossipKey(gpath, gkey); err != nil {
+		if err := gossip.WriteKey(gpath, gkey); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "wrote %s (the gossip key, 0600: install it as DIR/keys/%s or give --gossip-key-file)\n", gpath, transport.GossipKeyFile)
+		fmt.Fprintf(stdout, "wrote %s (the gossip key, 0600: install it as DIR/keys/%s or give --gossip-key-file)\n", gpath, gossip.KeyFile)
 	}
 	if !o.printJWT {
 		return nil
@@ -187,23 +188,23 @@ func (o *enrollOptions) run(kind, name string, stdout io.Writer) error {
 // devCreds issues the identities of a one-machine setup (fleetmux dev, a node with
 // its own embedded server) and writes them to data/creds/{node,controller,
 // subscriber}.creds (0600), for other NATS clients.
-func devCreds(a *transport.Authority, data, prefix, nodeName, controllerName string) (node, ctl *transport.Creds, err error) {
+func devCreds(a *natsauth.Authority, data, prefix, nodeName, controllerName string) (node, ctl *natsauth.Creds, err error) {
 	dir := filepath.Join(data, "creds")
 	if err := datadir.Mkdir(dir); err != nil {
 		return nil, nil, err
 	}
-	ids := map[string]transport.Identity{
-		"node":       {Kind: transport.KindNode, Name: nodeName, Prefix: prefix},
-		"controller": {Kind: transport.KindController, Name: controllerName, Prefix: prefix},
-		"subscriber": {Kind: transport.KindSubscriber, Name: "subscriber", Prefix: prefix},
+	ids := map[string]natsauth.Identity{
+		"node":       {Kind: natsauth.KindNode, Name: nodeName, Prefix: prefix},
+		"controller": {Kind: natsauth.KindController, Name: controllerName, Prefix: prefix},
+		"subscriber": {Kind: natsauth.KindSubscriber, Name: "subscriber", Prefix: prefix},
 	}
-	issued := map[string]*transport.Creds{}
+	issued := map[string]*natsauth.Creds{}
 	for file, id := range ids {
 		c, err := a.Issue(id)
 		if err != nil {
 			return nil, nil, err
 		}
-		if err := transport.WriteCreds(filepath.Join(dir, file+".creds"), c); err != nil {
+		if err := natsauth.WriteCreds(filepath.Join(dir, file+".creds"), c); err != nil {
 			return nil, nil, err
 		}
 		issued[file] = c
@@ -215,12 +216,12 @@ func devCreds(a *transport.Authority, data, prefix, nodeName, controllerName str
 // controller embedding NATS, fleetmux dev, a node with its own server) together
 // with the fleet root key, as `controller init` does, so that `enroll` works with
 // that data dir.
-func openAuthority(data string) (*transport.Authority, error) {
-	a, err := transport.OpenAuthority(data)
+func openAuthority(data string) (*natsauth.Authority, error) {
+	a, err := natsauth.OpenAuthority(data)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := trust.InitRoot(filepath.Join(data, transport.AuthorityDir)); err != nil {
+	if _, err := trust.InitRoot(filepath.Join(data, natsauth.AuthorityDir)); err != nil {
 		return nil, err
 	}
 	return a, nil

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fleetmux/fleetmux/transport"
+	"github.com/fleetmux/fleetmux/transport/natsauth"
 	"github.com/fleetmux/fleetmux/trust"
 )
 
@@ -40,7 +40,7 @@ func TestInitAndEnroll(t *testing.T) {
 	if _, _, err := runArgs(t, "enroll", "node", "n1", "--data", data, "--out", nodeCreds); err != nil {
 		t.Fatal(err)
 	}
-	c, err := transport.ReadCreds(nodeCreds)
+	c, err := natsauth.ReadCreds(nodeCreds)
 	if err != nil || len(c.CA) == 0 {
 		t.Fatalf("node creds: %v (CA %d bytes)", err, len(c.CA))
 	}
@@ -70,7 +70,7 @@ func TestInitAndEnroll(t *testing.T) {
 	if _, _, err := runArgs(t, "enroll", "subscriber", "dash", "--nodes", "n1,n2", "--data", data, "--out", subCreds); err != nil {
 		t.Fatal(err)
 	}
-	sc, _ := transport.ReadCreds(subCreds)
+	sc, _ := natsauth.ReadCreds(subCreds)
 	uc, err := sc.Claims()
 	if err != nil || !uc.Permissions.Sub.Allow.Contains("fleetmux.out.n2.>") || uc.Permissions.Sub.Allow.Contains("fleetmux.out.>") {
 		t.Fatalf("narrowed subscriber: %v %v", uc.Permissions.Sub.Allow, err)

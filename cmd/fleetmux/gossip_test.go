@@ -13,7 +13,7 @@ import (
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/testutil"
-	"github.com/fleetmux/fleetmux/transport"
+	"github.com/fleetmux/fleetmux/transport/gossip"
 )
 
 // fakeNode is a plain memberlist member that gossips a node's metadata: what
@@ -47,8 +47,8 @@ func startFakeNode(t *testing.T, name string, key []byte) *memberlist.Memberlist
 // sessions. Now dev keeps a key (DATA/keys/gossip.key, 0600): a member without it
 // cannot join and never shows in /v1/nodes, while one with it does.
 func TestDevGossipNeedsKey(t *testing.T) {
-	gossip := freeAddrs(t, 1)[0]
-	addr := startDev(t, "--gossip-listen", gossip)
+	gossipAddr := freeAddrs(t, 1)[0]
+	addr := startDev(t, "--gossip-listen", gossipAddr)
 	nodes := func() map[string]bool {
 		out, errs, err := runArgs(t, "nodes", "--addr", addr, "--json")
 		if err != nil {
@@ -65,20 +65,20 @@ func TestDevGossipNeedsKey(t *testing.T) {
 		return m
 	}
 	evil := startFakeNode(t, "evil", nil)
-	if n, err := evil.Join([]string{gossip}); err == nil || n != 0 {
+	if n, err := evil.Join([]string{gossipAddr}); err == nil || n != 0 {
 		t.Errorf("a member without the key joined dev's gossip (%d, %v)", n, err)
 	}
 	st, err := os.Stat(filepath.Join("data", "keys", "gossip.key"))
 	if err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("dev's gossip key: %v %v", st, err)
 	}
-	key, err := transport.ReadGossipKey(filepath.Join("data", "keys", "gossip.key"))
+	key, err := gossip.ReadKey(filepath.Join("data", "keys", "gossip.key"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A member with the key joins and is listed: the controller is watching.
 	good := startFakeNode(t, "good", key)
-	if _, err := good.Join([]string{gossip}); err != nil {
+	if _, err := good.Join([]string{gossipAddr}); err != nil {
 		t.Fatalf("a member with the key: %v", err)
 	}
 	testutil.Eventually(t, 10*time.Second, func() bool { return nodes()["good"] }, "the keyed member in /v1/nodes")

@@ -7,12 +7,12 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/fleetmux/fleetmux/transport"
+	"github.com/fleetmux/fleetmux/transport/natsauth"
 	"github.com/fleetmux/fleetmux/trust"
 )
 
 // keysDir is where a data dir keeps its trust files (trust.RootKeyFile, …).
-func keysDir(data string) string { return filepath.Join(data, transport.AuthorityDir) }
+func keysDir(data string) string { return filepath.Join(data, natsauth.AuthorityDir) }
 
 // loadVerifier reads a node's trust roots (--trust-root, default
 // <data>/keys/fleet.pub).

@@ -15,6 +15,7 @@ import (
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/fleetmux/fleetmux/transport"
+	"github.com/fleetmux/fleetmux/transport/natsauth"
 	"github.com/fleetmux/fleetmux/trust"
 )
 
@@ -33,7 +34,7 @@ func TestNodeServesOverNATS(t *testing.T) {
 	if _, _, err := runArgs(t, "enroll", "node", "cmdnode", "--data", dir, "--out", credsFile); err != nil {
 		t.Fatal(err)
 	}
-	auth, err := transport.LoadAuthority(dir)
+	auth, err := natsauth.LoadAuthority(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +78,7 @@ func TestNodeServesOverNATS(t *testing.T) {
 			t.Errorf("node exited with %v\n%s", err, errb.String())
 		}
 	}()
-	ctl, err := auth.Issue(transport.Identity{Kind: transport.KindController, Name: "ctl"})
+	ctl, err := auth.Issue(natsauth.Identity{Kind: natsauth.KindController, Name: "ctl"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +111,7 @@ func TestNodeServesOverNATS(t *testing.T) {
 	// Another node's and a subscriber's credentials cannot make the node run
 	// anything: the server refuses the publish, and no block and no file appear.
 	marker := filepath.Join(t.TempDir(), "pwned")
-	for _, id := range []transport.Identity{{Kind: transport.KindNode, Name: "other"}, {Kind: transport.KindSubscriber, Name: "dash"}} {
+	for _, id := range []natsauth.Identity{{Kind: natsauth.KindNode, Name: "other"}, {Kind: natsauth.KindSubscriber, Name: "dash"}} {
 		cr, err := auth.Issue(id)
 		if err != nil {
 			t.Fatal(err)

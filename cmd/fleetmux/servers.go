@@ -16,6 +16,9 @@ import (
 	"github.com/fleetmux/fleetmux/controller"
 	"github.com/fleetmux/fleetmux/internal/datadir"
 	"github.com/fleetmux/fleetmux/transport"
+	"github.com/fleetmux/fleetmux/transport/gossip"
+	"github.com/fleetmux/fleetmux/transport/natsauth"
+	"github.com/fleetmux/fleetmux/transport/presence"
 )
 
 // Building blocks shared by the server commands (node, controller, dev).
@@ -61,7 +64,7 @@ type embedOptions struct {
 
 // embedNATS starts an embedded NATS server with JetStream under dataDir/nats, in
 // operator mode with TLS from the authority a, and registers its shutdown on st.
-func embedNATS(st *stack, o embedOptions, dataDir string, a *transport.Authority, log *slog.Logger) (*transport.Server, error) {
+func embedNATS(st *stack, o embedOptions, dataDir string, a *natsauth.Authority, log *slog.Logger) (*transport.Server, error) {
 	srv, err := transport.StartServer(transport.ServerConfig{
 		Listen: o.listen, DataDir: filepath.Join(dataDir, "nats"), JetStream: true, Auth: a, TLSHosts: o.tlsHosts,
 		ClusterListen: o.clusterListen, Routes: o.routes, Name: o.name, Logger: log,
@@ -106,24 +109,24 @@ type gossipOptions struct {
 // loopback neither: any local user could join a node of their own.
 func gossipKey(keyFile, data string) ([]byte, error) {
 	if keyFile != "" {
-		key, err := transport.ReadGossipKey(keyFile)
+		key, err := gossip.ReadKey(keyFile)
 		if err != nil {
 			return nil, fmt.Errorf("--gossip-key-file: %w", err)
 		}
 		return key, nil
 	}
 	if v := os.Getenv(envGossipKey); v != "" {
-		key, err := transport.ParseGossipKey(v)
+		key, err := gossip.ParseKey(v)
 		if err != nil {
 			return nil, fmt.Errorf("$%s: %w", envGossipKey, err)
 		}
 		return key, nil
 	}
-	key, err := transport.ReadGossipKey(transport.GossipKeyPath(data))
-	if errors.Is(err, transport.ErrNoGossipKey) {
+	key, err := gossip.ReadKey(gossip.KeyPath(data))
+	if errors.Is(err, gossip.ErrNoKey) {
 		return nil, fmt.Errorf("gossip needs a key, also on loopback, and %s has none: fleetmux controller init makes it, "+
 			"fleetmux enroll hands it out (%s next to the .creds); or give --gossip-key-file FILE (hex, 0600: openssl rand -hex 32) or $%s",
-			transport.GossipKeyPath(data), transport.GossipKeyFile, envGossipKey)
+			gossip.KeyPath(data), gossip.KeyFile, envGossipKey)
 	}
 	return key, err
 }
@@ -133,12 +136,12 @@ func gossipKey(keyFile, data string) ([]byte, error) {
 // (transport's KeepJoined: a seed that restarts, e.g. a controller, is joined again). A node joins only
 // once it serves its NATS subjects, so that a node the cluster sees alive always
 // answers. The member and its rejoin loop stop through st.
-func startGossip(ctx context.Context, st *stack, name string, o gossipOptions, meta api.NodeMeta, onChange func(transport.Member), log *slog.Logger) (g *transport.Gossip, join func(), err error) {
+func startGossip(ctx context.Context, st *stack, name string, o gossipOptions, meta api.NodeMeta, onChange func(gossip.Member), log *slog.Logger) (g *gossip.Gossip, join func(), err error) {
 	host, port, err := splitHostPort(o.listen)
 	if err != nil {
 		return nil, nil, usageError("--gossip-listen: %v", err)
 	}
-	g, err = transport.StartGossip(ctx, transport.GossipConfig{
+	g, err = gossip.Start(ctx, gossip.Config{
 		Name: name, BindAddr: host, BindPort: port, SecretKey: o.key, Logger: log, Meta: meta, OnChange: onChange,
 	})
 	if err != nil {
@@ -164,11 +167,11 @@ func startGossip(ctx context.Context, st *stack, name string, o gossipOptions, m
 	return g, join, nil
 }
 
-var _ controller.Presence = (*transport.Presence)(nil)
+var _ controller.Presence = (*presence.Watcher)(nil)
 
 // observeMembers feeds gossip changes into a controller's node table.
-func observeMembers(c *controller.Controller) func(transport.Member) {
-	return func(m transport.Member) {
+func observeMembers(c *controller.Controller) func(gossip.Member) {
+	return func(m gossip.Member) {
 		c.Observe(controller.Member{Name: m.Name, Addr: m.Addr, State: m.State, Meta: m.Meta})
 	}
 }

@@ -49,6 +49,11 @@ var rules = []rule{
 	{dir: "holder", only: []string{"api", "internal/datadir", "internal/ptyio", "internal/reclaim", "internal/ring", "github.com/creack/pty", "golang.org/x/sys"},
 		never: []string{"session", "node", "controller", "transport"}},
 	{dir: "transport", only: []string{"api", "internal/datadir", "github.com/nats-io", "github.com/hashicorp/memberlist"}},
+	// one idea each: the fleet's NATS identities stand alone (no connection), gossip
+	// knows nothing of NATS, presence reads a connection and the identities
+	{dir: "transport/natsauth", only: []string{"api", "internal/datadir", "github.com/nats-io"}},
+	{dir: "transport/gossip", only: []string{"api", "internal/datadir", "transport/natsauth", "github.com/hashicorp/memberlist"}},
+	{dir: "transport/presence", only: []string{"api", "transport", "github.com/nats-io"}},
 	{dir: "trust", only: []string{"api", "golang.org/x/crypto"}},
 	{dir: "policy", only: []string{"api", "go.yaml.in/yaml/v3"}},
 	// everything the node decides before it acts: policy decisions, writer lease,

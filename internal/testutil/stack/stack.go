@@ -23,6 +23,7 @@ import (
 	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/fleetmux/fleetmux/node"
 	"github.com/fleetmux/fleetmux/transport"
+	"github.com/fleetmux/fleetmux/transport/gossip"
 )
 
 // Stack is a real stack on this machine: an embedded NATS server, node agents
@@ -35,8 +36,8 @@ type Stack struct {
 	NATS   *transport.Server
 	Bus    *transport.Conn // the controller's bus
 	Ctl    *controller.Controller
-	Gossip *transport.Gossip // the controller's gossip member
-	Base   string            // http://127.0.0.1:PORT
+	Gossip *gossip.Gossip // the controller's gossip member
+	Base   string         // http://127.0.0.1:PORT
 	Nodes  map[string]*Node
 	Token  string // the bearer token the helpers send ("" sends none)
 	HTTP   *http.Client
@@ -48,7 +49,7 @@ type Stack struct {
 type Node struct {
 	Agent  *node.Node
 	Bus    *transport.Conn
-	Gossip *transport.Gossip
+	Gossip *gossip.Gossip
 }
 
 // Options configures New; the zero value is nodes n1 (role=web) and n2 (role=db)
@@ -94,7 +95,7 @@ func New(t *testing.T, o Options) *Stack {
 	t.Cleanup(func() { f.Bus.Close() })
 	cfg := controller.Config{Name: "ctl", Bus: f.Bus, Signer: f.Trust.Signer, HTTPListen: "127.0.0.1:0", Token: o.Token, Logger: Quiet()}
 	if o.Store {
-		kv, err := transport.OpenKV(ctx, f.Bus.NC(), transport.BucketTokens, Quiet())
+		kv, err := transport.OpenKV(ctx, f.Bus.NC(), api.BucketTokens, Quiet())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,9 +111,9 @@ func New(t *testing.T, o Options) *Stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.Gossip, err = transport.StartGossip(ctx, transport.GossipConfig{
+	f.Gossip, err = gossip.Start(ctx, gossip.Config{
 		Name: "ctl", Logger: Quiet(), SecretKey: GossipKey, Meta: api.NodeMeta{Name: "ctl", Role: api.RoleController},
-		OnChange: func(m transport.Member) {
+		OnChange: func(m gossip.Member) {
 			f.Ctl.Observe(controller.Member{Name: m.Name, Addr: m.Addr, State: m.State, Meta: m.Meta})
 		},
 	})
@@ -153,7 +154,7 @@ func (f *Stack) StartNode(name string, labels map[string]string) *Node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := transport.StartGossip(ctx, transport.GossipConfig{
+	g, err := gossip.Start(ctx, gossip.Config{
 		Name: name, Logger: Quiet(), Join: []string{f.Gossip.Addr()}, SecretKey: GossipKey,
 		Meta: api.NodeMeta{Name: name, Labels: labels, Version: "0.1.0", Proto: api.ProtocolVersion},
 	})

@@ -1,4 +1,4 @@
-package transport
+package natsauth
 
 import (
 	"crypto/ecdsa"
@@ -46,9 +46,9 @@ const MaxControlLine = 16 << 10
 // Sentinel errors of authorities.
 var (
 	// ErrInitialized: the directory already holds an authority (init without force).
-	ErrInitialized = errors.New("transport: already initialized")
+	ErrInitialized = errors.New("natsauth: already initialized")
 	// ErrNoAuthority: the directory holds no authority (run init first).
-	ErrNoAuthority = errors.New("transport: no nats authority (run fleetmux controller init)")
+	ErrNoAuthority = errors.New("natsauth: no nats authority (run fleetmux controller init)")
 )
 
 // Authority is a fleet's NATS trust root: the operator, the fleet account that every
@@ -67,13 +67,13 @@ func NewAuthority() (*Authority, error) {
 	a := &Authority{}
 	var err error
 	if a.operator, err = nkeys.CreateOperator(); err != nil {
-		return nil, fmt.Errorf("transport: operator key: %w", err)
+		return nil, fmt.Errorf("natsauth: operator key: %w", err)
 	}
 	if a.account, err = nkeys.CreateAccount(); err != nil {
-		return nil, fmt.Errorf("transport: account key: %w", err)
+		return nil, fmt.Errorf("natsauth: account key: %w", err)
 	}
 	if a.system, err = nkeys.CreateAccount(); err != nil {
-		return nil, fmt.Errorf("transport: system account key: %w", err)
+		return nil, fmt.Errorf("natsauth: system account key: %w", err)
 	}
 	if a.ca, a.caKey, a.caPEM, err = newCA(); err != nil {
 		return nil, err
@@ -94,10 +94,10 @@ func InitAuthority(dir string, force bool) (*Authority, error) {
 		return nil, err
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("transport: %w", err)
+		return nil, fmt.Errorf("natsauth: %w", err)
 	}
 	if err := datadir.Mkdir(kd); err != nil {
-		return nil, fmt.Errorf("transport: %w", err)
+		return nil, fmt.Errorf("natsauth: %w", err)
 	}
 	keyPEM, err := marshalKey(a.caKey)
 	if err != nil {
@@ -132,7 +132,7 @@ func LoadAuthority(dir string) (*Authority, error) {
 			return nil, fmt.Errorf("%w: %s", ErrNoAuthority, kd)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("transport: %w", err)
+			return nil, fmt.Errorf("natsauth: %w", err)
 		}
 		return b, nil
 	}
@@ -148,10 +148,10 @@ func LoadAuthority(dir string) (*Authority, error) {
 		}
 		kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(b))))
 		if err != nil {
-			return nil, fmt.Errorf("transport: %s: %w", k.file, err)
+			return nil, fmt.Errorf("natsauth: %s: %w", k.file, err)
 		}
 		if pre, _, err := nkeys.DecodeSeed([]byte(strings.TrimSpace(string(b)))); err != nil || pre != k.prefix {
-			return nil, fmt.Errorf("transport: %s: not the right kind of key", k.file)
+			return nil, fmt.Errorf("natsauth: %s: not the right kind of key", k.file)
 		}
 		*k.kp = kp
 	}
@@ -201,7 +201,7 @@ func (a *Authority) OperatorJWT() (string, error) {
 func (a *Authority) operatorClaims() (*jwt.OperatorClaims, error) {
 	pub, err := a.operator.PublicKey()
 	if err != nil {
-		return nil, fmt.Errorf("transport: operator: %w", err)
+		return nil, fmt.Errorf("natsauth: operator: %w", err)
 	}
 	oc := jwt.NewOperatorClaims(pub)
 	oc.Name = "fleetmux"
@@ -257,7 +257,7 @@ func (a *Authority) Issue(id Identity) (*Creds, error) {
 	}
 	user, err := nkeys.CreateUser()
 	if err != nil {
-		return nil, fmt.Errorf("transport: user key: %w", err)
+		return nil, fmt.Errorf("natsauth: user key: %w", err)
 	}
 	pub, _ := user.PublicKey()
 	uc := jwt.NewUserClaims(pub)
@@ -265,11 +265,11 @@ func (a *Authority) Issue(id Identity) (*Creds, error) {
 	uc.Permissions = perms
 	uj, err := uc.Encode(a.account)
 	if err != nil {
-		return nil, fmt.Errorf("transport: user jwt: %w", err)
+		return nil, fmt.Errorf("natsauth: user jwt: %w", err)
 	}
 	seed, err := user.Seed()
 	if err != nil {
-		return nil, fmt.Errorf("transport: user seed: %w", err)
+		return nil, fmt.Errorf("natsauth: user seed: %w", err)
 	}
 	return &Creds{JWT: uj, Seed: seed, CA: a.CA()}, nil
 }
@@ -283,31 +283,31 @@ func seedOf(kp nkeys.KeyPair) []byte {
 // another mode), through a temporary file so a reader never sees half of it.
 func writeFile(path string, data []byte, mode os.FileMode) error {
 	if err := datadir.WriteFile(path, data, mode); err != nil {
-		return fmt.Errorf("transport: %w", err)
+		return fmt.Errorf("natsauth: %w", err)
 	}
 	return nil
 }
 
-// configure puts the server in operator mode with TLS (ServerConfig.Auth): the
+// Configure puts the server in operator mode with TLS (ServerConfig.Auth): the
 // operator is trusted, both accounts are preloaded into a memory resolver, the
 // system account is set, and a certificate for hosts is issued from the CA, for
 // clients (TLS required of every one) and for routes (mutual TLS).
-func (a *Authority) configure(opts *server.Options, hosts []string) error {
+func (a *Authority) Configure(opts *server.Options, hosts []string) error {
 	opJWT, err := a.OperatorJWT()
 	if err != nil {
-		return fmt.Errorf("transport: operator jwt: %w", err)
+		return fmt.Errorf("natsauth: operator jwt: %w", err)
 	}
 	oc, err := jwt.DecodeOperatorClaims(opJWT)
 	if err != nil {
-		return fmt.Errorf("transport: operator jwt: %w", err)
+		return fmt.Errorf("natsauth: operator jwt: %w", err)
 	}
 	accJWT, err := a.AccountJWT()
 	if err != nil {
-		return fmt.Errorf("transport: account jwt: %w", err)
+		return fmt.Errorf("natsauth: account jwt: %w", err)
 	}
 	sysJWT, err := a.SystemAccountJWT()
 	if err != nil {
-		return fmt.Errorf("transport: system account jwt: %w", err)
+		return fmt.Errorf("natsauth: system account jwt: %w", err)
 	}
 	res := &server.MemAccResolver{}
 	if err := res.Store(a.Account(), accJWT); err != nil {

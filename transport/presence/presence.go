@@ -1,70 +1,66 @@
-package transport
+// Package presence tells which nodes hold a NATS connection, by the identity the
+// server authenticated: the controller's liveness reads it (Watcher).
+package presence
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/fleetmux/fleetmux/api"
-	"github.com/nats-io/jwt/v2"
+	"github.com/fleetmux/fleetmux/transport"
+	"github.com/fleetmux/fleetmux/transport/natsauth"
 	"github.com/nats-io/nats.go"
 )
 
-// ConnzRequest is the subject on which every server of the cluster lists the
-// fleet account's connections to a client of that account (nats-server imports
-// it into every account from the system account, narrowed to the asking
-// account): the one system request a controller may make.
-const ConnzRequest = "$SYS.REQ.ACCOUNT.PING.CONNZ"
-
-// Defaults of PresenceConfig.
+// Defaults of Config.
 const (
-	DefaultPresenceResync = 30 * time.Second
-	DefaultPresenceGather = 300 * time.Millisecond
+	DefaultResync = 30 * time.Second
+	DefaultGather = 300 * time.Millisecond
 )
 
-// PresenceConfig configures NewPresence.
-type PresenceConfig struct {
+// Config configures New.
+type Config struct {
 	// Resync is how often the full list of connections is asked for again, which
 	// repairs what advisories cannot tell (a server of the cluster that died with
 	// its clients' connections: nobody sends their disconnects). Default
-	// DefaultPresenceResync.
+	// DefaultResync.
 	Resync time.Duration
 	// Gather is how long the replies of the cluster's servers to one list request
-	// are collected. Default DefaultPresenceGather.
+	// are collected. Default DefaultGather.
 	Gather time.Duration
 	// Logger receives the operator's log. Default slog.Default().
 	Logger *slog.Logger
 }
 
-// Presence tells which nodes hold a NATS connection, by the name in the user JWT
+// Watcher tells which nodes hold a NATS connection, by the name in the user JWT
 // the server authenticated (Identity.UserName "node:NAME"), never by a name the
 // client chose (its connection name): the server's connect and disconnect
-// advisories of the fleet account (AdvisoryConnect, AdvisoryDisconnect), and the
-// account's connection list (ConnzRequest) at the start, after each reconnect of
+// advisories of the fleet account (natsauth.AdvisoryConnect, natsauth.AdvisoryDisconnect), and the
+// account's connection list (natsauth.ConnzRequest) at the start, after each reconnect of
 // this connection, and every Resync. It needs no system account access: the
 // advisories are imported into the fleet account (Authority.AccountJWT) and the
 // list is the account's own. It satisfies the controller's Presence interface.
-type Presence struct {
-	conn *Conn
-	cfg  PresenceConfig
+type Watcher struct {
+	conn *transport.Conn
+	cfg  Config
 }
 
-// NewPresence makes a presence watcher over conn (a controller's connection).
-func NewPresence(conn *Conn, cfg PresenceConfig) *Presence {
+// New makes a presence watcher over conn (a controller's connection).
+func New(conn *transport.Conn, cfg Config) *Watcher {
 	if cfg.Resync <= 0 {
-		cfg.Resync = DefaultPresenceResync
+		cfg.Resync = DefaultResync
 	}
 	if cfg.Gather <= 0 {
-		cfg.Gather = DefaultPresenceGather
+		cfg.Gather = DefaultGather
 	}
-	cfg.Logger = loggerOr(cfg.Logger)
-	return &Presence{conn: conn, cfg: cfg}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	return &Watcher{conn: conn, cfg: cfg}
 }
 
 // connEvent is one advisory, handed from the NATS callback to the watch loop.
@@ -75,7 +71,7 @@ type connEvent struct {
 
 // watch is one Watch: its state lives on its loop goroutine.
 type watch struct {
-	p  *Presence
+	p  *Watcher
 	fn func(connected map[string]bool, known bool)
 
 	mu     sync.Mutex // guards queue
@@ -97,19 +93,19 @@ type watch struct {
 
 // Watch calls fn with the set of nodes that hold a NATS connection each time it
 // changes, and with known false as long as no list of connections could be had
-// (the server answers no ConnzRequest: it runs without a system account). fn runs
+// (the server answers no natsauth.ConnzRequest: it runs without a system account). fn runs
 // on the watch's own goroutine, one call at a time; it must not block and must not
 // keep connected. Its first call comes with the first list (or its failure). A
 // failed list later keeps the last one (the advisories go on). stop ends the
 // watch and returns once fn is no longer running.
-func (p *Presence) Watch(fn func(connected map[string]bool, known bool)) (stop func(), err error) {
+func (p *Watcher) Watch(fn func(connected map[string]bool, known bool)) (stop func(), err error) {
 	w := &watch{p: p, fn: fn, wake: make(chan struct{}, 1), resync: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{}), conns: map[string]string{}}
 	var stops []func() error
 	for _, s := range []struct {
 		subject string
 		up      bool
-	}{{AdvisoryConnect, true}, {AdvisoryDisconnect, false}} {
+	}{{natsauth.AdvisoryConnect, true}, {natsauth.AdvisoryDisconnect, false}} {
 		stopSub, err := p.conn.Subscribe(s.subject, func(_ string, _ map[string]string, data []byte) {
 			if ev, ok := parseAdvisory(data, s.up); ok {
 				w.push(ev)
@@ -123,7 +119,7 @@ func (p *Presence) Watch(fn func(connected map[string]bool, known bool)) (stop f
 		}
 		stops = append(stops, stopSub)
 	}
-	removeHook := p.conn.onReconnect(func() { signal(w.resync) })
+	removeHook := p.conn.OnReconnect(func() { signal(w.resync) })
 	signal(w.resync) // the first list
 	go w.loop()      // owned by the watch: ends with stop
 	var once sync.Once
@@ -154,7 +150,7 @@ func (w *watch) push(ev connEvent) {
 	signal(w.wake)
 }
 
-// listReply is one server's answer to ConnzRequest.
+// listReply is one server's answer to natsauth.ConnzRequest.
 type listReply struct {
 	server string
 	conns  map[string]string // id -> node
@@ -283,13 +279,13 @@ func (w *watch) logList(err error) {
 }
 
 // errNoList: the request for the connection list got no answer.
-var errNoList = errors.New("transport: no server answered the connection list request")
+var errNoList = errors.New("presence: no server answered the connection list request")
 
 // list asks every server of the cluster for the fleet account's connections and
 // merges their answers (collected for Gather after the first). stop ends it early.
-func (p *Presence) list(stop chan struct{}) (map[string]string, error) {
+func (p *Watcher) list(stop chan struct{}) (map[string]string, error) {
 	if !p.conn.Connected() {
-		return nil, fmt.Errorf("transport: connection list: %w", nats.ErrConnectionReconnecting)
+		return nil, fmt.Errorf("presence: connection list: %w", nats.ErrConnectionReconnecting)
 	}
 	nc := p.conn.NC()
 	inbox := nc.NewRespInbox()
@@ -302,12 +298,12 @@ func (p *Presence) list(stop chan struct{}) (map[string]string, error) {
 		}
 	})
 	if err != nil {
-		return nil, fmt.Errorf("transport: connection list: %w", err)
+		return nil, fmt.Errorf("presence: connection list: %w", err)
 	}
 	defer sub.Unsubscribe()
 	body, _ := json.Marshal(map[string]any{"auth": true, "limit": maxListedConns})
-	if err := nc.PublishRequest(ConnzRequest, inbox, body); err != nil {
-		return nil, fmt.Errorf("transport: connection list: %w", err)
+	if err := nc.PublishRequest(natsauth.ConnzRequest, inbox, body); err != nil {
+		return nil, fmt.Errorf("presence: connection list: %w", err)
 	}
 	first := time.NewTimer(2 * time.Second)
 	defer first.Stop()
@@ -317,7 +313,7 @@ func (p *Presence) list(stop chan struct{}) (map[string]string, error) {
 	for {
 		select {
 		case <-stop:
-			return nil, ErrClosed
+			return nil, transport.ErrClosed
 		case <-first.C:
 			if got == 0 {
 				return nil, errNoList
@@ -329,7 +325,7 @@ func (p *Presence) list(stop chan struct{}) (map[string]string, error) {
 				return nil, r.err
 			}
 			if r.total > len(r.conns) && r.total > maxListedConns {
-				return nil, fmt.Errorf("transport: connection list of server %s cut at %d of %d", r.server, maxListedConns, r.total)
+				return nil, fmt.Errorf("presence: connection list of server %s cut at %d of %d", r.server, maxListedConns, r.total)
 			}
 			maps.Copy(out, r.conns)
 			got++
@@ -365,13 +361,13 @@ func parseList(data []byte) listReply {
 		} `json:"error"`
 	}
 	if err := json.Unmarshal(data, &resp); err != nil {
-		return listReply{err: fmt.Errorf("transport: connection list: %w", err)}
+		return listReply{err: fmt.Errorf("presence: connection list: %w", err)}
 	}
 	if resp.Error != nil {
-		return listReply{err: fmt.Errorf("transport: connection list: %d %s", resp.Error.Code, resp.Error.Description)}
+		return listReply{err: fmt.Errorf("presence: connection list: %d %s", resp.Error.Code, resp.Error.Description)}
 	}
 	if resp.Data == nil {
-		return listReply{err: errors.New("transport: connection list: empty reply")}
+		return listReply{err: errors.New("presence: connection list: empty reply")}
 	}
 	server := resp.Data.ID
 	if server == "" {
@@ -383,7 +379,7 @@ func parseList(data []byte) listReply {
 		if c.JWT != "" {
 			jwts++
 		}
-		if node, ok := NodeOfJWT(c.JWT, c.Acc); ok {
+		if node, ok := natsauth.NodeOfJWT(c.JWT, c.Acc); ok {
 			r.conns[connID(server, c.CID)] = node
 		}
 	}
@@ -391,7 +387,7 @@ func parseList(data []byte) listReply {
 		// Not even the asking controller's own connection carries a user JWT: the
 		// server does not authenticate with the fleet's operator, so nobody's
 		// identity can be told.
-		return listReply{err: errors.New("transport: connection list: the server's clients have no user JWTs (not in operator mode)")}
+		return listReply{err: errors.New("presence: connection list: the server's clients have no user JWTs (not in operator mode)")}
 	}
 	return r
 }
@@ -411,7 +407,7 @@ func parseAdvisory(data []byte, up bool) (connEvent, bool) {
 	if json.Unmarshal(data, &ev) != nil || ev.Server.ID == "" || ev.Client.ID == 0 {
 		return connEvent{}, false
 	}
-	node, ok := NodeOfJWT(ev.Client.JWT, ev.Client.Acc)
+	node, ok := natsauth.NodeOfJWT(ev.Client.JWT, ev.Client.Acc)
 	if !ok {
 		return connEvent{}, false
 	}
@@ -419,29 +415,3 @@ func parseAdvisory(data []byte, up bool) (connEvent, bool) {
 }
 
 func connID(server string, cid uint64) string { return server + "/" + strconv.FormatUint(cid, 10) }
-
-// NodeOfJWT returns the node a connection speaks for: the name of its user JWT
-// ("node:NAME", Identity.UserName) when the JWT's signature holds and it was
-// issued by account (the account the server put the connection in). Anything
-// else (a controller, a subscriber, a malformed JWT) is no node.
-func NodeOfJWT(userJWT, account string) (string, bool) {
-	if userJWT == "" {
-		return "", false
-	}
-	uc, err := jwt.DecodeUserClaims(userJWT) // checks the signature by its issuer
-	if err != nil {
-		return "", false
-	}
-	issuer := uc.Issuer
-	if uc.IssuerAccount != "" {
-		issuer = uc.IssuerAccount // issued by a signing key of the account
-	}
-	if account == "" || issuer != account {
-		return "", false
-	}
-	name, ok := strings.CutPrefix(uc.Name, KindNode+":")
-	if !ok || api.ValidName(name) != nil {
-		return "", false
-	}
-	return name, true
-}

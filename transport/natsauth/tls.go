@@ -1,4 +1,4 @@
-package transport
+package natsauth
 
 import (
 	"crypto/ecdsa"
@@ -30,7 +30,7 @@ const (
 func serialNumber() (*big.Int, error) {
 	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
 	if err != nil {
-		return nil, fmt.Errorf("transport: serial: %w", err)
+		return nil, fmt.Errorf("natsauth: serial: %w", err)
 	}
 	return n, nil
 }
@@ -39,7 +39,7 @@ func serialNumber() (*big.Int, error) {
 func newCA() (*x509.Certificate, *ecdsa.PrivateKey, []byte, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("transport: ca key: %w", err)
+		return nil, nil, nil, fmt.Errorf("natsauth: ca key: %w", err)
 	}
 	serial, err := serialNumber()
 	if err != nil {
@@ -58,11 +58,11 @@ func newCA() (*x509.Certificate, *ecdsa.PrivateKey, []byte, error) {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("transport: ca certificate: %w", err)
+		return nil, nil, nil, fmt.Errorf("natsauth: ca certificate: %w", err)
 	}
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("transport: ca certificate: %w", err)
+		return nil, nil, nil, fmt.Errorf("natsauth: ca certificate: %w", err)
 	}
 	return cert, key, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
 }
@@ -70,7 +70,7 @@ func newCA() (*x509.Certificate, *ecdsa.PrivateKey, []byte, error) {
 func marshalKey(key *ecdsa.PrivateKey) ([]byte, error) {
 	der, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
-		return nil, fmt.Errorf("transport: ca key: %w", err)
+		return nil, fmt.Errorf("natsauth: ca key: %w", err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
 }
@@ -79,32 +79,32 @@ func marshalKey(key *ecdsa.PrivateKey) ([]byte, error) {
 func parseCA(certPEM, keyPEM []byte) (*x509.Certificate, *ecdsa.PrivateKey, error) {
 	cb, _ := pem.Decode(certPEM)
 	if cb == nil || cb.Type != "CERTIFICATE" {
-		return nil, nil, fmt.Errorf("transport: %s: no certificate", CACertFile)
+		return nil, nil, fmt.Errorf("natsauth: %s: no certificate", CACertFile)
 	}
 	cert, err := x509.ParseCertificate(cb.Bytes)
 	if err != nil {
-		return nil, nil, fmt.Errorf("transport: %s: %w", CACertFile, err)
+		return nil, nil, fmt.Errorf("natsauth: %s: %w", CACertFile, err)
 	}
 	kb, _ := pem.Decode(keyPEM)
 	if kb == nil {
-		return nil, nil, fmt.Errorf("transport: %s: no key", caKeyFile)
+		return nil, nil, fmt.Errorf("natsauth: %s: no key", caKeyFile)
 	}
 	k, err := x509.ParsePKCS8PrivateKey(kb.Bytes)
 	if err != nil {
-		return nil, nil, fmt.Errorf("transport: %s: %w", caKeyFile, err)
+		return nil, nil, fmt.Errorf("natsauth: %s: %w", caKeyFile, err)
 	}
 	key, ok := k.(*ecdsa.PrivateKey)
 	if !ok || !key.PublicKey.Equal(cert.PublicKey) {
-		return nil, nil, fmt.Errorf("transport: %s does not belong to %s", caKeyFile, CACertFile)
+		return nil, nil, fmt.Errorf("natsauth: %s does not belong to %s", caKeyFile, CACertFile)
 	}
 	return cert, key, nil
 }
 
-// certPool parses PEM certificates (other PEM blocks are skipped) into a pool.
-func certPool(pemData []byte) (*x509.CertPool, error) {
+// CertPool parses PEM certificates (other PEM blocks are skipped) into a pool.
+func CertPool(pemData []byte) (*x509.CertPool, error) {
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(pemData) {
-		return nil, errors.New("transport: no CA certificate")
+		return nil, errors.New("natsauth: no CA certificate")
 	}
 	return pool, nil
 }
@@ -153,7 +153,7 @@ func serverNames(hosts []string) (dns []string, ips []net.IP) {
 func (a *Authority) serverTLS(hosts []string) (*tls.Config, *x509.CertPool, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, nil, fmt.Errorf("transport: server key: %w", err)
+		return nil, nil, fmt.Errorf("natsauth: server key: %w", err)
 	}
 	serial, err := serialNumber()
 	if err != nil {
@@ -173,7 +173,7 @@ func (a *Authority) serverTLS(hosts []string) (*tls.Config, *x509.CertPool, erro
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, a.ca, &key.PublicKey, a.caKey)
 	if err != nil {
-		return nil, nil, fmt.Errorf("transport: server certificate: %w", err)
+		return nil, nil, fmt.Errorf("natsauth: server certificate: %w", err)
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(a.ca)

@@ -1,4 +1,10 @@
-package transport
+// Package natsauth holds the fleet's NATS identities (DESIGN.md, Trust model): the
+// Authority (operator, fleet and system accounts, the CA of the servers' TLS), the
+// users it issues (Identity and its Permissions, enforced by nats-server on every
+// publish and subscription), .creds files (Creds) and the reading of a connection's
+// user JWT (NodeOfJWT). It holds no connection: package transport puts an Authority
+// into an embedded server (ServerConfig.Auth) and Creds into a client.
+package natsauth
 
 import (
 	"errors"
@@ -21,16 +27,6 @@ const (
 	KindSubscriber = "subscriber"
 )
 
-// Key-value buckets (DESIGN.md) and the streams that hold them.
-const (
-	BucketTokens    = "FLEETMUX_TOKENS"
-	BucketPolicy    = "FLEETMUX_POLICY"
-	BucketApprovals = "FLEETMUX_APPROVALS"
-)
-
-// KindApproval is the approval subject kind: <prefix>.approval.<node>.
-const KindApproval = api.KindApproval
-
 // InboxRoot starts every identity's reply inbox: a process replies to requests on
 // its own inbox prefix, _INBOX.<kind>.<name> (Identity.Inbox), so that no identity
 // reads the replies meant for another (a subscriber never sees a controller's
@@ -39,7 +35,7 @@ const KindApproval = api.KindApproval
 const InboxRoot = "_INBOX"
 
 // ErrIdentity: an identity is invalid (bad kind, name, node list or prefix).
-var ErrIdentity = errors.New("transport: invalid identity")
+var ErrIdentity = errors.New("natsauth: invalid identity")
 
 // Identity is who a user JWT speaks for.
 type Identity struct {
@@ -144,12 +140,12 @@ func (id Identity) Permissions() (jwt.Permissions, error) {
 	switch id.Kind {
 	case KindNode:
 		n := id.Name
-		for _, k := range []string{api.KindOut, api.KindBlock, api.KindEvent, KindApproval} {
+		for _, k := range []string{api.KindOut, api.KindBlock, api.KindEvent, api.KindApproval} {
 			pub = append(pub, p+"."+k+"."+n+".>")
 		}
-		pub = append(pub, p+"."+KindApproval+"."+n, p+"."+api.KindAudit+"."+n)
-		pub = append(pub, kvReadAPI(BucketPolicy)...)
-		sub = append(sub, p+"."+api.KindRPC+"."+n+".>", "$KV."+BucketPolicy+".>", id.Inbox()+".>")
+		pub = append(pub, p+"."+api.KindApproval+"."+n, p+"."+api.KindAudit+"."+n)
+		pub = append(pub, kvReadAPI(api.BucketPolicy)...)
+		sub = append(sub, p+"."+api.KindRPC+"."+n+".>", "$KV."+api.BucketPolicy+".>", id.Inbox()+".>")
 		// nats.go/micro subscribes to its discovery subjects (PING, INFO, STATS; bare,
 		// by service name, by service id); the node answers them for its service only.
 		for _, verb := range []string{"PING", "INFO", "STATS"} {
@@ -158,14 +154,14 @@ func (id Identity) Permissions() (jwt.Permissions, error) {
 		resp = &jwt.ResponsePermission{MaxMsgs: 1}
 	case KindController:
 		pub = append(pub, p+"."+api.KindRPC+".>", p+"."+api.KindAudit+"."+id.Name)
-		for _, k := range []string{api.KindOut, api.KindBlock, api.KindEvent, api.KindAudit, KindApproval} {
+		for _, k := range []string{api.KindOut, api.KindBlock, api.KindEvent, api.KindAudit, api.KindApproval} {
 			sub = append(sub, p+"."+k+".>")
 		}
 		pub = append(pub, "$JS.API.INFO", "$JS.API.STREAM.NAMES", ConnzRequest)
-		for _, s := range []string{api.StreamOut, api.StreamEvents, api.StreamAudit, "KV_" + BucketTokens, "KV_" + BucketPolicy, "KV_" + BucketApprovals} {
+		for _, s := range []string{api.StreamOut, api.StreamEvents, api.StreamAudit, "KV_" + api.BucketTokens, "KV_" + api.BucketPolicy, "KV_" + api.BucketApprovals} {
 			pub = append(pub, jsAdminAPI(s)...)
 		}
-		for _, b := range []string{BucketTokens, BucketPolicy, BucketApprovals} {
+		for _, b := range []string{api.BucketTokens, api.BucketPolicy, api.BucketApprovals} {
 			pub = append(pub, "$KV."+b+".>")
 			sub = append(sub, "$KV."+b+".>")
 		}
@@ -265,4 +261,36 @@ func InboxOf(perms jwt.Permissions) string {
 		}
 	}
 	return ""
+}
+
+// ConnzRequest is the subject on which every server of the cluster lists the
+// fleet account's connections to a client of that account (nats-server imports
+// it into every account from the system account, narrowed to the asking
+// account): the one system request a controller may make.
+const ConnzRequest = "$SYS.REQ.ACCOUNT.PING.CONNZ"
+
+// NodeOfJWT returns the node a connection speaks for: the name of its user JWT
+// ("node:NAME", Identity.UserName) when the JWT's signature holds and it was
+// issued by account (the account the server put the connection in). Anything
+// else (a controller, a subscriber, a malformed JWT) is no node.
+func NodeOfJWT(userJWT, account string) (string, bool) {
+	if userJWT == "" {
+		return "", false
+	}
+	uc, err := jwt.DecodeUserClaims(userJWT) // checks the signature by its issuer
+	if err != nil {
+		return "", false
+	}
+	issuer := uc.Issuer
+	if uc.IssuerAccount != "" {
+		issuer = uc.IssuerAccount // issued by a signing key of the account
+	}
+	if account == "" || issuer != account {
+		return "", false
+	}
+	name, ok := strings.CutPrefix(uc.Name, KindNode+":")
+	if !ok || api.ValidName(name) != nil {
+		return "", false
+	}
+	return name, true
 }

@@ -1,4 +1,4 @@
-package transport
+package gossip
 
 // Crash stops g the way a killed process would: no leave message, memberlist just
 // goes silent. Close afterwards is a no-op.

@@ -1,11 +1,13 @@
-package transport_test
+package natsauth_test
 
 import (
 	"testing"
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/fleetmux/fleetmux/transport"
+	"github.com/fleetmux/fleetmux/transport/natsauth"
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,13 +22,13 @@ import (
 // permissions violation); each subscriber still reads what it may through the
 // consumer named after itself.
 func TestAuthSubscriberConsumersAreItsOwn(t *testing.T) {
-	f := startAuthFleet(t)
-	ctrl, _ := f.conn(transport.Identity{Kind: transport.KindController, Name: "ctl"})
-	if err := transport.EnsureStreams(ctxT(t, 10*time.Second), ctrl.NC(), "", transport.StreamLimits{}); err != nil {
+	f := testutil.StartAuthFleet(t)
+	ctrl, _ := f.Conn(natsauth.Identity{Kind: natsauth.KindController, Name: "ctl"})
+	if err := transport.EnsureStreams(testutil.Context(t, 10*time.Second), ctrl.NC(), "", transport.StreamLimits{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range []string{"vm", "other"} {
-		node, _ := f.conn(transport.Identity{Kind: transport.KindNode, Name: n})
+		node, _ := f.Conn(natsauth.Identity{Kind: natsauth.KindNode, Name: n})
 		if err := node.Publish(subj.Out(n, "s1"), map[string]string{api.HeaderOffset: "0"}, []byte(n+"-output")); err != nil {
 			t.Fatal(err)
 		}
@@ -42,34 +44,34 @@ func TestAuthSubscriberConsumersAreItsOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range []string{api.StreamEvents, api.StreamAudit} {
-		if _, err := jsCtl.CreateOrUpdateConsumer(ctxT(t, 5*time.Second), s, jetstream.ConsumerConfig{Durable: "ops", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		if _, err := jsCtl.CreateOrUpdateConsumer(testutil.Context(t, 5*time.Second), s, jetstream.ConsumerConfig{Durable: "ops", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
 			t.Fatalf("controller's consumer on %s: %v", s, err)
 		}
 	}
 
-	full := f.client(f.creds(transport.Identity{Kind: transport.KindSubscriber, Name: "dash"}), nats.CustomInboxPrefix("_INBOX.subscriber.dash"))
-	jsFull, err := jetstream.New(full.nc)
+	full := f.Client(f.Creds(natsauth.Identity{Kind: natsauth.KindSubscriber, Name: "dash"}), nats.CustomInboxPrefix("_INBOX.subscriber.dash"))
+	jsFull, err := jetstream.New(full.NC)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dash, err := jsFull.CreateOrUpdateConsumer(ctxT(t, 5*time.Second), api.StreamOut, jetstream.ConsumerConfig{
+	dash, err := jsFull.CreateOrUpdateConsumer(testutil.Context(t, 5*time.Second), api.StreamOut, jetstream.ConsumerConfig{
 		Durable: "dash", FilterSubject: subj.All(api.KindOut, "*"), AckPolicy: jetstream.AckExplicitPolicy})
 	if err != nil {
 		t.Fatalf("the full subscriber's own consumer: %v", err)
 	}
 
-	narrow := f.client(f.creds(transport.Identity{Kind: transport.KindSubscriber, Name: "watch", Nodes: []string{"other"}}), nats.CustomInboxPrefix("_INBOX.subscriber.watch"))
+	narrow := f.Client(f.Creds(natsauth.Identity{Kind: natsauth.KindSubscriber, Name: "watch", Nodes: []string{"other"}}), nats.CustomInboxPrefix("_INBOX.subscriber.watch"))
 	pull := "_INBOX.subscriber.watch.pull"
-	if _, err := narrow.nc.SubscribeSync(pull); err != nil {
+	if _, err := narrow.NC.SubscribeSync(pull); err != nil {
 		t.Fatal(err)
 	}
-	narrow.noErrors(t)
-	attack := func(cl *client, subject, body string) {
+	narrow.NoErrors(t)
+	attack := func(cl *testutil.NATSClient, subject, body string) {
 		t.Run(subject, func(t *testing.T) {
-			if err := cl.nc.PublishRequest(subject, pull, []byte(body)); err != nil {
+			if err := cl.NC.PublishRequest(subject, pull, []byte(body)); err != nil {
 				t.Fatal(err)
 			}
-			cl.violation(t, subject)
+			cl.Violation(t, subject)
 		})
 	}
 	next := `{"batch":2,"expires":1000000000}`
@@ -91,7 +93,7 @@ func TestAuthSubscriberConsumersAreItsOwn(t *testing.T) {
 		`{"stream_name":"FLEETMUX_OUT","config":{"name":"ops","filter_subject":"fleetmux.out.>"}}`)
 
 	// "dash" is still there, unchanged, and reads both nodes' output.
-	info, err := dash.Info(ctxT(t, 5*time.Second))
+	info, err := dash.Info(testutil.Context(t, 5*time.Second))
 	if err != nil || info.Config.FilterSubject != subj.All(api.KindOut, "*") {
 		t.Fatalf("the full subscriber's consumer after the attacks: %+v %v", info, err)
 	}
@@ -112,11 +114,11 @@ func TestAuthSubscriberConsumersAreItsOwn(t *testing.T) {
 
 	// The narrowed subscriber reads other's output through its own consumer, and
 	// removes it.
-	jsNarrow, err := jetstream.New(narrow.nc)
+	jsNarrow, err := jetstream.New(narrow.NC)
 	if err != nil {
 		t.Fatal(err)
 	}
-	own, err := jsNarrow.CreateOrUpdateConsumer(ctxT(t, 5*time.Second), api.StreamOut, jetstream.ConsumerConfig{
+	own, err := jsNarrow.CreateOrUpdateConsumer(testutil.Context(t, 5*time.Second), api.StreamOut, jetstream.ConsumerConfig{
 		Name: "watch", FilterSubject: subj.All(api.KindOut, "other"), AckPolicy: jetstream.AckNonePolicy})
 	if err != nil {
 		t.Fatalf("the narrowed subscriber's own consumer: %v", err)
@@ -125,16 +127,16 @@ func TestAuthSubscriberConsumersAreItsOwn(t *testing.T) {
 	if err != nil || string(m.Data()) != "other-output" {
 		t.Fatalf("the narrowed subscriber read %v %v", m, err)
 	}
-	if err := jsNarrow.DeleteConsumer(ctxT(t, 5*time.Second), api.StreamOut, "watch"); err != nil {
+	if err := jsNarrow.DeleteConsumer(testutil.Context(t, 5*time.Second), api.StreamOut, "watch"); err != nil {
 		t.Fatalf("delete its own consumer: %v", err)
 	}
-	narrow.noErrors(t)
+	narrow.NoErrors(t)
 }
 
 // TestAccountBoundsStreamsAndConsumers: the fleet account caps how many streams it
 // keeps and how many consumers a stream holds.
 func TestAccountBoundsStreamsAndConsumers(t *testing.T) {
-	a, err := transport.InitAuthority(t.TempDir(), false)
+	a, err := natsauth.InitAuthority(t.TempDir(), false)
 	if err != nil {
 		t.Fatal(err)
 	}

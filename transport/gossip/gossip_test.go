@@ -1,4 +1,4 @@
-package transport_test
+package gossip_test
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/testutil"
-	"github.com/fleetmux/fleetmux/transport"
+	"github.com/fleetmux/fleetmux/transport/gossip"
 )
 
 var key1 = bytes.Repeat([]byte{1}, 32)
@@ -19,10 +19,10 @@ var key1 = bytes.Repeat([]byte{1}, 32)
 // changes records OnChange calls.
 type changes struct {
 	mu  sync.Mutex
-	got []transport.Member
+	got []gossip.Member
 }
 
-func (c *changes) add(m transport.Member) {
+func (c *changes) add(m gossip.Member) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.got = append(c.got, m)
@@ -39,10 +39,10 @@ func (c *changes) saw(name, state string) bool {
 	return false
 }
 
-func startGossip(t *testing.T, cfg transport.GossipConfig) *transport.Gossip {
+func startGossip(t *testing.T, cfg gossip.Config) *gossip.Gossip {
 	t.Helper()
 	if cfg.Logger == nil {
-		cfg.Logger = logger()
+		cfg.Logger = testutil.Logger()
 	}
 	if cfg.SecretKey == nil {
 		cfg.SecretKey = key1
@@ -50,7 +50,7 @@ func startGossip(t *testing.T, cfg transport.GossipConfig) *transport.Gossip {
 	if cfg.Meta.Name == "" {
 		cfg.Meta = api.NodeMeta{Name: cfg.Name, Version: "0.1.0", Proto: 1, Labels: map[string]string{"role": cfg.Name}}
 	}
-	g, err := transport.StartGossip(ctxT(t, 10*time.Second), cfg)
+	g, err := gossip.Start(testutil.Context(t, 10*time.Second), cfg)
 	if err != nil {
 		if g != nil {
 			g.Close()
@@ -66,34 +66,34 @@ func startGossip(t *testing.T, cfg transport.GossipConfig) *transport.Gossip {
 }
 
 // state returns the state and meta of name as g sees it.
-func state(g *transport.Gossip, name string) (transport.Member, bool) {
+func state(g *gossip.Gossip, name string) (gossip.Member, bool) {
 	for _, m := range g.Members() {
 		if m.Name == name {
 			return m, true
 		}
 	}
-	return transport.Member{}, false
+	return gossip.Member{}, false
 }
 
 func TestGossipCluster(t *testing.T) {
 	var ch changes
-	g1 := startGossip(t, transport.GossipConfig{Name: "g1", SecretKey: key1, OnChange: ch.add})
-	g2 := startGossip(t, transport.GossipConfig{Name: "g2", SecretKey: key1, Join: []string{g1.Addr()}})
-	g3 := startGossip(t, transport.GossipConfig{Name: "g3", SecretKey: key1, Join: []string{g2.Addr()}})
-	all := []*transport.Gossip{g1, g2, g3}
+	g1 := startGossip(t, gossip.Config{Name: "g1", SecretKey: key1, OnChange: ch.add})
+	g2 := startGossip(t, gossip.Config{Name: "g2", SecretKey: key1, Join: []string{g1.Addr()}})
+	g3 := startGossip(t, gossip.Config{Name: "g3", SecretKey: key1, Join: []string{g2.Addr()}})
+	all := []*gossip.Gossip{g1, g2, g3}
 
 	for _, g := range all {
 		testutil.Eventually(t, 10*time.Second, func() bool {
 			for _, other := range all {
 				m, ok := state(g, other.Name())
-				if !ok || m.State != transport.MemberAlive || m.Meta.Name != other.Name() || m.Meta.Labels["role"] != other.Name() || m.Addr != other.Addr() {
+				if !ok || m.State != gossip.MemberAlive || m.Meta.Name != other.Name() || m.Meta.Labels["role"] != other.Name() || m.Addr != other.Addr() {
 					return false
 				}
 			}
 			return true
 		}, "%s sees all three alive with their meta: %+v", g.Name(), g.Members())
 	}
-	testutil.Eventually(t, 5*time.Second, func() bool { return ch.saw("g2", transport.MemberAlive) && ch.saw("g3", transport.MemberAlive) }, "OnChange reports joins")
+	testutil.Eventually(t, 5*time.Second, func() bool { return ch.saw("g2", gossip.MemberAlive) && ch.saw("g3", gossip.MemberAlive) }, "OnChange reports joins")
 
 	// Metadata updates propagate.
 	if err := g2.UpdateMeta(api.NodeMeta{Name: "g2", Version: "0.1.0", Sessions: 7, Labels: map[string]string{"role": "g2"}}); err != nil {
@@ -102,7 +102,7 @@ func TestGossipCluster(t *testing.T) {
 	if m, _ := state(g2, "g2"); m.Meta.Sessions != 7 {
 		t.Fatalf("local member meta not updated at once: %+v", m)
 	}
-	for _, g := range []*transport.Gossip{g1, g3} {
+	for _, g := range []*gossip.Gossip{g1, g3} {
 		testutil.Eventually(t, 10*time.Second, func() bool {
 			m, _ := state(g, "g2")
 			return m.Meta.Sessions == 7
@@ -126,28 +126,28 @@ func TestGossipCluster(t *testing.T) {
 	if err := g3.Close(); err != nil {
 		t.Fatalf("second close: %v", err)
 	}
-	for _, g := range []*transport.Gossip{g1, g2} {
+	for _, g := range []*gossip.Gossip{g1, g2} {
 		testutil.Eventually(t, 10*time.Second, func() bool {
 			m, ok := state(g, "g3")
-			return ok && m.State == transport.MemberLeft && m.Meta.Name == "g3"
+			return ok && m.State == gossip.MemberLeft && m.Meta.Name == "g3"
 		}, "%s sees g3 left, with its last meta: %+v", g.Name(), g.Members())
 	}
-	testutil.Eventually(t, 5*time.Second, func() bool { return ch.saw("g3", transport.MemberLeft) }, "OnChange reports g3 left")
-	if _, err := g3.Join(ctxT(t, time.Second), []string{g1.Addr()}); !errors.Is(err, transport.ErrClosed) {
+	testutil.Eventually(t, 5*time.Second, func() bool { return ch.saw("g3", gossip.MemberLeft) }, "OnChange reports g3 left")
+	if _, err := g3.Join(testutil.Context(t, time.Second), []string{g1.Addr()}); !errors.Is(err, gossip.ErrClosed) {
 		t.Fatalf("join after close: %v", err)
 	}
 }
 
 func TestGossipWrongKeyCannotJoin(t *testing.T) {
-	g1 := startGossip(t, transport.GossipConfig{Name: "k1", SecretKey: key1})
+	g1 := startGossip(t, gossip.Config{Name: "k1", SecretKey: key1})
 	// A member without a key does not start (TestGossipConfigErrors); one with
 	// another key starts but cannot join.
 	for name, key := range map[string][]byte{"other-key": bytes.Repeat([]byte{2}, 32), "short-key": bytes.Repeat([]byte{2}, 16)} {
-		g, err := transport.StartGossip(ctxT(t, 10*time.Second), transport.GossipConfig{Name: name, SecretKey: key, Join: []string{g1.Addr()}, Logger: logger()})
+		g, err := gossip.Start(testutil.Context(t, 10*time.Second), gossip.Config{Name: name, SecretKey: key, Join: []string{g1.Addr()}, Logger: testutil.Logger()})
 		if g == nil {
 			t.Fatalf("%s: no gossip returned: %v", name, err)
 		}
-		if !errors.Is(err, transport.ErrJoin) {
+		if !errors.Is(err, gossip.ErrJoin) {
 			t.Errorf("%s joined: %v", name, err)
 		}
 		if n := len(g.Members()); n != 1 {
@@ -163,12 +163,12 @@ func TestGossipWrongKeyCannotJoin(t *testing.T) {
 }
 
 func TestGossipMetaTooLarge(t *testing.T) {
-	big := api.NodeMeta{Name: "m1", Labels: map[string]string{"x": strings.Repeat("y", transport.MaxMetaSize)}}
-	if _, err := transport.StartGossip(ctxT(t, 5*time.Second), transport.GossipConfig{Name: "m1", Meta: big, SecretKey: key1, Logger: logger()}); !errors.Is(err, transport.ErrMetaTooLarge) {
+	big := api.NodeMeta{Name: "m1", Labels: map[string]string{"x": strings.Repeat("y", gossip.MaxMetaSize)}}
+	if _, err := gossip.Start(testutil.Context(t, 5*time.Second), gossip.Config{Name: "m1", Meta: big, SecretKey: key1, Logger: testutil.Logger()}); !errors.Is(err, gossip.ErrMetaTooLarge) {
 		t.Fatalf("start with big meta: %v", err)
 	}
-	g := startGossip(t, transport.GossipConfig{Name: "m1"})
-	if err := g.UpdateMeta(big); !errors.Is(err, transport.ErrMetaTooLarge) {
+	g := startGossip(t, gossip.Config{Name: "m1"})
+	if err := g.UpdateMeta(big); !errors.Is(err, gossip.ErrMetaTooLarge) {
 		t.Fatalf("update with big meta: %v", err)
 	}
 	if m, _ := state(g, "m1"); m.Meta.Labels["x"] != "" {
@@ -179,7 +179,7 @@ func TestGossipMetaTooLarge(t *testing.T) {
 	for i := 0; ; i++ {
 		labels[fmt.Sprintf("k%02d", i)] = "vvvvvvvvvv"
 		if err := g.UpdateMeta(api.NodeMeta{Name: "m1", Labels: labels}); err != nil {
-			if !errors.Is(err, transport.ErrMetaTooLarge) || i < 10 {
+			if !errors.Is(err, gossip.ErrMetaTooLarge) || i < 10 {
 				t.Fatalf("after %d labels: %v", i, err)
 			}
 			break
@@ -188,7 +188,7 @@ func TestGossipMetaTooLarge(t *testing.T) {
 }
 
 func TestGossipConfigErrors(t *testing.T) {
-	for name, cfg := range map[string]transport.GossipConfig{
+	for name, cfg := range map[string]gossip.Config{
 		"non-loopback without key": {Name: "c1", BindAddr: "0.0.0.0"},
 		"loopback without key":     {Name: "c1"},
 		"bad key length":           {Name: "c1", SecretKey: []byte("short")},
@@ -196,43 +196,43 @@ func TestGossipConfigErrors(t *testing.T) {
 		"no name":                  {},
 		"bind is not an ip":        {Name: "c1", BindAddr: "localhost"},
 	} {
-		cfg.Logger = logger()
-		g, err := transport.StartGossip(ctxT(t, 5*time.Second), cfg)
+		cfg.Logger = testutil.Logger()
+		g, err := gossip.Start(testutil.Context(t, 5*time.Second), cfg)
 		if g != nil {
 			g.Close()
 		}
-		if !errors.Is(err, transport.ErrConfig) && !errors.Is(err, transport.ErrInsecure) {
+		if !errors.Is(err, gossip.ErrConfig) && !errors.Is(err, gossip.ErrInsecure) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
 	for _, bind := range []string{"0.0.0.0", "127.0.0.1", ""} {
-		if _, err := transport.StartGossip(ctxT(t, 5*time.Second), transport.GossipConfig{Name: "c1", BindAddr: bind, Logger: logger()}); !errors.Is(err, transport.ErrInsecure) {
+		if _, err := gossip.Start(testutil.Context(t, 5*time.Second), gossip.Config{Name: "c1", BindAddr: bind, Logger: testutil.Logger()}); !errors.Is(err, gossip.ErrInsecure) {
 			t.Errorf("bind %q without key: %v", bind, err)
 		}
 	}
 }
 
 func TestGossipJoinFailureKeepsRunning(t *testing.T) {
-	g, err := transport.StartGossip(ctxT(t, 10*time.Second), transport.GossipConfig{Name: "j1", Join: []string{freePort(t)}, SecretKey: key1, Logger: logger()})
-	if !errors.Is(err, transport.ErrJoin) || g == nil {
+	g, err := gossip.Start(testutil.Context(t, 10*time.Second), gossip.Config{Name: "j1", Join: []string{testutil.FreeAddr(t)}, SecretKey: key1, Logger: testutil.Logger()})
+	if !errors.Is(err, gossip.ErrJoin) || g == nil {
 		t.Fatalf("join of a dead seed: %v (gossip %v)", err, g)
 	}
 	defer g.Close()
 	// It still works: a later member joins it.
-	g2 := startGossip(t, transport.GossipConfig{Name: "j2", Join: []string{g.Addr()}})
-	testutil.Eventually(t, 10*time.Second, func() bool { m, ok := state(g, "j2"); return ok && m.State == transport.MemberAlive }, "j1 sees j2")
+	g2 := startGossip(t, gossip.Config{Name: "j2", Join: []string{g.Addr()}})
+	testutil.Eventually(t, 10*time.Second, func() bool { m, ok := state(g, "j2"); return ok && m.State == gossip.MemberAlive }, "j1 sees j2")
 	_ = g2
 }
 
 func TestGossipCrashedMemberIsDead(t *testing.T) {
 	var ch changes
-	g1 := startGossip(t, transport.GossipConfig{Name: "d1", OnChange: ch.add})
-	g2 := startGossip(t, transport.GossipConfig{Name: "d2", Join: []string{g1.Addr()}})
-	testutil.Eventually(t, 10*time.Second, func() bool { m, ok := state(g1, "d2"); return ok && m.State == transport.MemberAlive }, "d1 sees d2")
-	transport.Crash(g2)
-	testutil.Eventually(t, 20*time.Second, func() bool { m, _ := state(g1, "d2"); return m.State == transport.MemberDead }, "d1 sees d2 dead: %+v", g1.Members())
+	g1 := startGossip(t, gossip.Config{Name: "d1", OnChange: ch.add})
+	g2 := startGossip(t, gossip.Config{Name: "d2", Join: []string{g1.Addr()}})
+	testutil.Eventually(t, 10*time.Second, func() bool { m, ok := state(g1, "d2"); return ok && m.State == gossip.MemberAlive }, "d1 sees d2")
+	gossip.Crash(g2)
+	testutil.Eventually(t, 20*time.Second, func() bool { m, _ := state(g1, "d2"); return m.State == gossip.MemberDead }, "d1 sees d2 dead: %+v", g1.Members())
 	if m, _ := state(g1, "d2"); m.Meta.Name != "d2" {
 		t.Errorf("a dead member keeps its last meta: %+v", m)
 	}
-	testutil.Eventually(t, 5*time.Second, func() bool { return ch.saw("d2", transport.MemberDead) }, "OnChange reports d2 dead")
+	testutil.Eventually(t, 5*time.Second, func() bool { return ch.saw("d2", gossip.MemberDead) }, "OnChange reports d2 dead")
 }

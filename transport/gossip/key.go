@@ -1,4 +1,4 @@
-package transport
+package gossip
 
 import (
 	"crypto/rand"
@@ -11,23 +11,24 @@ import (
 	"syscall"
 
 	"github.com/fleetmux/fleetmux/internal/datadir"
+	"github.com/fleetmux/fleetmux/transport/natsauth"
 )
 
-// GossipKeyFile is the gossip key's file in a data dir's AuthorityDir, written by
+// KeyFile is the gossip key's file in a data dir's natsauth.AuthorityDir, written by
 // `controller init` and `dev`, and next to the .creds by `enroll`: the key in hex,
 // mode 0600.
-const GossipKeyFile = "gossip.key"
+const KeyFile = "gossip.key"
 
-// ErrNoGossipKey is returned by ReadGossipKey for a missing key file.
-var ErrNoGossipKey = errors.New("no gossip key")
+// ErrNoKey is returned by ReadKey for a missing key file.
+var ErrNoKey = errors.New("no gossip key")
 
-// GossipKeyPath is where a data dir keeps its gossip key.
-func GossipKeyPath(dataDir string) string {
-	return filepath.Join(dataDir, AuthorityDir, GossipKeyFile)
+// KeyPath is where a data dir keeps its gossip key.
+func KeyPath(dataDir string) string {
+	return filepath.Join(dataDir, natsauth.AuthorityDir, KeyFile)
 }
 
-// ParseGossipKey decodes a gossip key given in hex (16, 24 or 32 bytes).
-func ParseGossipKey(s string) ([]byte, error) {
+// ParseKey decodes a gossip key given in hex (16, 24 or 32 bytes).
+func ParseKey(s string) ([]byte, error) {
 	key, err := hex.DecodeString(strings.TrimSpace(s))
 	if err != nil {
 		return nil, fmt.Errorf("%w: gossip key: not hex: %v", ErrConfig, err)
@@ -39,12 +40,12 @@ func ParseGossipKey(s string) ([]byte, error) {
 	return nil, fmt.Errorf("%w: gossip key is %d bytes; want 16, 24 or 32 (openssl rand -hex 32)", ErrConfig, len(key))
 }
 
-// ReadGossipKey reads the key file path: the user's, readable by them alone, never
-// through a link (datadir.CheckPrivate). A missing file is ErrNoGossipKey.
-func ReadGossipKey(path string) ([]byte, error) {
+// ReadKey reads the key file path: the user's, readable by them alone, never
+// through a link (datadir.CheckPrivate). A missing file is ErrNoKey.
+func ReadKey(path string) ([]byte, error) {
 	if err := datadir.CheckPrivate(path); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("%w: %s", ErrNoGossipKey, path)
+			return nil, fmt.Errorf("%w: %s", ErrNoKey, path)
 		}
 		return nil, fmt.Errorf("transport: gossip key: %w", err)
 	}
@@ -52,15 +53,15 @@ func ReadGossipKey(path string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("transport: gossip key: %w", err)
 	}
-	key, err := ParseGossipKey(string(b))
+	key, err := ParseKey(string(b))
 	if err != nil {
 		return nil, fmt.Errorf("%w (in %s)", err, path)
 	}
 	return key, nil
 }
 
-// WriteGossipKey writes key (hex, 0600) to a new file path; it never replaces one.
-func WriteGossipKey(path string, key []byte) error {
+// WriteKey writes key (hex, 0600) to a new file path; it never replaces one.
+func WriteKey(path string, key []byte) error {
 	f, err := datadir.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("transport: gossip key: %w", err)
@@ -76,12 +77,12 @@ func WriteGossipKey(path string, key []byte) error {
 	return nil
 }
 
-// EnsureGossipKey reads the key of a data dir (GossipKeyPath), making a new random
+// EnsureKey reads the key of a data dir (KeyPath), making a new random
 // one (32 bytes) when it has none.
-func EnsureGossipKey(dataDir string) ([]byte, error) {
-	path := GossipKeyPath(dataDir)
-	key, err := ReadGossipKey(path)
-	if !errors.Is(err, ErrNoGossipKey) {
+func EnsureKey(dataDir string) ([]byte, error) {
+	path := KeyPath(dataDir)
+	key, err := ReadKey(path)
+	if !errors.Is(err, ErrNoKey) {
 		return key, err
 	}
 	if err := datadir.Mkdir(filepath.Dir(path)); err != nil {
@@ -91,9 +92,9 @@ func EnsureGossipKey(dataDir string) ([]byte, error) {
 	if _, err := rand.Read(key); err != nil {
 		return nil, fmt.Errorf("transport: gossip key: %w", err)
 	}
-	if err := WriteGossipKey(path, key); err != nil {
+	if err := WriteKey(path, key); err != nil {
 		if errors.Is(err, syscall.EEXIST) { // made by another process meanwhile
-			return ReadGossipKey(path)
+			return ReadKey(path)
 		}
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package transport_test
+package presence_test
 
 import (
 	"maps"
@@ -9,6 +9,8 @@ import (
 
 	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/fleetmux/fleetmux/transport"
+	"github.com/fleetmux/fleetmux/transport/natsauth"
+	"github.com/fleetmux/fleetmux/transport/presence"
 	"github.com/nats-io/nats.go"
 )
 
@@ -43,7 +45,7 @@ func (l *presenceLog) is(want ...string) func() bool {
 func watchPresence(t *testing.T, conn *transport.Conn) *presenceLog {
 	t.Helper()
 	l := &presenceLog{}
-	stop, err := transport.NewPresence(conn, transport.PresenceConfig{Logger: logger(), Gather: 100 * time.Millisecond}).Watch(l.fn)
+	stop, err := presence.New(conn, presence.Config{Logger: testutil.Logger(), Gather: 100 * time.Millisecond}).Watch(l.fn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,19 +59,19 @@ func watchPresence(t *testing.T, conn *transport.Conn) *presenceLog {
 // advisories, at once), never a controller, a subscriber, or a client that only
 // calls its connection "node:…".
 func TestPresenceNodesByIdentity(t *testing.T) {
-	f := startAuthFleet(t)
-	f.conn(transport.Identity{Kind: transport.KindNode, Name: "n1"})
+	f := testutil.StartAuthFleet(t)
+	f.Conn(natsauth.Identity{Kind: natsauth.KindNode, Name: "n1"})
 	// A subscriber naming its connection like a node is no node.
-	f.client(f.creds(transport.Identity{Kind: transport.KindSubscriber, Name: "n9"}), nats.Name("node:n9"))
-	ctl, _ := f.conn(transport.Identity{Kind: transport.KindController, Name: "ctl"})
+	f.Client(f.Creds(natsauth.Identity{Kind: natsauth.KindSubscriber, Name: "n9"}), nats.Name("node:n9"))
+	ctl, _ := f.Conn(natsauth.Identity{Kind: natsauth.KindController, Name: "ctl"})
 	l := watchPresence(t, ctl)
 	testutil.Eventually(t, 5*time.Second, l.is("n1"), "n1 listed from the connection list")
 
-	n2, _ := f.conn(transport.Identity{Kind: transport.KindNode, Name: "n2"})
+	n2, _ := f.Conn(natsauth.Identity{Kind: natsauth.KindNode, Name: "n2"})
 	testutil.Eventually(t, 5*time.Second, l.is("n1", "n2"), "n2 connected")
 	// A second connection of n2 (a reconnect elsewhere); the first one closing
 	// leaves n2 connected.
-	n2b, _ := f.conn(transport.Identity{Kind: transport.KindNode, Name: "n2"})
+	n2b, _ := f.Conn(natsauth.Identity{Kind: natsauth.KindNode, Name: "n2"})
 	start := time.Now()
 	n2.NC().Close()
 	if ok := waitFor(300*time.Millisecond, func() bool { got, _ := l.nodes(); return !slices.Contains(got, "n2") }); ok {
@@ -86,17 +88,17 @@ func TestPresenceNodesByIdentity(t *testing.T) {
 // for the list again: a node that went away meanwhile (no server was there to
 // send its disconnect) is gone, and one that came is there.
 func TestPresenceResyncsAfterReconnect(t *testing.T) {
-	f := startAuthFleet(t)
-	n1, _ := f.conn(transport.Identity{Kind: transport.KindNode, Name: "n1"})
-	f.conn(transport.Identity{Kind: transport.KindNode, Name: "n2"})
-	ctl, _ := f.conn(transport.Identity{Kind: transport.KindController, Name: "ctl"})
+	f := testutil.StartAuthFleet(t)
+	n1, _ := f.Conn(natsauth.Identity{Kind: natsauth.KindNode, Name: "n1"})
+	f.Conn(natsauth.Identity{Kind: natsauth.KindNode, Name: "n2"})
+	ctl, _ := f.Conn(natsauth.Identity{Kind: natsauth.KindController, Name: "ctl"})
 	l := watchPresence(t, ctl)
 	testutil.Eventually(t, 5*time.Second, l.is("n1", "n2"), "n1 and n2 listed")
-	testutil.StopNATS(t, f.srv)
+	testutil.StopNATS(t, f.Srv)
 	n1.NC().Close() // gone during the outage
-	f.srv = testutil.StartNATSAgain(t, f.srv)
+	f.Srv = testutil.StartNATSAgain(t, f.Srv)
 	testutil.Eventually(t, 10*time.Second, ctl.Connected, "controller reconnected")
-	f.conn(transport.Identity{Kind: transport.KindNode, Name: "n3"})
+	f.Conn(natsauth.Identity{Kind: natsauth.KindNode, Name: "n3"})
 	testutil.Eventually(t, 10*time.Second, l.is("n2", "n3"), "n2 reconnected, n3 came, n1 gone")
 }
 
@@ -115,35 +117,35 @@ func waitFor(d time.Duration, cond func() bool) bool {
 // TestNodeOfJWT: only a node's user JWT issued by the connection's account names
 // a node.
 func TestNodeOfJWT(t *testing.T) {
-	a, err := transport.NewAuthority()
+	a, err := natsauth.NewAuthority()
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := transport.NewAuthority()
+	other, err := natsauth.NewAuthority()
 	if err != nil {
 		t.Fatal(err)
 	}
-	issue := func(a *transport.Authority, id transport.Identity) string {
+	issue := func(a *natsauth.Authority, id natsauth.Identity) string {
 		c, err := a.Issue(id)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return c.JWT
 	}
-	node := issue(a, transport.Identity{Kind: transport.KindNode, Name: "web-1"})
+	node := issue(a, natsauth.Identity{Kind: natsauth.KindNode, Name: "web-1"})
 	for _, tc := range []struct {
 		name, jwt, acc, want string
 	}{
 		{"node", node, a.Account(), "web-1"},
 		{"other account", node, other.Account(), ""},
 		{"no account", node, "", ""},
-		{"foreign issuer", issue(other, transport.Identity{Kind: transport.KindNode, Name: "web-1"}), a.Account(), ""},
-		{"controller", issue(a, transport.Identity{Kind: transport.KindController, Name: "web-1"}), a.Account(), ""},
-		{"subscriber", issue(a, transport.Identity{Kind: transport.KindSubscriber, Name: "web-1"}), a.Account(), ""},
+		{"foreign issuer", issue(other, natsauth.Identity{Kind: natsauth.KindNode, Name: "web-1"}), a.Account(), ""},
+		{"controller", issue(a, natsauth.Identity{Kind: natsauth.KindController, Name: "web-1"}), a.Account(), ""},
+		{"subscriber", issue(a, natsauth.Identity{Kind: natsauth.KindSubscriber, Name: "web-1"}), a.Account(), ""},
 		{"tampered", node[:len(node)-4] + "AAAA", a.Account(), ""},
 		{"empty", "", a.Account(), ""},
 	} {
-		got, ok := transport.NodeOfJWT(tc.jwt, tc.acc)
+		got, ok := natsauth.NodeOfJWT(tc.jwt, tc.acc)
 		if got != tc.want || ok != (tc.want != "") {
 			t.Errorf("%s: %q %v, want %q", tc.name, got, ok, tc.want)
 		}

@@ -1,9 +1,8 @@
-package transport_test
+package natsauth_test
 
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,134 +14,22 @@ import (
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/fleetmux/fleetmux/transport"
+	"github.com/fleetmux/fleetmux/transport/natsauth"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// authFleet is an embedded server in operator mode with TLS, the way every
-// fleetmux command runs it, and the authority that issues its users.
-type authFleet struct {
-	t   *testing.T
-	a   *transport.Authority
-	srv *transport.Server
-	dir string
-}
-
-func startAuthFleet(t *testing.T) *authFleet {
-	t.Helper()
-	dir := t.TempDir()
-	a, err := transport.InitAuthority(dir, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := transport.StartServer(transport.ServerConfig{Listen: "127.0.0.1:0", DataDir: filepath.Join(dir, "nats"), JetStream: true, Auth: a, Logger: logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { testutil.StopNATS(t, srv) })
-	return &authFleet{t: t, a: a, srv: srv, dir: dir}
-}
-
-// creds issues id's credentials into a .creds file and returns its path.
-func (f *authFleet) creds(id transport.Identity) string {
-	f.t.Helper()
-	c, err := f.a.Issue(id)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	p := filepath.Join(f.dir, id.Kind+"-"+id.Name+".creds")
-	if err := transport.WriteCreds(p, c); err != nil {
-		f.t.Fatal(err)
-	}
-	return p
-}
-
-// client is a plain nats.go client, as a third party would write it: the .creds
-// file gives both the user and (RootCAs) the CA. Async errors (permission
-// violations) go to errs.
-type client struct {
-	nc   *nats.Conn
-	errs chan error
-}
-
-func (f *authFleet) client(credsFile string, extra ...nats.Option) *client {
-	f.t.Helper()
-	cl := &client{errs: make(chan error, 64)}
-	opts := append([]nats.Option{nats.UserCredentials(credsFile), nats.RootCAs(credsFile), nats.NoReconnect(),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			select {
-			case cl.errs <- err:
-			default:
-			}
-		})}, extra...)
-	nc, err := nats.Connect(f.srv.ClientURL(), opts...)
-	if err != nil {
-		f.t.Fatalf("connect with %s: %v", filepath.Base(credsFile), err)
-	}
-	f.t.Cleanup(nc.Close)
-	cl.nc = nc
-	return cl
-}
-
-// violation waits for the permissions violation naming subject.
-func (cl *client) violation(t *testing.T, subject string) {
-	t.Helper()
-	deadline := time.After(5 * time.Second)
-	for {
-		select {
-		case err := <-cl.errs:
-			if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), subject) {
-				return
-			}
-			t.Logf("other async error: %v", err)
-		case <-deadline:
-			t.Fatalf("no permissions violation for %s", subject)
-		}
-	}
-}
-
-// noErrors asserts that no async error came (after a round trip to the server).
-func (cl *client) noErrors(t *testing.T) {
-	t.Helper()
-	if err := cl.nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-cl.errs:
-		t.Fatalf("async error: %v", err)
-	default:
-	}
-}
-
-// conn connects a transport.Conn with credentials, as the fleetmux commands do.
-func (f *authFleet) conn(id transport.Identity) (*transport.Conn, *testutil.Buffer) {
-	f.t.Helper()
-	c, err := f.a.Issue(id)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	var lb testutil.Buffer
-	conn, err := transport.Connect(ctxT(f.t, 5*time.Second), transport.NATSConfig{URL: f.srv.ClientURL(), Creds: c,
-		Logger: slog.New(slog.NewTextHandler(&lb, nil)), DrainTimeout: 2 * time.Second})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	f.t.Cleanup(func() { conn.Close() })
-	testutil.Eventually(f.t, 5*time.Second, conn.Connected, "%s connected", id.UserName())
-	return conn, &lb
-}
-
 var subj = api.Subjects{}
 
 func TestAuthRefusesAnonymousTokenAndPassword(t *testing.T) {
-	f := startAuthFleet(t)
-	ca := filepath.Join(f.dir, transport.AuthorityDir, transport.CACertFile)
+	f := testutil.StartAuthFleet(t)
+	ca := filepath.Join(f.Dir, natsauth.AuthorityDir, natsauth.CACertFile)
 	for name, opt := range map[string]nats.Option{
 		"anonymous":     func(*nats.Options) error { return nil },
 		"token":         nats.Token("s3cret"),
 		"user/password": nats.UserInfo("admin", "admin"),
 	} {
-		nc, err := nats.Connect(f.srv.ClientURL(), opt, nats.RootCAs(ca), nats.NoReconnect())
+		nc, err := nats.Connect(f.Srv.ClientURL(), opt, nats.RootCAs(ca), nats.NoReconnect())
 		if err == nil {
 			nc.Close()
 			t.Errorf("%s: connected", name)
@@ -153,13 +40,13 @@ func TestAuthRefusesAnonymousTokenAndPassword(t *testing.T) {
 		}
 	}
 	// Without TLS the server does not even get to the credentials.
-	credsFile := f.creds(transport.Identity{Kind: transport.KindSubscriber, Name: "dash"})
-	if nc, err := nats.Connect(f.srv.ClientURL(), nats.UserCredentials(credsFile), nats.NoReconnect()); err == nil {
+	credsFile := f.Creds(natsauth.Identity{Kind: natsauth.KindSubscriber, Name: "dash"})
+	if nc, err := nats.Connect(f.Srv.ClientURL(), nats.UserCredentials(credsFile), nats.NoReconnect()); err == nil {
 		nc.Close()
 		t.Error("connected without verifying the server against the fleet's CA")
 	}
 	// transport.Connect refuses to talk to a server beyond loopback without TLS.
-	_, err := transport.Connect(ctxT(t, time.Second), transport.NATSConfig{URL: "nats://192.0.2.1:4222", Logger: logger()})
+	_, err := transport.Connect(testutil.Context(t, time.Second), transport.NATSConfig{URL: "nats://192.0.2.1:4222", Logger: testutil.Logger()})
 	if !errors.Is(err, transport.ErrInsecure) {
 		t.Errorf("plain nats beyond loopback: %v", err)
 	}
@@ -193,38 +80,38 @@ func (n *nodeServer) runs() []string {
 }
 
 func TestAuthSubscriberReadsButNeverRuns(t *testing.T) {
-	f := startAuthFleet(t)
-	nodeConn, nodeLog := f.conn(transport.Identity{Kind: transport.KindNode, Name: "web-1"})
+	f := testutil.StartAuthFleet(t)
+	nodeConn, nodeLog := f.Conn(natsauth.Identity{Kind: natsauth.KindNode, Name: "web-1"})
 	var ns nodeServer
 	ns.serve(t, nodeConn, "web-1")
-	ctrl, _ := f.conn(transport.Identity{Kind: transport.KindController, Name: "ctl"})
-	if err := transport.EnsureStreams(ctxT(t, 10*time.Second), ctrl.NC(), "", transport.StreamLimits{}); err != nil {
+	ctrl, _ := f.Conn(natsauth.Identity{Kind: natsauth.KindController, Name: "ctl"})
+	if err := transport.EnsureStreams(testutil.Context(t, 10*time.Second), ctrl.NC(), "", transport.StreamLimits{}); err != nil {
 		t.Fatalf("streams with controller creds: %v", err)
 	}
 	// A client of the subscriber's own sets its inbox prefix (nats CLI --inbox-prefix).
-	sub := f.client(f.creds(transport.Identity{Kind: transport.KindSubscriber, Name: "dash"}), nats.CustomInboxPrefix("_INBOX.subscriber.dash"))
+	sub := f.Client(f.Creds(natsauth.Identity{Kind: natsauth.KindSubscriber, Name: "dash"}), nats.CustomInboxPrefix("_INBOX.subscriber.dash"))
 
 	// Output: core subscription works.
-	outs, err := sub.nc.SubscribeSync(subj.All(api.KindOut, "*"))
+	outs, err := sub.NC.SubscribeSync(subj.All(api.KindOut, "*"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// rpc: neither publish nor subscribe.
-	spy, err := sub.nc.SubscribeSync(subj.All(api.KindRPC, "*"))
+	spy, err := sub.NC.SubscribeSync(subj.All(api.KindRPC, "*"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	sub.violation(t, subj.All(api.KindRPC, "*"))
-	if err := sub.nc.Publish(subj.RPC("web-1", "run"), []byte("id")); err != nil {
+	sub.Violation(t, subj.All(api.KindRPC, "*"))
+	if err := sub.NC.Publish(subj.RPC("web-1", "run"), []byte("id")); err != nil {
 		t.Fatal(err)
 	}
-	sub.violation(t, subj.RPC("web-1", "run"))
-	if _, err := sub.nc.Request(subj.RPC("web-1", "run"), []byte("id"), time.Second); err == nil {
+	sub.Violation(t, subj.RPC("web-1", "run"))
+	if _, err := sub.NC.Request(subj.RPC("web-1", "run"), []byte("id"), time.Second); err == nil {
 		t.Fatal("a subscriber's request got an answer")
 	}
 
 	// A controller's request goes through; the subscriber's never reached the node.
-	reply, err := ctrl.Request(ctxT(t, 5*time.Second), subj.RPC("web-1", "run"), nil, []byte("echo ok"))
+	reply, err := ctrl.Request(testutil.Context(t, 5*time.Second), subj.RPC("web-1", "run"), nil, []byte("echo ok"))
 	if err != nil || string(reply) != "ran echo ok" {
 		t.Fatalf("controller request: %q %v", reply, err)
 	}
@@ -245,11 +132,11 @@ func TestAuthSubscriberReadsButNeverRuns(t *testing.T) {
 
 	// JetStream: the subscriber replays output from the stream (through the
 	// consumer named after itself), but cannot read the audit records.
-	js, err := jetstream.New(sub.nc)
+	js, err := jetstream.New(sub.NC)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons, err := js.CreateOrUpdateConsumer(ctxT(t, 5*time.Second), api.StreamOut, jetstream.ConsumerConfig{Name: "dash", FilterSubject: subj.All(api.KindOut, "web-1")})
+	cons, err := js.CreateOrUpdateConsumer(testutil.Context(t, 5*time.Second), api.StreamOut, jetstream.ConsumerConfig{Name: "dash", FilterSubject: subj.All(api.KindOut, "web-1")})
 	if err != nil {
 		t.Fatalf("consumer on %s: %v", api.StreamOut, err)
 	}
@@ -263,12 +150,12 @@ func TestAuthSubscriberReadsButNeverRuns(t *testing.T) {
 	for _, stream := range []string{api.StreamEvents, api.StreamAudit} {
 		for _, filter := range []string{subj.Audit("web-1"), "fleetmux.>", ""} {
 			cfg := jetstream.ConsumerConfig{Name: "dash", FilterSubject: filter, DeliverPolicy: jetstream.DeliverAllPolicy}
-			if _, err := js.CreateConsumer(ctxT(t, time.Second), stream, cfg); err == nil {
+			if _, err := js.CreateConsumer(testutil.Context(t, time.Second), stream, cfg); err == nil {
 				t.Errorf("a subscriber created a consumer on %s with filter %q", stream, filter)
 			}
 		}
 	}
-	if _, err := js.CreateConsumer(ctxT(t, 5*time.Second), api.StreamEvents, jetstream.ConsumerConfig{Name: "dash", FilterSubject: subj.All(api.KindBlock, "*")}); err != nil {
+	if _, err := js.CreateConsumer(testutil.Context(t, 5*time.Second), api.StreamEvents, jetstream.ConsumerConfig{Name: "dash", FilterSubject: subj.All(api.KindBlock, "*")}); err != nil {
 		t.Errorf("block events consumer: %v", err)
 	}
 	if s := nodeLog.String(); strings.Contains(s, "async error") {
@@ -277,12 +164,12 @@ func TestAuthSubscriberReadsButNeverRuns(t *testing.T) {
 }
 
 func TestAuthNodeKeepsToItsOwnSubjects(t *testing.T) {
-	f := startAuthFleet(t)
-	ctrl, _ := f.conn(transport.Identity{Kind: transport.KindController, Name: "ctl"})
+	f := testutil.StartAuthFleet(t)
+	ctrl, _ := f.Conn(natsauth.Identity{Kind: natsauth.KindController, Name: "ctl"})
 	var nsB nodeServer
-	nodeB, _ := f.conn(transport.Identity{Kind: transport.KindNode, Name: "b"})
+	nodeB, _ := f.Conn(natsauth.Identity{Kind: natsauth.KindNode, Name: "b"})
 	nsB.serve(t, nodeB, "b")
-	a := f.client(f.creds(transport.Identity{Kind: transport.KindNode, Name: "a"}))
+	a := f.Client(f.Creds(natsauth.Identity{Kind: natsauth.KindNode, Name: "a"}))
 
 	outs := make(chan string, 16)
 	stop, err := ctrl.Subscribe(subj.All(api.KindOut, "*"), func(s string, _ map[string]string, _ []byte) { outs <- s })
@@ -291,30 +178,30 @@ func TestAuthNodeKeepsToItsOwnSubjects(t *testing.T) {
 	}
 	defer stop()
 
-	spy, err := a.nc.SubscribeSync(subj.All(api.KindRPC, "b"))
+	spy, err := a.NC.SubscribeSync(subj.All(api.KindRPC, "b"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.violation(t, subj.All(api.KindRPC, "b"))
-	if err := a.nc.Publish(subj.RPC("b", "run"), []byte("id")); err != nil {
+	a.Violation(t, subj.All(api.KindRPC, "b"))
+	if err := a.NC.Publish(subj.RPC("b", "run"), []byte("id")); err != nil {
 		t.Fatal(err)
 	}
-	a.violation(t, subj.RPC("b", "run"))
-	if err := a.nc.Publish(subj.Out("b", "x"), []byte("forged")); err != nil {
+	a.Violation(t, subj.RPC("b", "run"))
+	if err := a.NC.Publish(subj.Out("b", "x"), []byte("forged")); err != nil {
 		t.Fatal(err)
 	}
-	a.violation(t, subj.Out("b", "x"))
+	a.Violation(t, subj.Out("b", "x"))
 	for _, s := range []string{subj.Block("b", "x"), subj.Audit("b"), subj.All(api.KindOut, "*")} {
-		if err := a.nc.Publish(s, []byte("forged")); err != nil {
+		if err := a.NC.Publish(s, []byte("forged")); err != nil {
 			t.Fatal(err)
 		}
-		a.violation(t, s)
+		a.Violation(t, s)
 	}
 	// Its own output goes through, after the forged one: the controller sees only it.
-	if err := a.nc.Publish(subj.Out("a", "s1"), []byte("mine")); err != nil {
+	if err := a.NC.Publish(subj.Out("a", "s1"), []byte("mine")); err != nil {
 		t.Fatal(err)
 	}
-	a.noErrors(t)
+	a.NoErrors(t)
 	select {
 	case s := <-outs:
 		if s != subj.Out("a", "s1") {
@@ -324,7 +211,7 @@ func TestAuthNodeKeepsToItsOwnSubjects(t *testing.T) {
 		t.Fatal("node a's own output did not arrive")
 	}
 	// The controller reaches b; b ran nothing else, and a saw none of it.
-	if _, err := ctrl.Request(ctxT(t, 5*time.Second), subj.RPC("b", "run"), nil, []byte("true")); err != nil {
+	if _, err := ctrl.Request(testutil.Context(t, 5*time.Second), subj.RPC("b", "run"), nil, []byte("true")); err != nil {
 		t.Fatal(err)
 	}
 	if got := nsB.runs(); len(got) != 1 || got[0] != "true" {
@@ -341,46 +228,46 @@ func TestAuthNodeKeepsToItsOwnSubjects(t *testing.T) {
 }
 
 func TestAuthNodeWatchesPolicyBucket(t *testing.T) {
-	f := startAuthFleet(t)
-	ctrl, _ := f.conn(transport.Identity{Kind: transport.KindController, Name: "ctl"})
+	f := testutil.StartAuthFleet(t)
+	ctrl, _ := f.Conn(natsauth.Identity{Kind: natsauth.KindController, Name: "ctl"})
 	cjs, err := jetstream.New(ctrl.NC())
 	if err != nil {
 		t.Fatal(err)
 	}
 	var kvs = map[string]jetstream.KeyValue{}
-	for _, b := range []string{transport.BucketPolicy, transport.BucketTokens, transport.BucketApprovals} {
-		kv, err := cjs.CreateKeyValue(ctxT(t, 10*time.Second), jetstream.KeyValueConfig{Bucket: b})
+	for _, b := range []string{api.BucketPolicy, api.BucketTokens, api.BucketApprovals} {
+		kv, err := cjs.CreateKeyValue(testutil.Context(t, 10*time.Second), jetstream.KeyValueConfig{Bucket: b})
 		if err != nil {
 			t.Fatalf("controller creates %s: %v", b, err)
 		}
 		kvs[b] = kv
 	}
-	if _, err := kvs[transport.BucketPolicy].Put(ctxT(t, 5*time.Second), "current", []byte("version: 1")); err != nil {
+	if _, err := kvs[api.BucketPolicy].Put(testutil.Context(t, 5*time.Second), "current", []byte("version: 1")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kvs[transport.BucketTokens].Put(ctxT(t, 5*time.Second), "admin", []byte("hash")); err != nil {
+	if _, err := kvs[api.BucketTokens].Put(testutil.Context(t, 5*time.Second), "admin", []byte("hash")); err != nil {
 		t.Fatal(err)
 	}
 
-	node := f.client(f.creds(transport.Identity{Kind: transport.KindNode, Name: "a"}), nats.CustomInboxPrefix("_INBOX.node.a"))
-	js, err := jetstream.New(node.nc)
+	node := f.Client(f.Creds(natsauth.Identity{Kind: natsauth.KindNode, Name: "a"}), nats.CustomInboxPrefix("_INBOX.node.a"))
+	js, err := jetstream.New(node.NC)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := js.KeyValue(ctxT(t, 5*time.Second), transport.BucketPolicy)
+	kv, err := js.KeyValue(testutil.Context(t, 5*time.Second), api.BucketPolicy)
 	if err != nil {
 		t.Fatalf("node opens the policy bucket: %v", err)
 	}
-	e, err := kv.Get(ctxT(t, 5*time.Second), "current")
+	e, err := kv.Get(testutil.Context(t, 5*time.Second), "current")
 	if err != nil || string(e.Value()) != "version: 1" {
 		t.Fatalf("node gets the policy: %v %v", e, err)
 	}
-	w, err := kv.Watch(ctxT(t, 5*time.Second), "current")
+	w, err := kv.Watch(testutil.Context(t, 5*time.Second), "current")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	if _, err := kvs[transport.BucketPolicy].Put(ctxT(t, 5*time.Second), "current", []byte("version: 2")); err != nil {
+	if _, err := kvs[api.BucketPolicy].Put(testutil.Context(t, 5*time.Second), "current", []byte("version: 2")); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.After(5 * time.Second)
@@ -392,80 +279,80 @@ func TestAuthNodeWatchesPolicyBucket(t *testing.T) {
 			t.Fatal("the node's watch saw no new policy")
 		}
 	}
-	node.noErrors(t)
+	node.NoErrors(t)
 	// Writing the policy, or reading tokens, is not the node's business.
-	if _, err := kv.Put(ctxT(t, time.Second), "current", []byte("rules: []")); err == nil {
+	if _, err := kv.Put(testutil.Context(t, time.Second), "current", []byte("rules: []")); err == nil {
 		t.Error("a node wrote the policy")
 	}
-	if _, err := js.KeyValue(ctxT(t, time.Second), transport.BucketTokens); err == nil {
+	if _, err := js.KeyValue(testutil.Context(t, time.Second), api.BucketTokens); err == nil {
 		t.Error("a node opened the tokens bucket")
 	}
 }
 
 func TestAuthNarrowedSubscriber(t *testing.T) {
-	f := startAuthFleet(t)
-	ctrl, _ := f.conn(transport.Identity{Kind: transport.KindController, Name: "ctl"})
-	if err := transport.EnsureStreams(ctxT(t, 10*time.Second), ctrl.NC(), "", transport.StreamLimits{}); err != nil {
+	f := testutil.StartAuthFleet(t)
+	ctrl, _ := f.Conn(natsauth.Identity{Kind: natsauth.KindController, Name: "ctl"})
+	if err := transport.EnsureStreams(testutil.Context(t, 10*time.Second), ctrl.NC(), "", transport.StreamLimits{}); err != nil {
 		t.Fatal(err)
 	}
-	sub := f.client(f.creds(transport.Identity{Kind: transport.KindSubscriber, Name: "a-only", Nodes: []string{"a"}}), nats.CustomInboxPrefix("_INBOX.subscriber.a-only"))
-	if _, err := sub.nc.SubscribeSync(subj.All(api.KindOut, "a")); err != nil {
+	sub := f.Client(f.Creds(natsauth.Identity{Kind: natsauth.KindSubscriber, Name: "a-only", Nodes: []string{"a"}}), nats.CustomInboxPrefix("_INBOX.subscriber.a-only"))
+	if _, err := sub.NC.SubscribeSync(subj.All(api.KindOut, "a")); err != nil {
 		t.Fatal(err)
 	}
-	sub.noErrors(t)
-	if _, err := sub.nc.SubscribeSync(subj.All(api.KindOut, "b")); err != nil {
+	sub.NoErrors(t)
+	if _, err := sub.NC.SubscribeSync(subj.All(api.KindOut, "b")); err != nil {
 		t.Fatal(err)
 	}
-	sub.violation(t, subj.All(api.KindOut, "b"))
-	js, err := jetstream.New(sub.nc)
+	sub.Violation(t, subj.All(api.KindOut, "b"))
+	js, err := jetstream.New(sub.NC)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.CreateOrUpdateConsumer(ctxT(t, 5*time.Second), api.StreamOut, jetstream.ConsumerConfig{Name: "a-only", FilterSubject: subj.All(api.KindOut, "a")}); err != nil {
+	if _, err := js.CreateOrUpdateConsumer(testutil.Context(t, 5*time.Second), api.StreamOut, jetstream.ConsumerConfig{Name: "a-only", FilterSubject: subj.All(api.KindOut, "a")}); err != nil {
 		t.Errorf("consumer of a's output: %v", err)
 	}
 	for _, filter := range []string{subj.All(api.KindOut, "b"), subj.All(api.KindOut, "*"), ""} {
-		if _, err := js.CreateOrUpdateConsumer(ctxT(t, time.Second), api.StreamOut, jetstream.ConsumerConfig{Name: "a-only", FilterSubject: filter}); err == nil {
+		if _, err := js.CreateOrUpdateConsumer(testutil.Context(t, time.Second), api.StreamOut, jetstream.ConsumerConfig{Name: "a-only", FilterSubject: filter}); err == nil {
 			t.Errorf("consumer with filter %q created", filter)
 		}
 	}
 }
 
 func TestAuthControllerSeesConnectAdvisories(t *testing.T) {
-	f := startAuthFleet(t)
-	ctrl := f.client(f.creds(transport.Identity{Kind: transport.KindController, Name: "ctl"}), nats.CustomInboxPrefix("_INBOX.controller.ctl"))
-	conns, err := ctrl.nc.SubscribeSync(transport.AdvisoryConnect)
+	f := testutil.StartAuthFleet(t)
+	ctrl := f.Client(f.Creds(natsauth.Identity{Kind: natsauth.KindController, Name: "ctl"}), nats.CustomInboxPrefix("_INBOX.controller.ctl"))
+	conns, err := ctrl.NC.SubscribeSync(natsauth.AdvisoryConnect)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctrl.noErrors(t)
-	f.conn(transport.Identity{Kind: transport.KindNode, Name: "web-1"})
+	ctrl.NoErrors(t)
+	f.Conn(natsauth.Identity{Kind: natsauth.KindNode, Name: "web-1"})
 	m, err := conns.NextMsg(5 * time.Second)
 	if err != nil {
 		t.Fatalf("no connect advisory: %v", err)
 	}
-	if !strings.Contains(string(m.Data), `"acc":"`+f.a.Account()+`"`) || !strings.Contains(string(m.Data), "client_connect") {
+	if !strings.Contains(string(m.Data), `"acc":"`+f.A.Account()+`"`) || !strings.Contains(string(m.Data), "client_connect") {
 		t.Errorf("not a connect advisory of the fleet account: %s", m.Data)
 	}
 }
 
 func TestCredsFileRoundTrip(t *testing.T) {
-	a, err := transport.NewAuthority()
+	a, err := natsauth.NewAuthority()
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := a.Issue(transport.Identity{Kind: transport.KindSubscriber, Name: "dash", Nodes: []string{"b", "a"}})
+	c, err := a.Issue(natsauth.Identity{Kind: natsauth.KindSubscriber, Name: "dash", Nodes: []string{"b", "a"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := filepath.Join(t.TempDir(), "x.creds")
-	if err := transport.WriteCreds(p, c); err != nil {
+	if err := natsauth.WriteCreds(p, c); err != nil {
 		t.Fatal(err)
 	}
 	if st, err := os.Stat(p); err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("mode: %v %v", st.Mode(), err)
 	}
-	got, err := transport.ReadCreds(p)
+	got, err := natsauth.ReadCreds(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -479,17 +366,17 @@ func TestCredsFileRoundTrip(t *testing.T) {
 	if uc.Name != "subscriber:dash" || uc.IssuerAccount != "" || uc.Issuer != a.Account() {
 		t.Errorf("claims: name %q issuer %q", uc.Name, uc.Issuer)
 	}
-	if transport.InboxOf(uc.Permissions) != "_INBOX.subscriber.dash" {
-		t.Errorf("inbox %q", transport.InboxOf(uc.Permissions))
+	if natsauth.InboxOf(uc.Permissions) != "_INBOX.subscriber.dash" {
+		t.Errorf("inbox %q", natsauth.InboxOf(uc.Permissions))
 	}
 	for _, bad := range []string{"", "garbage", strings.Replace(string(mustMarshal(t, c)), "SU", "SX", 1)} {
-		if _, err := transport.ParseCreds([]byte(bad)); !errors.Is(err, transport.ErrCreds) {
+		if _, err := natsauth.ParseCreds([]byte(bad)); !errors.Is(err, natsauth.ErrCreds) {
 			t.Errorf("parse %.20q: %v", bad, err)
 		}
 	}
 }
 
-func mustMarshal(t *testing.T, c *transport.Creds) []byte {
+func mustMarshal(t *testing.T, c *natsauth.Creds) []byte {
 	t.Helper()
 	b, err := c.Marshal()
 	if err != nil {
@@ -499,11 +386,11 @@ func mustMarshal(t *testing.T, c *transport.Creds) []byte {
 }
 
 func FuzzParseCreds(f *testing.F) {
-	a, err := transport.NewAuthority()
+	a, err := natsauth.NewAuthority()
 	if err != nil {
 		f.Fatal(err)
 	}
-	c, err := a.Issue(transport.Identity{Kind: transport.KindNode, Name: "n"})
+	c, err := a.Issue(natsauth.Identity{Kind: natsauth.KindNode, Name: "n"})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -515,7 +402,7 @@ func FuzzParseCreds(f *testing.F) {
 	f.Add([]byte("-----BEGIN NATS USER JWT-----\nx\n------END NATS USER JWT------\n"))
 	f.Add(c.CA)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		c, err := transport.ParseCreds(data)
+		c, err := natsauth.ParseCreds(data)
 		if err != nil {
 			return
 		}
@@ -530,31 +417,31 @@ func FuzzParseCreds(f *testing.F) {
 func TestPermissionsTable(t *testing.T) {
 	type want struct{ pub, noPub, sub, noSub []string }
 	for _, tc := range []struct {
-		id   transport.Identity
+		id   natsauth.Identity
 		want want
 	}{
-		{transport.Identity{Kind: transport.KindNode, Name: "web-1"}, want{
+		{natsauth.Identity{Kind: natsauth.KindNode, Name: "web-1"}, want{
 			pub:   []string{"fleetmux.out.web-1.>", "fleetmux.block.web-1.>", "fleetmux.event.web-1.>", "fleetmux.approval.web-1", "fleetmux.audit.web-1"},
-			noPub: []string{"fleetmux.rpc.>", "fleetmux.out.>", "fleetmux.audit.>", "$KV.FLEETMUX_POLICY.>", "$JS.API.STREAM.CREATE.KV_FLEETMUX_POLICY", transport.ConnzRequest},
+			noPub: []string{"fleetmux.rpc.>", "fleetmux.out.>", "fleetmux.audit.>", "$KV.FLEETMUX_POLICY.>", "$JS.API.STREAM.CREATE.KV_FLEETMUX_POLICY", natsauth.ConnzRequest},
 			sub:   []string{"fleetmux.rpc.web-1.>", "$KV.FLEETMUX_POLICY.>", "_INBOX.node.web-1.>"},
 			noSub: []string{"fleetmux.rpc.>", "_INBOX.>", "$KV.FLEETMUX_TOKENS.>", "fleetmux.out.>"},
 		}},
-		{transport.Identity{Kind: transport.KindController, Name: "ctl", Prefix: "acme.fm"}, want{
-			pub:   []string{"acme.fm.rpc.>", "acme.fm.audit.ctl", "$KV.FLEETMUX_TOKENS.>", "$JS.API.STREAM.*.FLEETMUX_OUT", transport.ConnzRequest},
+		{natsauth.Identity{Kind: natsauth.KindController, Name: "ctl", Prefix: "acme.fm"}, want{
+			pub:   []string{"acme.fm.rpc.>", "acme.fm.audit.ctl", "$KV.FLEETMUX_TOKENS.>", "$JS.API.STREAM.*.FLEETMUX_OUT", natsauth.ConnzRequest},
 			noPub: []string{"acme.fm.out.>", "acme.fm.audit.>", "fleetmux.rpc.>", ">"},
-			sub:   []string{"acme.fm.out.>", "acme.fm.audit.>", "acme.fm.approval.>", transport.AdvisoryConnect, "_INBOX.controller.ctl.>"},
+			sub:   []string{"acme.fm.out.>", "acme.fm.audit.>", "acme.fm.approval.>", natsauth.AdvisoryConnect, "_INBOX.controller.ctl.>"},
 			noSub: []string{"acme.fm.rpc.>", "_INBOX.>"},
 		}},
-		{transport.Identity{Kind: transport.KindSubscriber, Name: "dash"}, want{
+		{natsauth.Identity{Kind: natsauth.KindSubscriber, Name: "dash"}, want{
 			pub: []string{"$JS.API.CONSUMER.CREATE.FLEETMUX_OUT.dash.fleetmux.out.>", "$JS.API.CONSUMER.CREATE.FLEETMUX_EVENTS.dash.fleetmux.event.>",
 				"$JS.API.CONSUMER.MSG.NEXT.FLEETMUX_OUT.dash", "$JS.ACK.FLEETMUX_EVENTS.dash.>", "$JS.API.STREAM.INFO.FLEETMUX_OUT"},
-			noPub: []string{"fleetmux.rpc.>", "$JS.API.CONSUMER.CREATE.FLEETMUX_EVENTS", "$JS.API.STREAM.MSG.GET.FLEETMUX_EVENTS", transport.ConnzRequest,
+			noPub: []string{"fleetmux.rpc.>", "$JS.API.CONSUMER.CREATE.FLEETMUX_EVENTS", "$JS.API.STREAM.MSG.GET.FLEETMUX_EVENTS", natsauth.ConnzRequest,
 				"$JS.API.CONSUMER.CREATE.FLEETMUX_OUT", "$JS.API.CONSUMER.MSG.NEXT.FLEETMUX_OUT.*", "$JS.API.CONSUMER.DELETE.FLEETMUX_OUT.*",
 				"$JS.API.CONSUMER.CREATE.FLEETMUX_OUT.*.fleetmux.out.>", "$JS.API.STREAM.INFO.FLEETMUX_AUDIT", "$JS.ACK.FLEETMUX_OUT.>"},
 			sub:   []string{"fleetmux.out.>", "fleetmux.block.>", "fleetmux.event.>", "_INBOX.subscriber.dash.>"},
 			noSub: []string{"fleetmux.rpc.>", "fleetmux.audit.>", "_INBOX.>"},
 		}},
-		{transport.Identity{Kind: transport.KindSubscriber, Name: "dash", Nodes: []string{"b", "a", "a"}}, want{
+		{natsauth.Identity{Kind: natsauth.KindSubscriber, Name: "dash", Nodes: []string{"b", "a", "a"}}, want{
 			pub: []string{"$JS.API.CONSUMER.CREATE.FLEETMUX_OUT.dash.fleetmux.out.a.>"},
 			noPub: []string{"$JS.API.CONSUMER.CREATE.FLEETMUX_OUT", "$JS.API.CONSUMER.CREATE.FLEETMUX_OUT.dash.fleetmux.out.>", "$JS.API.DIRECT.GET.FLEETMUX_OUT",
 				"$JS.API.CONSUMER.CREATE.FLEETMUX_OUT.dash", "$JS.API.STREAM.INFO.FLEETMUX_OUT"},
@@ -580,14 +467,14 @@ func TestPermissionsTable(t *testing.T) {
 		if len(p.Pub.Deny) != 0 || len(p.Sub.Deny) != 0 {
 			t.Errorf("%s: deny lists (allow lists only)", tc.id.UserName())
 		}
-		if (p.Resp != nil) != (tc.id.Kind == transport.KindNode) {
+		if (p.Resp != nil) != (tc.id.Kind == natsauth.KindNode) {
 			t.Errorf("%s: responses %+v: only nodes reply", tc.id.UserName(), p.Resp)
 		}
 	}
-	for _, bad := range []transport.Identity{{Kind: "admin", Name: "x"}, {Kind: transport.KindNode, Name: "a.b"},
-		{Kind: transport.KindNode, Name: "n", Nodes: []string{"a"}}, {Kind: transport.KindSubscriber, Name: "s", Nodes: []string{"*"}},
-		{Kind: transport.KindController, Name: "c", Prefix: "a..b"}} {
-		if _, err := bad.Permissions(); !errors.Is(err, transport.ErrIdentity) {
+	for _, bad := range []natsauth.Identity{{Kind: "admin", Name: "x"}, {Kind: natsauth.KindNode, Name: "a.b"},
+		{Kind: natsauth.KindNode, Name: "n", Nodes: []string{"a"}}, {Kind: natsauth.KindSubscriber, Name: "s", Nodes: []string{"*"}},
+		{Kind: natsauth.KindController, Name: "c", Prefix: "a..b"}} {
+		if _, err := bad.Permissions(); !errors.Is(err, natsauth.ErrIdentity) {
 			t.Errorf("%+v: %v", bad, err)
 		}
 	}
@@ -598,14 +485,14 @@ func TestPermissionsTable(t *testing.T) {
 // reaches a subscriber on the other. A server of another fleet cannot join.
 func TestAuthRoutesMutualTLS(t *testing.T) {
 	dir := t.TempDir()
-	a, err := transport.InitAuthority(dir, false)
+	a, err := natsauth.InitAuthority(dir, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	clusterA := freePort(t)
-	start := func(auth *transport.Authority, name, cluster string, routes ...string) *transport.Server {
+	clusterA := testutil.FreeAddr(t)
+	start := func(auth *natsauth.Authority, name, cluster string, routes ...string) *transport.Server {
 		srv, err := transport.StartServer(transport.ServerConfig{Listen: "127.0.0.1:0", Auth: auth, Name: name,
-			ClusterListen: cluster, Routes: routes, Logger: logger()})
+			ClusterListen: cluster, Routes: routes, Logger: testutil.Logger()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -613,19 +500,19 @@ func TestAuthRoutesMutualTLS(t *testing.T) {
 		return srv
 	}
 	srvA := start(a, "a", clusterA)
-	srvB := start(a, "b", freePort(t), "nats://"+clusterA)
-	other, err := transport.NewAuthority()
+	srvB := start(a, "b", testutil.FreeAddr(t), "nats://"+clusterA)
+	other, err := natsauth.NewAuthority()
 	if err != nil {
 		t.Fatal(err)
 	}
-	srvX := start(other, "x", freePort(t), "nats://"+clusterA)
+	srvX := start(other, "x", testutil.FreeAddr(t), "nats://"+clusterA)
 
-	connTo := func(srv *transport.Server, auth *transport.Authority, id transport.Identity) *transport.Conn {
+	connTo := func(srv *transport.Server, auth *natsauth.Authority, id natsauth.Identity) *transport.Conn {
 		c, err := auth.Issue(id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		conn, err := transport.Connect(ctxT(t, 5*time.Second), transport.NATSConfig{URL: srv.ClientURL(), Creds: c, Logger: logger(), DrainTimeout: time.Second})
+		conn, err := transport.Connect(testutil.Context(t, 5*time.Second), transport.NATSConfig{URL: srv.ClientURL(), Creds: c, Logger: testutil.Logger(), DrainTimeout: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -634,14 +521,14 @@ func TestAuthRoutesMutualTLS(t *testing.T) {
 		return conn
 	}
 	got := make(chan string, 16)
-	sub := connTo(srvA, a, transport.Identity{Kind: transport.KindSubscriber, Name: "dash"})
+	sub := connTo(srvA, a, natsauth.Identity{Kind: natsauth.KindSubscriber, Name: "dash"})
 	stop, err := sub.Subscribe(subj.All(api.KindOut, "*"), func(s string, _ map[string]string, _ []byte) { got <- s })
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop()
-	node := connTo(srvB, a, transport.Identity{Kind: transport.KindNode, Name: "n1"})
-	intruder := connTo(srvX, other, transport.Identity{Kind: transport.KindNode, Name: "n1"})
+	node := connTo(srvB, a, natsauth.Identity{Kind: natsauth.KindNode, Name: "n1"})
+	intruder := connTo(srvX, other, natsauth.Identity{Kind: natsauth.KindNode, Name: "n1"})
 	// Routes come up in the background: publish until the subscriber on A gets it.
 	deadline := time.Now().Add(15 * time.Second)
 	for arrived := false; !arrived; {

@@ -1,8 +1,16 @@
-package transport
+// Package gossip is the fleet's membership: a memberlist cluster (encrypted with the
+// fleet's gossip key, on loopback too) in which every node announces its api.NodeMeta
+// and every controller learns who is there (Start, *Gossip), the key's file
+// (KeyPath, EnsureKey) and the rejoin of seeds (KeepJoined). memberlist's callbacks
+// never block: they hand work to goroutines the *Gossip owns, and Close waits for
+// them.
+package gossip
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log"
 	"log/slog"
@@ -16,13 +24,27 @@ import (
 	"github.com/hashicorp/memberlist"
 )
 
+// Sentinel errors, matched with errors.Is.
+var (
+	// ErrInsecure: gossip was configured without a secret key.
+	ErrInsecure = errors.New("gossip: a secret key is required")
+	// ErrConfig: a configuration is invalid (the message says which field and why).
+	ErrConfig = errors.New("gossip: invalid configuration")
+	// ErrClosed: the member has left or was closed.
+	ErrClosed = errors.New("gossip: closed")
+	// ErrMetaTooLarge: metadata over MaxMetaSize bytes.
+	ErrMetaTooLarge = errors.New("gossip: metadata too large")
+	// ErrJoin: no seed could be joined.
+	ErrJoin = errors.New("gossip: join failed")
+)
+
 const (
 	// MaxMetaSize is the largest gossip metadata (JSON of api.NodeMeta), in bytes.
 	MaxMetaSize = memberlist.MetaMaxSize
 	// DefaultGossipPort is fleetmux's usual gossip port (cmd's --gossip-listen
-	// default). GossipConfig.BindPort 0 does NOT mean this port: it means random.
+	// default). Config.BindPort 0 does NOT mean this port: it means random.
 	DefaultGossipPort = 7946
-	// DefaultGossipBind is the default GossipConfig.BindAddr.
+	// DefaultGossipBind is the default Config.BindAddr.
 	DefaultGossipBind = "127.0.0.1"
 )
 
@@ -34,8 +56,8 @@ const (
 	MemberLeft    = "left"
 )
 
-// GossipConfig configures StartGossip.
-type GossipConfig struct {
+// Config configures Start.
+type Config struct {
 	// Name is this member's name, unique in the cluster (api.ValidName). Required.
 	Name string
 	// BindAddr is the address gossip listens on (TCP and UDP). Default
@@ -49,12 +71,12 @@ type GossipConfig struct {
 	// advertised port is always the one picked.
 	AdvertiseAddr string
 	AdvertisePort int
-	// Join lists seed members (host:port) that StartGossip joins. Retrying is the
+	// Join lists seed members (host:port) that Start joins. Retrying is the
 	// caller's business.
 	Join []string
 	// SecretKey encrypts and authenticates gossip (AES, 16, 24 or 32 bytes). Every
 	// member of a cluster needs the same key; members with another key, or none,
-	// cannot join. Required, on loopback too (GossipKeyFile keeps one).
+	// cannot join. Required, on loopback too (KeyFile keeps one).
 	SecretKey []byte
 	// Meta is the metadata this member starts gossiping (at most MaxMetaSize bytes
 	// as JSON); UpdateMeta replaces it.
@@ -113,12 +135,12 @@ type Gossip struct {
 	closeErr  error
 }
 
-// StartGossip starts a memberlist member and, when cfg.Join is set, joins those
+// Start starts a memberlist member and, when cfg.Join is set, joins those
 // seeds. If none of them can be joined it returns the running *Gossip together with
 // an error wrapping ErrJoin: the caller may retry with Join, and must Close it either
 // way. Other errors (ErrConfig, ErrInsecure, ErrMetaTooLarge, a port in use) return a
 // nil *Gossip.
-func StartGossip(ctx context.Context, cfg GossipConfig) (*Gossip, error) {
+func Start(ctx context.Context, cfg Config) (*Gossip, error) {
 	mlc, err := cfg.memberlistConfig()
 	if err != nil {
 		return nil, err
@@ -129,7 +151,7 @@ func StartGossip(ctx context.Context, cfg GossipConfig) (*Gossip, error) {
 	}
 	g := &Gossip{
 		name:     cfg.Name,
-		log:      loggerOr(cfg.Logger),
+		log:      cmp.Or(cfg.Logger, slog.Default()),
 		onChange: cfg.OnChange,
 		meta:     meta,
 		members:  make(map[string]Member),
@@ -159,7 +181,7 @@ func StartGossip(ctx context.Context, cfg GossipConfig) (*Gossip, error) {
 	return g, nil
 }
 
-func (cfg GossipConfig) memberlistConfig() (*memberlist.Config, error) {
+func (cfg Config) memberlistConfig() (*memberlist.Config, error) {
 	if err := api.ValidName(cfg.Name); err != nil {
 		return nil, fmt.Errorf("%w: gossip name: %w", ErrConfig, err)
 	}

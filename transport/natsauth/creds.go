@@ -1,4 +1,4 @@
-package transport
+package natsauth
 
 import (
 	"bytes"
@@ -12,7 +12,7 @@ import (
 )
 
 // ErrCreds: a credentials file is malformed.
-var ErrCreds = errors.New("transport: bad nats credentials")
+var ErrCreds = errors.New("natsauth: bad nats credentials")
 
 // Creds are a NATS user's credentials: the user JWT, its nkey seed, and the CA
 // certificate that verifies the servers (PEM). On disk (Marshal) it is the standard
@@ -96,7 +96,7 @@ func ParseCreds(data []byte) (*Creds, error) {
 func ReadCreds(path string) (*Creds, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("transport: %w", err)
+		return nil, fmt.Errorf("natsauth: %w", err)
 	}
 	c, err := ParseCreds(b)
 	if err != nil {

@@ -1,4 +1,4 @@
-package transport_test
+package gossip_test
 
 import (
 	"encoding/json"
@@ -16,7 +16,7 @@ import (
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/datadir"
 	"github.com/fleetmux/fleetmux/internal/testutil"
-	"github.com/fleetmux/fleetmux/transport"
+	"github.com/fleetmux/fleetmux/transport/gossip"
 )
 
 // fakeMeta is a raw memberlist member posing as a node agent.
@@ -32,7 +32,7 @@ func (fakeMeta) MergeRemoteState([]byte, bool)   {}
 // plain memberlist member (no key, as another local user would start one) cannot
 // join a fleetmux member on loopback, and is never listed.
 func TestGossipKeylessMemberCannotJoin(t *testing.T) {
-	g := startGossip(t, transport.GossipConfig{Name: "real"})
+	g := startGossip(t, gossip.Config{Name: "real"})
 	meta, _ := json.Marshal(api.NodeMeta{Name: "evil", Version: "0.1.0", Proto: 1})
 	cfg := memberlist.DefaultLocalConfig()
 	cfg.Name, cfg.BindAddr, cfg.BindPort, cfg.AdvertisePort = "evil", "127.0.0.1", 0, 0
@@ -50,8 +50,8 @@ func TestGossipKeylessMemberCannotJoin(t *testing.T) {
 		t.Errorf("the keyless member sees %d members", ml.NumMembers())
 	}
 	// The real member, with another keyed member joining meanwhile, never lists it.
-	other := startGossip(t, transport.GossipConfig{Name: "other", Join: []string{g.Addr()}})
-	testutil.Eventually(t, 10*time.Second, func() bool { m, ok := state(g, "other"); return ok && m.State == transport.MemberAlive }, "real sees other")
+	other := startGossip(t, gossip.Config{Name: "other", Join: []string{g.Addr()}})
+	testutil.Eventually(t, 10*time.Second, func() bool { m, ok := state(g, "other"); return ok && m.State == gossip.MemberAlive }, "real sees other")
 	if _, ok := state(g, "evil"); ok {
 		t.Errorf("the real member lists the keyless one: %+v", g.Members())
 	}
@@ -60,28 +60,28 @@ func TestGossipKeylessMemberCannotJoin(t *testing.T) {
 
 func TestGossipKeyFile(t *testing.T) {
 	data := t.TempDir()
-	k1, err := transport.EnsureGossipKey(data)
+	k1, err := gossip.EnsureKey(data)
 	if err != nil || len(k1) != 32 {
 		t.Fatalf("ensure: %x %v", k1, err)
 	}
-	path := transport.GossipKeyPath(data)
+	path := gossip.KeyPath(data)
 	if st, _ := os.Stat(path); st.Mode().Perm() != 0o600 {
 		t.Fatalf("mode %v", st.Mode())
 	}
-	k2, err := transport.EnsureGossipKey(data) // kept, not remade
+	k2, err := gossip.EnsureKey(data) // kept, not remade
 	if err != nil || string(k1) != string(k2) {
 		t.Fatalf("second ensure: %v", err)
 	}
 	os.Chmod(path, 0o644)
-	if _, err := transport.ReadGossipKey(path); !errors.Is(err, datadir.ErrUnsafe) {
+	if _, err := gossip.ReadKey(path); !errors.Is(err, datadir.ErrUnsafe) {
 		t.Errorf("a key others can read: %v", err)
 	}
-	if _, err := transport.ReadGossipKey(filepath.Join(data, "none")); !errors.Is(err, transport.ErrNoGossipKey) {
+	if _, err := gossip.ReadKey(filepath.Join(data, "none")); !errors.Is(err, gossip.ErrNoKey) {
 		t.Errorf("missing: %v", err)
 	}
 	for _, bad := range []string{"zz", "abcd", strings.Repeat("ab", 33)} {
-		if _, err := transport.ParseGossipKey(bad); !errors.Is(err, transport.ErrConfig) {
-			t.Errorf("ParseGossipKey(%q): %v", bad, err)
+		if _, err := gossip.ParseKey(bad); !errors.Is(err, gossip.ErrConfig) {
+			t.Errorf("ParseKey(%q): %v", bad, err)
 		}
 	}
 }
