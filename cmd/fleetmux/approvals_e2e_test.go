@@ -72,10 +72,10 @@ func TestOpenSSHApprovals(t *testing.T) {
 	var errs string
 	var code int
 	testutil.Eventually(t, 5*time.Second, func() bool { // the node applies the policy within a second
-		_, errs, code = sshAs(opKey, "run", "here/s1", "--", `'true # needs-ok'`)
+		_, errs, code = sshAs(opKey, "run", "here/s1", "--no-wait", "--", `'true # needs-ok'`)
 		return code == 255 && strings.Contains(errs, "held")
 	}, "the node to hold commands (exit %d, %q)", code, errs)
-	if _, errs, code = sshAs(opKey, "run", "here/s1", "--", `'echo once >> `+marker+`; (exit 7) # needs-ok'`); code != 255 || !strings.Contains(errs, "held") {
+	if _, errs, code = sshAs(opKey, "run", "here/s1", "--no-wait", "--", `'echo once >> `+marker+`; (exit 7) # needs-ok'`); code != 255 || !strings.Contains(errs, "held") {
 		t.Fatalf("ssh run: exit %d, %q: want held (255)", code, errs)
 	}
 	a := regexp.MustCompile(`approval (here/a\d+)`).FindStringSubmatch(errs)

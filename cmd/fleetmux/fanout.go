@@ -32,6 +32,11 @@ type runOptions struct {
 	batch         int
 	stopOnFailure bool
 	verbose       bool
+
+	// one session
+	raw    bool // print the raw bytes as they arrive
+	follow bool // keep following after --timeout
+	noWait bool // a held command fails (255) instead of waiting for the decision
 }
 
 func runVerbCmd() *cobra.Command { return runVerbCmdWith(&runOptions{}) }
@@ -42,13 +47,17 @@ func runVerbCmdWith(o *runOptions) *cobra.Command {
 		Use:   "run (NODE/ID | --all | --label k=v | --nodes a,b | --sessions n/s,...) [flags] -- CMD...",
 		Short: "Run a command in a session (or on many) and print its output",
 		Long: "run NODE/ID -- CMD runs CMD (its words joined with spaces) in the session, prints\n" +
-			"its rendered output and exits the way ssh does: with the command's exit code; 124\n" +
-			"when --timeout passes first (it prints the output so far; the command keeps\n" +
-			"running: see fleetmux wait); 254 when the command finished but its exit code is\n" +
-			"unknown (typed into a program without shell integration: stderr says why); 255\n" +
-			"when fleetmux itself failed (unreachable, refused, denied, a bad command line).\n" +
-			"It never exits 0 unless the command exited 0. Long output is cut to a budget (head and tail); a note on stderr says how\n" +
-			"to read the rest. Put CMD after -- when it has flags of its own.\n\n" +
+			"its output as it arrives (the rendered text; --raw: the raw bytes) and exits the\n" +
+			"way ssh does: with the command's exit code; 124 when --timeout passes first (the\n" +
+			"command keeps running: --follow keeps printing until it ends and exits like it);\n" +
+			"254 when the command finished but its exit code is unknown (typed into a program\n" +
+			"without shell integration: stderr says why); 255 when fleetmux itself failed\n" +
+			"(unreachable, refused, denied, a bad command line). It never exits 0 unless the\n" +
+			"command exited 0. A command a guardrail holds for approval waits for the decision\n" +
+			"(stderr names the approval: fleetmux approve NODE/aN decides it), then runs and\n" +
+			"exits like the command; --no-wait fails it at once (255). With --json the reply\n" +
+			"comes at the end, its output cut to a budget (head and tail). Put CMD after --\n" +
+			"when it has flags of its own.\n\n" +
 			"With a selector the command fans out, one run per target:\n" +
 			"  --all               every alive node\n" +
 			"  --label k=v         nodes with these labels (repeatable: all must match)\n" +
@@ -91,6 +100,9 @@ func runVerbCmdWith(o *runOptions) *cobra.Command {
 	f.DurationVar(&o.timeout, "timeout", 60*time.Second, "how long the command may run before run returns (per target)")
 	f.IntVar(&o.maxOutput, "max-output", 0, "output budget in bytes (0: the default, -1: unlimited)")
 	f.StringVar(&o.idempotencyKey, "idempotency-key", "", "a retry with the same key returns the first run's block instead of running again")
+	f.BoolVar(&o.raw, "raw", false, "print the output's raw bytes (escape sequences included) as they arrive, not the rendered text")
+	f.BoolVar(&o.follow, "follow", false, "when --timeout passes, keep printing the output until the command ends, and exit like it")
+	f.BoolVar(&o.noWait, "no-wait", false, "a command held for approval fails (exit 255) instead of waiting for the decision")
 	f.BoolVar(&o.all, "all", false, "fan out to every alive node")
 	f.StringArrayVar(&o.labels, "label", nil, "fan out to nodes with this label k=v (repeatable)")
 	f.StringSliceVar(&o.nodes, "nodes", nil, "fan out to these nodes (comma-separated)")
@@ -150,23 +162,77 @@ func (o *runOptions) single(c *cobra.Command, args []string) (node, id string, b
 }
 
 func (o *runOptions) runOne(c *cobra.Command, node, id string, body api.RunBody) error {
-	r, raw, err := apiCall(c.Context(), &o.clientOptions, func(ctx context.Context, cl *client.Client) (api.BlockResult, error) {
-		return cl.Run(ctx, node, id, body)
-	})
+	cl, err := o.client()
 	if err != nil {
 		return ownFailure(err)
 	}
-	err = o.reply(c.OutOrStdout(), raw, func(w io.Writer) error {
-		if err := writeText(w, r.Text); err != nil {
+	ctx, stdout, stderr := c.Context(), c.OutOrStdout(), c.ErrOrStderr()
+	var raw []byte
+	var r api.BlockResult
+	printed := false
+	if o.json {
+		r, err = cl.Run(client.CaptureReply(ctx, &raw), node, id, body)
+	} else {
+		r, printed, err = o.streamRun(ctx, cl, node, id, body, stdout)
+	}
+	var ce *client.Error
+	if errors.As(err, &ce) && ce.Code == api.CodeHeld && !o.noWait {
+		if o.json {
+			ctx = client.CaptureReply(ctx, &raw)
+		}
+		r, err = o.waitApproval(ctx, cl, node, id, ce, stderr)
+		printed = false
+	}
+	if err != nil {
+		return ownFailure(o.fail(err))
+	}
+	if o.json {
+		if err := printJSON(stdout, raw); err != nil {
 			return err
 		}
-		omittedNote(c.ErrOrStderr(), node+"/"+id, r)
-		return nil
-	})
-	if err != nil {
-		return err
+	} else if !printed {
+		if err := writeText(stdout, r.Text); err != nil {
+			return err
+		}
+		omittedNote(stderr, node+"/"+id, r)
 	}
 	return runExit(node+"/"+id, o.timeout, r)
+}
+
+// waitApproval waits for the decision on a held run (saying so on stderr) and
+// returns its block once it ran; denied, expired or not run is fleetmux's failure.
+func (o *runOptions) waitApproval(ctx context.Context, cl *client.Client, node, id string, held *client.Error, stderr io.Writer) (api.BlockResult, error) {
+	anode, aid, err := api.ParseAddress(held.Approval)
+	if err != nil {
+		return api.BlockResult{}, held
+	}
+	rule := ""
+	if held.Rule != "" {
+		rule = fmt.Sprintf(" (rule %q)", api.Printable(held.Rule))
+	}
+	fmt.Fprintf(stderr, "fleetmux: held for approval%s: %s. Waiting for the decision: fleetmux approve %s (or fleetmux deny %s); Ctrl-C stops waiting, the approval stays.\n",
+		rule, held.Approval, held.Approval, held.Approval)
+	for {
+		a, err := cl.Approval(ctx, anode, aid, int(api.MaxWait/time.Millisecond))
+		if err != nil {
+			return api.BlockResult{}, err
+		}
+		if !a.Done {
+			continue
+		}
+		switch {
+		case a.State == api.ApprovalDenied:
+			return api.BlockResult{}, fmt.Errorf("%s denied by %s: %s", a.Addr(), orDash(api.Printable(a.DecidedBy)), orDash(api.Printable(a.Reason)))
+		case a.State == api.ApprovalExpired:
+			return api.BlockResult{}, fmt.Errorf("%s expired: nobody decided in time", a.Addr())
+		case a.Error != "":
+			return api.BlockResult{}, fmt.Errorf("%s was approved but did not run: %s", a.Addr(), api.Printable(a.Error))
+		case a.Block == 0:
+			return api.BlockResult{}, fmt.Errorf("%s was approved but no block ran", a.Addr())
+		}
+		fmt.Fprintf(stderr, "fleetmux: %s approved by %s: block %d\n", a.Addr(), orDash(api.Printable(a.DecidedBy)), a.Block)
+		return cl.Block(ctx, node, id, a.Block, client.BlockQuery{MaxBytes: o.maxOutput})
+	}
 }
 
 // Exit statuses of `fleetmux run` besides the command's own (DESIGN's CLI section).
@@ -217,6 +283,11 @@ func (o *runOptions) fanoutRequest(c *cobra.Command, args []string) (api.FanoutR
 	var req api.FanoutRequest
 	if c.Flags().Changed("idempotency-key") && o.idempotencyKey == "" {
 		return req, usageError("run: --idempotency-key is empty")
+	}
+	for _, name := range []string{"raw", "follow", "no-wait"} {
+		if c.Flags().Changed(name) {
+			return req, usageError("run: --%s applies to one session (run NODE/ID), not to a fan-out", name)
+		}
 	}
 	if n := c.ArgsLenAtDash(); n > 0 {
 		return req, usageError("run: %q before --: a fan-out takes its targets from --all, --label, --nodes or --sessions, not an address", args[0])
