@@ -133,7 +133,7 @@ var (
 )
 
 // Controller routes the HTTP API to the nodes. Create it with New, then Start (or
-// Run); Shutdown or Close stop it.
+// Serve); Shutdown or Close stop it.
 type Controller struct {
 	cfg     Config
 	log     *slog.Logger
@@ -249,9 +249,6 @@ func New(cfg Config) (*Controller, error) {
 // call it from the membership layer's change callback.
 func (c *Controller) Observe(m Member) { c.nodes.observe(m) }
 
-// Nodes returns the node table.
-func (c *Controller) Nodes() []api.Node { return c.nodes.list() }
-
 // Handler is the HTTP API (what Start serves), for embedding in another server.
 func (c *Controller) Handler() http.Handler { return c.handler }
 
@@ -315,9 +312,9 @@ func (c *Controller) Addr() string {
 	return c.ln.Addr().String()
 }
 
-// Run starts the controller and serves until ctx is done, then shuts down with a
+// Serve starts the controller and serves until ctx is done, then shuts down with a
 // grace of 5 s for requests in flight.
-func (c *Controller) Run(ctx context.Context) error {
+func (c *Controller) Serve(ctx context.Context) error {
 	if err := c.Start(); err != nil {
 		return err
 	}

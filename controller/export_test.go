@@ -1,13 +1,6 @@
 package controller
 
-import (
-	"time"
-
-	"github.com/fleetmux/fleetmux/mcpserver"
-)
-
-// MCPFleet is c as the Fleet of its MCP server (what /mcp serves).
-func MCPFleet(c *Controller) mcpserver.Fleet { return mcpFleet{c} }
+import "time"
 
 // SetFollowBuffer sets how many live messages a stream holds for a slow client
 // (tests make it tiny to force the catch-up path) and returns the restore func.

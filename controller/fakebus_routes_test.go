@@ -52,7 +52,8 @@ func newFakeFixture(t *testing.T, nodes map[string]int, config func(*controller.
 }
 
 func nodeStatus(f *fixture, name string) string {
-	for _, n := range f.Ctl.Nodes() {
+	nodes, _ := f.Ctl.Nodes(context.Background())
+	for _, n := range nodes.Nodes {
 		if n.Name == name {
 			return n.Status
 		}

@@ -65,11 +65,15 @@ func principalOf(ctx context.Context) principal {
 	return principal{actor: actorOf(ctx), id: cmp.Or(callerOf(ctx).principal, actorOf(ctx)), role: ctxRole(ctx)}
 }
 
-// ListNodes returns the node table.
-func (c *Controller) ListNodes(context.Context) ([]api.Node, error) { return c.nodes.list(), nil }
+// Nodes returns the node table.
+func (c *Controller) Nodes(context.Context) (api.NodeList, error) {
+	return api.NodeList{Nodes: c.nodes.list()}, nil
+}
 
-// ListSessions lists sessions fleet-wide or of one node.
-func (c *Controller) ListSessions(ctx context.Context, node string, labels map[string]string) (api.SessionList, error) {
+// Sessions lists sessions fleet-wide or of one node (f.Node), keeping those whose
+// labels (over their node's) carry every label of f.Labels.
+func (c *Controller) Sessions(ctx context.Context, f api.SessionFilter) (api.SessionList, error) {
+	node, labels := f.Node, f.Labels
 	names := c.nodes.selectNodes(nil)
 	if node != "" {
 		if err := api.ValidName(node); err != nil {
@@ -102,8 +106,8 @@ func (c *Controller) ListSessions(ctx context.Context, node string, labels map[s
 	return out, nil
 }
 
-// CreateSession creates a session on req.Node, or on the node the table picks.
-func (c *Controller) CreateSession(ctx context.Context, req api.NewSession) (api.Session, error) {
+// NewSession creates a session on req.Node, or on the node the table picks.
+func (c *Controller) NewSession(ctx context.Context, req api.NewSession) (api.Session, error) {
 	return c.create(ctx, principalOf(ctx), req)
 }
 
@@ -123,8 +127,8 @@ func (c *Controller) sessionCall(ctx context.Context, node, id, verb string, req
 	return c.call(ctx, principalOf(ctx), node, verb, req, out, timeout)
 }
 
-// GetSession reads one session.
-func (c *Controller) GetSession(ctx context.Context, node, id string) (s api.Session, err error) {
+// Session reads one session.
+func (c *Controller) Session(ctx context.Context, node, id string) (s api.Session, err error) {
 	err = c.sessionCall(ctx, node, id, "get", nil, &s, 0)
 	return s, err
 }
@@ -141,13 +145,13 @@ func (c *Controller) CloseSession(ctx context.Context, node, id string) (s api.S
 	return s, err
 }
 
-// RunCommand runs a command in a session.
-func (c *Controller) RunCommand(ctx context.Context, node, id string, b api.RunBody) (br api.BlockResult, err error) {
+// Run runs a command in a session.
+func (c *Controller) Run(ctx context.Context, node, id string, b api.RunBody) (br api.BlockResult, err error) {
 	err = c.runCall(ctx, node, id, b, &br)
 	return br, err
 }
 
-// runRaw is RunCommand with the node's reply as it came (an api.BlockResult): the
+// runRaw is Run with the node's reply as it came (an api.BlockResult): the
 // HTTP route passes it on without decoding and encoding the block's text again.
 func (c *Controller) runRaw(ctx context.Context, node, id string, b api.RunBody) (rawJSON, error) {
 	var raw rawJSON
@@ -205,7 +209,7 @@ func (c *Controller) WatchEvents(node, id string, fn func(api.SessionEvent)) (st
 }
 
 // Keys sends named keys to a session.
-func (c *Controller) Keys(ctx context.Context, node, id string, keys []string) error {
+func (c *Controller) Keys(ctx context.Context, node, id string, keys ...string) error {
 	return c.sessionCall(ctx, node, id, "keys", api.KeysRequest{Session: id, Keys: keys}, nil, 0)
 }
 
@@ -247,9 +251,9 @@ func (c *Controller) Blocks(ctx context.Context, node, id string) (bl api.BlockL
 	return bl, err
 }
 
-// Block reads one block with its text.
-func (c *Controller) Block(ctx context.Context, node, id string, req api.BlockRequest) (br api.BlockResult, err error) {
-	req.Session = id
+// Block reads block n with its text, as q selects it.
+func (c *Controller) Block(ctx context.Context, node, id string, n int, q api.BlockQuery) (br api.BlockResult, err error) {
+	req := api.BlockRequest{Session: id, N: n, Offset: q.Offset, Limit: q.Limit, Grep: q.Grep, MaxBytes: q.MaxBytes}
 	err = c.sessionCall(ctx, node, id, "block", req, &br, blockTimeout(c.cfg.RequestTimeout))
 	return br, err
 }
@@ -259,8 +263,10 @@ func (c *Controller) Block(ctx context.Context, node, id string, req api.BlockRe
 // than a request that only reads state.
 func blockTimeout(request time.Duration) time.Duration { return max(request, 30*time.Second) }
 
-// Wait waits on a session's state and returns it with its last block.
-func (c *Controller) Wait(ctx context.Context, node, id, until string, after int64, timeoutMS int) (api.WaitResult, error) {
+// Wait waits on a session's state (q.Until, for at most q.TimeoutMS) and returns
+// it with its last block.
+func (c *Controller) Wait(ctx context.Context, node, id string, q api.WaitQuery) (api.WaitResult, error) {
+	until, after, timeoutMS := q.Until, q.After, q.TimeoutMS
 	if until == "" {
 		until = api.UntilIdle
 	}
@@ -271,7 +277,7 @@ func (c *Controller) Wait(ctx context.Context, node, id, until string, after int
 	}
 	out := api.WaitResult{OK: wr.OK, BlockResult: api.BlockResult{Session: wr.Session}}
 	if wr.Session.Blocks > 0 {
-		br, err := c.Block(ctx, node, id, api.BlockRequest{N: wr.Session.Blocks})
+		br, err := c.Block(ctx, node, id, wr.Session.Blocks, api.BlockQuery{})
 		if err != nil {
 			return api.WaitResult{}, err
 		}

@@ -479,7 +479,7 @@ func TestMCPInMemory(t *testing.T) {
 	asAdmin := func(ctx context.Context, actor string) context.Context {
 		return controller.WithRole(controller.WithActor(ctx, actor), api.RoleAdmin)
 	}
-	c := mcpInMemory(t, controller.MCPFleet(f.Ctl), mcpserver.Options{WithActor: asAdmin})
+	c := mcpInMemory(t, f.Ctl, mcpserver.Options{WithActor: asAdmin})
 	mcpScenario(t, f, c)
 }
 

@@ -29,7 +29,7 @@ func (c *Controller) listSessions(w http.ResponseWriter, r *http.Request) {
 		c.reply(w, r, nil, api.Errorf(api.CodeBadRequest, "%v", err))
 		return
 	}
-	out, err := c.ListSessions(reqCtx(r), q.Get("node"), labels)
+	out, err := c.Sessions(reqCtx(r), api.SessionFilter{Node: q.Get("node"), Labels: labels})
 	c.reply(w, r, out, err)
 }
 
@@ -104,7 +104,7 @@ func (c *Controller) createSession(w http.ResponseWriter, r *http.Request) {
 		c.reply(w, r, nil, err)
 		return
 	}
-	s, err := c.CreateSession(reqCtx(r), body)
+	s, err := c.NewSession(reqCtx(r), body)
 	if err != nil {
 		c.reply(w, r, nil, err)
 		return
@@ -149,7 +149,7 @@ func withTarget(c *Controller, w http.ResponseWriter, r *http.Request, fn func(c
 }
 
 func (c *Controller) getSession(w http.ResponseWriter, r *http.Request) {
-	withTarget(c, w, r, func(ctx context.Context, node, id string) (any, error) { return c.GetSession(ctx, node, id) })
+	withTarget(c, w, r, func(ctx context.Context, node, id string) (any, error) { return c.Session(ctx, node, id) })
 }
 
 func (c *Controller) deleteSession(w http.ResponseWriter, r *http.Request) {
@@ -170,7 +170,7 @@ func (c *Controller) input(w http.ResponseWriter, r *http.Request) {
 
 func (c *Controller) keys(w http.ResponseWriter, r *http.Request) {
 	withBody(c, w, r, func(ctx context.Context, node, id string, b api.KeysBody) (any, error) {
-		return api.Empty{}, c.Keys(ctx, node, id, b.Keys)
+		return api.Empty{}, c.Keys(ctx, node, id, b.Keys...)
 	})
 }
 
@@ -215,8 +215,8 @@ func (c *Controller) block(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	req := api.BlockRequest{N: n, Offset: int(q[0]), Limit: int(q[1]), MaxBytes: int(q[2]), Grep: r.URL.Query().Get("grep")}
-	withTarget(c, w, r, func(ctx context.Context, node, id string) (any, error) { return c.Block(ctx, node, id, req) })
+	bq := api.BlockQuery{Offset: int(q[0]), Limit: int(q[1]), MaxBytes: int(q[2]), Grep: r.URL.Query().Get("grep")}
+	withTarget(c, w, r, func(ctx context.Context, node, id string) (any, error) { return c.Block(ctx, node, id, n, bq) })
 }
 
 func checkCommand(cmd string) error {
@@ -242,7 +242,7 @@ func (c *Controller) wait(w http.ResponseWriter, r *http.Request) {
 	}
 	tms := int(min(q[0], int64(api.MaxWait/time.Millisecond)))
 	withTarget(c, w, r, func(ctx context.Context, node, id string) (any, error) {
-		return c.Wait(ctx, node, id, r.URL.Query().Get("until"), q[1], tms)
+		return c.Wait(ctx, node, id, api.WaitQuery{Until: r.URL.Query().Get("until"), After: q[1], TimeoutMS: tms})
 	})
 }
 

@@ -210,11 +210,16 @@ func (c *Controller) watchTokens() error {
 var errNoStore = api.Errorf(api.CodeUnavailable, "this controller has no token store (FLEETMUX_TOKENS): only its bootstrap token works")
 
 func (c *Controller) listTokens(w http.ResponseWriter, r *http.Request) {
+	out, err := c.Tokens(r.Context())
+	c.reply(w, r, out, err)
+}
+
+// Tokens lists the stored tokens (never their text).
+func (c *Controller) Tokens(context.Context) (api.TokenList, error) {
 	if c.cfg.Tokens == nil {
-		c.reply(w, r, nil, errNoStore)
-		return
+		return api.TokenList{}, errNoStore
 	}
-	writeJSON(w, http.StatusOK, api.TokenList{Tokens: c.tokens.list()})
+	return api.TokenList{Tokens: c.tokens.list()}, nil
 }
 
 func (c *Controller) createToken(w http.ResponseWriter, r *http.Request) {

@@ -29,7 +29,7 @@ func (sc *sshSession) attach(ctx context.Context, node, id string) int {
 		fmt.Fprintf(errw, "fleetmux: %v\n", err)
 		return 2
 	}
-	if _, err := c.GetSession(ctx, node, id); err != nil {
+	if _, err := c.Session(ctx, node, id); err != nil {
 		fmt.Fprintf(errw, "fleetmux: %v\n", userError(err))
 		return 1
 	}
@@ -158,7 +158,7 @@ func (sc *sshSession) menu(ctx context.Context) int {
 	c := sc.s.fleet
 	w := sc.ch // raw terminal: write \r\n ourselves
 	for {
-		list, err := c.ListSessions(ctx, "", nil)
+		list, err := c.Sessions(ctx, api.SessionFilter{})
 		if err != nil {
 			fmt.Fprintf(w, "fleetmux: %s\r\n", userError(err))
 			return 1

@@ -37,10 +37,10 @@ var _ sshd.Fleet = (*fakeFleet)(nil)
 var errNotServed = api.Errorf(api.CodeUnavailable, "not served by the fake fleet")
 
 func (f *fakeFleet) ActAs(actor, role string) context.Context { return context.Background() }
-func (f *fakeFleet) ListSessions(context.Context, string, map[string]string) (api.SessionList, error) {
+func (f *fakeFleet) Sessions(context.Context, api.SessionFilter) (api.SessionList, error) {
 	return f.list, nil
 }
-func (f *fakeFleet) GetSession(context.Context, string, string) (api.Session, error) {
+func (f *fakeFleet) Session(context.Context, string, string) (api.Session, error) {
 	return api.Session{}, errNotServed
 }
 func (f *fakeFleet) AttachInput(context.Context, string, string, string) error { return errNotServed }

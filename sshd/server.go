@@ -60,8 +60,10 @@ type Fleet interface {
 	// acts with role: the calls made with it are signed as theirs and checked
 	// against the role.
 	ActAs(actor, role string) context.Context
-	ListSessions(ctx context.Context, node string, labels map[string]string) (api.SessionList, error)
-	GetSession(ctx context.Context, node, id string) (api.Session, error)
+	// Sessions lists the sessions of one node (f.Node, "" for all) whose labels
+	// (over their node's) carry every label in f.Labels.
+	Sessions(ctx context.Context, f api.SessionFilter) (api.SessionList, error)
+	Session(ctx context.Context, node, id string) (api.Session, error)
 	// AttachInput types a person's keystrokes into a session (their writer lease
 	// says they type in an attach).
 	AttachInput(ctx context.Context, node, id, data string) error

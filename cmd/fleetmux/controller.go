@@ -14,6 +14,7 @@ import (
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/controller"
 	"github.com/fleetmux/fleetmux/internal/datadir"
+	"github.com/fleetmux/fleetmux/mcpserver"
 	"github.com/fleetmux/fleetmux/sshd"
 	"github.com/fleetmux/fleetmux/transport"
 	"github.com/fleetmux/fleetmux/transport/gossip"
@@ -273,8 +274,11 @@ func writeURLFile(data, name, url string) (string, error) {
 // environment, files or flag defaults. Each verb acts with a local token of the
 // SSH user's key and role (controller.LocalToken), revoked when it ends: the API
 // checks the role and audits the key.
-// The controller is the SSH front door's Fleet.
-var _ sshd.Fleet = (*controller.Controller)(nil)
+// The controller is every front door's Fleet, under the doors' own names.
+var (
+	_ sshd.Fleet      = (*controller.Controller)(nil)
+	_ mcpserver.Fleet = (*controller.Controller)(nil)
+)
 
 func sshExec(c *controller.Controller) sshd.Exec {
 	return func(ctx context.Context, args []string, role, actor string, stdin io.Reader, stdout, stderr io.Writer) int {

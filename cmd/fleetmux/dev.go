@@ -219,7 +219,8 @@ func policyLine(ctx context.Context, c *controller.Controller) string {
 func waitNodeAlive(ctx context.Context, c *controller.Controller, name string) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		for _, n := range c.Nodes() {
+		nodes, _ := c.Nodes(ctx)
+		for _, n := range nodes.Nodes {
 			if n.Name == name && n.Status == api.NodeAlive {
 				return nil
 			}

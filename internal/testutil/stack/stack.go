@@ -190,7 +190,8 @@ func (f *Stack) WaitNodes(status string, names ...string) {
 	f.T.Helper()
 	testutil.Eventually(f.T, 15*time.Second, func() bool {
 		have := map[string]string{}
-		for _, n := range f.Ctl.Nodes() {
+		nodes, _ := f.Ctl.Nodes(context.Background())
+		for _, n := range nodes.Nodes {
 			have[n.Name] = n.Status
 		}
 		for _, n := range names {
