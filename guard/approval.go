@@ -75,11 +75,14 @@ type approvals struct {
 // approval is one held command. Its fields but a are set at creation and never
 // change; a is guarded by approvals.mu.
 type approval struct {
-	a       api.Approval  // its Command redacted (it leaves the node)
-	held    *Held         // what approving it does (nil: a shell's line)
-	s       *Session      // nil for a create
-	decided chan struct{} // closed when it is approved, denied or expired
-	done    chan struct{} // closed when a.Done is set
+	a    api.Approval // its Command redacted (it leaves the node)
+	held *Held        // what approving it does (nil: a shell's line)
+	// planters may not approve it: who ran something in the session where a line
+	// or input was asked (a program they started may have typed it).
+	planters []string
+	s        *Session      // nil for a create
+	decided  chan struct{} // closed when it is approved, denied or expired
+	done     chan struct{} // closed when a.Done is set
 }
 
 func (g *Guard) approvalCounterPath() string {
@@ -202,6 +205,9 @@ func (g *Guard) hold(s *Session, w Writer, command string, d policy.Decision, ki
 	var id string
 	if s != nil {
 		id = s.t.ID()
+		if kind == api.ApprovalLine || kind == api.ApprovalInput {
+			ap.planters = s.plantersBut(w.Principal)
+		}
 	}
 	ap.a = api.Approval{
 		ID: "a" + strconv.Itoa(num), Node: g.cfg.Node, Session: id, Kind: kind, Command: g.RedactText(command),
@@ -315,6 +321,7 @@ func (g *Guard) runApproved(ap *approval) {
 		return
 	}
 	block, exit, err := ap.s.t.Replay(g.ctx, h)
+	ap.s.notePlanter(h.Writer)
 	if err != nil {
 		what := "run"
 		if h.Verb != VerbRun {

@@ -136,6 +136,9 @@ func (g *Guard) enforce(ctx context.Context, s *Session, w Writer, command strin
 	}
 	d := g.decide(s, w, command, held)
 	err := g.verdict(ctx, s, w, command, d, held)
+	if err == nil && s != nil {
+		s.notePlanter(w) // it runs (or is typed into a program) as w's
+	}
 	if slot != nil {
 		slot.set(d)
 	} else {
@@ -207,9 +210,9 @@ func (g *Guard) auditLine(s *Session, w Writer, command string, d policy.Decisio
 
 // checkLine decides a line an integrated shell asks about: a line the node itself
 // decided and typed (a run, an approved held run) passes without a second
-// decision; any other is decided for the writer whose input formed it, audited as
-// AuditTyped, and held for a person when the policy says approve (the line waits
-// unexecuted at the prompt).
+// decision; any other is decided for the writer whose input formed it
+// (LineWriter: no writer's, UnknownWriter), audited as AuditTyped, and held for a
+// person when the policy says approve (the line waits unexecuted at the prompt).
 func (g *Guard) checkLine(ctx context.Context, req Request) error {
 	s := req.Session
 	if s.expected(req.Command) {
@@ -226,7 +229,7 @@ func LineVerdict(ae *api.Error) (rule, message string) {
 	case ae.Code != api.CodeDenied || ae.Approval != "":
 		return ae.Rule, ae.Message // an approval denied or expired, the policy not known yet, too many held
 	case ae.Rule == UnknownWriter:
-		return ae.Rule, "this agent does not know who typed the line (it was typed before the agent restarted): type it again"
+		return ae.Rule, "no writer this agent knows of typed the line (typed before the agent restarted, or by a program in the session): type it again"
 	}
 	return ae.Rule, ""
 }

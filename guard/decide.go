@@ -70,8 +70,9 @@ func (g *Guard) Approval(ctx context.Context, id string, wait time.Duration) (ap
 
 // Decide approves or denies a pending approval for by (the verified writer of the
 // decide request). Deciding needs the admin role or one of the approvers the rule
-// named; nobody approves what they asked for themselves, and the principal that
-// asked may always deny it (withdraw).
+// named; nobody approves what they asked for themselves, nor a line or input
+// asked in a session where they ran something (a program of theirs may have
+// typed it); the principal that asked may always deny it (withdraw).
 func (g *Guard) Decide(by Writer, r api.DecideRequest) (api.Approval, error) {
 	var state string
 	switch r.Decision {
@@ -107,6 +108,10 @@ func (g *Guard) Decide(by Writer, r api.DecideRequest) (api.Approval, error) {
 	}
 	if state == api.ApprovalApproved && who != "" && who == a.Principal {
 		return api.Approval{}, api.Errorf(api.CodeForbidden, "%s asked for approval %s: someone else must approve it (you may deny it)", who, a.Addr())
+	}
+	if state == api.ApprovalApproved && slices.Contains(ap.planters, who) {
+		return api.Approval{}, api.Errorf(api.CodeForbidden, "%s ran something in session %s/%s, which may have typed the line of approval %s itself: someone else must approve it (you may deny it)",
+			who, a.Node, a.Session, a.Addr())
 	}
 	if !g.settle(ap, state, who, r.Reason) {
 		a = g.snapshot(ap)

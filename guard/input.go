@@ -35,7 +35,7 @@ import (
 const maxPending = 8 << 10
 
 // checkInput decides the lines that req.Data completes in the session for
-// req.Writer (see above). On nil the node writes the data, then calls TypedInput.
+// req.Writer (see above). On nil the node calls TypedInput, then writes the data.
 func (g *Guard) checkInput(ctx context.Context, req Request) error {
 	s, w, data := req.Session, req.Writer, req.Data
 	s.mu.Lock()
@@ -71,13 +71,15 @@ func (g *Guard) checkInput(ctx context.Context, req Request) error {
 	return nil
 }
 
-// TypedInput records data as typed by w into the session (it was written): the
-// pending line, and whose it is, follow it.
+// TypedInput records data as typed by w into the session, right before the node
+// writes it (the shell may ask about a line it ends at once): the pending line,
+// whose it is, and the lines it ends follow it.
 func (s *Session) TypedInput(w Writer, data []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	before := len(s.pending)
 	lines, rest := editLine(s.pending, data)
+	s.noteTypedLocked(w, data, lines)
 	s.pending = rest
 	switch {
 	case len(rest) == 0:

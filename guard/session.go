@@ -47,6 +47,20 @@ type Session struct {
 	pendingBy    Writer
 	pendingMixed bool
 
+	// typed are the lines writers' input ended (oldest first, bounded by
+	// maxTyped and typedFor): a line the shell asks about is attributed to the
+	// writer whose bytes formed it (LineWriter). pendingEdits: the pending line
+	// holds keys the guard does not model (cursor moves, history, completion).
+	typed        []typedLine
+	pendingEdits editKeys
+	// asked are lines attributed to writers before (newest last, bounded by
+	// maxTyped): a line recalled from the history is its writer's again.
+	asked []typedLine
+	// planters are the principals who ran something in the session (newest last,
+	// bounded by maxPlanters): a program they started may type into it, so none
+	// of them approves a line or input asked there (Decide).
+	planters []string
+
 	sudo sudoState
 }
 
@@ -109,8 +123,3 @@ func (s *Session) expected(line string) bool {
 // normLine is a command line as compared by expected: without the line ends and
 // blanks around it.
 func normLine(s string) string { return strings.TrimSpace(s) }
-
-// LineWriter is the writer a line the shell asks about is decided for: the
-// writer that holds the session's writer lease, or held it last (zero when nobody
-// has written yet).
-func (s *Session) LineWriter(line string) Writer { return s.LastWriter() }

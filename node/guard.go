@@ -173,18 +173,14 @@ func (e *entry) typeApproved(ctx context.Context, h guard.Held) error {
 		}
 		err = e.guard.Typed(h.Writer, false)
 	}
-	if err == nil {
-		if h.Verb == guard.VerbInput {
-			err = e.s.Input(h.Data)
-		} else {
-			err = e.s.SendKeys(h.Keys...)
-		}
-	}
 	if err != nil {
 		return err
 	}
-	e.guard.TypedInput(h.Writer, h.Data)
-	return nil
+	e.guard.TypedInput(h.Writer, h.Data) // before it is written, as input's
+	if h.Verb == guard.VerbInput {
+		return e.s.Input(h.Data)
+	}
+	return e.s.SendKeys(h.Keys...)
 }
 
 // PasswordPrompt: the foreground program waits for input with echo off.

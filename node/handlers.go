@@ -223,7 +223,7 @@ func (n *Node) create(ctx context.Context, req request) (any, error) {
 		Held: &guard.Held{Writer: w, Verb: guard.VerbCreate, Create: &r}, Decision: req.decision}); err != nil {
 		return nil, err
 	}
-	return n.startNew(r)
+	return n.startNew(r, w)
 }
 
 // creator creates the sessions of creates an approval held (guard.Creator).
@@ -232,7 +232,7 @@ type creator struct{ n *Node }
 // CreateApproved creates the session of an approved create, as it was asked.
 func (c creator) CreateApproved(ctx context.Context, h guard.Held) (string, error) {
 	n := c.n
-	s, err := n.startNew(*h.Create)
+	s, err := n.startNew(*h.Create, h.Writer)
 	if err != nil {
 		return "", err
 	}
@@ -240,8 +240,8 @@ func (c creator) CreateApproved(ctx context.Context, h guard.Held) (string, erro
 	return s.ID, nil
 }
 
-// startNew starts the session r asks for (checked) and registers it.
-func (n *Node) startNew(r api.CreateRequest) (api.Session, error) {
+// startNew starts the session r asks for (checked) for w and registers it.
+func (n *Node) startNew(r api.CreateRequest, w guard.Writer) (api.Session, error) {
 	env := make([]string, 0, len(r.Env))
 	for k, v := range r.Env {
 		env = append(env, k+"="+v)
@@ -267,6 +267,9 @@ func (n *Node) startNew(r api.CreateRequest) (api.Session, error) {
 	}
 	e := &entry{n: n} // its kick is the session's Notify from the start (a no-op until run)
 	e.guard = n.guard.NewSession(e)
+	if len(r.Argv) > 0 {
+		e.guard.Started(w) // w's program: it may type into the session
+	}
 	// A session in a holder is named there at its start: its id comes first.
 	var id string
 	var num int
@@ -554,10 +557,11 @@ func (n *Node) input(ctx context.Context, req request) (any, error) {
 		AtPrompt: e.atPrompt(), Held: heldOf(guard.VerbInput, w, "", data, nil), Decision: req.decision}); err != nil {
 		return nil, err
 	}
+	// Noted before it is written: the shell may ask about the line it ends at once.
+	e.guard.TypedInput(w, data)
 	if err := e.s.Input(data); err != nil {
 		return nil, sessionErr(e.id, err)
 	}
-	e.guard.TypedInput(w, data)
 	return api.Empty{}, nil
 }
 
@@ -579,10 +583,10 @@ func (n *Node) keys(ctx context.Context, req request) (any, error) {
 		AtPrompt: e.atPrompt(), Held: heldOf(guard.VerbKeys, w, "", typed, r.Keys), Decision: req.decision}); err != nil {
 		return nil, err
 	}
+	e.guard.TypedInput(w, typed) // before it is written, as input's
 	if err := e.s.SendKeys(r.Keys...); err != nil {
 		return nil, sessionErr(e.id, err)
 	}
-	e.guard.TypedInput(w, typed)
 	return api.Empty{}, nil
 }
 
