@@ -168,11 +168,14 @@ func (c *Client) CloseSession(ctx context.Context, id string) (Info, error) {
 }
 
 // Stream is one attach: the session's output from an offset, then its exit. An
-// attach of the same session by anyone (a restarted agent) ends this one.
+// attach of the same session that names the stream's epoch (a restarted agent
+// that listed it, or one taking its stream back) ends this one.
 type Stream struct {
 	Info  Info
 	Nonce string // the shell integration's nonce ("" without one)
 	From  int64  // the offset the stream starts at (later than asked when the ring lost it)
+	// Epoch is the stream's: the attach that ends it names it.
+	Epoch uint64
 	// Master is a copy of the PTY master (non-blocking): for ioctls and input, never
 	// for reading. Kept is the guard channel's agent end, or nil. The caller owns
 	// both.
@@ -189,15 +192,18 @@ type Chunk struct {
 	Code   *int // with Exited: the exit code (nil: unknown)
 }
 
-// Attach opens a stream of session id's output from offset from.
-func (c *Client) Attach(ctx context.Context, id string, from int64) (*Stream, error) {
+// Attach opens a stream of session id's output from offset from. epoch is the
+// session's epoch as the caller knows it: 0 when nobody is attached to it (else
+// ErrStale), or the epoch of the stream to end (its own, or one List showed;
+// ErrStale when another attach came since).
+func (c *Client) Attach(ctx context.Context, id string, from int64, epoch uint64) (*Stream, error) {
 	hc, _, err := dial(ctx, c.path)
 	if err != nil {
 		return nil, err
 	}
 	stop := context.AfterFunc(ctx, func() { hc.c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	if err := hc.sendJSON(kindRequest, request{Op: "attach", ID: id, From: from}); err != nil {
+	if err := hc.sendJSON(kindRequest, request{Op: "attach", ID: id, From: from, Epoch: epoch}); err != nil {
 		hc.close()
 		return nil, fmt.Errorf("holder: attach: %w", err)
 	}
@@ -216,10 +222,13 @@ func (c *Client) Attach(ctx context.Context, id string, from int64) (*Stream, er
 		if r.NotFound {
 			return nil, fmt.Errorf("%w: %s", ErrNoSession, id)
 		}
+		if r.Stale {
+			return nil, fmt.Errorf("%w (%s)", ErrStale, r.Error)
+		}
 		return nil, fmt.Errorf("holder: attach: %s", r.Error)
 	}
 	_ = hc.c.SetDeadline(time.Time{})
-	st := &Stream{Info: *r.Info, Nonce: r.Nonce, From: r.From, Master: files[0], c: hc}
+	st := &Stream{Info: *r.Info, Nonce: r.Nonce, From: r.From, Epoch: r.Epoch, Master: files[0], c: hc}
 	if len(files) > 1 {
 		st.Kept = files[1]
 	}

@@ -27,7 +27,7 @@ func TestSlowAgentGetsTheLastOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	master.Close()
-	st, err := c.Attach(ctx, "s1", 0)
+	st, err := c.Attach(ctx, "s1", 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,7 +58,8 @@ type held struct {
 	readDone bool
 	roomWait bool           // the read loop waits for the agent's stream (waitRoom)
 	gone     bool           // forgotten: streams end
-	out      *outStream     // the attached agent's stream, if any (newest attach wins)
+	out      *outStream     // the attached agent's stream, if any (one at a time, by epoch: see attach)
+	epoch    uint64         // how many attaches the session had: the newest stream's epoch
 	wg       sync.WaitGroup // readLoop and the stream's sender
 }
 
@@ -310,7 +311,11 @@ func (h *held) info() Info {
 }
 
 func (h *held) infoLocked() Info {
-	return Info{ID: h.id, PID: h.pid, Meta: h.meta, Start: h.ring.Start(), End: h.ring.End(), Exited: h.exited, Code: h.code}
+	i := Info{ID: h.id, PID: h.pid, Meta: h.meta, Start: h.ring.Start(), End: h.ring.End(), Exited: h.exited, Code: h.code, Epoch: h.epoch}
+	if h.out != nil {
+		i.StreamPID = h.out.pid
+	}
+	return i
 }
 
 // signal signals every process in the session: the shell and all its jobs,

@@ -134,7 +134,7 @@ func TestReattach(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	st, err := c.Attach(ctx, "s1", 0)
+	st, err := c.Attach(ctx, "s1", 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestReattach(t *testing.T) {
 	if err != nil || len(list) != 1 || list[0].ID != "s1" || list[0].PID != info.PID {
 		t.Fatalf("list after the agent went: %+v, %v", list, err)
 	}
-	st2, err := c2.Attach(ctx, "s1", off)
+	st2, err := c2.Attach(ctx, "s1", off, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +183,7 @@ func TestReattach(t *testing.T) {
 		t.Fatalf("exit code %v, want 7", exit.Code)
 	}
 	// The whole output is still in the ring: a read from 0 is the same bytes.
-	st3, err := c2.Attach(ctx, "s1", 0)
+	st3, err := c2.Attach(ctx, "s1", 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func TestReattach(t *testing.T) {
 	if list, _ := c2.List(ctx); len(list) != 0 {
 		t.Fatalf("closed session still listed: %+v", list)
 	}
-	if _, err := c2.Attach(ctx, "s1", 0); !errors.Is(err, ErrNoSession) {
+	if _, err := c2.Attach(ctx, "s1", 0, 0); !errors.Is(err, ErrNoSession) {
 		t.Fatalf("attach of a closed session: %v, want ErrNoSession", err)
 	}
 }
@@ -209,28 +209,46 @@ func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), syscall.SIGTERM)
 }
 
-// TestNewestAttachWins: a second attach (the restarted agent) ends the first
-// stream, so two agents never consume one session.
-func TestNewestAttachWins(t *testing.T) {
+// TestAttachEpoch: one attach at a time, by epoch. An attach that does not name
+// the live stream's epoch is refused; one that names it (the restarted agent
+// that listed the session) ends that stream, so two agents never consume one
+// session; an attach by an epoch that is no longer the session's is refused.
+func TestAttachEpoch(t *testing.T) {
 	_, dir := startHolder(t)
 	c := dialT(t, dir)
 	spawnT(t, c, "s1", "/bin/sh", "-c", "echo ready; exec sleep 60")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	a, err := c.Attach(ctx, "s1", 0)
+	a, err := c.Attach(ctx, "s1", 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
 	collect(t, a, "ready")
-	b, err := c.Attach(ctx, "s1", 0)
+	if _, err := c.Attach(ctx, "s1", 0, 0); !errors.Is(err, ErrStale) {
+		t.Fatalf("an attach while another is live: %v, want ErrStale", err)
+	}
+	if _, err := c.Attach(ctx, "s1", 0, a.Epoch+1); !errors.Is(err, ErrStale) {
+		t.Fatalf("an attach by an epoch to come: %v, want ErrStale", err)
+	}
+	list, err := c.List(ctx)
+	if err != nil || len(list) != 1 || list[0].Epoch != a.Epoch || list[0].StreamPID != os.Getpid() {
+		t.Fatalf("list: %+v %v; want epoch %d, stream pid %d", list, err, a.Epoch, os.Getpid())
+	}
+	b, err := c.Attach(ctx, "s1", 0, list[0].Epoch)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
+	if b.Epoch != a.Epoch+1 {
+		t.Fatalf("epochs %d then %d", a.Epoch, b.Epoch)
+	}
 	collect(t, b, "ready")
 	if _, err := a.Next(); err == nil {
 		t.Fatal("the older stream still delivers after a newer attach")
+	}
+	if _, err := c.Attach(ctx, "s1", 0, a.Epoch); !errors.Is(err, ErrStale) {
+		t.Fatalf("an attach by the older stream's epoch: %v, want ErrStale", err)
 	}
 	if _, err := c.CloseSession(ctx, "s1"); err != nil {
 		t.Fatal(err)
@@ -261,7 +279,7 @@ func TestChildFDsAndKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer master.Close()
-	st, err := c.Attach(ctx, "g1", 0)
+	st, err := c.Attach(ctx, "g1", 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -547,7 +565,7 @@ func TestSlowAgentLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer master.Close()
-	st, err := c.Attach(ctx, "s1", 0)
+	st, err := c.Attach(ctx, "s1", 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -607,7 +625,7 @@ func TestExitedPidStaysTheSessions(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	infoA, _ := spawnT(t, c, "a", "/bin/sh", "-c", "exit 3")
-	stA, err := c.Attach(ctx, "a", 0)
+	stA, err := c.Attach(ctx, "a", 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

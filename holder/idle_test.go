@@ -54,7 +54,7 @@ func TestIdleSessionsGoroutines(t *testing.T) {
 	for i := range n {
 		id := "s" + strconv.Itoa(i)
 		_, masters[i] = spawnT(t, c, id, "/bin/sh", "-c", `echo ready; while read x; do echo "got $x"; done; exit 7`)
-		st, err := c.Attach(ctx, id, 0)
+		st, err := c.Attach(ctx, id, 0, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,7 +105,7 @@ func TestIdleSessionsGoroutines(t *testing.T) {
 	if isClosed(dead.c) {
 		t.Fatal("closed before anything told the holder (the test proves nothing)")
 	}
-	again, err := c.Attach(ctx, "s3", 0)
+	again, err := c.Attach(ctx, "s3", 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func isClosed(c *conn) bool {
 }
 
 // TestReattachWhileOutput: agents come and go (each new attach replaces the
-// stream) while the program prints; the streams, read from where the last one
+// stream: a closed one, or a live one it names by epoch) while the program prints; the streams, read from where the last one
 // stopped, carry every line exactly once and then the exit.
 func TestReattachWhileOutput(t *testing.T) {
 	_, dir := startHolder(t)
@@ -161,8 +161,9 @@ func TestReattachWhileOutput(t *testing.T) {
 	defer cancel()
 	var all []byte
 	off := int64(0)
+	epoch := uint64(0) // the live stream's, to end it; 0 once its agent died
 	for round := 0; ; round++ {
-		st, err := c.Attach(ctx, "s1", off)
+		st, err := c.Attach(ctx, "s1", off, epoch)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -196,8 +197,10 @@ func TestReattachWhileOutput(t *testing.T) {
 		}
 		if round%2 == 0 {
 			st.Close() // the agent died before the next attach
+			epoch = 0
 		} else {
-			defer st.Close() // still open: the next attach replaces it
+			defer st.Close() // still open: the next attach, naming it, replaces it
+			epoch = st.Epoch
 		}
 	}
 }
@@ -248,13 +251,13 @@ func TestAttachRightAfterAttach(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for i := range 20 {
-		first, err := c.Attach(ctx, "s1", 0)
+		first, err := c.Attach(ctx, "s1", 0, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		first.Close()
 		first.Master.Close()
-		second, err = c.Attach(ctx, "s1", 1<<40) // from the end: the next tick
+		second, err = c.Attach(ctx, "s1", 1<<40, 0) // from the end: the next tick
 		if err != nil {
 			t.Fatal(err)
 		}

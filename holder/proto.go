@@ -15,6 +15,10 @@ package holder
 //	'O' output   8-byte big-endian offset, then raw output bytes (attach streams)
 //	'X' exit     JSON exitInfo: the session's program ended and all its output was sent
 //
+// An attach turns its connection into the session's stream. One stream per session
+// at a time, by epoch (the count of its attaches): an attach names the epoch of the
+// stream it ends (0: none live), and one that names another is refused (reply.Stale).
+//
 // The agent speaks first: hello{Proto}. The holder answers hello{Proto, Version, PID}
 // when it speaks that protocol, or a reply with an error naming both numbers, and
 // closes. Within one Proto number, messages only gain JSON fields (old readers
@@ -65,6 +69,10 @@ var (
 	ErrProtocol = errors.New("holder: protocol error")
 	// ErrClosed: the holder or the connection is closed.
 	ErrClosed = errors.New("holder: closed")
+	// ErrStale: an attach was refused because the session's epoch is not the one
+	// the attacher gave: another process is attached to it (an attach with epoch
+	// 0), or attached after the epoch given. List tells who and at which epoch.
+	ErrStale = errors.New("holder: attach refused: the session is attached elsewhere")
 )
 
 type hello struct {
@@ -81,6 +89,10 @@ type request struct {
 	Signal int             `json:"signal,omitempty"` // signal
 	Spawn  *Spawn          `json:"spawn,omitempty"`  // spawn
 	Meta   json.RawMessage `json:"meta,omitempty"`   // meta
+	// Epoch (attach) is the session's epoch as the attacher knows it: the epoch
+	// of its own last attach, or one a list showed. 0 asks for a session nobody
+	// is attached to.
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 type reply struct {
@@ -91,6 +103,8 @@ type reply struct {
 	List     []Info `json:"list,omitempty"`
 	Nonce    string `json:"nonce,omitempty"` // attach
 	From     int64  `json:"from,omitempty"`  // attach: where the stream starts
+	Epoch    uint64 `json:"epoch,omitempty"` // attach: the stream's epoch
+	Stale    bool   `json:"stale,omitempty"` // attach: refused, see ErrStale
 }
 
 type exitInfo struct {
@@ -139,6 +153,11 @@ type Info struct {
 	End    int64           `json:"end"`   // end of the output
 	Exited bool            `json:"exited,omitempty"`
 	Code   *int            `json:"code,omitempty"` // exit code once exited (nil: unknown)
+	// Epoch counts the session's attaches: the newest stream's epoch (0: never
+	// attached).
+	Epoch uint64 `json:"epoch,omitempty"`
+	// StreamPID is the process holding the session's stream (0: none).
+	StreamPID int `json:"stream_pid,omitempty"`
 }
 
 // conn is one end of a holder connection. Reads and writes are each used by one
@@ -160,21 +179,51 @@ func newConn(c *net.UnixConn) *conn {
 
 // peerUID is the uid of the process at the other end (SO_PEERCRED).
 func peerUID(c *net.UnixConn) (uint32, error) {
-	rc, err := c.SyscallConn()
+	cred, err := peerCred(c)
 	if err != nil {
 		return 0, err
+	}
+	return cred.Uid, nil
+}
+
+// peerCred is the credentials of the process at the other end as it connected
+// (SO_PEERCRED).
+func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
 	}
 	var cred *unix.Ucred
 	var serr error
 	if err := rc.Control(func(fd uintptr) {
 		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil {
-		return 0, err
+		return nil, err
 	}
 	if serr != nil {
-		return 0, serr
+		return nil, serr
 	}
-	return cred.Uid, nil
+	return cred, nil
+}
+
+// peerGone reports whether the other end closed the connection (or it failed);
+// it never blocks. A stream's agent never writes to it, so this is how the holder
+// tells a live stream from one whose agent went away without a send failing yet.
+func (c *conn) peerGone() bool {
+	rc, err := c.c.SyscallConn()
+	if err != nil {
+		return true
+	}
+	var revents int16
+	var perr error
+	if err := rc.Control(func(fd uintptr) {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLRDHUP}}
+		_, perr = unix.Poll(fds, 0)
+		revents = fds[0].Revents
+	}); err != nil || perr != nil {
+		return err != nil
+	}
+	return revents&(unix.POLLHUP|unix.POLLRDHUP|unix.POLLERR|unix.POLLNVAL) != 0
 }
 
 // checkPeer refuses a peer of another uid than ours.

@@ -391,23 +391,34 @@ func (s *Server) session(id string) (*held, error) {
 }
 
 // attach makes c the session's stream of output from req.From (sent while there
-// is output, until the exit, or until the agent goes or attaches again), replies
-// with the session's info, nonce and fds, then lets the stream send. It reports
-// whether c is the session's now.
+// is output, until the exit, or until the agent goes or an attach by the stream's
+// epoch replaces it), replies with the session's info, nonce, fds and the stream's
+// epoch, then lets the stream send. It reports whether c is the session's now.
 func (s *Server) attach(c *conn, req request) bool {
 	h, err := s.session(req.ID)
 	if err != nil {
 		_ = c.sendJSON(kindReply, reply{Error: err.Error(), NotFound: true})
 		return false
 	}
-	o, info, ok := h.attach(c, req.From)
-	if !ok {
-		_ = c.sendJSON(kindReply, reply{Error: fmt.Sprintf("%v: %s closed", ErrNoSession, h.id), NotFound: true})
+	pid := 0
+	if cred, err := peerCred(c.c); err == nil {
+		pid = int(cred.Pid)
+	}
+	o, info, err := h.attach(c, req.From, req.Epoch, pid)
+	if err != nil {
+		stale := errors.Is(err, ErrStale)
+		if stale {
+			s.log.Warn("holder refused an attach", "session", h.id, "pid", pid, "err", err)
+		}
+		_ = c.sendJSON(kindReply, reply{Error: err.Error(), NotFound: !stale, Stale: stale})
 		return false
+	}
+	if info.Epoch > 1 {
+		s.log.Info("holder session attached again", "session", h.id, "pid", pid, "epoch", info.Epoch)
 	}
 	from := o.off // no sender runs before begin
 	if err := h.withFiles(func(files []*os.File) error {
-		return c.sendJSON(kindReply, reply{Info: &info, Nonce: h.nonce, From: from, FDs: len(files)}, files...)
+		return c.sendJSON(kindReply, reply{Info: &info, Nonce: h.nonce, From: from, Epoch: o.epoch, FDs: len(files)}, files...)
 	}); err != nil {
 		_ = c.sendJSON(kindReply, reply{Error: err.Error(), NotFound: true})
 		h.begin(o, false)

@@ -3,7 +3,10 @@ package holder
 // The attach stream of a session: its output from an offset, then its exit, sent
 // by a goroutine that runs only while there is something to send.
 
-import "sync"
+import (
+	"fmt"
+	"sync"
+)
 
 // outStream is the attached agent's stream of one session. At most one sender
 // goroutine runs for it, and only while the stream is behind the ring or the exit
@@ -16,8 +19,10 @@ import "sync"
 // forgotten. Until then the session keeps one idle connection (its fd), never more.
 type outStream struct {
 	c       *conn
-	off     int64 // the next offset to send; guarded by held.mu
-	sending bool  // a sender runs; guarded by held.mu
+	off     int64  // the next offset to send; guarded by held.mu
+	sending bool   // a sender runs; guarded by held.mu
+	pid     int    // the attached process (SO_PEERCRED)
+	epoch   uint64 // the attach's epoch
 }
 
 // outBufs are the messages output is sent in ('O', offset, up to chunk bytes),
@@ -25,26 +30,42 @@ type outStream struct {
 var outBufs = sync.Pool{New: func() any { b := make([]byte, 9+chunk); return &b }}
 
 // attach makes c the session's stream from offset from (clamped to what the ring
-// holds), ending the previous one: the newest attach wins, in the order the
-// attaches are made, before their replies (an agent that closes a stream as soon
-// as its reply came and attaches again must not find the older stream winning).
+// holds), for the process pid, when epoch is the session's: one attach at a time,
+// by epoch. Epoch 0 attaches a session whose stream is free (never attached, its
+// agent gone, or ended); the epoch of the newest attach (the attacher's own, or
+// one a list showed) ends that stream and takes its place. Any other attach is
+// refused (ErrStale): an attach cannot end a live stream unless it names it, and
+// of two attaches that name the same one, the first wins. Attaches are ordered as
+// they are made, before their replies (an agent that closes a stream as soon as
+// its reply came and attaches again must not find the older stream winning).
+//
 // The stream sends nothing until begin: the reply goes first. It returns the
-// stream and what the reply needs; ok is false when the session is forgotten (c is
-// not taken). Otherwise c is the session's: it is closed when the stream ends.
-func (h *held) attach(c *conn, from int64) (o *outStream, info Info, ok bool) {
+// stream and what the reply needs; err is ErrNoSession when the session is
+// forgotten, ErrStale when refused (c is not taken then). Otherwise c is the
+// session's: it is closed when the stream ends.
+func (h *held) attach(c *conn, from int64, epoch uint64, pid int) (o *outStream, info Info, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.gone {
-		return nil, Info{}, false
+		return nil, Info{}, fmt.Errorf("%w: %s closed", ErrNoSession, h.id)
+	}
+	live := h.out != nil && !h.out.c.peerGone()
+	if epoch != h.epoch && (epoch != 0 || live) {
+		holder := 0
+		if live {
+			holder = h.out.pid
+		}
+		return nil, Info{}, fmt.Errorf("%w: %s is at epoch %d (asked: %d), its stream held by pid %d", ErrStale, h.id, h.epoch, epoch, holder)
 	}
 	if h.out != nil {
-		h.out.c.close() // the older agent's stream ends; its sender, if any, stops at its next look
+		h.out.c.close() // the older stream ends; its sender, if any, stops at its next look
 	}
+	h.epoch++
 	// sending holds the sender back until begin.
-	o = &outStream{c: c, off: max(h.ring.Start(), min(from, h.ring.End())), sending: true}
+	o = &outStream{c: c, off: max(h.ring.Start(), min(from, h.ring.End())), sending: true, pid: pid, epoch: h.epoch}
 	h.out = o
 	h.broadcastLocked() // a read loop waiting for the older stream's room looks again
-	return o, h.infoLocked(), true
+	return o, h.infoLocked(), nil
 }
 
 // begin lets o send once the attach's reply was sent; sent false (it could not

@@ -29,6 +29,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -62,11 +63,47 @@ type holderMeta struct {
 // held is a session's link to its holder.
 type held struct {
 	c   *holder.Client
-	st  *holder.Stream
 	raw atomic.Int64 // the holder's offset of the output ingested so far
 	// detached is set by Detach before it ends the stream: the output goes on in
 	// the holder, for the next agent (see endDetached).
 	detached atomic.Bool
+	// retakes counts the streams the read loop took back (retake); it alone
+	// uses it.
+	retakes int
+
+	mu    sync.Mutex     // guards st, ended
+	st    *holder.Stream // the attach stream the read loop reads
+	ended bool           // Detach or Close ended the stream: no other is taken
+}
+
+// stream is the session's attach stream now.
+func (h *held) stream() *holder.Stream {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.st
+}
+
+// replace makes st the session's stream, unless Detach or Close ended the
+// stream meanwhile: then st is closed, and replace reports false.
+func (h *held) replace(st *holder.Stream) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended {
+		st.Close()
+		return false
+	}
+	h.st = st
+	return true
+}
+
+// end ends the session's stream for Detach and Close (the read loop then takes
+// no other).
+func (h *held) end() {
+	h.mu.Lock()
+	h.ended = true
+	st := h.st
+	h.mu.Unlock()
+	st.Close()
 }
 
 // startInHolder is Start's second half for Config.Holder: the holder spawns the
@@ -134,7 +171,7 @@ func (s *Session) startInHolder(argv []string, dir string, env []string, as *run
 		return fail(fmt.Errorf("%w: %v", ErrStart, err))
 	}
 	master.Close() // the attach brings another copy
-	st, err := cfg.Holder.Attach(ctx, cfg.ID, 0)
+	st, err := cfg.Holder.Attach(ctx, cfg.ID, 0, 0)
 	if err != nil {
 		_, _ = cfg.Holder.CloseSession(ctx, cfg.ID)
 		return fail(fmt.Errorf("%w: attach: %v", ErrStart, err))
@@ -213,7 +250,12 @@ func Reattach(cfg Config, rec Recorded) (*Session, error) {
 	s.log = s.log.With("session", cfg.ID)
 	ctx, cancel := context.WithTimeout(context.Background(), holderTimeout)
 	defer cancel()
-	st, err := cfg.Holder.Attach(ctx, cfg.ID, 0)
+	st, err := cfg.Holder.Attach(ctx, cfg.ID, 0, 0)
+	if errors.Is(err, holder.ErrStale) {
+		// Another process is attached to it (an agent that hangs, or a program
+		// with the holder's uid): ours is the session; take its stream.
+		st, err = takeStream(ctx, cfg.Holder, cfg.ID, 0, s.log)
+	}
 	if errors.Is(err, holder.ErrNoSession) {
 		return nil, fmt.Errorf("%w: %s", ErrNotHeld, cfg.ID)
 	}
@@ -229,7 +271,7 @@ func Reattach(cfg Config, rec Recorded) (*Session, error) {
 	if st.From > 0 {
 		// The ring no longer holds the first byte: begin at a checkpoint.
 		if ck = pickCheckpoint(m.Checkpoints, st.From, rec); ck != nil {
-			st2, err := cfg.Holder.Attach(ctx, cfg.ID, ck.Raw)
+			st2, err := cfg.Holder.Attach(ctx, cfg.ID, ck.Raw, st.Epoch)
 			switch {
 			case err != nil:
 				ck = nil
@@ -368,8 +410,10 @@ func (s *Session) adoptKnownLocked(known []Block) {
 func (s *Session) heldReadLoop() {
 	defer s.wg.Done()
 	var r chunkReader
-	raw := s.hold.st.From // the holder's offset: raw output, before marks are taken out
-	caught := false       // the output the holder held at the attach is in
+	st := s.hold.stream()
+	raw := st.From      // the holder's offset: raw output, before marks are taken out
+	held := st.Info.End // the output the holder held at the attach
+	caught := false     // it is in
 	nextCkpt := s.checkpointEvery()
 	s.mu.Lock()
 	if n := len(s.ckpts); n > 0 {
@@ -377,16 +421,20 @@ func (s *Session) heldReadLoop() {
 	}
 	s.mu.Unlock()
 	for {
-		ch, err := s.hold.st.Next()
+		ch, err := st.Next()
 		if err == nil && ch.Exited {
 			s.endRead(nil)
 			s.recordExit(ch.Code) // the exit comes with the end of the stream
 			return
 		}
 		if err != nil {
-			// A stream that breaks without the exit (the holder ended, or Detach)
-			// leaves the session as it is, unless the holder is gone: then the
-			// program is too.
+			// A stream that breaks without the exit: Detach or Close ended it,
+			// another process took it (taken back: retake), or the holder is
+			// gone, and the program with it.
+			if next := s.retake(raw, err); next != nil {
+				st = next
+				continue
+			}
 			if s.hold.detached.Load() {
 				s.endDetached()
 			} else {
@@ -396,7 +444,6 @@ func (s *Session) heldReadLoop() {
 			closed := s.closed
 			s.mu.Unlock()
 			if !closed { // Detach or Close: not our exit to record
-				s.log.Warn("holder stream ended without the exit: the holder is gone, and the program with it")
 				s.recordExit(nil)
 			}
 			return
@@ -419,7 +466,7 @@ func (s *Session) heldReadLoop() {
 			}
 			s.mu.Unlock()
 		}
-		if !caught && raw >= s.hold.st.Info.End {
+		if !caught && raw >= held {
 			caught = true // Reattach waits for this: wake it (the ingest woke it before the store)
 			s.mu.Lock()
 			s.broadcastLocked()
@@ -475,7 +522,7 @@ func (s *Session) Detach() error {
 	s.mu.Unlock()
 	close(s.stop)
 	s.hold.detached.Store(true)
-	s.hold.st.Close()
+	s.hold.end()
 	s.master.Close()
 	if s.guard != nil {
 		s.guard.stop()
@@ -498,7 +545,7 @@ func (s *Session) closeHeld() {
 	if _, err := s.hold.c.CloseSession(ctx, s.cfg.ID); err != nil && !errors.Is(err, holder.ErrNoSession) {
 		s.log.Warn("holder did not close the session", "err", err)
 	}
-	s.hold.st.Close()
+	s.hold.end()
 }
 
 // setHeldMeta tells the holder the session's new metadata, for a reattach. It

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -177,7 +178,7 @@ func TestHolderGuardSurvives(t *testing.T) {
 		files := t.TempDir()
 		// Someone types at the terminal while no agent runs (a copy of the master
 		// from the holder: what an attached person's keystrokes become).
-		st, err := c.Attach(ctxT(t), "t1", 0)
+		st, err := c.Attach(ctxT(t), "t1", 0, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -362,4 +363,58 @@ func TestHolderDetachMidMark(t *testing.T) {
 	if !bytes.HasPrefix(all, out) || bytes.Contains(all, []byte(nonce)) || strings.Count(string(all), "\rbefore\r\nafter\r\n") != 1 {
 		t.Fatalf("the next agent's output is not the previous one's and the rest:\nbefore: %q\nafter:  %q", out, all)
 	}
+}
+
+// TestHolderStreamTakenAgain: a process with the holder's uid takes a session's
+// stream again each time the agent takes it back. The agent takes it back
+// maxRetakes times, then closes the session in the holder: the session ends
+// exited with its shell gone, never exited with a live shell out of every
+// agent's reach.
+func TestHolderStreamTakenAgain(t *testing.T) {
+	dir := startHolder(t)
+	s := startShell(t, "bash", func(c *Config) { c.Holder = dialHolder(t, dir); c.ID = "t1" })
+	if r := run(t, s, "echo one"); !strings.Contains(r.Text, "one") {
+		t.Fatalf("first block: %q", r.Text)
+	}
+	pid := s.Pid()
+	rogue := dialHolder(t, dir)
+	takes, exited := 0, false
+	for !exited {
+		list, err := rogue.List(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list) == 0 {
+			break // the agent closed it
+		}
+		st, err := rogue.Attach(ctxT(t), "t1", 0, list[0].Epoch)
+		if errors.Is(err, holder.ErrStale) {
+			continue // the agent took it back between the two
+		}
+		if errors.Is(err, holder.ErrNoSession) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		takes++
+		for { // until the agent takes it back, or closes the session
+			ch, err := st.Next()
+			if err != nil {
+				break
+			}
+			if ch.Exited {
+				exited = true
+				break
+			}
+		}
+		closeStream(st)
+	}
+	if takes != maxRetakes+1 {
+		t.Errorf("the rogue took the stream %d times, want %d", takes, maxRetakes+1)
+	}
+	if _, err := s.Wait(ctxT(t), UntilExited, 0); err != nil {
+		t.Fatalf("wait: %v", err)
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool { return syscall.Kill(pid, 0) != nil }, "the shell to be gone")
 }
