@@ -58,6 +58,9 @@ type RunBody struct {
 	TimeoutMS      int    `json:"timeout_ms,omitempty"`
 	MaxOutputBytes int    `json:"max_output_bytes,omitempty"`
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// TypeAnyway types the command even into a full-screen program (vim, top,
+	// less), which is refused busy otherwise.
+	TypeAnyway bool `json:"type_anyway,omitempty"`
 }
 
 // InputBody is the body of POST .../input.

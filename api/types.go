@@ -70,6 +70,11 @@ type Screen struct {
 	Rows         int    `json:"rows"`
 	WaitingInput bool   `json:"waiting_input"`
 	Echo         bool   `json:"echo"`
+	// Program names the program in front (its process name) while the shell is
+	// not at its prompt; FullScreen says it is a full-screen program (on the
+	// alternate screen, or top): it reads keys, not command lines.
+	Program    string `json:"program,omitempty"`
+	FullScreen bool   `json:"full_screen,omitempty"`
 }
 
 // Cursor is a 0-based screen position.
@@ -197,6 +202,7 @@ type (
 		TimeoutMS      int    `json:"timeout_ms,omitempty"`
 		MaxOutputBytes int    `json:"max_output_bytes,omitempty"`
 		IdempotencyKey string `json:"idempotency_key,omitempty"`
+		TypeAnyway     bool   `json:"type_anyway,omitempty"` // see RunBody
 	}
 	// InputRequest (verb input): raw text typed into the session.
 	InputRequest struct {

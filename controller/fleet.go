@@ -165,6 +165,7 @@ func (c *Controller) runCall(ctx context.Context, node, id string, b api.RunBody
 	}
 	return c.sessionCall(ctx, node, id, "run", api.RunRequest{
 		Session: id, Command: b.Command, TimeoutMS: b.TimeoutMS, MaxOutputBytes: b.MaxOutputBytes, IdempotencyKey: b.IdempotencyKey,
+		TypeAnyway: b.TypeAnyway,
 	}, out, c.timeoutFor(b.TimeoutMS))
 }
 

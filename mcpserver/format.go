@@ -159,6 +159,8 @@ type Block struct {
 	Approval      string `json:"approval,omitempty"`
 	Rule          string `json:"rule,omitempty"`
 	ApprovalState string `json:"approval_state,omitempty"`
+	// FullScreen names the full-screen program in front (vim, top, less).
+	FullScreen string `json:"full_screen,omitempty" jsonschema:"the full-screen program in front: drive it with send_keys"`
 }
 
 // blockView is what a block result is made from.
@@ -202,7 +204,16 @@ func (v blockView) out() Block {
 		o.DurationMS = blockDuration(b, v.now).Milliseconds()
 		o.OmittedBytes, o.LostBytes = v.br.OmittedBytes, v.br.LostBytes
 	}
+	if v.fullScreen() {
+		o.FullScreen = programName(v.screen.Program)
+	}
 	return o
+}
+
+// fullScreen reports whether the result is of a full-screen program in front.
+func (v blockView) fullScreen() bool {
+	st := v.state()
+	return v.screen != nil && v.screen.FullScreen && (st == api.BlockRunning || st == api.StateWaitingInput)
 }
 
 // header is the first line: [NODE/ID #N] exit 2 · 1.24s · cwd /srv · idle · $ make test
@@ -261,13 +272,14 @@ func (v blockView) text() string {
 		sb.WriteString(v.query)
 		sb.WriteByte('\n')
 	}
-	if v.hasBlock {
-		if v.br.Text == "" {
-			sb.WriteString("(no output)\n")
-		} else {
-			sb.WriteString(fence("output", v.br.Text))
-			sb.WriteByte('\n')
-		}
+	switch {
+	case v.hasBlock && v.fullScreen():
+		// Its screen follows: the output is what it drew, again.
+	case v.hasBlock && v.br.Text == "":
+		sb.WriteString("(no output)\n")
+	case v.hasBlock:
+		sb.WriteString(fence("output", v.br.Text))
+		sb.WriteByte('\n')
 	}
 	args := []any{"node", v.node, "session", v.id}
 	if v.br.OmittedBytes > 0 {
@@ -282,10 +294,16 @@ func (v blockView) text() string {
 	if v.br.LostBytes > 0 {
 		fmt.Fprintf(&sb, "[%d bytes of this block's output are no longer held by the node]\n", v.br.LostBytes)
 	}
-	switch v.state() {
-	case api.BlockRunning:
+	switch st := v.state(); {
+	case v.fullScreen():
+		fmt.Fprintf(&sb, "%s is running full-screen: it reads keys, not command lines (run_command is refused while it is in front).\n", programName(v.screen.Program))
+		if t := screenBody(*v.screen, v.budget); t != "" {
+			sb.WriteString("screen:\n" + fence("screen", t) + "\n")
+		}
+		fmt.Fprintf(&sb, "%s, then read_screen %s to see it; wait_for %s waits for it to end.\n", keysHint(v.screen.Program, v.node, v.id), jsonArgs(args...), jsonArgs(args...))
+	case st == api.BlockRunning:
 		fmt.Fprintf(&sb, "The command is still running. Call wait_for %s to wait for it, read_screen to look at it, or send_keys with [\"C-c\"] to interrupt it.\n", jsonArgs(args...))
-	case api.StateWaitingInput:
+	case st == api.StateWaitingInput:
 		if v.screen != nil {
 			if t := screenTail(*v.screen, screenTailLines); t != "" {
 				sb.WriteString("screen (last lines):\n")
@@ -295,12 +313,56 @@ func (v blockView) text() string {
 		}
 		fmt.Fprintf(&sb, "The command is waiting for input. Answer with send_input %s (then wait_for), or interrupt it with send_keys [\"C-c\"].\n",
 			jsonArgs(append(args, "text", "...", "enter", true)...))
-	case api.StateExited:
+	case st == api.StateExited:
 		sb.WriteString("The session's process has exited: call create_session for a new one.\n")
-	case resultNoBlock:
+	case st == resultNoBlock:
 		sb.WriteString("Nothing has run in this session yet: call run_command.\n")
 	}
 	return strings.TrimRight(sb.String(), "\n")
+}
+
+// programName is a program's name for a result: "a full-screen program" when
+// the node did not say.
+func programName(p string) string {
+	if p == "" {
+		return "a full-screen program"
+	}
+	return p
+}
+
+// keysHint says how to drive a full-screen program (by its process name) with
+// send_keys: what quits it, and a key or two more. Keys, not send_input: such
+// a program takes each key as a command.
+func keysHint(prog, node, id string) string {
+	keys := func(k ...string) string { return "send_keys " + jsonArgs("node", node, "session", id, "keys", k) }
+	switch {
+	case prog == "vi" || prog == "view" || prog == "nvim" || strings.HasPrefix(prog, "vim"):
+		return keys("Esc", ":", "q", "!", "Enter") + " quits " + prog + " without saving (Esc : w q Enter saves first; i inserts text, Esc ends it)"
+	case prog == "less" || prog == "more" || prog == "most" || prog == "man":
+		return keys("q") + " quits " + prog + " (Space pages down, / searches)"
+	case prog == "top" || prog == "htop" || prog == "btop" || prog == "atop":
+		return keys("q") + " quits " + prog
+	case prog == "nano":
+		return keys("C-x") + " exits nano (it asks whether to save)"
+	}
+	return "drive it with keys, e.g. " + keys("q") + " or [\"Esc\"] or [\"C-c\"]"
+}
+
+// screenBody is a screen's rows, trailing blanks trimmed, within budget bytes
+// (head and tail).
+func screenBody(sc api.Screen, budget int) string {
+	rows := strings.Split(sc.Text, "\n")
+	for i, r := range rows {
+		rows[i] = strings.TrimRight(r, " ")
+	}
+	for len(rows) > 0 && rows[len(rows)-1] == "" {
+		rows = rows[:len(rows)-1]
+	}
+	body := strings.Join(rows, "\n")
+	if budget > 0 {
+		body, _ = headTail(body, budget)
+	}
+	return body
 }
 
 // sessionLine is one session of list_sessions: what it is for, what it does, where.
@@ -368,8 +430,15 @@ func (v screenView) out() Screen {
 func (v screenView) text() string {
 	sc := v.sc
 	parts := []string{fmt.Sprintf("screen %dx%d", sc.Cols, sc.Rows), fmt.Sprintf("cursor row %d col %d", sc.Cursor.Row, sc.Cursor.Col)}
-	if sc.AltScreen {
+	switch {
+	case sc.FullScreen && sc.AltScreen:
+		parts = append(parts, "alternate screen: "+programName(sc.Program)+" runs full-screen (drive it with send_keys)")
+	case sc.FullScreen:
+		parts = append(parts, programName(sc.Program)+" runs full-screen (drive it with send_keys)")
+	case sc.AltScreen:
 		parts = append(parts, "alternate screen (a full-screen program)")
+	case sc.Program != "":
+		parts = append(parts, sc.Program+" in front")
 	}
 	if sc.WaitingInput {
 		parts = append(parts, "waiting for input")

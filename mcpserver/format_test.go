@@ -170,3 +170,40 @@ func unfence(s string) string {
 	s = fenceOpen.ReplaceAllString(s, "<<<$1>>>")
 	return fenceClose.ReplaceAllString(s, "<<<end>>>")
 }
+
+// TestFullScreen: a run refused because vim is in front says so with keys that
+// fit vim and its screen, never send_input; a result of a full-screen program
+// carries its screen, not "(no output)"; type_anyway reaches the Fleet.
+func TestFullScreen(t *testing.T) {
+	vim := &api.Screen{Text: "first line\n~\n~", Cols: 80, Rows: 24, AltScreen: true, WaitingInput: true, Program: "vim", FullScreen: true}
+	f := &fake{scr: vim, runErr: api.Errorf(api.CodeBusy, "session: busy: vim is running full-screen and would take the command as keystrokes")}
+	c := serve(t, f, Options{})
+	text, isErr := c.call("run_command", map[string]any{"node": "n1", "session": "s1", "command": "echo hi"}, nil)
+	for _, w := range []string{"vim is running full-screen in n1/s1", `"keys":["Esc",":","q","!","Enter"]`, "read_screen", "type_anyway", "first line"} {
+		if !isErr || !strings.Contains(text, w) {
+			t.Errorf("refusal (error %v) does not say %q:\n%s", isErr, w, text)
+		}
+	}
+	if strings.Contains(text, "send_input") || strings.Contains(text, "not waiting for input") {
+		t.Errorf("refusal points at send_input or says busy with a command:\n%s", text)
+	}
+
+	top := &api.Screen{Text: "top - 10:00:00 up 1 day\nTasks: 1 total", Cols: 80, Rows: 24, WaitingInput: true, Program: "top", FullScreen: true}
+	start := time.Now().Add(-time.Second)
+	f = &fake{scr: top, run: api.BlockResult{
+		Block:   api.Block{N: 2, Command: "top", State: api.BlockRunning, StartedAt: start},
+		Session: api.Session{Node: "n1", ID: "s1", State: api.StateWaitingInput, Blocks: 2, WaitingInput: true},
+	}}
+	c = serve(t, f, Options{})
+	var b Block
+	text, isErr = c.call("run_command", map[string]any{"node": "n1", "session": "s1", "command": "top", "type_anyway": true}, &b)
+	if isErr || b.FullScreen != "top" || strings.Contains(text, "(no output)") || strings.Contains(text, "send_input") ||
+		!strings.Contains(text, "top - 10:00:00") || !strings.Contains(text, `"keys":["q"]`) || !strings.Contains(text, "top is running full-screen") {
+		t.Errorf("result of top (error %v, full_screen %q):\n%s", isErr, b.FullScreen, text)
+	}
+	f.mu.Lock()
+	if !f.body.TypeAnyway {
+		t.Errorf("type_anyway did not reach the Fleet: %+v", f.body)
+	}
+	f.mu.Unlock()
+}

@@ -199,9 +199,32 @@ func (m *Server) fill(ctx context.Context, v *blockView, wr api.WaitResult) erro
 	return nil
 }
 
-// fillScreen reads the screen of a session that waits for input (its prompt).
+// fullScreenMessage is in the busy error of a run refused because a full-screen
+// program is in front (session.FullScreenError).
+const fullScreenMessage = "is running full-screen"
+
+// fullScreenRefusal is run_command's error when a full-screen program is in
+// front: which program, how to drive it, and its screen (within budget).
+func (m *Server) fullScreenRefusal(ctx context.Context, node, id string, budget int) error {
+	sc, err := m.f.Screen(ctx, node, id)
+	if err != nil {
+		sc = api.Screen{}
+	}
+	prog := programName(sc.Program)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s is running full-screen in %s and reads keys, not command lines: nothing was typed. %s, then read_screen %s to see it; "+
+		"or call run_command with type_anyway: true to type the line into it as keystrokes.",
+		prog, addr(node, id), keysHint(sc.Program, node, id), jsonArgs("node", node, "session", id))
+	if t := screenBody(sc, budget); t != "" {
+		b.WriteString("\nscreen:\n" + fence("screen", t))
+	}
+	return &toolError{msg: b.String(), code: api.CodeBusy}
+}
+
+// fillScreen reads the screen of a session that waits for input (its prompt)
+// or runs a command (a full-screen program shows there).
 func (m *Server) fillScreen(ctx context.Context, v *blockView) {
-	if v.state() != api.StateWaitingInput {
+	if st := v.state(); st != api.StateWaitingInput && st != api.BlockRunning {
 		return
 	}
 	if sc, err := m.f.Screen(ctx, v.node, v.id); err == nil {
@@ -233,7 +256,7 @@ func (m *Server) runCommand(ctx context.Context, in runCommandIn) (*mcp.CallTool
 	}
 	var br api.BlockResult
 	run := func(ctx context.Context) (err error) {
-		br, err = m.f.Run(ctx, in.Node, in.Session, api.RunBody{Command: in.Command, TimeoutMS: timeout, MaxOutputBytes: v.budget})
+		br, err = m.f.Run(ctx, in.Node, in.Session, api.RunBody{Command: in.Command, TimeoutMS: timeout, MaxOutputBytes: v.budget, TypeAnyway: in.TypeAnyway})
 		return err
 	}
 	var input *api.WaitResult
@@ -249,6 +272,10 @@ func (m *Server) runCommand(ctx context.Context, in runCommandIn) (*mcp.CallTool
 		return res, out, nil
 	}
 	if err != nil {
+		var ae *api.Error
+		if errors.As(err, &ae) && ae.Code == api.CodeBusy && strings.Contains(ae.Message, fullScreenMessage) {
+			return nil, Block{}, m.fullScreenRefusal(ctx, in.Node, in.Session, v.budget)
+		}
 		return nil, Block{}, m.explain(err, in.Node, in.Session)
 	}
 	if input != nil {

@@ -134,7 +134,7 @@ type Server struct {
 
 // instructions tell a model how to use the server.
 const instructions = `fleetmux gives you persistent shells ("sessions") on a fleet of machines ("nodes"). A session is named by node and session (e.g. node "web-1", session "s3"); it keeps its cwd, environment and history between calls.
-Typical flow: list_sessions (reuse a session whose title fits) or create_session with a title and description; run_command runs one command and returns its output, exit code, duration and cwd. If the result says state running, call wait_for; if it says waiting_input, answer with send_input. Output over the budget is cut in the middle: read_block pages through it (offset/limit lines, grep). read_screen shows full-screen programs (vim, top, less). fanout_run runs one command on many nodes at once.
+Typical flow: list_sessions (reuse a session whose title fits) or create_session with a title and description; run_command runs one command and returns its output, exit code, duration and cwd. If the result says state running, call wait_for; if it says waiting_input, answer with send_input. Output over the budget is cut in the middle: read_block pages through it (offset/limit lines, grep). A full-screen program (vim, top, less) reads keys, not lines: drive it with send_keys and look at it with read_screen (run_command refuses to type into it). fanout_run runs one command on many nodes at once.
 Resources: fleetmux://NODE/SESSION/screen and fleetmux://NODE/SESSION/blocks/N (subscribe for updates).`
 
 // New returns the MCP server over f. It starts nothing: Run serves one client,

@@ -31,6 +31,8 @@ type fake struct {
 	run    api.BlockResult // Run's reply
 	runErr error           // Run's error, when set (a held command)
 	appr   api.Approval    // Approval's reply
+	scr    *api.Screen     // Screen's reply, when set
+	body   api.RunBody     // Run's last body
 	actors []string        // one per call
 	calls  []string        // method names, in order
 }
@@ -102,6 +104,9 @@ func (f *fake) Run(ctx context.Context, node, id string, body api.RunBody) (api.
 	if err := f.called(ctx, "Run"); err != nil {
 		return api.BlockResult{}, err
 	}
+	f.mu.Lock()
+	f.body = body
+	f.mu.Unlock()
 	return f.run, f.runErr
 }
 
@@ -123,6 +128,9 @@ func (f *fake) Keys(ctx context.Context, node, id string, keys ...string) error 
 func (f *fake) Screen(ctx context.Context, node, id string) (api.Screen, error) {
 	if err := f.called(ctx, "Screen"); err != nil {
 		return api.Screen{}, err
+	}
+	if f.scr != nil {
+		return *f.scr, nil
 	}
 	return api.Screen{Text: "$ ", Cols: 80, Rows: 24, Echo: true}, nil
 }

@@ -48,6 +48,7 @@ type (
 		Command        string `json:"command" jsonschema:"the command line (pipes, && and multi-line scripts are fine)"`
 		TimeoutMS      int    `json:"timeout_ms,omitempty" jsonschema:"how long to wait, in ms (default 30000, at most 600000); the command keeps running after it"`
 		MaxOutputBytes int    `json:"max_output_bytes,omitempty" jsonschema:"output budget in bytes (default 8192): head and tail kept"`
+		TypeAnyway     bool   `json:"type_anyway,omitempty" jsonschema:"type it into a full-screen program in front too, as keystrokes"`
 	}
 	waitForIn struct {
 		Node           string `json:"node" jsonschema:"the session's node"`
@@ -366,7 +367,7 @@ func (m *Server) addTools() {
 		Name: "run_command",
 		Description: "Run one command line in a session and wait for it (timeout_ms, default 30 s). Returns a header (NODE/SESSION #N, exit code, duration, cwd, state) and the output " +
 			"(head and tail; read_block reads the rest). State running: call wait_for. State waiting_input: the result shows the screen's last lines; answer with send_input. " +
-			"Refused (busy) while another command runs.",
+			"Refused (busy) while another command runs, or while a full-screen program (vim, top, less) is in front: drive that with send_keys and read_screen.",
 		Annotations: annRun("Run a command"),
 		InputSchema: schemaOf[runCommandIn](func(p map[string]*jsonschema.Schema) {
 			minimum(p, 0, "timeout_ms", "max_output_bytes")

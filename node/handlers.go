@@ -439,7 +439,7 @@ func (n *Node) run(ctx context.Context, req request) (any, error) {
 	if len(r.IdempotencyKey) > 128 {
 		return nil, api.Errorf(api.CodeBadRequest, "idempotency_key over 128 bytes")
 	}
-	opts := session.RunOptions{Timeout: waitTimeout(r.TimeoutMS), MaxOutputBytes: r.MaxOutputBytes}
+	opts := session.RunOptions{Timeout: waitTimeout(r.TimeoutMS), MaxOutputBytes: r.MaxOutputBytes, TypeAnyway: r.TypeAnyway}
 	w := writerOf(req)
 	ran, err := e.guard.StartRun(w)
 	if err != nil {

@@ -94,6 +94,9 @@ type RunOptions struct {
 	// MaxOutputBytes is the text budget (head + tail); 0 means api.DefaultMaxOutputBytes,
 	// negative means unlimited.
 	MaxOutputBytes int
+	// TypeAnyway types the command into a full-screen program too (Run refuses
+	// otherwise: a *FullScreenError).
+	TypeAnyway bool
 }
 
 // Result is a block with its rendered text and the session as it is now.
@@ -114,7 +117,9 @@ type Result struct {
 // shell's own exit code. When the foreground program is instead waiting for input (a
 // nested shell, ssh, a REPL, `read`), the command and Enter are typed into it, and the
 // block ends when that program waits for input again and its output has settled; its
-// exit code is then absent. Otherwise Run fails with ErrBusy and types nothing.
+// exit code is then absent; but a program on the alternate screen (vim, top, less)
+// reads keys, not lines, and Run fails with a *FullScreenError (an ErrBusy) naming
+// it, unless opts.TypeAnyway. Otherwise Run fails with ErrBusy and types nothing.
 //
 // While the shell is still starting, Run waits for its first prompt (within the
 // timeout). When the timeout passes before the block finishes, Run returns the
@@ -136,6 +141,11 @@ func (s *Session) Run(ctx context.Context, command string, opts RunOptions) (Res
 	// block's start either (see Followed).
 	s.awaited.Add(1)
 	defer s.awaited.Add(-1)
+	if !opts.TypeAnyway {
+		if err := s.checkFullScreen(); err != nil {
+			return Result{}, err
+		}
+	}
 	s.runMu.Lock()
 	b, payload, err := s.reserve(rctx, command)
 	if err != nil {

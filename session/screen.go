@@ -371,7 +371,8 @@ func (sc *screen) close() {
 	}
 }
 
-// Screen returns the current screen as text, with the cursor and alt-screen flag. It
+// Screen returns the current screen as text, with the cursor, the alt-screen flag and
+// the program in front (inFront). It
 // reflects all output read so far (it may have to render up to screenMaxLag bytes).
 func (s *Session) Screen() (Screen, error) {
 	s.mu.Lock()
@@ -382,6 +383,7 @@ func (s *Session) Screen() (Screen, error) {
 	end := s.ring.End()
 	out := Screen{Cols: s.cols, Rows: s.rows, WaitingInput: s.waiting && !s.exited, Echo: s.echo}
 	s.mu.Unlock()
+	out.Program, out.FullScreen = s.inFront()
 
 	sc := s.screen
 	sc.mu.Lock()
