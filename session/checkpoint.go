@@ -89,7 +89,9 @@ func (s *Session) checkpointEvery() int64 { return int64(s.ring.Size() / 4) }
 // calls it after a chunk once one is due. It hands the metadata to the holder off
 // the read loop.
 func (s *Session) checkpointLocked(raw int64) bool {
-	if !s.quiescentLocked() {
+	// Nor while the scanner drops the rest of an overlong mark: a replay from
+	// here would take that rest for output.
+	if !s.quiescentLocked() || s.scanner.skip {
 		return false
 	}
 	// What the mark scanner holds back (the start of what may be a mark) has no

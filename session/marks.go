@@ -3,6 +3,7 @@ package session
 import (
 	"bytes"
 	"crypto/subtle"
+	"net/url"
 	"strconv"
 	"strings"
 )
@@ -22,6 +23,13 @@ import (
 // and acted upon. Everything else — including OSC 133 sequences without a nonce or with a
 // wrong one — is plain program output and stays in the stream untouched, so no program
 // can forge the end of a block or its exit code.
+//
+// A sequence that starts as a mark, nonce and all, but is malformed (an ESC other than
+// ST's inside it, no terminator within maxMarkLen bytes, or the end of the stream before
+// its terminator) is dropped, never passed on: the nonce must not reach the output that
+// viewers, logs and recordings read. When it is too long, everything up to its
+// terminator goes. The shells percent-encode the cwd in OSC 7 so that none of its bytes
+// can end a mark early; parseCwdMark decodes it.
 
 // markKind is the kind of a shell integration mark.
 type markKind byte
@@ -77,6 +85,7 @@ type markScanner struct {
 	nonce  []byte
 	pend   []byte // held-back bytes that may start a mark
 	buf    []byte // scratch for pend+p
+	skip   bool   // dropping the rest of an overlong mark, up to its terminator
 }
 
 func newMarkScanner(nonce string) *markScanner {
@@ -99,6 +108,28 @@ func (m *markScanner) scan(p []byte, out func([]byte), mk func(mark)) {
 	start := 0 // first byte not yet emitted
 	i := 0
 	for {
+		if m.skip {
+			// The rest of an overlong mark: drop it through BEL or ST; any other
+			// ESC ends it and is scanned as usual.
+			k := bytes.IndexAny(data[i:], "\a\x1b")
+			if k < 0 {
+				return
+			}
+			k += i
+			switch {
+			case data[k] == 0x07:
+				i = k + 1
+			case k+1 == len(data):
+				m.pend = append(m.pend, 0x1b) // maybe ST split across reads
+				return
+			case data[k+1] == '\\':
+				i = k + 2
+			default:
+				i = k
+			}
+			m.skip = false
+			start = i
+		}
 		j := bytes.IndexByte(data[i:], 0x1b)
 		if j < 0 {
 			break
@@ -139,19 +170,43 @@ func (m *markScanner) scan(p []byte, out func([]byte), mk func(mark)) {
 	}
 }
 
-// flush emits whatever is held back as plain output (at end of stream).
+// flush emits whatever is held back as plain output (at end of stream), except an
+// unterminated mark with the nonce, which is dropped.
 func (m *markScanner) flush(out func([]byte)) {
-	if len(m.pend) > 0 {
+	if len(m.pend) > 0 && !m.skip && !m.ours(m.pend, len(m.pend)) {
 		out(m.pend)
-		m.pend = m.pend[:0]
 	}
+	m.pend = m.pend[:0]
+	m.skip = false
+}
+
+// ours reports whether b[:n] (b starts with ESC) is a mark's prefix followed by the
+// whole nonce: "ESC ] 133 ; fm=<nonce>" or OSC 7's. The nonce is compared in constant
+// time.
+func (m *markScanner) ours(b []byte, n int) bool {
+	if m.osc133 == nil {
+		return false
+	}
+	var body []byte
+	switch {
+	case bytes.HasPrefix(b, m.osc133):
+		body = b[len(m.osc133):n]
+	case bytes.HasPrefix(b, m.osc7):
+		body = b[len(m.osc7):n]
+	default:
+		return false
+	}
+	nl := len(m.nonce)
+	return nl > 0 && len(body) >= nl && subtle.ConstantTimeCompare(body[:nl], m.nonce) == 1
 }
 
 // match looks at b, which starts with ESC. It returns the length of a complete mark to
 // remove (with the parsed mark, kind markInvalid for a nonce-bearing sequence it does
-// not understand), or n == 0 when b is not a mark, or hold when b is an incomplete
-// prefix that may still become a mark or a tracked sequence, or n < 0 (minus its
-// length) for a tracked mode sequence that stays in the output.
+// not understand or that is malformed: an ESC inside, removed up to that ESC, or too
+// long, removed through maxMarkLen with the rest skipped), or n == 0 when b is not a
+// mark, or hold when b is an incomplete prefix that may still become a mark or a
+// tracked sequence, or n < 0 (minus its length) for a tracked mode sequence that stays
+// in the output. Whether a candidate is held does not depend on the nonce.
 func (m *markScanner) match(b []byte) (n int, mk mark, hold bool) {
 	if len(b) > 1 && b[1] == '[' {
 		for _, t := range trackedModes {
@@ -182,42 +237,47 @@ func (m *markScanner) match(b []byte) (n int, mk mark, hold bool) {
 	default:
 		return 0, mark{}, false
 	}
-	// Find the terminator: BEL or ST (ESC \).
+	// Find the terminator: BEL or ST (ESC \), within maxMarkLen bytes.
 	body := b[len(prefix):]
-	lim := min(len(body), maxMarkLen)
 	end, termLen := -1, 0
-	for k := 0; k < lim; k++ {
-		if body[k] == 0x07 {
+	for k := 0; end < 0; k++ {
+		if k == maxMarkLen { // too long
+			if m.ours(b, len(prefix)+k) {
+				m.skip = true
+				return len(prefix) + k, mark{}, false
+			}
+			return 0, mark{}, false
+		}
+		if k == len(body) {
+			return 0, mark{}, true // may still end
+		}
+		switch body[k] {
+		case 0x07:
 			end, termLen = k, 1
-			break
-		}
-		if body[k] == 0x1b {
-			if k+1 >= len(body) {
-				break // maybe ST split across reads
+		case 0x1b:
+			if k+1 == len(body) {
+				return 0, mark{}, true // maybe ST split across reads
 			}
-			if body[k+1] == '\\' {
-				end, termLen = k, 2
+			if body[k+1] != '\\' { // any other ESC ends the candidate
+				if m.ours(b, len(prefix)+k) {
+					return len(prefix) + k, mark{}, false
+				}
+				return 0, mark{}, false
 			}
-			break // any other ESC ends the candidate
+			end, termLen = k, 2
 		}
-	}
-	if end < 0 {
-		if len(body) < maxMarkLen && !bytes.ContainsRune(body[:lim], 0x1b) {
-			return 0, mark{}, true
-		}
-		if len(body) < maxMarkLen && len(body) > 0 && body[len(body)-1] == 0x1b {
-			return 0, mark{}, true
-		}
-		return 0, mark{}, false
 	}
 	total := len(prefix) + end + termLen
-	params := body[:end]
 	// params: <nonce>;<rest>
-	semi := bytes.IndexByte(params, ';')
-	if semi < 0 || subtle.ConstantTimeCompare(params[:semi], m.nonce) != 1 {
+	params := body[:end]
+	if !m.ours(b, len(prefix)+end) {
 		return 0, mark{}, false // forged or foreign: plain output
 	}
-	rest := string(params[semi+1:])
+	nl := len(m.nonce)
+	if len(params) == nl || params[nl] != ';' {
+		return total, mark{}, false // the nonce and then no ';': dropped
+	}
+	rest := string(params[nl+1:])
 	if bytes.Equal(prefix, m.osc7) {
 		return total, parseCwdMark(rest), false
 	}
@@ -253,8 +313,9 @@ func parse133(s string) mark {
 	return mark{}
 }
 
-// parseCwdMark parses "file://host/path" (OSC 7). The path is taken literally; a
-// percent-encoded path is decoded when it decodes cleanly.
+// parseCwdMark parses "file://host/path" (OSC 7). The path is percent-decoded (the
+// shells encode %, control characters and, with them, bytes past ASCII); one that does
+// not decode cleanly is taken literally.
 func parseCwdMark(s string) mark {
 	rest, ok := strings.CutPrefix(s, "file://")
 	if !ok {
@@ -264,5 +325,9 @@ func parseCwdMark(s string) mark {
 	if slash < 0 {
 		return mark{}
 	}
-	return mark{kind: markCwd, cwd: rest[slash:]}
+	path := rest[slash:]
+	if p, err := url.PathUnescape(path); err == nil {
+		path = p
+	}
+	return mark{kind: markCwd, cwd: path}
 }

@@ -44,13 +44,37 @@ __fm_R=($'\e]133;fm='"$__fm_nonce"$';R;' '')
 __fm_nil=()
 __fm_arrays=0
 (( BASH_VERSINFO[0] > 5 || BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] >= 1 )) && __fm_arrays=1
+# __fm_end CODE sends D or N with CODE, then the cwd: OSC 7's file://HOST/PATH, where
+# a host or path with a control character, a byte past ASCII the locale does not print,
+# or % is percent-encoded (__fm_pct), so that no byte of it can end the mark early or
+# carry the nonce into the output (the session decodes it). One pattern test decides,
+# so a plain path costs nothing more.
 __fm_end() {
-	local __fm_k=N
+	local __fm_k=N __fm_h=$HOSTNAME __fm_p=$PWD __fm_u
 	# A line the guard denied (guarded sessions only) ran nothing: N.
 	# shellcheck disable=SC2154 # __fm_hash is guard.bash's (unset without a guard)
 	if [[ $__fm_running == 1 ]] && [[ -z $__fm_gdeny || ${__fm_gdeny%%:*} != "${__fm_hash@P}" ]]; then __fm_k=D; fi
 	__fm_running=0 __fm_pc=1
-	builtin printf '\e]133;fm=%s;%s;%s\a\e]7;fm=%s;file://%s%s\a' "$__fm_nonce" "$__fm_k" "$1" "$__fm_nonce" "$HOSTNAME" "$PWD"
+	if [[ $__fm_h$__fm_p == *[![:print:]]* || $__fm_h$__fm_p == *%* || $__fm_h == */* ]]; then
+		__fm_pct "$__fm_h" /
+		__fm_h=$__fm_u
+		__fm_pct "$__fm_p" ''
+		__fm_p=$__fm_u
+	fi
+	builtin printf '\e]133;fm=%s;%s;%s\a\e]7;fm=%s;file://%s%s\a' "$__fm_nonce" "$__fm_k" "$1" "$__fm_nonce" "$__fm_h" "$__fm_p"
+}
+# __fm_pct TEXT C sets __fm_u (its caller's local) to TEXT with %, C, and every byte
+# that is not printable ASCII percent-encoded: byte by byte, in the C locale.
+__fm_pct() {
+	local LC_ALL=C __fm_i __fm_c
+	__fm_u=''
+	for ((__fm_i = 0; __fm_i < ${#1}; __fm_i++)); do
+		__fm_c=${1:__fm_i:1}
+		case $__fm_c in
+		% | [![:print:]] | "$2") builtin printf -v __fm_c '%%%02X' "'$__fm_c" ;;
+		esac
+		__fm_u+=$__fm_c
+	done
 }
 __fm_precmd() {
 	local __fm_ec=$?

@@ -32,7 +32,19 @@ __fm_precmd() {
 	local __fm_ec=$?
 	# From precmd_functions (no argument): only when the precmd function is not ours.
 	[[ -z $1 && $functions[precmd] == *'__fm_precmd 1'* ]] && return $__fm_ec
-	local __fm_k=N
+	local __fm_k=N __fm_h=$HOST __fm_p=$PWD __fm_u
+	# The cwd: OSC 7's file://HOST/PATH, where a host or path with a control
+	# character, a byte past ASCII the locale does not print, or % is percent-encoded
+	# (__fm_url), so that no byte of it can end the mark early or carry the nonce into
+	# the output (the session decodes it). One pattern test decides, so a plain path
+	# costs nothing more. Encoded before D is sent: from D to the prompt
+	# the shell only prints.
+	if [[ $__fm_h$__fm_p == *[^[:print:]]* || $__fm_h$__fm_p == *%* || $__fm_h == */* ]]; then
+		__fm_url "$__fm_h" /
+		__fm_h=$__fm_u
+		__fm_url "$__fm_p" ''
+		__fm_p=$__fm_u
+	fi
 	(( __fm_running )) && __fm_k=D
 	__fm_running=0
 	builtin print -rn -- $'\e]133;fm='$__fm_nonce';'$__fm_k';'$__fm_ec$'\a'
@@ -45,7 +57,7 @@ __fm_precmd() {
 	elif (( __fm_cr )); then
 		builtin print -rn -- $'\r'
 	fi
-	builtin print -rn -- $'\e]7;fm='$__fm_nonce';file://'$HOST$PWD$'\a'
+	builtin print -rn -- $'\e]7;fm='"$__fm_nonce"';file://'"$__fm_h$__fm_p"$'\a'
 	typeset -ga precmd_functions preexec_functions
 	if [[ ${precmd_functions[1]-} != __fm_precmd || ${precmd_functions[-1]-} != __fm_wrap ]]; then
 		precmd_functions=(__fm_precmd ${precmd_functions:#__fm_*} __fm_wrap)
@@ -57,6 +69,22 @@ __fm_precmd() {
 	(( ${+functions[preexec]} )) || functions[preexec]=__fm_preexec
 	__fm_wrap
 	return $__fm_ec
+}
+# __fm_url TEXT C sets __fm_u (its caller's local) to TEXT with %, C, and every byte
+# that is not printable ASCII percent-encoded: byte by byte, in the C locale, with
+# zsh's own options whatever the user set.
+__fm_url() {
+	emulate -L zsh
+	local LC_ALL=C __fm_c
+	local -i __fm_i
+	__fm_u=
+	for ((__fm_i = 1; __fm_i <= $#1; __fm_i++)); do
+		__fm_c=${1[__fm_i]}
+		if [[ $__fm_c == [^[:print:]] || $__fm_c == % || $__fm_c == "$2" ]]; then
+			builtin printf -v __fm_c '%%%02X' "'$__fm_c"
+		fi
+		__fm_u+=$__fm_c
+	done
 }
 __fm_preexec() {
 	(( __fm_running )) && return
