@@ -247,7 +247,12 @@ func (s *Session) sample() bool {
 		waiting = false
 	}
 	confirm := false
-	if waiting && !s.waiting && s.integrated && (s.cur != nil || s.pending != nil) {
+	// afterHook: the shell's prompt hook ran (D or N read) and no prompt mark came
+	// since. The same holds there: the prompt may be on its way, and a Run let in
+	// before it would take the hook's cwd mark, on its way too, for the end of the
+	// new command.
+	afterHook := s.seenPrompt && !s.atPrompt && s.cur == nil && s.pending == nil && s.fallback == nil
+	if waiting && !s.waiting && s.integrated && (s.cur != nil || s.pending != nil || afterHook) {
 		// The kernel can be ahead of the output we have read: the command ended,
 		// the shell wrote D and its prompt and reads again, but those bytes are
 		// still on their way (in the terminal's buffers, which the kernel flushes
