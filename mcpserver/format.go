@@ -300,7 +300,7 @@ func (v blockView) text() string {
 		if t := screenBody(*v.screen, v.budget); t != "" {
 			sb.WriteString("screen:\n" + fence("screen", t) + "\n")
 		}
-		fmt.Fprintf(&sb, "%s, then read_screen %s to see it; wait_for %s waits for it to end.\n", keysHint(v.screen.Program, v.node, v.id), jsonArgs(args...), jsonArgs(args...))
+		fmt.Fprintf(&sb, "%s, then read_screen %s to see it.\n", keysHint(v.screen.Program, v.node, v.id), jsonArgs(args...))
 	case st == api.BlockRunning:
 		fmt.Fprintf(&sb, "The command is still running. Call wait_for %s to wait for it, read_screen to look at it, or send_keys with [\"C-c\"] to interrupt it.\n", jsonArgs(args...))
 	case st == api.StateWaitingInput:
