@@ -17,11 +17,6 @@ func TestRoleAtLeast(t *testing.T) {
 			t.Errorf("RoleAtLeast(%q, %q) = %v, want %v", tc.role, tc.need, got, tc.want)
 		}
 	}
-	for k, v := range Routes {
-		if v != RoleNone && roleRank(v) == 0 {
-			t.Errorf("route %q: unknown role %q", k, v)
-		}
-	}
 	for k, v := range Tools {
 		if roleRank(v) == 0 {
 			t.Errorf("tool %q: unknown role %q", k, v)

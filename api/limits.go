@@ -7,6 +7,9 @@ import "time"
 const (
 	// MaxBodyBytes bounds an HTTP request body.
 	MaxBodyBytes = 1 << 20
+	// MaxPolicyBytes bounds a policy document (policy.MaxBytes, and PUT
+	// /v1/policy's body).
+	MaxPolicyBytes = 256 << 10
 	// MaxCommandBytes bounds one command (run, fan-out, MCP).
 	MaxCommandBytes = 256 << 10
 	// MaxInputBytes bounds one input request (and one attach frame).

@@ -19,6 +19,7 @@ import (
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/controller"
+	"github.com/fleetmux/fleetmux/httpapi"
 	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/fleetmux/fleetmux/node"
 	"github.com/fleetmux/fleetmux/transport"
@@ -81,7 +82,11 @@ func startCtlStack(tb testing.TB, e benchEnv, nodes int) *ctlStack {
 		}
 	}
 	keys := testutil.NewTrust(tb)
-	ctl, err := controller.New(controller.Config{Name: "ctl", Bus: ctlConn, Signer: keys.Signer, HTTPListen: "127.0.0.1:0", Token: benchToken, Logger: quietLogger()})
+	ctl, err := controller.New(controller.Config{Name: "ctl", Bus: ctlConn, Signer: keys.Signer, Token: benchToken, Logger: quietLogger()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	h, err := httpapi.New(httpapi.Config{Listen: "127.0.0.1:0", Fleet: ctl, Logger: quietLogger()})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -89,6 +94,10 @@ func startCtlStack(tb testing.TB, e benchEnv, nodes int) *ctlStack {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { ctl.Close() })
+	if err := h.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { h.Close() })
 	for i := 1; i <= nodes; i++ {
 		name := fmt.Sprintf("n%d", i)
 		n, err := node.New(node.Config{Name: name, DataDir: tb.TempDir(), Bus: connect(name), Verifier: keys.NewVerifier(tb), Logger: quietLogger()})
@@ -103,7 +112,7 @@ func startCtlStack(tb testing.TB, e benchEnv, nodes int) *ctlStack {
 	}
 	tr := &http.Transport{MaxIdleConnsPerHost: 32, IdleConnTimeout: time.Minute}
 	tb.Cleanup(tr.CloseIdleConnections)
-	return &ctlStack{ctl: ctl, base: "http://" + ctl.Addr(), http: &http.Client{Transport: tr, Timeout: 2 * time.Minute}, dir: e.dir, nats: srv.ClientURL(), keys: keys}
+	return &ctlStack{ctl: ctl, base: "http://" + h.Addr(), http: &http.Client{Transport: tr, Timeout: 2 * time.Minute}, dir: e.dir, nats: srv.ClientURL(), keys: keys}
 }
 
 // do sends one API request and decodes the JSON reply into out. The body is read

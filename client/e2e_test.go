@@ -15,6 +15,7 @@ import (
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/client"
 	"github.com/fleetmux/fleetmux/controller"
+	"github.com/fleetmux/fleetmux/httpapi"
 	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/fleetmux/fleetmux/node"
 	"github.com/fleetmux/fleetmux/transport"
@@ -24,7 +25,7 @@ import (
 type stack struct {
 	t     *testing.T
 	conn  *transport.Conn
-	ctl   *controller.Controller
+	ctl   func() error // stops the controller and its HTTP API
 	addr  string
 	trust *testutil.Trust
 }
@@ -72,7 +73,11 @@ const e2eToken = "e2e-token"
 // gossip is tested elsewhere).
 func (s *stack) startController(listen string) {
 	s.t.Helper()
-	ctl, err := controller.New(controller.Config{Bus: s.conn, Signer: s.trust.Signer, HTTPListen: listen, Token: e2eToken, Logger: quiet()})
+	ctl, err := controller.New(controller.Config{Bus: s.conn, Signer: s.trust.Signer, Token: e2eToken, Logger: quiet()})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	h, err := httpapi.New(httpapi.Config{Listen: listen, Fleet: ctl, Logger: quiet()})
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -80,8 +85,16 @@ func (s *stack) startController(listen string) {
 	if err := ctl.Start(); err != nil {
 		s.t.Fatal(err)
 	}
-	s.ctl, s.addr = ctl, ctl.Addr()
-	s.t.Cleanup(func() { ctl.Close() })
+	if err := h.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	stop := func() error {
+		err := h.Close()
+		ctl.Close()
+		return err
+	}
+	s.ctl, s.addr = stop, h.Addr()
+	s.t.Cleanup(func() { stop() })
 }
 
 func TestE2ETypedErrors(t *testing.T) {
@@ -154,7 +167,7 @@ func TestE2EFollowAcrossControllerRestart(t *testing.T) {
 	}
 	testutil.Eventually(t, 20*time.Second, have("line-20\r\n"), "output before the restart")
 	addr := s.addr
-	if err := s.ctl.Close(); err != nil {
+	if err := s.ctl(); err != nil {
 		t.Fatal(err)
 	}
 	s.startController(addr) // the same address: the client reconnects

@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"encoding/json"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -120,41 +119,4 @@ func (c *Controller) WatchApprovals(node string, fn func(api.ApprovalEvent)) (st
 		}
 		fn(ev)
 	})
-}
-
-// listApprovals serves GET /v1/approvals: ?state= (pending by default; "all" for
-// every state), ?node=.
-func (c *Controller) listApprovals(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	state := q.Get("state")
-	switch state {
-	case "":
-		state = api.ApprovalPending
-	case "all":
-		state = ""
-	}
-	out, err := c.Approvals(reqCtx(r), q.Get("node"), state)
-	c.reply(w, r, out, err)
-}
-
-// getApproval serves GET /v1/approvals/{node}/{id} (?wait_ms= waits until done).
-func (c *Controller) getApproval(w http.ResponseWriter, r *http.Request) {
-	ms, err := queryInt(r, "wait_ms")
-	if err != nil {
-		c.reply(w, r, nil, err)
-		return
-	}
-	a, err := c.Approval(reqCtx(r), r.PathValue("node"), r.PathValue("id"), int(min(ms, int64(api.MaxWait/time.Millisecond))))
-	c.reply(w, r, a, err)
-}
-
-// decideApproval serves POST /v1/approvals/{node}/{id}.
-func (c *Controller) decideApproval(w http.ResponseWriter, r *http.Request) {
-	var b api.DecideBody
-	if err := decodeBody(w, r, &b); err != nil {
-		c.reply(w, r, nil, err)
-		return
-	}
-	a, err := c.Decide(reqCtx(r), r.PathValue("node"), r.PathValue("id"), b)
-	c.reply(w, r, a, err)
 }

@@ -1,10 +1,10 @@
-// Package controller is fleetmux's controller: a node table built from gossip,
-// routing of the HTTP API to the node agents over the bus, fan-out, output streams
-// (attach, logs -f), metrics and audit. It mounts the MCP server of package
-// mcpserver at /mcp over itself (mcp.go); the MCP tools live there. The SSH front
-// door is package sshd, which cmd/fleetmux starts over the controller. It
-// holds no state the nodes do not: any number of controllers can run at once, and a
-// restarted one loses nothing.
+// Package controller is fleetmux's fleet core: a node table built from gossip
+// and the nodes' NATS connections, routing of the front doors' operations to the
+// node agents over the bus, fan-out, output streams, tokens, metrics and audit.
+// The front doors are packages of their own (httpapi, sshd, mcpserver), each over
+// a Fleet interface of its own that the controller satisfies under the same
+// method names; cmd/fleetmux wires them. It holds no state the nodes do not: any
+// number of controllers can run at once, and a restarted one loses nothing.
 package controller
 
 import (
@@ -12,13 +12,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"sync"
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
-	"github.com/fleetmux/fleetmux/internal/netcap"
 	"github.com/fleetmux/fleetmux/trust"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -51,7 +48,6 @@ var _ Signer = (*trust.Signer)(nil)
 
 // Defaults.
 const (
-	DefaultHTTPListen = "127.0.0.1:7070"
 	// DefaultRequestTimeout bounds a node request that does not wait for a command.
 	DefaultRequestTimeout = 5 * time.Second
 	// DefaultFanoutTimeout is a fan-out target's timeout when the request sets none.
@@ -60,11 +56,6 @@ const (
 	MaxFanoutBatch = 256
 	// MaxFanoutTargets bounds the targets of one fan-out.
 	MaxFanoutTargets = 4096
-	// httpHeaderTimeout bounds the wait for a request's header, on a new
-	// connection too; httpIdleTimeout a kept-alive connection's wait for its next
-	// request.
-	httpHeaderTimeout = 5 * time.Second
-	httpIdleTimeout   = 30 * time.Second
 )
 
 // Config configures New. The zero value is not usable: Bus is required.
@@ -79,8 +70,6 @@ type Config struct {
 	// Signer signs every node request with the acting principal's actor and role
 	// (nodes refuse unsigned requests). Required.
 	Signer Signer
-	// HTTPListen is the HTTP API's address. Default DefaultHTTPListen (loopback).
-	HTTPListen string
 	// Tokens is the shared store of API tokens (FLEETMUX_TOKENS): the tokens in it
 	// are accepted, each with its role, and /v1/tokens manages them. Token or Tokens
 	// is required: every request but /healthz needs a token, even on loopback
@@ -94,9 +83,9 @@ type Config struct {
 	// signals (liveness.go). nil: gossip alone, and any gossip member with the
 	// fleet's key is listed alive.
 	Presence Presence
-	// Exposed says something of this controller's besides HTTPListen listens beyond
-	// loopback (its SSH front door, embedded NATS or gossip): like an HTTP API
-	// beyond loopback, it makes running with no policy a loud warning at Start.
+	// Exposed says something of this controller's listens beyond loopback (its
+	// HTTP API, SSH front door, embedded NATS or gossip): it makes running with no
+	// policy a loud warning at Start.
 	Exposed bool
 	// Token, when set, is one admin token accepted besides the store's (the
 	// bootstrap token: --api-token, fleetmux dev's <data>/token), sent as
@@ -105,8 +94,8 @@ type Config struct {
 	// RequestTimeout bounds a node request that does not wait for a command to run
 	// (create, get, screen, input, …). Default DefaultRequestTimeout.
 	RequestTimeout time.Duration
-	// Registry receives the controller's Prometheus metrics, served on /metrics.
-	// Default a new registry of its own.
+	// Registry receives the controller's Prometheus metrics (the HTTP API serves
+	// it on /metrics). Default a new registry of its own.
 	Registry *prometheus.Registry
 	// AuditFile, when set, is a JSONL file every audit record is appended to
 	// (mode 0600), besides being published on the controller's audit subject.
@@ -118,11 +107,16 @@ type Config struct {
 	// AuditKeep is how many rotated files are kept (the oldest is removed).
 	// Default DefaultAuditKeep.
 	AuditKeep int
+	// FollowBuffer is how many output messages a stream (Follow) holds for a slow
+	// client; past it the stream drops live messages and reads the range from the
+	// node instead (the node's publishing never waits for a stream). Default
+	// DefaultFollowBuffer.
+	FollowBuffer int
+	// DownGrace is how long a node that gossip alone reports dead or gone stays
+	// suspect before the node table believes it (see downGrace). Default 1s.
+	DownGrace time.Duration
 	// Logger receives the operator's log. Default slog.Default().
 	Logger *slog.Logger
-	// Version is the controller's version (cmd's build version), announced in the
-	// MCP handshake. Default api.DevVersion.
-	Version string
 }
 
 // Errors callers match on.
@@ -132,43 +126,32 @@ var (
 	ErrClosed   = errors.New("controller: closed")
 )
 
-// Controller routes the HTTP API to the nodes. Create it with New, then Start (or
-// Serve); Shutdown or Close stop it.
+// Controller is the fleet core the front doors drive. Create it with New, then
+// Start (or Serve); Shutdown or Close stop it.
 type Controller struct {
 	cfg     Config
 	log     *slog.Logger
 	subj    api.Subjects
 	nodes   *table
 	metrics *metrics
-	handler http.Handler
 	audits  *auditLog
 	longs   *longs // each principal's long requests (run, wait)
 	// spoofs rate-limits the warnings about nodes that answer for other nodes.
 	spoofs *warnLimiter
 	tokens *tokenCache
-	// patterns are the mux's route patterns (routes), each in api.Routes.
-	patterns []string
 	// stopTokens ends the token store's watch (set by Start, called by Shutdown).
 	stopTokens func()
 	// stopPresence ends the Presence watch (set by Start, called by Shutdown).
 	stopPresence func()
 
-	// ctx is cancelled by Close and Shutdown (after their grace): long requests,
-	// streams and fan-outs end with it.
+	// ctx is cancelled by Close and Shutdown: long requests, streams and fan-outs
+	// end with it.
 	ctx    context.Context
 	cancel context.CancelFunc
-	// streamCtx (a child of ctx) ends attach and follow streams at Shutdown's start:
-	// they never finish on their own.
-	streamCtx    context.Context
-	streamCancel context.CancelFunc
 
-	mu      sync.Mutex // guards srv, ln, started, closed
-	srv     *http.Server
-	ln      net.Listener
+	mu      sync.Mutex // guards started, closed
 	started bool
 	closed  bool
-	serveWG sync.WaitGroup // the HTTP serve goroutine
-	reqWG   sync.WaitGroup // goroutines started by requests (fan-out workers, stream pumps)
 }
 
 // New validates cfg and builds a controller. It does not listen yet.
@@ -191,19 +174,8 @@ func New(cfg Config) (*Controller, error) {
 	if err := api.ValidPrefix(cfg.Prefix); err != nil {
 		return nil, fmt.Errorf("%w: prefix: %w", ErrConfig, err)
 	}
-	if cfg.HTTPListen == "" {
-		cfg.HTTPListen = DefaultHTTPListen
-	}
-	host, _, err := net.SplitHostPort(cfg.HTTPListen)
-	if err != nil {
-		return nil, fmt.Errorf("%w: http listen %q: %w", ErrConfig, cfg.HTTPListen, err)
-	}
 	if cfg.Token == "" && cfg.Tokens == nil {
-		where := "on loopback too: other local users share it"
-		if !api.IsLoopbackHost(host) {
-			where = "beyond loopback"
-		}
-		return nil, fmt.Errorf("%w: the HTTP API on %s needs API tokens (%s): set a token store or a bootstrap token", ErrInsecure, cfg.HTTPListen, where)
+		return nil, fmt.Errorf("%w: no API tokens: every request needs one, on loopback too (other local users share it): set a token store or a bootstrap token", ErrInsecure)
 	}
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
@@ -214,11 +186,14 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.AuditKeep <= 0 {
 		cfg.AuditKeep = DefaultAuditKeep
 	}
-	if cfg.Version == "" {
-		cfg.Version = api.DevVersion
-	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
+	}
+	if cfg.FollowBuffer <= 0 {
+		cfg.FollowBuffer = DefaultFollowBuffer
+	}
+	if cfg.DownGrace <= 0 {
+		cfg.DownGrace = downGrace
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -227,13 +202,13 @@ func New(cfg Config) (*Controller, error) {
 		cfg:    cfg,
 		log:    cfg.Logger,
 		subj:   api.Subjects{Prefix: cfg.Prefix},
-		nodes:  newTable(),
+		nodes:  newTable(cfg.DownGrace),
 		longs:  newLongs(),
 		spoofs: newWarnLimiter(time.Minute),
 		tokens: newTokenCache(),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.streamCtx, c.streamCancel = context.WithCancel(c.ctx)
+	var err error
 	c.metrics, err = newMetrics(cfg.Registry, c.nodes)
 	if err != nil {
 		return nil, fmt.Errorf("controller: metrics: %w", err)
@@ -241,7 +216,6 @@ func New(cfg Config) (*Controller, error) {
 	if c.audits, err = openAudit(cfg.Bus, c.subj.Audit(cfg.Name), cfg.Name, auditFile{path: cfg.AuditFile, maxBytes: cfg.AuditMaxBytes, keep: cfg.AuditKeep}, c.log); err != nil {
 		return nil, err
 	}
-	c.handler = c.routes()
 	return c, nil
 }
 
@@ -249,11 +223,8 @@ func New(cfg Config) (*Controller, error) {
 // call it from the membership layer's change callback.
 func (c *Controller) Observe(m Member) { c.nodes.observe(m) }
 
-// Handler is the HTTP API (what Start serves), for embedding in another server.
-func (c *Controller) Handler() http.Handler { return c.handler }
-
-// Start listens on cfg.HTTPListen and serves the API on a goroutine of its own.
-// It does not block.
+// Start binds the controller to its stores: it fills the token cache, watches
+// the nodes' NATS connections and looks at the policy. It does not block.
 func (c *Controller) Start() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -270,85 +241,32 @@ func (c *Controller) Start() error {
 		return fmt.Errorf("controller: presence: %w", err)
 	}
 	c.checkPolicy()
-	ln, err := net.Listen("tcp", c.cfg.HTTPListen)
-	if err != nil {
-		return fmt.Errorf("controller: listen: %w", err)
-	}
-	// Every connection costs a descriptor before it authenticates: the listener
-	// caps them (in all and per address; an idle one gives way to a new one), and
-	// a connection that sends no request is closed within seconds.
-	capped := netcap.New(ln, netcap.Config{Name: "http", Logger: c.log})
-	c.ln = capped
-	c.srv = &http.Server{
-		Handler:           c.handler,
-		ReadHeaderTimeout: httpHeaderTimeout,
-		IdleTimeout:       httpIdleTimeout,
-		MaxHeaderBytes:    64 << 10,
-		BaseContext:       func(net.Listener) context.Context { return c.ctx },
-		ConnState: func(nc net.Conn, st http.ConnState) {
-			capped.Idle(nc, st == http.StateNew || st == http.StateIdle)
-		},
-		ErrorLog: slog.NewLogLogger(c.log.Handler(), slog.LevelWarn),
-	}
 	c.started = true
-	c.serveWG.Add(1)
-	go func() {
-		defer c.serveWG.Done()
-		if err := c.srv.Serve(capped); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			c.log.Error("http serve", "err", err)
-		}
-	}()
-	c.log.Info("controller serving", "addr", ln.Addr().String())
 	return nil
 }
 
-// Addr is the address the API listens on (after Start), e.g. 127.0.0.1:7070.
-func (c *Controller) Addr() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ln == nil {
-		return ""
-	}
-	return c.ln.Addr().String()
-}
-
-// Serve starts the controller and serves until ctx is done, then shuts down with a
-// grace of 5 s for requests in flight.
+// Serve starts the controller and runs it until ctx is done, then shuts it down.
 func (c *Controller) Serve(ctx context.Context) error {
 	if err := c.Start(); err != nil {
 		return err
 	}
 	<-ctx.Done()
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	return c.Shutdown(sctx)
+	return c.Close()
 }
 
-// Shutdown stops accepting requests and waits for those in flight until ctx is
-// done; then it cancels what still runs (streams, long runs: the commands keep
-// running on their nodes) and waits for every goroutine of the controller.
-// It is idempotent.
-func (c *Controller) Shutdown(ctx context.Context) error {
+// Shutdown stops the controller: it cancels what still runs (long runs, streams,
+// fan-outs: the commands keep running on their nodes), stops its watches and waits
+// for them. Stop the front doors first: their requests in flight get their grace
+// there. It is idempotent; it does not wait on anything ctx could bound.
+func (c *Controller) Shutdown(context.Context) error {
 	c.mu.Lock()
 	already := c.closed
 	c.closed = true
-	srv := c.srv
 	c.mu.Unlock()
-	var err error
-	if srv != nil && !already {
-		// Streams never finish on their own: end them now; plain requests get the grace.
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			err = srv.Shutdown(ctx)
-		}()
-		c.cancelStreams()
-		<-done
-		if err != nil {
-			srv.Close()
-		}
-	}
 	c.cancel()
+	if already {
+		return nil
+	}
 	if c.stopTokens != nil {
 		c.stopTokens()
 	}
@@ -356,21 +274,9 @@ func (c *Controller) Shutdown(ctx context.Context) error {
 		c.stopPresence()
 	}
 	c.nodes.close()
-	c.serveWG.Wait()
-	c.reqWG.Wait()
 	c.audits.close()
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		err = nil // requests cut short at the deadline, as documented
-	}
-	return err
+	return nil
 }
 
-// Close stops the controller at once: requests in flight are cancelled.
-func (c *Controller) Close() error {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	return c.Shutdown(ctx)
-}
-
-// cancelStreams ends attach and follow streams (they would hold Shutdown forever).
-func (c *Controller) cancelStreams() { c.streamCancel() }
+// Close stops the controller (Shutdown).
+func (c *Controller) Close() error { return c.Shutdown(context.Background()) }

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,20 +14,6 @@ type fanTarget struct {
 	node    string
 	session string     // "" until resolved (fresh or by title)
 	err     *api.Error // set when the target cannot run at all
-}
-
-// fanout runs one command on many targets (POST /v1/run).
-func (c *Controller) fanout(w http.ResponseWriter, r *http.Request) {
-	var req api.FanoutRequest
-	if err := decodeBody(w, r, &req); err != nil {
-		c.reply(w, r, nil, err)
-		return
-	}
-	out, err := c.Fanout(reqCtx(r), req)
-	if r.Context().Err() != nil {
-		return // the client is gone
-	}
-	c.reply(w, r, out, err)
 }
 
 // fanTargets validates a fan-out request and resolves its selector to targets.

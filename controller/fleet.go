@@ -151,9 +151,10 @@ func (c *Controller) Run(ctx context.Context, node, id string, b api.RunBody) (b
 	return br, err
 }
 
-// runRaw is Run with the node's reply as it came (an api.BlockResult): the
-// HTTP route passes it on without decoding and encoding the block's text again.
-func (c *Controller) runRaw(ctx context.Context, node, id string, b api.RunBody) (rawJSON, error) {
+// RunRaw is Run with the node's reply as it came (an api.BlockResult, a JSON
+// object): the HTTP API passes it on without decoding and encoding the block's
+// text again.
+func (c *Controller) RunRaw(ctx context.Context, node, id string, b api.RunBody) (json.RawMessage, error) {
 	var raw rawJSON
 	err := c.runCall(ctx, node, id, b, &raw)
 	return raw, err
@@ -221,23 +222,33 @@ func (c *Controller) Resize(ctx context.Context, node, id string, cols, rows int
 }
 
 // Redraw writes to w what an attaching terminal sees first: the session's current
-// screen, redrawn. It returns the output offset live output continues from (for
-// Follow).
+// screen, redrawn (one Write). It returns the output offset live output continues
+// from (for Follow).
 func (c *Controller) Redraw(ctx context.Context, node, id string, w io.Writer) (int64, error) {
-	return c.attachStart(ctx, principalOf(ctx), node, id, nil, func(f frame) error { _, err := w.Write(f.data); return err })
+	return c.redraw(ctx, principalOf(ctx), node, id, func(p []byte) error { _, err := w.Write(p); return err })
 }
 
 // Follow writes a session's output from offset from to w, gap-free and in order,
-// until ctx is done, the session exits (after its last byte: exited, with its exit
-// code when the node knows it), the node goes down, or w fails. It blocks; the
-// bytes count in the stream metrics.
+// until ctx is done (or the controller shuts down), the session exits (after its
+// last byte: exited, with its exit code when the node knows it), the node goes
+// down, or w fails (its error is returned as it is). It blocks; the bytes written count in the stream metrics.
 func (c *Controller) Follow(ctx context.Context, node, id string, from int64, w io.Writer) (exitCode *int, exited bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(c.ctx, cancel)() // the controller's end ends its streams
 	end, err := c.follow(ctx, principalOf(ctx), node, id, from, func(_ int64, p []byte) error {
-		c.metrics.streamBytes.Add(float64(len(p)))
-		_, err := w.Write(p)
+		n, err := w.Write(p)
+		c.metrics.streamBytes.Add(float64(n))
 		return err
 	})
 	return end.exitCode, end.exited, err
+}
+
+// Output reads a session's raw output from offset from, at most max bytes (0:
+// the node's page, api.MaxReadBytes), with where the output stands now.
+func (c *Controller) Output(ctx context.Context, node, id string, from int64, max int) (rr api.ReadReply, err error) {
+	err = c.sessionCall(ctx, node, id, "read", api.ReadRequest{Session: id, From: from, Max: max}, &rr, 0)
+	return rr, err
 }
 
 // Screen reads a session's screen.
@@ -285,6 +296,17 @@ func (c *Controller) Wait(ctx context.Context, node, id string, q api.WaitQuery)
 		out.Block, out.Text, out.OmittedBytes, out.LostBytes = br.Block, br.Text, br.OmittedBytes, br.LostBytes
 	}
 	return out, nil
+}
+
+// Health says whether the controller reaches the bus, and how many nodes are
+// alive.
+func (c *Controller) Health(context.Context) api.Health {
+	by, _ := c.nodes.counts()
+	h := api.Health{Status: "ok", NATS: c.cfg.Bus.Connected(), Nodes: by[api.NodeAlive]}
+	if !h.NATS {
+		h.Status = "degraded"
+	}
+	return h
 }
 
 // Fanout runs one command on many targets.

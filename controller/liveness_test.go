@@ -34,7 +34,7 @@ func TestLivenessTwoSignals(t *testing.T) {
 		{"nats signal unknown: dead", api.NodeDead, false, false, api.NodeDead},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tb := newTable()
+			tb := newTable(downGrace)
 			tb.grace, tb.connGrace = 0, 0
 			set := conns()
 			if tc.connected {
@@ -64,7 +64,7 @@ func TestLivenessTwoSignals(t *testing.T) {
 // requests in flight are cancelled, long before gossip would notice; when gossip
 // says dead too, it is dead.
 func TestLivenessConnectionCloses(t *testing.T) {
-	tb := newTable()
+	tb := newTable(downGrace)
 	tb.connGrace = 50 * time.Millisecond
 	defer tb.close()
 	tb.present(conns("a", "b"), true)
@@ -112,7 +112,7 @@ func TestLivenessConnectionCloses(t *testing.T) {
 // TestLivenessStarvedNodeKeepsServing: gossip declaring a connected node dead
 // cancels nothing and keeps it selectable; gossip alive again makes it alive.
 func TestLivenessStarvedNodeKeepsServing(t *testing.T) {
-	tb := newTable()
+	tb := newTable(downGrace)
 	tb.grace = 50 * time.Millisecond
 	defer tb.close()
 	tb.present(conns("a"), true)
@@ -135,7 +135,7 @@ func TestLivenessStarvedNodeKeepsServing(t *testing.T) {
 // TestLivenessFakeMember: a gossip member whose name no NATS identity holds is not
 // listed alive, not picked, and requests to it fail at once.
 func TestLivenessFakeMember(t *testing.T) {
-	tb := newTable()
+	tb := newTable(downGrace)
 	tb.present(conns("real"), true)
 	tb.observe(member("real", api.NodeAlive, 5, nil))
 	tb.observe(member("fake", api.NodeAlive, 0, nil)) // fewer sessions: would be picked
@@ -154,7 +154,7 @@ func TestLivenessFakeMember(t *testing.T) {
 // TestLivenessGraceSurvivesOtherChanges: while a node's closed connection lingers,
 // changes of other nodes do not cut its grace short.
 func TestLivenessGraceSurvivesOtherChanges(t *testing.T) {
-	tb := newTable()
+	tb := newTable(downGrace)
 	tb.connGrace = time.Hour
 	defer tb.close()
 	tb.present(conns("a", "b"), true)

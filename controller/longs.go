@@ -8,12 +8,12 @@ import (
 	"github.com/fleetmux/fleetmux/api"
 )
 
-// maxLongPerPrincipal bounds a principal's long requests (api.LongVerb: run, wait) held
+// MaxLongPerPrincipal bounds a principal's long requests (api.LongVerb: run, wait) held
 // by one node at once. A node serves a bounded number of requests at once; without
 // this bound one viewer (one SSH key opening many channels of `wait --timeout
 // 10m`) could take them all, and keep them after leaving. It leaves room for a
 // fan-out to many sessions of one node.
-const maxLongPerPrincipal = 64
+const MaxLongPerPrincipal = 64
 
 // longs counts each principal's long requests on each node (never per actor label:
 // a client sets its label freely). A request whose caller left before the
@@ -33,9 +33,9 @@ func newLongs() *longs { return &longs{n: map[longKey]int{}} }
 func (l *longs) acquire(ctx context.Context, principal, node string, timeout time.Duration) (release func(), err error) {
 	k := longKey{principal, node}
 	l.mu.Lock()
-	if l.n[k] >= maxLongPerPrincipal {
+	if l.n[k] >= MaxLongPerPrincipal {
 		l.mu.Unlock()
-		return nil, api.Errorf(api.CodeBusy, "%d long requests (run, wait) of yours are in flight on node %s, the most one principal may have: wait for one to end", maxLongPerPrincipal, node)
+		return nil, api.Errorf(api.CodeBusy, "%d long requests (run, wait) of yours are in flight on node %s, the most one principal may have: wait for one to end", MaxLongPerPrincipal, node)
 	}
 	l.n[k]++
 	l.mu.Unlock()

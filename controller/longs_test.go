@@ -9,13 +9,13 @@ import (
 	"github.com/fleetmux/fleetmux/api"
 )
 
-// TestLongs: an actor holds at most maxLongPerPrincipal long requests on a node; a
+// TestLongs: an actor holds at most MaxLongPerPrincipal long requests on a node; a
 // request whose caller left keeps its slot until its timeout.
 func TestLongs(t *testing.T) {
 	l := newLongs()
 	ctx := context.Background()
 	var releases []func()
-	for range maxLongPerPrincipal {
+	for range MaxLongPerPrincipal {
 		r, err := l.acquire(ctx, "v", "n1", time.Minute)
 		if err != nil {
 			t.Fatal(err)

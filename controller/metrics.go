@@ -10,8 +10,6 @@ import (
 
 // metrics are the controller's Prometheus metrics.
 type metrics struct {
-	requests     *prometheus.CounterVec   // route, code
-	latency      *prometheus.HistogramVec // route
 	nodeRequests *prometheus.CounterVec   // verb, result
 	nodeLatency  *prometheus.HistogramVec // verb
 	fanout       *prometheus.CounterVec   // result
@@ -23,12 +21,6 @@ type metrics struct {
 func newMetrics(reg *prometheus.Registry, table *table) (*metrics, error) {
 	buckets := []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
 	m := &metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fleetmux_http_requests_total", Help: "HTTP API requests by route and status code.",
-		}, []string{"route", "code"}),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "fleetmux_http_request_duration_seconds", Help: "HTTP API request latency by route (streams: until the stream ends).", Buckets: buckets,
-		}, []string{"route"}),
 		nodeRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetmux_node_requests_total", Help: "Requests to node agents by verb and result (ok or the error code).",
 		}, []string{"verb", "result"}),
@@ -46,7 +38,7 @@ func newMetrics(reg *prometheus.Registry, table *table) (*metrics, error) {
 	sessions := prometheus.NewDesc("fleetmux_sessions", "Sessions on usable nodes (as they gossip it).", nil, nil)
 	published := prometheus.NewDesc("fleetmux_node_published_bytes", "Output bytes a node has published since it started (as it gossips it).", []string{"node"}, nil)
 	natsSignal := prometheus.NewDesc("fleetmux_liveness_nats", "1 when node liveness uses the nodes' NATS connections beside gossip; 0: gossip alone (no connection list from the NATS server yet).", nil, nil)
-	for _, col := range []prometheus.Collector{m.requests, m.latency, m.nodeRequests, m.nodeLatency, m.fanout, m.streamBytes,
+	for _, col := range []prometheus.Collector{m.nodeRequests, m.nodeLatency, m.fanout, m.streamBytes,
 		collectorFunc{descs: []*prometheus.Desc{nodes, sessions, published, natsSignal}, collect: func(ch chan<- prometheus.Metric) {
 			by, n := table.counts()
 			for st, k := range by {

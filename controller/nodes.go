@@ -62,8 +62,8 @@ type table struct {
 	connGrace time.Duration
 }
 
-func newTable() *table {
-	return &table{nodes: map[string]*nodeEntry{}, now: time.Now, grace: downGrace, connGrace: connGrace}
+func newTable(grace time.Duration) *table {
+	return &table{nodes: map[string]*nodeEntry{}, now: time.Now, grace: grace, connGrace: connGrace}
 }
 
 // downGrace is how long a node reported dead or gone stays suspect before the

@@ -21,7 +21,7 @@ func closed(ch <-chan struct{}) bool {
 }
 
 func TestTableTransitions(t *testing.T) {
-	tb := newTable()
+	tb := newTable(downGrace)
 	tb.grace = 0
 	tb.observe(member("a", api.NodeAlive, 0, nil))
 	st, down, ok := tb.lookup("a")
@@ -71,7 +71,7 @@ func TestTableTransitions(t *testing.T) {
 }
 
 func TestTableSuspectToDeadClosesDown(t *testing.T) {
-	tb := newTable()
+	tb := newTable(downGrace)
 	tb.grace = 0
 	tb.observe(member("a", api.NodeAlive, 0, nil))
 	_, down, _ := tb.lookup("a")
@@ -83,7 +83,7 @@ func TestTableSuspectToDeadClosesDown(t *testing.T) {
 }
 
 func TestTablePickAndSelect(t *testing.T) {
-	tb := newTable()
+	tb := newTable(downGrace)
 	tb.observe(member("a", api.NodeAlive, 3, map[string]string{"role": "web"}))
 	tb.observe(member("b", api.NodeAlive, 1, map[string]string{"role": "db"}))
 	tb.observe(member("c", api.NodeAlive, 1, map[string]string{"role": "web"}))
@@ -133,7 +133,7 @@ func TestTablePickAndSelect(t *testing.T) {
 			t.Fatalf("b sessions %d, want 7", n.Sessions)
 		}
 	}
-	empty := newTable()
+	empty := newTable(downGrace)
 	empty.grace = 0
 	empty.observe(member("x", api.NodeDead, 0, nil))
 	if _, ok := empty.pick(); ok {
@@ -142,7 +142,7 @@ func TestTablePickAndSelect(t *testing.T) {
 }
 
 func TestTableSinceAndList(t *testing.T) {
-	tb := newTable()
+	tb := newTable(downGrace)
 	now := time.Date(2026, 11, 22, 3, 0, 0, 0, time.UTC)
 	tb.now = func() time.Time { return now }
 	tb.observe(member("z", api.NodeAlive, 0, nil))
@@ -160,7 +160,7 @@ func TestTableSinceAndList(t *testing.T) {
 // TestTableGrace: a dead or left notice takes effect after the grace, unless the
 // node is reported alive again before.
 func TestTableGrace(t *testing.T) {
-	tb := newTable()
+	tb := newTable(downGrace)
 	tb.grace = 50 * time.Millisecond
 	defer tb.close()
 	tb.observe(member("a", api.NodeAlive, 0, nil))

@@ -2,10 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
-	"io"
-	"mime"
-	"net/http"
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
@@ -34,18 +30,6 @@ type PolicyStore interface {
 // errNoPolicyStore answers the policy routes of a controller without a store.
 var errNoPolicyStore = api.Errorf(api.CodeUnavailable, "this controller has no policy store (FLEETMUX_POLICY)")
 
-// policyTypes are the content types PUT /v1/policy accepts (YAML, or JSON, which
-// YAML accepts).
-var policyTypes = map[string]bool{
-	"application/yaml": true, "application/x-yaml": true, "text/yaml": true, "text/x-yaml": true,
-	"application/json": true, "text/plain": true,
-}
-
-func (c *Controller) getPolicy(w http.ResponseWriter, r *http.Request) {
-	out, err := c.Policy(r.Context())
-	c.reply(w, r, out, err)
-}
-
 // Policy returns the policy in force ("Version 0": none is set).
 func (c *Controller) Policy(ctx context.Context) (api.PolicyInfo, error) {
 	if c.cfg.Policy == nil {
@@ -60,30 +44,6 @@ func (c *Controller) Policy(ctx context.Context) (api.PolicyInfo, error) {
 		out.Rules, out.Redacts = len(p.Rules), len(p.Redacts)
 	}
 	return out, nil
-}
-
-func (c *Controller) putPolicy(w http.ResponseWriter, r *http.Request) {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || !policyTypes[mt] {
-			c.reply(w, r, nil, api.Errorf(api.CodeBadRequest, "content type %q: send the policy as application/yaml (or application/json)", ct))
-			return
-		}
-	}
-	doc, err := io.ReadAll(http.MaxBytesReader(w, r.Body, policy.MaxBytes))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			c.reply(w, r, nil, api.Errorf(api.CodeTooLarge, "policy over %d bytes", policy.MaxBytes))
-			return
-		}
-		c.reply(w, r, nil, api.Errorf(api.CodeBadRequest, "reading the policy: %v", err))
-		return
-	}
-	out, err := c.SetPolicy(r.Context(), doc)
-	if err == nil {
-		noteAudit(w, func(rec *api.AuditRecord) { rec.PolicyVersion = out.Version })
-	}
-	c.reply(w, r, out, err)
 }
 
 // SetPolicy checks doc (policy.Parse) and stores it as the policy in force; every
@@ -106,14 +66,6 @@ func (c *Controller) SetPolicy(ctx context.Context, doc []byte) (api.PolicyInfo,
 	}
 	c.log.Info("policy set", "version", rev, "rules", len(p.Rules), "by", callerOf(ctx).principal)
 	return api.PolicyInfo{Version: rev, Document: string(doc), Rules: len(p.Rules), Redacts: len(p.Redacts)}, nil
-}
-
-func (c *Controller) deletePolicy(w http.ResponseWriter, r *http.Request) {
-	out, err := c.DeletePolicy(r.Context())
-	if err == nil {
-		noteAudit(w, func(rec *api.AuditRecord) { rec.PolicyVersion = out.Version }) // the version removed
-	}
-	c.reply(w, r, out, err)
 }
 
 // DeletePolicy removes the policy: every node then allows everything. It returns
@@ -148,8 +100,8 @@ func (c *Controller) checkPolicy() {
 		}
 	case doc != nil:
 		c.log.Info("policy in force", "version", rev)
-	case c.cfg.Exposed || !api.IsLoopbackAddr(c.cfg.HTTPListen):
-		c.log.Warn("NO POLICY SET: every node allows every command, and this controller listens beyond loopback; set one with: fleetmux policy set FILE", "http", c.cfg.HTTPListen)
+	case c.cfg.Exposed:
+		c.log.Warn("NO POLICY SET: every node allows every command, and this controller listens beyond loopback; set one with: fleetmux policy set FILE")
 	default:
 		c.log.Info("no policy set: every command is allowed (fleetmux policy set FILE)")
 	}

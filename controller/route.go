@@ -12,6 +12,9 @@ import (
 	"github.com/fleetmux/fleetmux/trust"
 )
 
+// rawJSON is a node's reply kept as it came (a JSON object): decodeReply fills it.
+type rawJSON = json.RawMessage
+
 // errNodeDown is the cancel cause of a request whose node went dead or left.
 var errNodeDown = errors.New("node went down")
 
@@ -144,3 +147,6 @@ func (c *Controller) waitBudget(ms int, dflt time.Duration) time.Duration {
 	}
 	return min(d, api.MaxWait) + c.cfg.RequestTimeout
 }
+
+// timeoutFor is a request timeout for a verb that waits ms on the node.
+func (c *Controller) timeoutFor(ms int) time.Duration { return c.waitBudget(ms, api.DefaultWait) }

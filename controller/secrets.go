@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"net/http"
 
 	"github.com/fleetmux/fleetmux/api"
 )
@@ -12,26 +11,6 @@ import (
 // policy names. The controller passes the value to that node in the signed request
 // and keeps nothing: no reply, log or audit record carries it (the audit records
 // the route and the secret's name, in the path).
-
-func (c *Controller) putSecret(w http.ResponseWriter, r *http.Request) {
-	var b api.SecretBody
-	if err := decodeBody(w, r, &b); err != nil {
-		c.reply(w, r, nil, err)
-		return
-	}
-	out, err := c.SetSecret(reqCtx(r), r.PathValue("node"), r.PathValue("name"), b.Value)
-	c.reply(w, r, out, err)
-}
-
-func (c *Controller) listSecrets(w http.ResponseWriter, r *http.Request) {
-	out, err := c.Secrets(reqCtx(r), r.PathValue("node"))
-	c.reply(w, r, out, err)
-}
-
-func (c *Controller) deleteSecret(w http.ResponseWriter, r *http.Request) {
-	out, err := c.DeleteSecret(reqCtx(r), r.PathValue("node"), r.PathValue("name"))
-	c.reply(w, r, out, err)
-}
 
 // SetSecret stores a secret on a node (admin), replacing one of the same name.
 func (c *Controller) SetSecret(ctx context.Context, node, name, value string) (info api.SecretInfo, err error) {

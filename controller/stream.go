@@ -4,17 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
+	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 
 	"github.com/fleetmux/fleetmux/api"
 )
 
-// followBuffer is how many output messages a stream holds for a slow client; past
-// it the stream drops live messages and reads the range from the node instead (the
-// node's publishing never waits for a stream). A variable for tests.
-var followBuffer = 256
+// DefaultFollowBuffer is Config.FollowBuffer's default.
+const DefaultFollowBuffer = 256
 
 type outMsg struct {
 	off  int64
@@ -31,11 +30,11 @@ type streamEnd struct {
 // follow streams a session's output from offset from to emit, gap-free and in order
 // (emit gets each byte exactly once, with its offset), until ctx is done, the session
 // exits (after its last byte), the node goes down, or emit fails. emit runs on the
-// caller's goroutine; while it blocks, live messages pile up to followBuffer and are
+// caller's goroutine; while it blocks, live messages pile up to Config.FollowBuffer and are
 // then read from the node instead.
 func (c *Controller) follow(ctx context.Context, who principal, node, id string, from int64, emit func(off int64, p []byte) error) (streamEnd, error) {
 	end := streamEnd{next: from}
-	msgs := make(chan outMsg, followBuffer)
+	msgs := make(chan outMsg, c.cfg.FollowBuffer)
 	kick := make(chan struct{}, 1) // live messages were dropped
 	exited := make(chan *int, 1)   // the session exited or was closed
 	var overflow atomic.Bool
@@ -146,136 +145,25 @@ func (c *Controller) follow(ctx context.Context, who principal, node, id string,
 	}
 }
 
-// output serves GET .../output: the raw bytes from ?from= to the end of the output
-// as it stands when the request arrives (at most ?max_bytes= when given), or with
-// ?follow=1 a stream that ends when the session exits.
-func (c *Controller) output(w http.ResponseWriter, r *http.Request) {
-	node, id, err := target(r)
-	if err != nil {
-		c.reply(w, r, nil, err)
-		return
+// redraw sends what an attaching terminal sees first, the session's current
+// screen redrawn, and returns the output offset live output continues from.
+func (c *Controller) redraw(ctx context.Context, who principal, node, id string, send func([]byte) error) (int64, error) {
+	var s api.Session
+	if err := c.call(ctx, who, node, "get", api.SessionRequest{Session: id}, &s, c.cfg.RequestTimeout); err != nil {
+		return 0, err
 	}
-	from, err := queryInt(r, "from")
-	if err != nil {
-		c.reply(w, r, nil, err)
-		return
+	var sc api.Screen
+	if err := c.call(ctx, who, node, "screen", api.SessionRequest{Session: id}, &sc, c.cfg.RequestTimeout); err != nil {
+		return 0, err
 	}
-	if r.URL.Query().Has("max") { // its name before max_bytes: never ignore a limit
-		c.reply(w, r, nil, api.Errorf(api.CodeBadRequest, "query max: the parameter is max_bytes"))
-		return
-	}
-	maxBytes, err := queryInt(r, "max_bytes")
-	if err != nil {
-		c.reply(w, r, nil, err)
-		return
-	}
-	follow := false
-	switch f := r.URL.Query().Get("follow"); f {
-	case "", "0", "false":
-	case "1", "true":
-		follow = true
-	default:
-		c.reply(w, r, nil, api.Errorf(api.CodeBadRequest, "follow=%q: want 1 or 0", f))
-		return
-	}
-	who := httpPrincipal(r)
-	// The first read answers errors (unknown session, gone range) as JSON before any
-	// byte of the stream is written.
-	var first api.ReadReply
-	if err := c.call(r.Context(), who, node, "read", api.ReadRequest{Session: id, From: from, Max: readPage(maxBytes)}, &first, c.cfg.RequestTimeout); err != nil {
-		c.reply(w, r, nil, err)
-		return
-	}
-	h := w.Header()
-	h.Set("Content-Type", "application/octet-stream")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set(api.HeaderOffset, strconv.FormatInt(first.Offset, 10))
-	h.Set(api.HeaderEnd, strconv.FormatInt(first.End, 10))
-	h.Set(api.HeaderOldest, strconv.FormatInt(first.Oldest, 10))
-	if !follow {
-		c.outputRange(w, r, who, node, id, first, maxBytes)
-		return
-	}
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	fl, _ := w.(http.Flusher)
-	valid := c.stillValid(r)
-	emit := func(_ int64, p []byte) error {
-		if !valid() {
-			return errRevoked // the token was revoked or expired while the stream was open
+	var b strings.Builder
+	b.WriteString("\x1b[H\x1b[2J")
+	for i, line := range strings.Split(strings.TrimRight(sc.Text, "\n"), "\n") {
+		if i > 0 {
+			b.WriteString("\r\n")
 		}
-		if _, err := w.Write(p); err != nil {
-			return err
-		}
-		if fl != nil {
-			fl.Flush()
-		}
-		c.metrics.streamBytes.Add(float64(len(p)))
-		return nil
+		b.WriteString(line)
 	}
-	if err := emit(first.Offset, first.Data); err != nil {
-		return
-	}
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	defer context.AfterFunc(c.streamCtx, cancel)()
-	c.reqWG.Add(1)
-	defer c.reqWG.Done()
-	_, err = c.follow(ctx, who, node, id, first.Offset+int64(len(first.Data)), emit)
-	if err != nil && ctx.Err() == nil {
-		// The body is a byte stream: an error can only end it. The client sees the
-		// end, asks again from the offset it reached, and gets the error as JSON.
-		// Aborting (no final chunk) tells a cut stream from a session's end.
-		c.log.Debug("output stream ended", "node", node, "session", id, "err", err)
-		panic(http.ErrAbortHandler)
-	}
-}
-
-// readPage is the Max of a read request for a range of at most maxBytes (0: no
-// limit): the node's read size is a page of the reply, not its limit.
-func readPage(maxBytes int64) int {
-	if maxBytes <= 0 || maxBytes > api.MaxReadBytes {
-		return api.MaxReadBytes
-	}
-	return int(maxBytes)
-}
-
-// outputRange writes the bytes [first.Offset, end) of a session's output, where end
-// is the output's end in the first reply (when the request arrived), or fewer when
-// maxBytes (> 0) is less. It pages through the node's read verb, one page in memory
-// at a time. The length is known up front (Content-Length), so a range cut short (the
-// node went down, the range left the scrollback and the recording) is a short body,
-// never a silently shorter file.
-func (c *Controller) outputRange(w http.ResponseWriter, r *http.Request, who principal, node, id string, first api.ReadReply, maxBytes int64) {
-	from, end := first.Offset, first.End
-	if maxBytes > 0 {
-		end = min(end, from+maxBytes)
-	}
-	end = max(end, from)
-	w.Header().Set("Content-Length", strconv.FormatInt(end-from, 10))
-	w.WriteHeader(http.StatusOK)
-	next := from
-	page := first
-	for {
-		if page.Offset != next || len(page.Data) == 0 && next < end {
-			c.log.Warn("output read out of step; range cut short", "node", node, "session", id, "want", next, "got", page.Offset, "bytes", len(page.Data))
-			panic(http.ErrAbortHandler)
-		}
-		data := page.Data[:min(int64(len(page.Data)), end-next)]
-		if _, err := w.Write(data); err != nil {
-			return // the client went away
-		}
-		next += int64(len(data))
-		if next >= end {
-			return
-		}
-		page = api.ReadReply{}
-		req := api.ReadRequest{Session: id, From: next, Max: readPage(end - next)}
-		if err := c.call(r.Context(), who, node, "read", req, &page, c.cfg.RequestTimeout); err != nil {
-			// The status is sent: the short body is the client's sign.
-			c.log.Debug("output range cut short", "node", node, "session", id, "offset", next, "err", err)
-			panic(http.ErrAbortHandler)
-		}
-	}
+	fmt.Fprintf(&b, "\x1b[%d;%dH", sc.Cursor.Row+1, sc.Cursor.Col+1)
+	return s.OutputOffset, send([]byte(b.String()))
 }

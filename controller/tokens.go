@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -17,7 +16,7 @@ import (
 )
 
 // API tokens (DESIGN.md, Trust model): every request but /healthz carries one;
-// its role must reach the route's in api.Routes. Tokens live hashed in a store
+// its role must reach the route's least role. Tokens live hashed in a store
 // that every controller shares (FLEETMUX_TOKENS) and watches, so a token created
 // on one controller works on all, and a revoked one is refused by all at once.
 
@@ -140,13 +139,23 @@ var (
 	errBadToken = api.Errorf(api.CodeUnauthorized, "wrong, revoked or expired API token")
 )
 
-// authenticate finds the caller of a request from its bearer token: a stored
-// token (by the name its text carries, checked against the hash in constant
-// time, refused once expired or revoked), a local token, or the bootstrap token
-// (Config.Token, an admin).
-func (c *Controller) authenticate(r *http.Request) (caller, *api.Error) {
-	text, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || text == "" {
+// Authenticate finds who a request acts as from its API token (token, the text
+// after "Bearer "; "" when it carries none): a stored token (by the name its text
+// carries, checked against the hash in constant time, refused once expired or
+// revoked), a local token, or the bootstrap token (Config.Token, an admin). It
+// returns the principal ("token:NAME") and role, or an *api.Error of code
+// unauthorized; why a token was refused goes to the operator's log only, with
+// remote, the client's address.
+func (c *Controller) Authenticate(token, remote string) (principal, role string, err error) {
+	who, aerr := c.authenticate(token, remote)
+	if aerr != nil {
+		return "", "", aerr
+	}
+	return who.principal, who.role, nil
+}
+
+func (c *Controller) authenticate(text, remote string) (caller, *api.Error) {
+	if text == "" {
 		return caller{}, errNoToken
 	}
 	var why error = errors.New("unknown token")
@@ -171,24 +180,21 @@ func (c *Controller) authenticate(r *http.Request) (caller, *api.Error) {
 		// caps must tell the two apart.
 		return caller{principal: "token:" + trust.BootstrapName, role: api.RoleAdmin}, nil
 	}
-	c.log.Info("API token refused", "err", why, "remote", r.RemoteAddr)
+	c.log.Info("API token refused", "err", why, "remote", remote)
 	return caller{}, errBadToken
 }
 
-// stillValid returns a check, safe to call from any goroutine, of whether the
-// credential r was authenticated with is still accepted (not revoked, not expired).
-// Streams that outlive their request (attach, follow) call it before every frame
-// they forward, so revoking a token ends what it has open, not only its next
-// request. One call is a map lookup and a constant-time hash comparison.
-func (c *Controller) stillValid(r *http.Request) func() bool {
-	return func() bool {
-		_, err := c.authenticate(r)
-		return err == nil
+// WithCaller returns a context in which principal (as Authenticate named it) acts
+// with role, labelled actor (a label the client chose, audited beside the
+// principal, never trusted; "" keeps ctx's): the node requests made with it are
+// signed so.
+func (c *Controller) WithCaller(ctx context.Context, actor, principal, role string) context.Context {
+	ctx = withCaller(ctx, caller{principal: principal, role: role})
+	if actor != "" {
+		ctx = WithActor(ctx, actor)
 	}
+	return ctx
 }
-
-// errRevoked ends a stream whose token was revoked or expired while it was open.
-var errRevoked = api.Errorf(api.CodeUnauthorized, "the API token of this stream was revoked or has expired")
 
 // watchTokens fills the token cache from the store and keeps it current until
 // Shutdown. It returns once the cache holds the store's tokens.
@@ -209,27 +215,12 @@ func (c *Controller) watchTokens() error {
 // errNoStore answers the token routes of a controller without a token store.
 var errNoStore = api.Errorf(api.CodeUnavailable, "this controller has no token store (FLEETMUX_TOKENS): only its bootstrap token works")
 
-func (c *Controller) listTokens(w http.ResponseWriter, r *http.Request) {
-	out, err := c.Tokens(r.Context())
-	c.reply(w, r, out, err)
-}
-
 // Tokens lists the stored tokens (never their text).
 func (c *Controller) Tokens(context.Context) (api.TokenList, error) {
 	if c.cfg.Tokens == nil {
 		return api.TokenList{}, errNoStore
 	}
 	return api.TokenList{Tokens: c.tokens.list()}, nil
-}
-
-func (c *Controller) createToken(w http.ResponseWriter, r *http.Request) {
-	var body api.TokenRequest
-	if err := decodeBody(w, r, &body); err != nil {
-		c.reply(w, r, nil, err)
-		return
-	}
-	out, err := c.CreateToken(r.Context(), body)
-	c.reply(w, r, out, err)
 }
 
 // CreateToken makes a token, stores it, and returns it with its text (shown
@@ -268,11 +259,6 @@ func (c *Controller) CreateToken(ctx context.Context, req api.TokenRequest) (api
 	}
 	c.tokens.put(rec) // usable here at once; the watch brings it to the others
 	return api.NewToken{Token: rec.Token, Secret: text}, nil
-}
-
-func (c *Controller) revokeToken(w http.ResponseWriter, r *http.Request) {
-	out, err := c.RevokeToken(r.Context(), r.PathValue("name"))
-	c.reply(w, r, out, err)
 }
 
 // RevokeToken deletes a token from the store: every controller refuses it from

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/controller"
+	"github.com/fleetmux/fleetmux/httpapi"
 	"github.com/fleetmux/fleetmux/internal/datadir"
 	"github.com/fleetmux/fleetmux/mcpserver"
 	"github.com/fleetmux/fleetmux/sshd"
@@ -20,6 +22,7 @@ import (
 	"github.com/fleetmux/fleetmux/transport/gossip"
 	"github.com/fleetmux/fleetmux/transport/natsauth"
 	"github.com/fleetmux/fleetmux/transport/presence"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -89,7 +92,7 @@ func controllerCmd() *cobra.Command {
 	f := c.Flags()
 	f.StringVar(&o.name, "name", "controller-"+sanitizeName(hostname()), "controller name in the gossip cluster and its audit subject")
 	f.StringVar(&o.data, "data", ".fleetmux-controller", "data directory: the NATS authority (keys/), the embedded NATS store")
-	f.StringVar(&o.httpListen, "http-listen", controller.DefaultHTTPListen, "HTTP API address")
+	f.StringVar(&o.httpListen, "http-listen", httpapi.DefaultListen, "HTTP API address")
 	f.StringVar(&o.apiToken, "api-token", "", "a bootstrap admin API token, beside the tokens of FLEETMUX_TOKENS (default $FLEETMUX_TOKEN; prefer it or --api-token-file: flags show in ps)")
 	f.StringVar(&o.apiTokenFile, "api-token-file", "", "file holding the bootstrap admin API token")
 	f.StringVar(&o.natsURL, "nats", "", "NATS server URL(s) to connect to")
@@ -111,10 +114,10 @@ func controllerCmd() *cobra.Command {
 	return c
 }
 
-// exposed reports whether the controller's SSH front door, embedded NATS or
-// gossip listens beyond loopback (the HTTP API is the controller's own check).
+// exposed reports whether the controller's HTTP API, SSH front door, embedded
+// NATS or gossip listens beyond loopback.
 func (o *controllerOptions) exposed() bool {
-	for _, addr := range []string{o.ssh.listen, o.natsListen, o.gossip.listen} {
+	for _, addr := range []string{o.httpListen, o.ssh.listen, o.natsListen, o.gossip.listen} {
 		if addr != "" && addr != "off" && !api.IsLoopbackAddr(addr) {
 			return true
 		}
@@ -219,9 +222,9 @@ func (o *controllerOptions) run(ctx context.Context, stdout, stderr io.Writer) e
 		return err
 	}
 	tokens := openTokens(conn, log)
-	c, _, err := startController(ctx, &st, conn, controller.Config{Name: o.name, Prefix: o.prefix, HTTPListen: o.httpListen, Token: token, Tokens: tokens,
+	c, _, err := startController(ctx, &st, conn, controller.Config{Name: o.name, Prefix: o.prefix, Token: token, Tokens: tokens,
 		Policy: transport.NewPolicy(conn.NC(), log), Exposed: o.exposed(), Signer: signer, Logger: log,
-		AuditFile: filepath.Join(o.data, "audit.jsonl")}, o.gossip)
+		AuditFile: filepath.Join(o.data, "audit.jsonl")}, o.httpListen, o.gossip)
 	if err != nil {
 		return err
 	}
@@ -237,29 +240,74 @@ func (o *controllerOptions) run(ctx context.Context, stdout, stderr io.Writer) e
 	return c.Shutdown(sctx)
 }
 
-// startController starts a controller on conn in the gossip cluster; its shutdown
-// is registered on st.
-func startController(ctx context.Context, st *stack, conn *transport.Conn, cfg controller.Config, g gossipOptions) (*controller.Controller, *gossip.Gossip, error) {
-	cfg.Bus, cfg.Version = conn, buildVersion()
+// ctl is a running controller and its HTTP API.
+type ctl struct {
+	*controller.Controller
+	api *httpapi.Server
+}
+
+// Addr is the HTTP API's address.
+func (c ctl) Addr() string { return c.api.Addr() }
+
+// Shutdown stops the HTTP API (requests in flight get until ctx is done), then
+// the controller.
+func (c ctl) Shutdown(ctx context.Context) error {
+	err := c.api.Shutdown(ctx)
+	c.Controller.Close()
+	return err
+}
+
+// startController starts a controller on conn in the gossip cluster, and its HTTP
+// API (with /mcp) on httpListen; their shutdown is registered on st.
+func startController(ctx context.Context, st *stack, conn *transport.Conn, cfg controller.Config, httpListen string, g gossipOptions) (ctl, *gossip.Gossip, error) {
+	cfg.Bus = conn
 	// Node liveness from gossip and the nodes' NATS connections (advisories and the
 	// account's connection list): a killed agent is seen at once, a starved one
 	// is never dead, and a gossip member no node identity backs is never alive.
 	cfg.Presence = presence.New(conn, presence.Config{Logger: cfg.Logger})
+	cfg.Registry = prometheus.NewRegistry() // the controller's metrics and its API's, on /metrics
 	c, err := controller.New(cfg)
 	if err != nil {
-		return nil, nil, err
+		return ctl{}, nil, err
 	}
-	gs, join, err := startGossip(ctx, st, cfg.Name, g, api.NodeMeta{Name: cfg.Name, Version: cfg.Version, Proto: api.ProtocolVersion, Role: api.RoleController},
+	h, err := httpapi.New(httpapi.Config{Listen: httpListen, Fleet: c, MCP: mcpOver(c, buildVersion(), cfg.Logger), Registry: cfg.Registry, Logger: cfg.Logger})
+	if err != nil {
+		return ctl{}, nil, err
+	}
+	gs, join, err := startGossip(ctx, st, cfg.Name, g, api.NodeMeta{Name: cfg.Name, Version: buildVersion(), Proto: api.ProtocolVersion, Role: api.RoleController},
 		observeMembers(c), cfg.Logger)
 	if err != nil {
-		return nil, nil, err
+		return ctl{}, nil, err
 	}
 	if err := c.Start(); err != nil {
-		return nil, nil, err
+		return ctl{}, nil, err
 	}
 	st.defer_(func() { c.Close() })
+	if err := h.Start(); err != nil {
+		return ctl{}, nil, err
+	}
+	st.defer_(func() { h.Close() }) // before the controller's
 	join()
-	return c, gs, nil
+	return ctl{Controller: c, api: h}, gs, nil
+}
+
+// mcpOver builds the MCP server of /mcp over the controller: tool calls act with
+// the role of the request's API token (each tool needs the role api.Tools gives
+// it), are labelled "mcp:CLIENT@ADDR", and are audited with both.
+func mcpOver(c *controller.Controller, version string, log *slog.Logger) func(httpapi.MCPOptions) (http.Handler, httpapi.MCPServer) {
+	return func(o httpapi.MCPOptions) (http.Handler, httpapi.MCPServer) {
+		m := mcpserver.New(c, mcpserver.Options{
+			Version:   version,
+			Context:   o.Context,
+			Logger:    log,
+			WithActor: controller.WithActor,
+			WithCaller: func(ctx context.Context, principal, role string) context.Context {
+				return c.WithCaller(ctx, "", principal, role)
+			},
+			Audit: func(_ context.Context, rec api.AuditRecord) { c.Audit(rec) },
+		})
+		return m.Handler(mcpserver.HTTPOptions{Closing: o.Closing, Caller: o.Caller}), m
+	}
 }
 
 // writeURLFile writes a URL file into the data dir (0600: it may hold credentials).
@@ -276,11 +324,12 @@ func writeURLFile(data, name, url string) (string, error) {
 // checks the role and audits the key.
 // The controller is every front door's Fleet, under the doors' own names.
 var (
+	_ httpapi.Fleet   = (*controller.Controller)(nil)
 	_ sshd.Fleet      = (*controller.Controller)(nil)
 	_ mcpserver.Fleet = (*controller.Controller)(nil)
 )
 
-func sshExec(c *controller.Controller) sshd.Exec {
+func sshExec(c ctl) sshd.Exec {
 	return func(ctx context.Context, args []string, role, actor string, stdin io.Reader, stdout, stderr io.Writer) int {
 		token, revoke := c.LocalToken(actor, role)
 		defer revoke()
@@ -298,7 +347,7 @@ func openTokens(conn *transport.Conn, log *slog.Logger) *transport.KV {
 
 // startSSH starts the SSH front door unless it is off or there are no authorized
 // keys (then it says so and returns ""). Its Close is registered on st.
-func startSSH(st *stack, c *controller.Controller, o sshOptions, data string, log *slog.Logger) (string, error) {
+func startSSH(st *stack, c ctl, o sshOptions, data string, log *slog.Logger) (string, error) {
 	if o.listen == "" || o.listen == "off" {
 		return "", nil
 	}
@@ -308,7 +357,7 @@ func startSSH(st *stack, c *controller.Controller, o sshOptions, data string, lo
 	}
 	s, err := sshd.Start(sshd.Config{
 		Listen: o.listen, HostKeyFile: filepath.Join(data, "ssh_host_ed25519_key"), AuthorizedKeys: o.authorizedKeys,
-		DefaultRole: o.defaultRole, Exec: sshExec(c), Fleet: c, Logger: log,
+		DefaultRole: o.defaultRole, Exec: sshExec(c), Fleet: c.Controller, Logger: log,
 	})
 	if err != nil {
 		return "", err

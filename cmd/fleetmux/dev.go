@@ -11,6 +11,7 @@ import (
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/controller"
+	"github.com/fleetmux/fleetmux/httpapi"
 	"github.com/fleetmux/fleetmux/internal/datadir"
 	"github.com/fleetmux/fleetmux/node"
 	"github.com/fleetmux/fleetmux/transport"
@@ -64,7 +65,7 @@ func devCmd() *cobra.Command {
 	f := c.Flags()
 	f.StringVar(&o.data, "data", ".fleetmux", "data directory")
 	f.StringVar(&o.name, "name", sanitizeName(hostname()), "node name of this host")
-	f.StringVar(&o.httpListen, "http-listen", controller.DefaultHTTPListen, "HTTP API address (loopback)")
+	f.StringVar(&o.httpListen, "http-listen", httpapi.DefaultListen, "HTTP API address (loopback)")
 	f.StringVar(&o.natsListen, "nats-listen", transport.DefaultServerListen, "embedded NATS address (loopback)")
 	f.StringVar(&o.gossipListen, "gossip-listen", "127.0.0.1:7946", "the controller's gossip address (loopback; the node takes a free port)")
 	f.StringVar(&o.prefix, "prefix", api.DefaultPrefix, "NATS subject prefix")
@@ -142,9 +143,10 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 		return err
 	}
 	tokens := openTokens(conn, log)
-	c, g, err := startController(ctx, &st, conn, controller.Config{Name: ctlName, Prefix: o.prefix, HTTPListen: o.httpListen, Signer: signer, Logger: log,
-		Token: token, Tokens: tokens, Policy: transport.NewPolicy(conn.NC(), log), AuditFile: filepath.Join(o.data, "audit.jsonl")},
-		gossipOptions{listen: o.gossipListen, key: gkey})
+	c, g, err := startController(ctx, &st, conn, controller.Config{Name: ctlName, Prefix: o.prefix, Signer: signer, Logger: log,
+		Token: token, Tokens: tokens, Policy: transport.NewPolicy(conn.NC(), log), AuditFile: filepath.Join(o.data, "audit.jsonl"),
+		Exposed: !api.IsLoopbackAddr(o.httpListen)},
+		o.httpListen, gossipOptions{listen: o.gossipListen, key: gkey})
 	if err != nil {
 		return err
 	}
@@ -157,7 +159,7 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := waitNodeAlive(ctx, c, o.name); err != nil {
+	if err := waitNodeAlive(ctx, c.Controller, o.name); err != nil {
 		return err
 	}
 	sshAddr, err := startSSH(&st, c, o.ssh, o.data, log)
@@ -189,7 +191,7 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 		"  policy    %s\n"+
 		"try: fleetmux new, then fleetmux run %s/s1 -- 'echo hi; (exit 3)'\n",
 		httpURL, filepath.Join(o.data, "token"), cfgFile, srv.ClientURL(), natsFile, filepath.Join(o.data, "creds", "{node,controller,subscriber}.creds"), o.name, o.data, sshLine,
-		policyLine(ctx, c), o.name)
+		policyLine(ctx, c.Controller), o.name)
 	<-ctx.Done()
 	fmt.Fprintln(stderr, "fleetmux dev: stopping")
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

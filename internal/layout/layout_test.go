@@ -32,6 +32,9 @@ type rule struct {
 	ours []string
 	// never lists packages that must not be imported, directly or not.
 	never []string
+	// notDirect lists packages, the standard library's too, that must not be
+	// imported directly (a dependency may use them).
+	notDirect []string
 }
 
 // rules is DESIGN.md's layout table. session also may import golang.org/x/sys (the
@@ -61,7 +64,14 @@ var rules = []rule{
 	// interfaces of its own.
 	{dir: "guard", ours: []string{"api", "policy", "internal/datadir"}, never: []string{"session", "node", "controller", "transport"}},
 	{dir: "node", ours: []string{"api", "session", "holder", "replay", "guard", "trust", "policy", "internal/datadir", "internal/delay", "internal/reclaim"}, never: []string{"controller", "transport"}},
-	{dir: "controller", ours: []string{"api", "replay", "trust", "policy", "mcpserver", "internal/datadir", "internal/delay", "internal/netcap"}, never: []string{"node", "transport", "sshd"}},
+	// the fleet core: the front doors are packages of their own, over interfaces
+	// the controller satisfies; it serves no HTTP itself.
+	{dir: "controller", ours: []string{"api", "replay", "trust", "policy", "internal/datadir", "internal/delay"},
+		never: []string{"node", "transport", "sshd", "httpapi", "mcpserver"}, notDirect: []string{"net/http"}},
+	// the HTTP front door: it drives the controller through its own Fleet
+	// interface; cmd builds /mcp's handler and passes it in.
+	{dir: "httpapi", only: []string{"api", "internal/netcap", "github.com/prometheus/client_golang", "golang.org/x/net/websocket"},
+		never: []string{"controller", "node", "transport", "sshd", "mcpserver"}},
 	{dir: "mcpserver", only: []string{"api", "github.com/modelcontextprotocol/go-sdk", "github.com/google/jsonschema-go"},
 		never: []string{"controller", "node", "transport"}},
 	// the SSH front door: it drives the controller through its own Fleet
@@ -172,6 +182,8 @@ func (r rule) check(pkgs []pkg) []string {
 // directProblem says why a direct import breaks the rule ("" when it does not).
 func (r rule) directProblem(imp string) string {
 	switch {
+	case slices.ContainsFunc(r.notDirect, func(p string) bool { return imp == p }):
+		return fmt.Sprintf("%s must not import %s directly", r.dir, imp)
 	case stdlib(imp), under(imp, full(r.dir)): // its own packages are fine
 		return ""
 	case underAny(imp, r.never):

@@ -1,7 +1,7 @@
-// Package stack is the real-stack fixture of the controller's and the SSH front
-// door's tests: an embedded NATS server, node agents (real PTYs, real shells) each
+// Package stack is the real-stack fixture of the controller's and the front
+// doors' tests: an embedded NATS server, node agents (real PTYs, real shells) each
 // in the gossip cluster over loopback, and a controller whose node table is fed by
-// its own gossip member, with HTTP helpers against the controller's API.
+// its own gossip member, with its HTTP API (and /mcp) and HTTP helpers against it.
 //
 // It is its own package, not part of testutil, because it imports node (and so
 // session), whose in-package tests import testutil.
@@ -20,24 +20,28 @@ import (
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/controller"
+	"github.com/fleetmux/fleetmux/httpapi"
 	"github.com/fleetmux/fleetmux/internal/testutil"
+	"github.com/fleetmux/fleetmux/mcpserver"
 	"github.com/fleetmux/fleetmux/node"
 	"github.com/fleetmux/fleetmux/transport"
 	"github.com/fleetmux/fleetmux/transport/gossip"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Stack is a real stack on this machine: an embedded NATS server, node agents
 // (real PTYs, real shells) each in the gossip cluster over loopback, and a
-// controller whose node table is fed by its own gossip member. Everything stops at
-// T's cleanup. Tests may build a Stack of their own (T, Ctl, Base, HTTP) to use
-// the HTTP helpers against another controller.
+// controller whose node table is fed by its own gossip member, with its HTTP API.
+// Everything stops at T's cleanup. Tests may build a Stack of their own (T, Ctl,
+// Base, HTTP) to use the HTTP helpers against another controller.
 type Stack struct {
 	T      *testing.T // fails the helpers; tests may swap it for a subtest's
 	NATS   *transport.Server
 	Bus    *transport.Conn // the controller's bus
 	Ctl    *controller.Controller
-	Gossip *gossip.Gossip // the controller's gossip member
-	Base   string         // http://127.0.0.1:PORT
+	API    *httpapi.Server // the controller's HTTP API, /mcp included
+	Gossip *gossip.Gossip  // the controller's gossip member
+	Base   string          // http://127.0.0.1:PORT
 	Nodes  map[string]*Node
 	Token  string // the bearer token the helpers send ("" sends none)
 	HTTP   *http.Client
@@ -93,7 +97,7 @@ func New(t *testing.T, o Options) *Stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Bus.Close() })
-	cfg := controller.Config{Name: "ctl", Bus: f.Bus, Signer: f.Trust.Signer, HTTPListen: "127.0.0.1:0", Token: o.Token, Logger: Quiet()}
+	cfg := controller.Config{Name: "ctl", Bus: f.Bus, Signer: f.Trust.Signer, Token: o.Token, Logger: Quiet(), Registry: prometheus.NewRegistry()}
 	if o.Store {
 		kv, err := transport.OpenKV(ctx, f.Bus.NC(), api.BucketTokens, Quiet())
 		if err != nil {
@@ -120,21 +124,59 @@ func New(t *testing.T, o Options) *Stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Ctl.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
+	f.API = StartAPI(t, f.Ctl, cfg.Registry, func() {
 		if err := f.Ctl.Close(); err != nil {
 			t.Errorf("controller close: %v", err)
 		}
 		f.Gossip.Close()
 	})
-	f.Base = "http://" + f.Ctl.Addr()
+	f.Base = "http://" + f.API.Addr()
 	for name, labels := range o.Nodes {
 		f.StartNode(name, labels)
 	}
 	f.WaitNodes(api.NodeAlive, keys(o.Nodes)...)
 	return f
+}
+
+// StartAPI starts ctl and its HTTP API (with /mcp) on a loopback port, its
+// metrics on reg. At T's cleanup the API closes, then closed runs (it closes the
+// controller).
+func StartAPI(t *testing.T, ctl *controller.Controller, reg *prometheus.Registry, closed func()) *httpapi.Server {
+	t.Helper()
+	h, err := httpapi.New(httpapi.Config{Listen: "127.0.0.1:0", Fleet: ctl, MCP: MCP(ctl), Registry: reg, Logger: Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ctl.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := h.Close(); err != nil {
+			t.Errorf("http api close: %v", err)
+		}
+		closed()
+	})
+	return h
+}
+
+// MCP builds /mcp over ctl as cmd/fleetmux does: tool calls act with the role of
+// the request's token, labelled by their MCP client, and audited.
+func MCP(ctl *controller.Controller) func(httpapi.MCPOptions) (http.Handler, httpapi.MCPServer) {
+	return func(o httpapi.MCPOptions) (http.Handler, httpapi.MCPServer) {
+		m := mcpserver.New(ctl, mcpserver.Options{
+			Context:   o.Context,
+			Logger:    Quiet(),
+			WithActor: controller.WithActor,
+			WithCaller: func(ctx context.Context, principal, role string) context.Context {
+				return ctl.WithCaller(ctx, "", principal, role)
+			},
+			Audit: func(_ context.Context, rec api.AuditRecord) { ctl.Audit(rec) },
+		})
+		return m.Handler(mcpserver.HTTPOptions{Closing: o.Closing, Caller: o.Caller}), m
+	}
 }
 
 func keys(m map[string]map[string]string) []string {

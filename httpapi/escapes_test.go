@@ -1,4 +1,4 @@
-package controller_test
+package httpapi_test
 
 import (
 	"strings"

@@ -1,4 +1,4 @@
-package controller_test
+package httpapi_test
 
 import (
 	"bytes"
@@ -19,6 +19,7 @@ import (
 	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/fleetmux/fleetmux/internal/testutil/stack"
 	"github.com/fleetmux/fleetmux/trust"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // newFakeFixture starts a controller on a fakeBus, with the nodes given (name →
@@ -27,7 +28,8 @@ func newFakeFixture(t *testing.T, nodes map[string]int, config func(*controller.
 	t.Helper()
 	bus := newFakeBus()
 	tr := testutil.NewTrust(t)
-	cfg := controller.Config{Name: "ctl", Bus: bus, Signer: tr.Signer, HTTPListen: "127.0.0.1:0", Token: stack.Token, Logger: stack.Quiet()}
+	cfg := controller.Config{Name: "ctl", Bus: bus, Signer: tr.Signer, Token: stack.Token, Logger: stack.Quiet(), Registry: prometheus.NewRegistry(),
+		DownGrace: 50 * time.Millisecond} // a dead notice is believed after 50ms, not a second
 	if config != nil {
 		config(&cfg)
 	}
@@ -35,11 +37,7 @@ func newFakeFixture(t *testing.T, nodes map[string]int, config func(*controller.
 	if err != nil {
 		t.Fatal(err)
 	}
-	controller.SetDownGrace(ctl, 50*time.Millisecond) // a dead notice is believed after 50ms, not a second
-	if err := ctl.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
+	h := stack.StartAPI(t, ctl, cfg.Registry, func() {
 		if err := ctl.Close(); err != nil {
 			t.Errorf("controller close: %v", err)
 		}
@@ -48,7 +46,7 @@ func newFakeFixture(t *testing.T, nodes map[string]int, config func(*controller.
 	for name, n := range nodes {
 		ctl.Observe(controller.Member{Name: name, Addr: "127.0.0.1:1", State: api.NodeAlive, Meta: api.NodeMeta{Name: name, Sessions: n}})
 	}
-	return &fixture{&stack.Stack{T: t, Ctl: ctl, Base: "http://" + ctl.Addr(), Token: cfg.Token, HTTP: &http.Client{Timeout: 10 * time.Second}, Trust: tr}}, bus
+	return &fixture{&stack.Stack{T: t, Ctl: ctl, API: h, Base: "http://" + h.Addr(), Token: cfg.Token, HTTP: &http.Client{Timeout: 10 * time.Second}, Trust: tr}}, bus
 }
 
 func nodeStatus(f *fixture, name string) string {

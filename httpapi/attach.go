@@ -1,9 +1,8 @@
-package controller
+package httpapi
 
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -41,38 +40,36 @@ var frameCodec = websocket.Codec{
 // redraw of the current screen followed by live output), input from binary frames,
 // resize from text frames ({"type":"resize","cols":C,"rows":R}); at the session's
 // end a text frame {"type":"exit","exit_code":N}, on a failure {"type":"error"}.
-func (c *Controller) attach(w http.ResponseWriter, r *http.Request) {
+func (s *Server) attach(w http.ResponseWriter, r *http.Request) {
 	node, id, err := target(r)
 	if err != nil {
-		c.reply(w, r, nil, err)
+		s.reply(w, r, nil, err)
 		return
 	}
 	var from *int64
 	if r.URL.Query().Has("from") {
 		f, err := queryInt(r, "from")
 		if err != nil {
-			c.reply(w, r, nil, err)
+			s.reply(w, r, nil, err)
 			return
 		}
 		from = &f
 	}
-	who := httpPrincipal(r)
-	var s api.Session
-	if err := c.call(r.Context(), who, node, "get", api.SessionRequest{Session: id}, &s, c.cfg.RequestTimeout); err != nil {
-		c.reply(w, r, nil, err)
+	if _, err := s.fleet.Session(r.Context(), node, id); err != nil {
+		s.reply(w, r, nil, err)
 		return
 	}
 	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
-		c.reply(w, r, nil, api.Errorf(api.CodeBadRequest, "attach is a WebSocket: send Upgrade: websocket"))
+		s.reply(w, r, nil, api.Errorf(api.CodeBadRequest, "attach is a WebSocket: send Upgrade: websocket"))
 		return
 	}
-	c.reqWG.Add(1) // a hijacked connection: http.Server.Shutdown does not wait for it
-	defer c.reqWG.Done()
+	s.reqWG.Add(1) // a hijacked connection: http.Server.Shutdown does not wait for it
+	defer s.reqWG.Done()
 	srv := websocket.Server{
 		Handshake: func(*websocket.Config, *http.Request) error { return nil }, // Origin checked by guard
 		Handler: func(ws *websocket.Conn) {
 			ws.MaxPayloadBytes = api.MaxInputBytes // one client frame
-			c.attachConn(r.Context(), ws, who, c.stillValid(r), node, id, from)
+			s.attachConn(r.Context(), ws, s.stillValid(r), node, id, from)
 		},
 	}
 	srv.ServeHTTP(w, r)
@@ -80,11 +77,11 @@ func (c *Controller) attach(w http.ResponseWriter, r *http.Request) {
 
 // valid reports whether the attach's credential is still accepted: every input,
 // resize and output frame checks it first.
-func (c *Controller) attachConn(rctx context.Context, ws *websocket.Conn, who principal, valid func() bool, node, id string, from *int64) {
+func (s *Server) attachConn(rctx context.Context, ws *websocket.Conn, valid func() bool, node, id string, from *int64) {
 	defer ws.Close()
 	ctx, cancel := context.WithCancel(rctx)
 	defer cancel()
-	defer context.AfterFunc(c.streamCtx, cancel)()
+	defer context.AfterFunc(s.streamCtx, cancel)()
 	send := func(f frame) error {
 		ws.SetWriteDeadline(time.Now().Add(attachWriteTimeout))
 		return frameCodec.Send(ws, f)
@@ -111,14 +108,14 @@ func (c *Controller) attachConn(rctx context.Context, ws *websocket.Conn, who pr
 			var err error
 			switch f.typ {
 			case websocket.BinaryFrame:
-				err = c.call(ctx, who, node, "input", api.InputRequest{Session: id, Data: string(f.data), Attach: true}, nil, c.cfg.RequestTimeout)
+				err = s.fleet.AttachInput(ctx, node, id, string(f.data))
 			case websocket.TextFrame:
 				var m api.AttachMsg
 				if json.Unmarshal(f.data, &m) != nil || m.Type != api.AttachResize {
 					err = api.Errorf(api.CodeBadRequest, "text frames are JSON messages: {\"type\":\"resize\",\"cols\":C,\"rows\":R}")
 					break
 				}
-				err = c.call(ctx, who, node, "resize", api.ResizeRequest{Session: id, Cols: m.Cols, Rows: m.Rows}, nil, c.cfg.RequestTimeout)
+				_, err = s.fleet.Resize(ctx, node, id, m.Cols, m.Rows)
 			}
 			if ae, ok := err.(*api.Error); ok {
 				sendMsg(api.AttachMsg{Type: api.AttachError, Error: ae})
@@ -131,18 +128,20 @@ func (c *Controller) attachConn(rctx context.Context, ws *websocket.Conn, who pr
 		}
 	}()
 
-	start, err := c.attachStart(ctx, who, node, id, from, send)
+	out := binaryWriter{send: send, valid: valid}
+	var start int64
+	var err error
+	if from != nil {
+		start = *from
+	} else {
+		start, err = s.fleet.Redraw(ctx, node, id, binaryWriter{send: send, valid: func() bool { return true }})
+	}
 	if err == nil {
-		var end streamEnd
-		end, err = c.follow(ctx, who, node, id, start, func(_ int64, p []byte) error {
-			if !valid() {
-				return errRevoked
-			}
-			c.metrics.streamBytes.Add(float64(len(p)))
-			return send(frame{typ: websocket.BinaryFrame, data: p})
-		})
-		if err == nil && end.exited {
-			sendMsg(api.AttachMsg{Type: api.AttachExit, ExitCode: end.exitCode})
+		var exitCode *int
+		var exited bool
+		exitCode, exited, err = s.fleet.Follow(ctx, node, id, start, out)
+		if err == nil && exited {
+			sendMsg(api.AttachMsg{Type: api.AttachExit, ExitCode: exitCode})
 		}
 	}
 	if ae, ok := err.(*api.Error); ok && ctx.Err() == nil {
@@ -152,29 +151,19 @@ func (c *Controller) attachConn(rctx context.Context, ws *websocket.Conn, who pr
 	<-inputDone
 }
 
-// attachStart sends what an attaching terminal sees first and returns the offset
-// live output starts at: with from, nothing (output from there); otherwise a redraw
-// of the current screen.
-func (c *Controller) attachStart(ctx context.Context, who principal, node, id string, from *int64, send func(frame) error) (int64, error) {
-	if from != nil {
-		return *from, nil
+// binaryWriter sends each write as one binary frame, once valid says the
+// stream's token is still accepted.
+type binaryWriter struct {
+	send  func(frame) error
+	valid func() bool
+}
+
+func (bw binaryWriter) Write(p []byte) (int, error) {
+	if !bw.valid() {
+		return 0, errRevoked
 	}
-	var s api.Session
-	if err := c.call(ctx, who, node, "get", api.SessionRequest{Session: id}, &s, c.cfg.RequestTimeout); err != nil {
+	if err := bw.send(frame{typ: websocket.BinaryFrame, data: p}); err != nil {
 		return 0, err
 	}
-	var sc api.Screen
-	if err := c.call(ctx, who, node, "screen", api.SessionRequest{Session: id}, &sc, c.cfg.RequestTimeout); err != nil {
-		return 0, err
-	}
-	var b strings.Builder
-	b.WriteString("\x1b[H\x1b[2J")
-	for i, line := range strings.Split(strings.TrimRight(sc.Text, "\n"), "\n") {
-		if i > 0 {
-			b.WriteString("\r\n")
-		}
-		b.WriteString(line)
-	}
-	fmt.Fprintf(&b, "\x1b[%d;%dH", sc.Cursor.Row+1, sc.Cursor.Col+1)
-	return s.OutputOffset, send(frame{typ: websocket.BinaryFrame, data: []byte(b.String())})
+	return len(p), nil
 }

@@ -1,4 +1,4 @@
-package controller_test
+package httpapi_test
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	"github.com/fleetmux/fleetmux/api"
-	"github.com/fleetmux/fleetmux/controller"
+	"github.com/fleetmux/fleetmux/httpapi"
 	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/fleetmux/fleetmux/internal/testutil/stack"
 )
@@ -180,7 +180,8 @@ func TestOpenAPI(t *testing.T) {
 	// The router's routes and the document's operations are the same set.
 	ops := docOps(doc)
 	var routes []string
-	for _, p := range controller.Patterns(f.Ctl) {
+	for _, rt := range httpapi.Routes() {
+		p := rt.Pattern()
 		method, path, ok := strings.Cut(p, " ")
 		if !ok { // a pattern for every method: the document must list some
 			path = p

@@ -1,4 +1,4 @@
-package controller_test
+package httpapi_test
 
 import (
 	"encoding/json"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/controller"
+	"github.com/fleetmux/fleetmux/httpapi"
 	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/fleetmux/fleetmux/internal/testutil/stack"
 )
@@ -256,16 +257,25 @@ func TestConfig(t *testing.T) {
 		{controller.Config{Bus: f.Bus}, controller.ErrConfig}, // no signer
 		{controller.Config{Bus: f.Bus, Signer: sg, Name: "a.b"}, controller.ErrConfig},
 		{controller.Config{Bus: f.Bus, Signer: sg, Prefix: "a..b"}, controller.ErrConfig},
-		{controller.Config{Bus: f.Bus, Signer: sg, HTTPListen: "nope"}, controller.ErrConfig},
-		{controller.Config{Bus: f.Bus, Signer: sg, HTTPListen: "0.0.0.0:7070"}, controller.ErrInsecure},
-		{controller.Config{Bus: f.Bus, Signer: sg, HTTPListen: "127.0.0.1:0"}, controller.ErrInsecure}, // loopback is shared by every local user
+		{controller.Config{Bus: f.Bus, Signer: sg}, controller.ErrInsecure}, // no token: loopback is shared by every local user
 	} {
 		if _, err := controller.New(tc.cfg); !errors.Is(err, tc.want) {
 			t.Errorf("New(%+v): %v, want %v", tc.cfg, err, tc.want)
 		}
 	}
-	if _, err := controller.New(controller.Config{Bus: f.Bus, Signer: sg, HTTPListen: "0.0.0.0:0", Token: "x"}); err != nil {
-		t.Errorf("non-loopback with a token: %v", err)
+	if _, err := controller.New(controller.Config{Bus: f.Bus, Signer: sg, Token: "x"}); err != nil {
+		t.Errorf("with a token: %v", err)
+	}
+	for _, tc := range []struct {
+		cfg  httpapi.Config
+		want error
+	}{
+		{httpapi.Config{}, httpapi.ErrConfig}, // no fleet
+		{httpapi.Config{Fleet: f.Ctl, Listen: "nope"}, httpapi.ErrConfig},
+	} {
+		if _, err := httpapi.New(tc.cfg); !errors.Is(err, tc.want) {
+			t.Errorf("httpapi.New(%+v): %v, want %v", tc.cfg, err, tc.want)
+		}
 	}
 }
 

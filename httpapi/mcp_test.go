@@ -1,4 +1,4 @@
-package controller_test
+package httpapi_test
 
 import (
 	"context"
@@ -514,7 +514,7 @@ func TestMCPHTTP(t *testing.T) {
 	start := time.Now()
 	sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := f.Ctl.Shutdown(sctx); err != nil {
+	if err := f.API.Shutdown(sctx); err != nil {
 		t.Fatal(err)
 	}
 	if d := time.Since(start); d > 5*time.Second {

@@ -1,4 +1,4 @@
-package controller_test
+package httpapi_test
 
 import (
 	"bytes"
@@ -192,8 +192,8 @@ func TestOutputWholeRange(t *testing.T) {
 // the session ends. (Kept under the node's 8 MiB scrollback: see the node's
 // recorder lag limit in the closing notes.)
 func TestFollowGapFree(t *testing.T) {
-	defer controller.SetFollowBuffer(4)() // a slow client overflows the live buffer at once
-	f := newFixture(t, stack.Options{Nodes: map[string]map[string]string{"n1": nil}})
+	f := newFixture(t, stack.Options{Nodes: map[string]map[string]string{"n1": nil},
+		Config: func(c *controller.Config) { c.FollowBuffer = 4 }}) // a slow client overflows the live buffer at once
 	s := f.NewSession("n1")
 	path := "/v1/sessions/n1/" + s.ID
 	slow := make(chan struct{})
@@ -261,7 +261,8 @@ func TestFollowResume(t *testing.T) {
 	}
 }
 
-// TestShutdownEndsStreams: Shutdown does not wait for streams to end by themselves.
+// TestShutdownEndsStreams: the API's Shutdown does not wait for streams to end by
+// themselves.
 func TestShutdownEndsStreams(t *testing.T) {
 	f := newFixture(t, stack.Options{Nodes: map[string]map[string]string{"n1": nil}})
 	s := f.NewSession("n1")
@@ -271,7 +272,7 @@ func TestShutdownEndsStreams(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	start := time.Now()
-	if err := f.Ctl.Shutdown(ctx); err != nil {
+	if err := f.API.Shutdown(ctx); err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
 	if d := time.Since(start); d > 3*time.Second {

@@ -1,13 +1,15 @@
-package controller_test
+package httpapi_test
 
 import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,13 +18,14 @@ import (
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/controller"
+	"github.com/fleetmux/fleetmux/httpapi"
 	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/fleetmux/fleetmux/internal/testutil/stack"
 	"github.com/fleetmux/fleetmux/transport"
 	"github.com/fleetmux/fleetmux/trust"
 )
 
-// Roles everywhere (DESIGN.md, Trust model): api.Routes and api.Tools walked with
+// Roles everywhere (DESIGN.md, Trust model): the route table and api.Tools walked with
 // a real token of every role, over real HTTP.
 
 // newToken creates a token through the API (as the fixture's token) and returns
@@ -78,7 +81,7 @@ func routeCase(pattern string) (method, path string, body any) {
 	return method, path, body
 }
 
-// TestAccessRoutes: every route of api.Routes with a token of every role: a role
+// TestAccessRoutes: every route of the route table with a token of every role: a role
 // below the route's is refused (403), one at or above it passes the guard; no
 // token, a wrong one, a revoked one are refused (401); the table names exactly
 // the controller's routes.
@@ -88,7 +91,7 @@ func TestAccessRoutes(t *testing.T) {
 	for _, role := range api.Roles {
 		tokens[role] = f.newToken("t-"+role, role, "")
 	}
-	for pattern, need := range api.Routes {
+	for pattern, need := range httpapi.Access() {
 		method, path, body := routeCase(pattern)
 		hdr := []string{"Accept", "application/json, text/event-stream"}
 		for _, role := range api.Roles {
@@ -96,7 +99,7 @@ func TestAccessRoutes(t *testing.T) {
 				code, b := f.Do(method, path, body, hdr...)
 				var env api.ErrorReply
 				json.Unmarshal(b, &env)
-				allowed := api.RoleAtLeast(role, need)
+				allowed := need == httpapi.Public || api.RoleAtLeast(role, need)
 				switch {
 				case code == http.StatusUnauthorized:
 					t.Errorf("%s as %s: 401 with a valid token: %s", pattern, role, b)
@@ -105,11 +108,11 @@ func TestAccessRoutes(t *testing.T) {
 				case allowed && code == http.StatusForbidden:
 					t.Errorf("%s as %s (needs %s): refused: %s", pattern, role, need, b)
 				case env.Error != nil && strings.HasPrefix(env.Error.Message, "no route"):
-					t.Errorf("%s: in api.Routes but not served: %s", pattern, b)
+					t.Errorf("%s: in the route table but not served: %s", pattern, b)
 				}
 			})
 		}
-		if need == api.RoleNone {
+		if need == httpapi.Public {
 			continue
 		}
 		for name, auth := range map[string]string{"no token": "", "wrong token": "Bearer " + tokens[api.RoleAdmin] + "x", "not bearer": "Basic " + tokens[api.RoleAdmin]} {
@@ -121,13 +124,13 @@ func TestAccessRoutes(t *testing.T) {
 			})
 		}
 	}
-	// Every route the controller serves is in the table: an unlisted one is refused
-	// to all, which the walk above would have shown as a 403 for admin. Served
-	// routes are found by what the mux answers: anything but "no route".
-	for _, pattern := range controller.Patterns(f.Ctl) {
-		if _, ok := api.Routes[pattern]; !ok {
-			t.Errorf("route %s is served but has no role in api.Routes", pattern)
-		}
+	// The access table is the route table's: one row per pattern, each with a role
+	// (the mux serves the table's rows and no other route).
+	if a, r := httpapi.Access(), httpapi.Routes(); len(a) != len(r) {
+		t.Errorf("access table of %d routes, route table of %d rows: a pattern is listed twice", len(a), len(r))
+	}
+	if public := slices.DeleteFunc(slices.Collect(maps.Keys(httpapi.Access())), func(p string) bool { return httpapi.Access()[p] != httpapi.Public }); !slices.Equal(public, []string{"GET /healthz"}) {
+		t.Errorf("public routes %v, want only GET /healthz", public)
 	}
 	// A viewer cannot manage tokens; an admin lists them (never their secrets).
 	var list api.TokenList
@@ -220,15 +223,12 @@ func TestTokensTwoControllers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctl2, err := controller.New(controller.Config{Name: "ctl2", Bus: conn2, Signer: f.Trust.Signer, HTTPListen: "127.0.0.1:0", Tokens: kv2, Logger: stack.Quiet()})
+	ctl2, err := controller.New(controller.Config{Name: "ctl2", Bus: conn2, Signer: f.Trust.Signer, Tokens: kv2, Logger: stack.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ctl2.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ctl2.Close() })
-	f2 := &fixture{&stack.Stack{T: t, Ctl: ctl2, Base: "http://" + ctl2.Addr(), HTTP: f.HTTP}}
+	api2 := stack.StartAPI(t, ctl2, nil, func() { ctl2.Close() })
+	f2 := &fixture{&stack.Stack{T: t, Ctl: ctl2, API: api2, Base: "http://" + api2.Addr(), HTTP: f.HTTP}}
 
 	status := func(f *fixture, token string) int {
 		var code int

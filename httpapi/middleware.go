@@ -1,4 +1,4 @@
-package controller
+package httpapi
 
 import (
 	"bufio"
@@ -10,10 +10,36 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
-// The API's two middlewares, metrics and audit, wrap the whole ServeMux (routes
-// builds the chain), so every route gets them, /mcp included. Each learns the
+// metrics are the API's Prometheus metrics.
+type metrics struct {
+	requests *prometheus.CounterVec   // route, code
+	latency  *prometheus.HistogramVec // route
+}
+
+// newMetrics registers the API's metrics on reg.
+func newMetrics(reg *prometheus.Registry) (*metrics, error) {
+	buckets := []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetmux_http_requests_total", Help: "HTTP API requests by route and status code.",
+		}, []string{"route", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "fleetmux_http_request_duration_seconds", Help: "HTTP API request latency by route (streams: until the stream ends).", Buckets: buckets,
+		}, []string{"route"}),
+	}
+	for _, col := range []prometheus.Collector{m.requests, m.latency} {
+		if err := reg.Register(col); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// The API's two middlewares, metrics and audit, wrap the whole ServeMux (build
+// makes the chain), so every route gets them, /mcp included. Each learns the
 // route from r.Pattern and its path values once the handler returned: the mux sets
 // them on the request it is given, so nothing between a middleware and the mux may
 // replace the request (WithContext, Clone). What the reply was comes from a
@@ -32,13 +58,13 @@ func (m *metrics) middleware(next http.Handler) http.Handler {
 	})
 }
 
-// middleware audits every request that reached a route whose pattern names a
+// audit audits every request that reached a route whose pattern names a
 // mutating method (POST, PATCH, DELETE), the ones refused included: who, which
 // route, which session, and the result (ok, the error code, or the status).
 // Routes without a method in their pattern (/mcp) audit what they do themselves.
 // The reply goes out first: the record (JSON, a file write, a publish, a log line)
 // is not the client's wait.
-func (a *auditLog) middleware(next http.Handler) http.Handler {
+func (s *Server) audit(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := &replyRecorder{ResponseWriter: w, code: http.StatusOK}
 		next.ServeHTTP(rec, r)
@@ -64,7 +90,7 @@ func (a *auditLog) middleware(next http.Handler) http.Handler {
 		for _, f := range rec.notes {
 			f(&ar)
 		}
-		a.record(ar)
+		s.fleet.Audit(ar)
 	})
 }
 
@@ -112,7 +138,7 @@ func (s *replyRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		s.code = http.StatusSwitchingProtocols
 		return h.Hijack()
 	}
-	return nil, nil, errors.New("controller: response cannot be hijacked")
+	return nil, nil, errors.New("httpapi: response cannot be hijacked")
 }
 
 func (s *replyRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
