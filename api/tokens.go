@@ -1,6 +1,9 @@
 package api
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // API tokens (DESIGN.md, Trust model): GET/POST /v1/tokens, DELETE /v1/tokens/{name}.
 // A token's text is shown once, in the reply of its creation; the controllers keep
@@ -39,3 +42,32 @@ type NewToken struct {
 
 // CodeExists is the error code of a create whose name is taken (HTTP 409).
 const CodeExists = "exists"
+
+// BearerChallenge is the WWW-Authenticate header of a request refused for want
+// of a valid API token (401), at /v1 and /mcp alike. fleetmux takes an API
+// token as a bearer token and has no OAuth: an MCP client that gets a 401
+// without an error of this kind looks for OAuth metadata and starts an
+// authorization flow that cannot succeed. This one says what to do instead.
+const BearerChallenge = `Bearer realm="fleetmux", error="invalid_token", ` +
+	`error_description="fleetmux takes an API token, not OAuth: send Authorization: Bearer TOKEN (fleetmux token create makes one)"`
+
+// NoOAuth is the message of the 404 that answers OAuth discovery and its
+// default endpoints (OAuthPath).
+const NoOAuth = "fleetmux has no OAuth: send an API token as Authorization: Bearer TOKEN (fleetmux token create makes one)"
+
+// OAuthPath reports whether path is one an OAuth client asks for: the
+// discovery documents under /.well-known (protected resource, authorization
+// server, OpenID configuration) and the default /authorize, /token and
+// /register endpoints MCP clients fall back to. fleetmux answers them 404 with
+// NoOAuth, never a document that starts a flow.
+func OAuthPath(path string) bool {
+	switch {
+	case strings.HasPrefix(path, "/.well-known/oauth-"), strings.HasPrefix(path, "/.well-known/openid-configuration"):
+		return true
+	}
+	switch path {
+	case "/authorize", "/token", "/register":
+		return true
+	}
+	return false
+}

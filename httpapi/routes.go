@@ -134,7 +134,7 @@ func (s *Server) guard(mux *http.ServeMux, next http.Handler) http.Handler {
 		}
 		who, aerr := s.authenticate(r)
 		if aerr != nil {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="fleetmux"`)
+			w.Header().Set("WWW-Authenticate", api.BearerChallenge) // a token, no OAuth flow
 			writeError(w, aerr)
 			return
 		}
@@ -154,7 +154,8 @@ func (s *Server) guard(mux *http.ServeMux, next http.Handler) http.Handler {
 }
 
 // noRoute answers a request that matches no route: 405 when another method would
-// match the path, 404 otherwise.
+// match the path, 404 otherwise (saying there is no OAuth on the paths an OAuth
+// client asks for: api.OAuthPath).
 func (s *Server) noRoute(w http.ResponseWriter, r *http.Request, mux *http.ServeMux) {
 	var allow []string
 	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPatch, http.MethodDelete} {
@@ -163,6 +164,10 @@ func (s *Server) noRoute(w http.ResponseWriter, r *http.Request, mux *http.Serve
 		if _, p := mux.Handler(r2); p != "" {
 			allow = append(allow, m)
 		}
+	}
+	if api.OAuthPath(r.URL.Path) {
+		writeError(w, api.Errorf(api.CodeNotFound, "%s", api.NoOAuth))
+		return
 	}
 	if len(allow) > 0 {
 		w.Header().Set("Allow", strings.Join(allow, ", "))
