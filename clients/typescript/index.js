@@ -190,7 +190,19 @@ export class Client {
     }
     if (this.token) headers.Authorization = "Bearer " + this.token;
     if (this.actor) headers["Fleetmux-Actor"] = this.actor;
-    const resp = await fetch(u, { method, headers, body: data, signal });
+    let resp;
+    try {
+      resp = await fetch(u, { method, headers, body: data, signal });
+    } catch (e) {
+      if (e?.name === "AbortError" || !(e instanceof TypeError)) throw e;
+      // fetch's "fetch failed": the reason (ECONNREFUSED, ENOTFOUND…) is its cause
+      const c = e.cause;
+      const why = c?.code ? `${c.code}${c.message ? ": " + c.message : ""}` : (c?.message ?? e.message);
+      const err = new Unavailable("unavailable",
+        `no controller at ${this.addr} (${why}): is \`fleetmux dev\` running? Set FLEETMUX_ADDR (or pass addr) to the controller's address`);
+      err.cause = e;
+      throw err;
+    }
     if (resp.status >= 400) {
       const raw = await resp.text().catch(() => "");
       let code, msg, extra;

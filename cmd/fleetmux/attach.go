@@ -18,6 +18,13 @@ import (
 // detachKey is Ctrl-] (as in telnet): it detaches from the session.
 const detachKey = 0x1d
 
+// screenReset undoes what a program in the session may have left set in the
+// terminal: the alternate screen, a hidden cursor, colours and attributes,
+// bracketed paste, mouse reporting, application cursor keys and keypad, a
+// scrolling region. attach writes it when it leaves a terminal.
+const screenReset = "\x1b[?1049l\x1b[?47l\x1b[r\x1b[0m\x1b[?25h\x1b[?2004l" +
+	"\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1006l\x1b[?1l\x1b>"
+
 type attachOptions struct {
 	clientOptions
 	from int64
@@ -87,6 +94,7 @@ func attachSession(ctx context.Context, cl *client.Client, node, id string, from
 	fd, tty := terminalFd(in)
 	restore := func() {}
 	if tty {
+		fmt.Fprintf(errw, "[attached to %s: detach with Ctrl-]]\n", addr)
 		state, err := term.MakeRaw(fd)
 		if err != nil {
 			return fmt.Errorf("attach: putting the terminal in raw mode: %w", err)
@@ -132,7 +140,8 @@ func attachSession(ctx context.Context, cl *client.Client, node, id string, from
 
 	nl := ""
 	if tty {
-		nl = "\n" // the cursor may be anywhere on the line
+		_, _ = io.WriteString(out, screenReset) // the user's screen back as it was
+		nl = "\n"                               // the cursor may be anywhere on the line
 	}
 	if code := conn.ExitCode(); code != nil {
 		fmt.Fprintf(errw, "%s[session %s exited with code %d]\n", nl, addr, *code)

@@ -156,12 +156,16 @@ func (o *clientOptions) fail(err error) error {
 	case errors.As(err, &ee), errors.As(err, &ce):
 		return err
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return fmt.Errorf("no controller at %s (connection refused): is `fleetmux dev` running? (set --addr or %s)", o.addr, envAddr)
+		return &exitError{code: exitUnreachable, err: fmt.Errorf("no controller at %s (connection refused): is `fleetmux dev` running? (set --addr or %s)", o.addr, envAddr)}
 	case errors.Is(err, context.Canceled):
 		return &exitError{code: 130, err: errors.New("interrupted")}
 	}
-	return fmt.Errorf("controller at %s: %w", o.addr, err)
+	return &exitError{code: exitUnreachable, err: fmt.Errorf("controller at %s: %w", o.addr, err)}
 }
+
+// exitUnreachable is the exit status of a client verb that got no answer from the
+// controller (see the root command's help for the scheme).
+const exitUnreachable = 255
 
 // tokenHint says which token went to the controller, or that none did, and where
 // one is: dev's in <data>/token (and dev.json), others from `fleetmux token create`.

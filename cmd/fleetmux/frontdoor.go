@@ -41,5 +41,5 @@ func sshRun(ctx context.Context, fd frontDoor, args []string, stdin io.Reader, s
 		}
 		root.AddCommand(c)
 	}
-	return root.ExecuteContext(withFrontDoor(ctx, fd))
+	return execute(withFrontDoor(ctx, fd), root, args)
 }

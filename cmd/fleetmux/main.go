@@ -9,12 +9,16 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/client"
 )
 
 func main() {
@@ -58,11 +62,49 @@ func exitCode(err error) int {
 	return 1
 }
 
-// report prints err once, unless it is a silent exitError.
+// report prints err once, unless it is a silent exitError: as JSON for a verb run
+// with --json (jsonError), else as a line.
 func report(w io.Writer, err error) {
 	var ee *exitError
 	if err == nil || errors.As(err, &ee) && ee.err == nil {
 		return
 	}
+	var je *jsonError
+	if errors.As(err, &je) {
+		b, _ := json.Marshal(map[string]any{"error": errorJSON(je.err)})
+		fmt.Fprintf(w, "%s\n", b)
+		return
+	}
 	fmt.Fprintf(w, "fleetmux: %v\n", err)
+}
+
+// jsonError is the error of a verb run with --json: report prints it as JSON.
+type jsonError struct{ err error }
+
+func (e *jsonError) Error() string { return e.err.Error() }
+func (e *jsonError) Unwrap() error { return e.err }
+
+// errorJSON is err as the API's error object: the controller's code, rule and
+// approval when it answered one; else a code for the exit status (bad_request for
+// a bad command line, unavailable for no answer, timeout for a command still
+// running, interrupted, unknown_exit_code, else internal).
+func errorJSON(err error) api.Error {
+	var ce *client.Error
+	if errors.As(err, &ce) {
+		return api.Error{Code: ce.Code, Message: ce.Message, Rule: ce.Rule, Approval: ce.Approval}
+	}
+	code := api.CodeInternal
+	switch exitCode(err) {
+	case 2:
+		code = api.CodeBadRequest
+	case exitUnreachable:
+		code = api.CodeUnavailable
+	case exitStillRunning:
+		code = api.CodeTimeout
+	case exitCodeUnknown:
+		code = "unknown_exit_code"
+	case 130:
+		code = "interrupted"
+	}
+	return api.Error{Code: code, Message: err.Error()}
 }

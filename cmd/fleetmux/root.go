@@ -25,7 +25,28 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func runIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	root := cliRoot()
 	setupRoot(root, args, stdin, stdout, stderr)
-	return root.ExecuteContext(ctx)
+	return execute(ctx, root, args)
+}
+
+// execute runs root with args; an error of a verb run with --json reports as JSON
+// (also when the command line failed to parse after --json).
+func execute(ctx context.Context, root *cobra.Command, args []string) error {
+	c, err := root.ExecuteContextC(ctx)
+	if err == nil || c == nil || c.Flags().Lookup("json") == nil {
+		return err
+	}
+	if c.Flags().Lookup("json").Value.String() == "true" {
+		return &jsonError{err: err}
+	}
+	for _, a := range args {
+		switch a {
+		case "--":
+			return err
+		case "--json", "--json=true", "--json=1":
+			return &jsonError{err: err}
+		}
+	}
+	return err
 }
 
 // cliRoot is the CLI's command tree.
@@ -40,7 +61,13 @@ func cliRoot() *cobra.Command {
 			"NODE/ID. Client verbs talk to a controller's HTTP API at --addr and --token, else\n" +
 			"$FLEETMUX_ADDR and $FLEETMUX_TOKEN, else the address and token fleetmux dev wrote\n" +
 			"to dev.json. --json prints the API's JSON. fleetmux mcp serves MCP over stdio for\n" +
-			"AI agents; fleetmux try runs commands in a local session, without any server.",
+			"AI agents; fleetmux try runs commands in a local session, without any server.\n\n" +
+			"Exit status of the client verbs: 0 done; 1 the controller refused or failed the\n" +
+			"request (not found, denied, held, busy, forbidden…); 2 a bad command line; 130\n" +
+			"interrupted; 255 no answer from the controller (unreachable, a broken reply).\n" +
+			"run and exec exit like ssh instead: the command's code, 124 still running, 254\n" +
+			"exit code unknown, 255 any failure of fleetmux. Under --json an error is JSON on\n" +
+			"stderr too: {\"error\": {\"code\": …, \"message\": …}}.",
 		SilenceErrors: true, // report prints errors, once
 		SilenceUsage:  true,
 		Args: func(c *cobra.Command, args []string) error {
@@ -56,7 +83,7 @@ func cliRoot() *cobra.Command {
 	root.AddCommand(nodeCmd(), controllerCmd(), devCmd(), enrollCmd(), holderCmd())
 	root.AddCommand(clientCmds()...)
 	root.AddCommand(mcpCmd(), tokenCmd(), policyCmd(), secretCmd())
-	root.AddCommand(genDocsCmd())
+	root.AddCommand(genDocsCmd(), completionCmd())
 	return root
 }
 

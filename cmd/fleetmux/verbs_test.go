@@ -122,8 +122,8 @@ func TestNoControllerSaysHowToStartOne(t *testing.T) {
 	var rep bytes.Buffer
 	report(&rep, err)
 	want := "fleetmux: no controller at " + addr + " (connection refused): is `fleetmux dev` running?"
-	if exitCode(err) != 1 || !strings.HasPrefix(rep.String(), want) {
-		t.Errorf("exit %d, report %q; want exit 1 and %q", exitCode(err), rep.String(), want)
+	if exitCode(err) != 255 || !strings.HasPrefix(rep.String(), want) {
+		t.Errorf("exit %d, report %q; want exit 255 and %q", exitCode(err), rep.String(), want)
 	}
 }
 

@@ -98,6 +98,13 @@ def resolve(addr: Optional[str] = None, token: Optional[str] = None) -> Tuple[st
     return _normalize(addr or DEFAULT_ADDR), token
 
 
+def _unreachable(addr: str, reason: Any) -> str:
+    """The message for a controller that did not answer at addr."""
+    why = reason.strerror if isinstance(reason, OSError) and reason.strerror else str(reason)
+    return ("no controller at %s (%s): is `fleetmux dev` running? Set FLEETMUX_ADDR (or pass addr) "
+            "to the controller's address" % (addr, why))
+
+
 def _check_name(what: str, s: str) -> None:
     if not isinstance(s, str) or not _NAME.match(s):
         raise error_for(0, "bad_request", "%s %r: want [A-Za-z0-9_-]{1,63}" % (what, s))
@@ -162,6 +169,8 @@ class Client:
             except (ValueError, KeyError, TypeError, AttributeError):
                 msg = "HTTP %d: %s" % (e.code, raw[:200].decode("utf-8", "replace").strip())
             raise error_for(e.code, code, msg, rule, approval) from None
+        except urllib.error.URLError as e:
+            raise error_for(0, "unavailable", _unreachable(self.addr, e.reason)) from None
 
     def _json(self, method: str, path: str, query: Optional[Sequence[Tuple[str, Any]]] = None,
               body: Any = None, raw: Optional[Tuple[bytes, str]] = None) -> Any:

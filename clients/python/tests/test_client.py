@@ -665,3 +665,14 @@ class TestResolve(unittest.TestCase):
         self.write_dev(0o644)
         self.assertIsNone(fleetmux.read_dev_config())
         self.assertEqual(fleetmux.resolve(), (fleetmux.DEFAULT_ADDR, ""))
+
+
+class TestUnreachable(unittest.TestCase):
+    def test_friendly_error(self):
+        c = Client("http://127.0.0.1:1", "tok")
+        with self.assertRaises(fleetmux.Unavailable) as cm:
+            c.nodes()
+        msg = str(cm.exception)
+        self.assertIn("no controller at http://127.0.0.1:1", msg)
+        self.assertIn("fleetmux dev", msg)
+        self.assertIn("FLEETMUX_ADDR", msg)

@@ -550,6 +550,16 @@ describe("resolve", { concurrency: 1 }, () => {
     process.env.FLEETMUX_ADDR = "http://localhost:41234";
     assert.deepEqual(fm.resolve(), dev);
   });
+  it("says what to do when no controller answers", async () => {
+    // a port nothing listens on (any longer)
+    const srv = createServer();
+    await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+    const addr = `http://127.0.0.1:${srv.address().port}`;
+    await new Promise((r) => srv.close(r));
+    const c = new fm.Client(addr, "tok");
+    await assert.rejects(c.nodes(), (e) => e instanceof fm.Unavailable && e.code === "unavailable" &&
+      e.message.includes(`no controller at ${addr} (ECONNREFUSED`) && /fleetmux dev/.test(e.message) && /FLEETMUX_ADDR/.test(e.message));
+  });
   it("ignores a dev.json others may read", () => {
     writeDev(0o644);
     assert.equal(fm.readDevConfig(), null);
