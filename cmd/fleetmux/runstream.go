@@ -17,11 +17,12 @@ import (
 
 // `fleetmux run NODE/ID` prints the block's output as it arrives, the way ssh does:
 // while the run request is in flight it finds the new block (the session's block
-// count before the run, plus one) once its output began (its start moved past the
-// session's output offset before the run, where the typing began), follows the session's raw output from the
+// count before the run, plus one), follows the session's raw output from the
 // block's start and prints it line by line: rendered (escape sequences and
 // carriage-return overwrites resolved, as the block's text has them), or the raw
-// bytes with --raw. A line is printed once its newline arrives: the bytes after the
+// bytes with --raw. Until the shell accepts the typed line a block starts where the
+// typing did, so leading lines that are the command's echo are dropped (as the
+// block's text drops them). A line is printed once its newline arrives: the bytes after the
 // block's end (the next prompt) are never printed, since the block's end is known
 // only when the run returns. When the run returns, the rest comes from the block's
 // rendered text (or, with --raw or a budget-cut text, from the followed bytes up to
@@ -61,6 +62,7 @@ func (o *runOptions) streamRun(ctx context.Context, cl *client.Client, node, id 
 
 	// Find the block while the run is in flight.
 	var start int64 = -1
+	var echo []string
 	backoff := findMinBackoff
 	for start < 0 {
 		t := time.NewTimer(backoff)
@@ -83,15 +85,12 @@ func (o *runOptions) streamRun(ctx context.Context, cl *client.Client, node, id 
 			// older block: not this run's
 			res := <-done
 			return res.r, false, res.err
-		case br.Block.Start == s.OutputOffset:
-			// typed, and its output not begun: until the shell accepts the line
-			// (the C mark) a block starts where the typing did, before the echo
-			continue
 		}
 		start = br.Block.Start
+		echo = strings.Split(br.Block.Command, "\n")
 	}
 
-	ls := &lineStream{w: w, raw: o.raw, next: start}
+	ls := &lineStream{w: w, raw: o.raw, next: start, echo: echo}
 	fctx, stopFollow := context.WithCancel(ctx)
 	followed := make(chan struct{})
 	go func() {
@@ -142,12 +141,13 @@ type lineStream struct {
 	raw bool
 
 	mu      sync.Mutex
-	next    int64  // offset of pend's first byte
-	pend    []byte // bytes after the last line printed
-	lines   int    // lines printed
-	werr    error  // writing to w failed
-	stopped bool   // the follow ended
-	ferr    error  // why, when it failed
+	next    int64    // offset of pend's first byte
+	pend    []byte   // bytes after the last line printed
+	echo    []string // command lines still to drop when the leading lines echo them
+	lines   int      // lines printed
+	werr    error    // writing to w failed
+	stopped bool     // the follow ended
+	ferr    error    // why, when it failed
 	moved   chan struct{}
 }
 
@@ -176,17 +176,26 @@ func (s *lineStream) emitLocked(b []byte) {
 	if s.werr != nil {
 		return
 	}
-	if s.raw {
-		_, s.werr = s.w.Write(b)
-		return
-	}
-	var out strings.Builder
+	var out bytes.Buffer
 	for line := range bytes.Lines(b) {
-		out.WriteString(renderLine(bytes.TrimSuffix(line, []byte("\n"))))
+		text := renderLine(bytes.TrimSuffix(line, []byte("\n")))
+		if len(s.echo) > 0 {
+			want := strings.TrimSpace(s.echo[0])
+			if want == "" || strings.HasSuffix(strings.TrimSpace(text), want) {
+				s.echo = s.echo[1:]
+				continue
+			}
+			s.echo = nil
+		}
+		if s.raw {
+			out.Write(line)
+			continue
+		}
+		out.WriteString(text)
 		out.WriteByte('\n')
 		s.lines++
 	}
-	_, s.werr = io.WriteString(s.w, out.String())
+	_, s.werr = s.w.Write(out.Bytes())
 }
 
 func (s *lineStream) signalLocked() {
