@@ -135,6 +135,9 @@ func (o *runOptions) followToEnd(ctx context.Context, cl *client.Client, node, i
 	}
 }
 
+// errFinished ends the follow once the block's output is all printed.
+var errFinished = errors.New("the block's output is printed")
+
 // lineStream prints followed output line by line.
 type lineStream struct {
 	w   io.Writer
@@ -147,6 +150,7 @@ type lineStream struct {
 	lines   int      // lines printed
 	werr    error    // writing to w failed
 	stopped bool     // the follow ended
+	closed  bool     // finished: later output is not the block's
 	ferr    error    // why, when it failed
 	moved   chan struct{}
 }
@@ -157,6 +161,9 @@ func (s *lineStream) feed(off int64, p []byte) error {
 	defer s.mu.Unlock()
 	if s.werr != nil {
 		return s.werr
+	}
+	if s.closed {
+		return errFinished
 	}
 	if have := s.next + int64(len(s.pend)); off != have {
 		return fmt.Errorf("output at offset %d, want %d", off, have)
@@ -228,6 +235,7 @@ func (s *lineStream) finish(r api.BlockResult) error {
 	defer deadline.Stop()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer func() { s.closed = true }()
 	for s.next+int64(len(s.pend)) < end && !s.stopped {
 		ch := make(chan struct{})
 		s.moved = ch
@@ -259,7 +267,7 @@ func (s *lineStream) finish(r api.BlockResult) error {
 func (s *lineStream) flushRendered(text string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.pend = nil
+	s.pend, s.closed = nil, true
 	if text == "" || s.werr != nil {
 		return
 	}

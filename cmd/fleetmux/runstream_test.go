@@ -171,3 +171,20 @@ func TestRenderLine(t *testing.T) {
 		}
 	}
 }
+
+// TestLineStreamAfterFinish: output the follow delivers after the block's text
+// was printed (the run's reply overtook the stream) is not printed again.
+func TestLineStreamAfterFinish(t *testing.T) {
+	var b strings.Builder
+	ls := &lineStream{w: &b, next: 100, echo: []string{"echo still-$((6*7))"}}
+	if err := ls.feed(100, []byte("\x1b[?2004h$ echo still-$((6*7))\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	ls.flushRendered("still-42\n")
+	if err := ls.feed(131, []byte("still-42\r\n$ ")); err == nil {
+		t.Error("feed after the text was printed: no error to end the follow")
+	}
+	if b.String() != "still-42\n" {
+		t.Errorf("printed %q, want the line once", b.String())
+	}
+}
