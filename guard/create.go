@@ -33,12 +33,13 @@ const CodeEnvRule = "env-runs-code"
 // codeEnv are environment variables whose value a shell (bash, zsh, sh, ksh) runs
 // or sources, or the dynamic loader loads, at start or at every prompt.
 var codeEnv = map[string]bool{
-	// run or sourced by bash, zsh, sh, ksh at start or at every prompt
+	// run or sourced by bash, zsh, sh, ksh at start or at every prompt (MAILPATH:
+	// bash expands a $(…) in its messages when the mail file changes)
 	"PROMPT_COMMAND": true, "PS0": true, "PS1": true, "PS2": true, "PS3": true, "PS4": true,
 	"PROMPT": true, "PROMPT2": true, "PROMPT3": true, "PROMPT4": true, "RPROMPT": true, "RPROMPT2": true,
 	"RPS1": true, "RPS2": true, "BASH_ENV": true, "ENV": true, "ZDOTDIR": true, "FPATH": true,
 	"SHELLOPTS": true, "BASHOPTS": true, "IFS": true, "INPUTRC": true, "BASH_XTRACEFD": true,
-	"BASH_LOADABLES_PATH": true,
+	"BASH_LOADABLES_PATH": true, "MAILPATH": true,
 	// where commands are found: an allowed name would run other code
 	"PATH": true,
 	// loaded by the dynamic loader or an interpreter before the program's own code
@@ -136,18 +137,36 @@ func shellScript(argv []string) (string, bool) {
 	if !shells[strings.TrimPrefix(prog, "-")] {
 		return "", false
 	}
-	for i, a := range args {
+	// the script is the first operand once the options end, wherever -c is
+	// among them (`sh -c -- S`, `bash -c -o posix S`, `bash -x -c S`)
+	c := false
+	i := 0
+	for ; i < len(args); i++ {
+		a := args[i]
 		if a == "--" {
-			return "", false
+			i++
+			break
 		}
-		if len(a) > 1 && a[0] == '-' && a[1] != '-' && strings.ContainsRune(a, 'c') {
-			if i+1 < len(args) {
-				return args[i+1], true
+		if len(a) < 2 || a[0] != '-' && a[0] != '+' {
+			break
+		}
+		switch {
+		case a == "--rcfile" || a == "--init-file":
+			i++
+		case strings.HasPrefix(a, "--"):
+		default:
+			if a[0] == '-' && strings.ContainsRune(a, 'c') {
+				c = true
 			}
-			return "", false
+			if strings.ContainsAny(a, "oO") {
+				i++
+			}
 		}
 	}
-	return "", false
+	if !c || i >= len(args) {
+		return "", false
+	}
+	return args[i], true
 }
 
 // plainWord is a word the shell reads as it is, unquoted.

@@ -27,6 +27,11 @@ func TestShellScript(t *testing.T) {
 		{[]string{"bash", "script.sh"}, "", false},
 		{[]string{"python3", "-c", "x"}, "", false},
 		{[]string{"sh", "-c"}, "", false},
+		{[]string{"bash", "-c", "--", "rm F"}, "rm F", true},
+		{[]string{"bash", "-c", "-x", "rm F"}, "rm F", true},
+		{[]string{"bash", "-c", "-o", "posix", "rm F"}, "rm F", true},
+		{[]string{"bash", "--norc", "-e", "-c", "rm F", "arg0"}, "rm F", true},
+		{[]string{"bash", "--", "-c"}, "", false},
 	} {
 		s, ok := shellScript(c.argv)
 		if s != c.script || ok != c.ok {
@@ -38,7 +43,7 @@ func TestShellScript(t *testing.T) {
 func TestCodeEnv(t *testing.T) {
 	for k, want := range map[string]bool{
 		"PROMPT_COMMAND": true, "PS1": true, "BASH_ENV": true, "ENV": true, "ZDOTDIR": true, "LD_PRELOAD": true,
-		"BASH_FUNC_ls%%": true, "IFS": true, "PATH": true, "MINE": false, "LANG": false, "TZ": false,
+		"BASH_FUNC_ls%%": true, "IFS": true, "MAILPATH": true, "PATH": true, "MINE": false, "LANG": false, "TZ": false,
 	} {
 		if CodeEnv(k) != want {
 			t.Errorf("CodeEnv(%q) = %v, want %v", k, !want, want)

@@ -47,7 +47,9 @@ type Decision struct {
 // found by a small shell lexer (split at ; & | ( ) { } ` $( and newlines, with
 // quotes and backslashes removed, comments dropped and blanks squeezed), each also
 // without a leading path on its program (/bin/rm → rm) and without leading
-// assignments and wrappers (FOO=1 sudo env nice nohup command exec time builtin).
+// assignments and wrappers with their options (FOO=1 /usr/bin/sudo -u root env nice
+// -n 5 timeout 9 nohup setsid stdbuf ionice command exec time builtin), and the
+// simple commands of a shell's -c script (`bash -c -- 'rm x'`).
 // A deny or approve rule fits when its pattern matches any view. An allow rule is
 // stricter: it fits only when its pattern matches every simple command, so
 // `ls; rm -rf /` is not allowed by an allow rule for `^ls`.
@@ -161,12 +163,67 @@ func viewsOf(cmd string) *views {
 		v.raw = append(v.raw, strings.FieldsFunc(cmd, func(r rune) bool { return r == '\n' || r == '\r' })...)
 	}
 	v.simple = simpleCommands(cmd)
-	for _, s := range v.simple {
-		if e := unwrap(s); e != s {
+	v.addExtra(v.simple, 0)
+	return v
+}
+
+// addExtra adds the unwrapped forms of simple commands, and the simple commands of
+// a shell's -c script (`bash -c 'rm x'`, `sudo sh -c -- 'rm x'`) with theirs, to
+// the views deny and approve rules are tried on, down to a small nesting depth.
+func (v *views) addExtra(simple []string, depth int) {
+	for _, s := range simple {
+		e := unwrap(s)
+		if e != s {
 			v.extra = append(v.extra, e)
 		}
+		if script, ok := shellScript(e); ok && depth < 4 {
+			inner := simpleCommands(script)
+			v.extra = append(v.extra, inner...)
+			v.addExtra(inner, depth+1)
+		}
 	}
-	return v
+}
+
+// shells are the programs whose -c option makes their first operand a script.
+var shells = map[string]bool{"sh": true, "bash": true, "zsh": true, "dash": true, "ksh": true, "mksh": true,
+	"ash": true, "fish": true, "csh": true, "tcsh": true, "rbash": true, "yash": true, "posh": true}
+
+// shellScript is the script of an unwrapped simple command that runs a shell with
+// -c: the words from its first operand on, after every option (a -c anywhere
+// among them, -o/-O and --rcfile/--init-file taking a word, -- ending them).
+func shellScript(s string) (string, bool) {
+	words := strings.Split(s, " ")
+	if !shells[strings.TrimPrefix(words[0], "-")] {
+		return "", false
+	}
+	c := false
+	i := 1
+	for ; i < len(words); i++ {
+		w := words[i]
+		if w == "--" {
+			i++
+			break
+		}
+		if len(w) < 2 || w[0] != '-' && w[0] != '+' {
+			break
+		}
+		switch {
+		case w == "--rcfile" || w == "--init-file":
+			i++
+		case strings.HasPrefix(w, "--"):
+		default:
+			if w[0] == '-' && strings.ContainsRune(w, 'c') {
+				c = true
+			}
+			if strings.ContainsAny(w, "oO") {
+				i++
+			}
+		}
+	}
+	if !c || i >= len(words) {
+		return "", false
+	}
+	return strings.Join(words[i:], " "), true
 }
 
 // simpleCommands splits a command line into simple commands the way a shell would,
@@ -251,18 +308,46 @@ func simpleCommands(cmd string) []string {
 	return out
 }
 
-// wrappers are programs that run their arguments as a command.
-var wrappers = map[string]bool{
-	"sudo": true, "doas": true, "env": true, "nice": true, "nohup": true, "command": true,
-	"exec": true, "time": true, "builtin": true, "then": true, "do": true, "else": true, "!": true,
+// wrappers are programs that run their arguments as a command, each with its
+// options that take the next word as their value.
+var wrappers = map[string]map[string]bool{
+	"sudo": {"-u": true, "-g": true, "-C": true, "-D": true, "-h": true, "-p": true, "-r": true, "-t": true,
+		"-U": true, "-T": true},
+	"doas": {"-u": true, "-C": true}, "env": {"-u": true, "-C": true}, "nice": {"-n": true},
+	"timeout": {"-s": true, "-k": true}, "ionice": {"-c": true, "-n": true, "-p": true},
+	"nohup": nil, "setsid": nil, "stdbuf": nil, "command": nil, "exec": {"-a": true}, "time": nil,
+	"builtin": nil, "then": nil, "do": nil, "else": nil, "!": nil,
 }
 
-// unwrap drops leading assignments and wrappers from a simple command and the path of
-// its program.
+// unwrap drops leading assignments and wrappers (by their base name, with their
+// options, and timeout's duration) from a simple command, and the path of its
+// program.
 func unwrap(s string) string {
 	words := strings.Split(s, " ")
-	for len(words) > 1 && (wrappers[words[0]] || isAssignment(words[0])) {
+	for len(words) > 1 {
+		if isAssignment(words[0]) {
+			words = words[1:]
+			continue
+		}
+		w := path.Base(words[0])
+		opts, ok := wrappers[w]
+		if !ok {
+			break
+		}
 		words = words[1:]
+		for len(words) > 1 && len(words[0]) > 1 && words[0][0] == '-' {
+			if words[0] == "--" {
+				words = words[1:]
+				break
+			}
+			if opts[words[0]] && len(words) > 2 {
+				words = words[1:]
+			}
+			words = words[1:]
+		}
+		if w == "timeout" && len(words) > 1 {
+			words = words[1:] // the duration
+		}
 	}
 	if strings.Contains(words[0], "/") {
 		words[0] = path.Base(words[0])
