@@ -59,9 +59,16 @@ func TestMCPFullScreen(t *testing.T) {
 		if text, isErr := callTool(t, cs, "send_keys", with("keys", p.quit), nil); isErr {
 			t.Fatal(text)
 		}
+		var w struct {
+			State        string `json:"state"`
+			SessionState string `json:"session_state"`
+		}
 		testutil.Eventually(t, 20*time.Second, func() bool {
-			text, isErr := callTool(t, cs, "run_command", with("command", "echo back"), nil)
-			return !isErr && strings.Contains(text, "back")
-		}, "run_command after %s quit", p.name)
+			callTool(t, cs, "wait_for", with("timeout_ms", 5000), &w)
+			return w.State == "done" && w.SessionState == "idle"
+		}, "%s's block done, the session idle: %+v", p.name, &w)
+		if text, isErr := callTool(t, cs, "run_command", with("command", "echo back"), nil); isErr || !strings.Contains(text, "back") {
+			t.Fatalf("run_command after %s quit: %s", p.name, text)
+		}
 	}
 }
