@@ -21,7 +21,7 @@ var Tools = map[string]string{
 	"send_keys":        RoleOperator,
 	"set_session_info": RoleOperator,
 	"fanout_run":       RoleOperator,
-	"close_session":    RoleAdmin,
+	"close_session":    RoleOperator, // the node checks the owner (or admin)
 }
 
 // Roles lists the roles from the least to the most able.

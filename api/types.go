@@ -30,6 +30,13 @@ type Session struct {
 	Blocks         int               `json:"blocks"`
 	// Integration is IntegrationOK, IntegrationLost or IntegrationNone.
 	Integration string `json:"integration,omitempty"`
+	// Owner is the principal that created the session (token:NAME, ssh:…), from
+	// its verified request; empty for a session whose creator is not known. The
+	// owner may close it, an admin any session.
+	Owner string `json:"owner,omitempty"`
+	// ReapAt, on an exited session, is when the node removes it from its list
+	// (the node's --reap-exited); absent while it runs or when it is kept.
+	ReapAt *time.Time `json:"reap_at,omitempty"`
 }
 
 // Block is one command and its output range [Start, End).

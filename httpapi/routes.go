@@ -46,7 +46,7 @@ var table = []Route{
 	{"POST", "/v1/sessions", api.RoleOperator, (*Server).createSession},
 	{"GET", session, api.RoleViewer, (*Server).getSession},
 	{"PATCH", session, api.RoleOperator, (*Server).patchSession},
-	{"DELETE", session, api.RoleAdmin, (*Server).deleteSession},
+	{"DELETE", session, api.RoleOperator, (*Server).deleteSession}, // the node checks the owner (or admin)
 	{"POST", session + "/run", api.RoleOperator, (*Server).runCommand},
 	{"POST", session + "/input", api.RoleOperator, (*Server).input},
 	{"POST", session + "/keys", api.RoleOperator, (*Server).keys},

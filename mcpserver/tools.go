@@ -446,7 +446,7 @@ func (m *Server) addTools() {
 
 	addTool(m, &mcp.Tool{
 		Name:        "close_session",
-		Description: "Close a session you no longer need: its shell and what runs in it end; its recording stays.",
+		Description: "Close a session you created and no longer need (an admin may close any): its shell and what runs in it end; its recording stays.",
 		Annotations: &mcp.ToolAnnotations{Title: "Close a session", DestructiveHint: boolp(true), IdempotentHint: true, OpenWorldHint: boolp(false)},
 		InputSchema: schemaOf[closeSessionIn](nil),
 	}, sessionAudit(func(in closeSessionIn) (string, string, string) { return in.Node, in.Session, "" }), m.closeSession)

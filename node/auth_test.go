@@ -105,8 +105,9 @@ func TestAttacksRefused(t *testing.T) {
 	}
 }
 
-// TestRolesAtTheNode: a viewer reads, an operator runs but may not close, an admin
-// closes; a refused read is audited too.
+// TestRolesAtTheNode: a viewer reads, an operator runs but may not close a session
+// another principal created (refused naming its owner), closes its own, an admin
+// closes any; a refused read is audited too.
 func TestRolesAtTheNode(t *testing.T) {
 	f := newFixture(t)
 	s := f.create(api.CreateRequest{})
@@ -115,12 +116,20 @@ func TestRolesAtTheNode(t *testing.T) {
 	if err := f.call("create", api.CreateRequest{}, nil); code(err) != api.CodeForbidden {
 		t.Fatalf("viewer create: %v", err)
 	}
-	f.role = api.RoleOperator
-	f.run(s.ID, "true")
 	if err := f.call("close", api.SessionRequest{Session: s.ID}, nil); code(err) != api.CodeForbidden {
-		t.Fatalf("operator close: %v", err)
+		t.Fatalf("viewer close: %v", err)
 	}
-	f.role = api.RoleAdmin
+	f.role, f.actor = api.RoleOperator, "agent"
+	f.run(s.ID, "true")
+	if err := f.call("close", api.SessionRequest{Session: s.ID}, nil); code(err) != api.CodeForbidden || !strings.Contains(err.Error(), "test:tester") {
+		t.Fatalf("operator close of another's session: %v", err)
+	}
+	own := f.create(api.CreateRequest{})
+	if own.Owner != "test:agent" {
+		t.Fatalf("owner %q, want test:agent", own.Owner)
+	}
+	f.mustCall("close", api.SessionRequest{Session: own.ID}, nil)
+	f.role, f.actor = api.RoleAdmin, ""
 	f.mustCall("close", api.SessionRequest{Session: s.ID}, nil)
 }
 

@@ -35,10 +35,11 @@ func toBlock(b session.Block) api.Block {
 	return out
 }
 
-func toResult(node, id string, r session.Result) api.BlockResult {
+// result is a run's result on e's session as the API shows it.
+func (e *entry) result(r session.Result) api.BlockResult {
 	return api.BlockResult{
 		Block: toBlock(r.Block), Text: r.Text, OmittedBytes: r.OmittedBytes, LostBytes: r.LostBytes,
-		Session: toSession(node, id, r.Session),
+		Session: e.wire(r.Session),
 	}
 }
 

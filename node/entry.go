@@ -60,6 +60,8 @@ type entry struct {
 	dir     string // recording directory
 	castTo  string // path of the .cast file
 	started time.Time
+	owner   string       // the principal that created the session (reap.go); set before it is registered
+	reapAt  atomic.Int64 // when the reaper closes the exited session (unix ns; 0: not set)
 
 	ctx    context.Context // cancelled by close: the publisher and the recorder stop
 	cancel context.CancelFunc
@@ -110,7 +112,18 @@ type entry struct {
 	closeOnce sync.Once
 }
 
-func (e *entry) info() api.Session { return toSession(e.n.cfg.Name, e.id, e.s.Info()) }
+func (e *entry) info() api.Session { return e.wire(e.s.Info()) }
+
+// wire is in, a snapshot of e's session, as the API shows it: with what the node
+// keeps of it (owner, reap time).
+func (e *entry) wire(in session.Info) api.Session {
+	s := toSession(e.n.cfg.Name, e.id, in)
+	s.Owner = e.owner
+	if at := e.reapTime(); !at.IsZero() {
+		s.ReapAt = &at
+	}
+	return s
+}
 
 // startRecording creates the recording files of a new session.
 func (e *entry) startRecording(h replay.Header) error {
@@ -348,6 +361,9 @@ func (e *entry) handleEvent(node, id string, ev session.Event) {
 		e.recMu.Unlock()
 	}
 	publishJSON(bus, e.n.subj.Event(node, id), se)
+	if ev.Kind == session.EventExited {
+		e.n.kickReaper()
+	}
 	if ev.Kind == session.EventState && ev.State == session.StateWaitingInput {
 		e.guard.AnswerPrompt(e)
 	}

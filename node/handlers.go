@@ -305,6 +305,7 @@ func (n *Node) startNew(r api.CreateRequest, w guard.Writer) (api.Session, error
 		return api.Session{}, err
 	}
 	e.id, e.num, e.s, e.started, e.dir = id, num, s, time.Now(), filepath.Join(n.cfg.DataDir, "sessions", id)
+	e.owner = w.Principal
 	e.castTo = filepath.Join(e.dir, "output.cast")
 	e.ctx, e.cancel = context.WithCancel(n.ctx)
 	info := s.Info()
@@ -317,6 +318,7 @@ func (n *Node) startNew(r api.CreateRequest, w guard.Writer) (api.Session, error
 		return api.Session{}, fmt.Errorf("recording of %s: %w", id, err)
 	}
 	e.openPublished()
+	e.saveOwner()
 	n.sessions[id] = e
 	ep.Store(e)
 	n.gossipLocked()
@@ -410,20 +412,13 @@ func (n *Node) closeSession(ctx context.Context, req request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	n.mu.Lock()
-	if n.sessions[r.Session] != e {
-		n.mu.Unlock()
+	if err := guard.MayClose(e.owner, writerOf(req), n.cfg.Name, e.id); err != nil {
+		return nil, err
+	}
+	info, ok := n.closeEntry(e)
+	if !ok {
 		return nil, api.Errorf(api.CodeNotFound, "no session %s/%s", n.cfg.Name, r.Session)
 	}
-	delete(n.sessions, r.Session)
-	n.gossipLocked()
-	n.mu.Unlock()
-	info := e.info()
-	e.close()
-	publishJSON(n.cfg.Bus, n.subj.Event(n.cfg.Name, e.id), api.SessionEvent{
-		Type: api.EventClosed, Node: n.cfg.Name, Session: e.id, Time: time.Now().UTC(), State: api.StateExited,
-	})
-	info.State = api.StateExited
 	return info, nil
 }
 
@@ -450,7 +445,7 @@ func (n *Node) run(ctx context.Context, req request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return toResult(n.cfg.Name, e.id, res), nil
+	return e.result(res), nil
 }
 
 // runLeased is run once req's writer holds the session's writer lease: checked,
@@ -639,7 +634,7 @@ func (n *Node) block(ctx context.Context, req request) (any, error) {
 	if err != nil {
 		return nil, sessionErr(e.id, err)
 	}
-	return toResult(n.cfg.Name, e.id, res), nil
+	return e.result(res), nil
 }
 
 func (n *Node) read(ctx context.Context, req request) (any, error) {
@@ -694,7 +689,7 @@ func (n *Node) wait(ctx context.Context, req request) (any, error) {
 	info, err := e.s.Wait(wctx, until, r.After)
 	switch {
 	case err == nil:
-		return api.WaitReply{Session: toSession(n.cfg.Name, e.id, info), OK: true}, nil
+		return api.WaitReply{Session: e.wire(info), OK: true}, nil
 	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
 		return api.WaitReply{Session: e.info(), OK: false}, nil
 	}

@@ -76,6 +76,7 @@ func (n *Node) reattachOne(id string) error {
 	e := &entry{n: n, id: id, num: num, dir: filepath.Join(n.cfg.DataDir, "sessions", id)}
 	e.guard = n.guard.NewSession(e)
 	e.castTo = filepath.Join(e.dir, "output.cast")
+	e.loadOwner()
 	idx, err := replay.OpenIndex(e.castTo)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		n.log.Warn("block index unreadable: rebuilt blocks keep the commands the replay sees", "session", id, "err", err)

@@ -150,7 +150,8 @@ func (f *fixture) subscribed(col *overlapCollector, id string, end int64) (text 
 // TestHolderRestart: with a holder, an agent's graceful stop leaves the sessions
 // running; the next agent on the same data dir serves them with the same ids, a
 // command that ran across the restart ends with its real exit code, block numbers
-// go on, and a NATS subscriber gets every output byte exactly once.
+// go on, the session keeps its owner, and a NATS subscriber gets every output
+// byte exactly once.
 func TestHolderRestart(t *testing.T) {
 	client := startHolder(t)
 	f := newFixture(t, func(c *node.Config) { c.Holder = client() })
@@ -177,6 +178,9 @@ func TestHolderRestart(t *testing.T) {
 	}
 	var info api.Session
 	f.mustCall("get", api.SessionRequest{Session: s.ID}, &info)
+	if s.Owner != "test:tester" || info.Owner != s.Owner {
+		t.Fatalf("owner %q before the restart, %q after, want test:tester", s.Owner, info.Owner)
+	}
 	text, gaps, repeated := f.subscribed(col, s.ID, info.OutputOffset)
 	if repeated != 0 || gaps != 0 || strings.Count(text, "\rbefore-restart\r\n") != 1 || strings.Count(text, "\racross\r\n") != 1 || strings.Count(text, "\rafter-restart\r\n") != 1 {
 		t.Fatalf("subscriber: %d bytes repeated, %d gaps:\n%q", repeated, gaps, text)

@@ -77,6 +77,9 @@ type Config struct {
 	// deleted, checked as RecordingsMaxBytes is (default DefaultRecordingRetention;
 	// negative: kept forever).
 	RecordingRetention time.Duration
+	// ReapExited is how long an exited session stays listed (its reap_at) before
+	// the node closes it (default DefaultReapExited; negative: kept until closed).
+	ReapExited time.Duration
 	// WriterLease is how long a writer that typed into a session (input, keys, an
 	// attach's keystrokes, a take-over) keeps its writer lease past their last
 	// input (default api.WriterLease).
@@ -119,6 +122,7 @@ type Node struct {
 	published atomic.Int64                // output bytes published, gossiped as NodeMeta.Published
 	audits    *delay.Queue[func() []byte] // audit records (made when sent), published off the request path
 	sweep     chan struct{}               // asks the janitor for a sweep (buffered 1)
+	reapKick  chan struct{}               // asks the reaper to look (buffered 1; reap.go)
 	reclaim   *reclaim.Quiet              // nil without Config.ReclaimAfter
 
 	guard     *guard.Guard // everything decided before the node acts (guard.go)
@@ -174,6 +178,9 @@ func New(cfg Config) (*Node, error) {
 	if cfg.RecordingRetention == 0 {
 		cfg.RecordingRetention = DefaultRecordingRetention
 	}
+	if cfg.ReapExited == 0 {
+		cfg.ReapExited = DefaultReapExited
+	}
 	if cfg.WriterLease <= 0 {
 		cfg.WriterLease = api.WriterLease
 	}
@@ -198,6 +205,7 @@ func New(cfg Config) (*Node, error) {
 		sessions: map[string]*entry{},
 		idem:     map[string]*idemRun{},
 		sweep:    make(chan struct{}, 1),
+		reapKick: make(chan struct{}, 1),
 	}
 	if n.log == nil {
 		n.log = slog.Default()
@@ -275,6 +283,10 @@ func (n *Node) Start() error {
 	n.gossipLocked()
 	n.wg.Add(1)
 	go n.janitor()
+	if n.cfg.ReapExited > 0 {
+		n.wg.Add(1)
+		go n.reaper()
+	}
 	n.guard.Start()
 	if n.cfg.Gossip != nil {
 		n.wg.Add(1)

@@ -36,6 +36,7 @@ type fixture struct {
 	subj   api.Subjects
 	trust  *testutil.Trust
 	role   string // the role requests are signed with (default admin)
+	actor  string // who signs them: principal test:ACTOR (default tester)
 }
 
 // busBuffer is the node's reconnect buffer; the outage test shrinks it so the outage
@@ -86,7 +87,11 @@ func newFixture(t *testing.T, mod ...func(*node.Config)) *fixture {
 // sign is the header of a request of data to verb on n1, signed by the test
 // controller for actor "tester" with f.role.
 func (f *fixture) sign(verb string, data []byte) map[string]string {
-	return f.trust.Header(f.t, f.subj.RPC("n1", verb), data, "tester", f.role)
+	actor := f.actor
+	if actor == "" {
+		actor = "tester"
+	}
+	return f.trust.Header(f.t, f.subj.RPC("n1", verb), data, actor, f.role)
 }
 
 // call makes a request and decodes the reply into out; an error reply is returned as

@@ -16,6 +16,9 @@ var operatorVerbs = map[string]bool{
 	// its rule names as approver).
 	"decide":    true,
 	"take_over": true,
+	// close: the node lets an operator close only the sessions it created
+	// (guard.MayClose); an admin closes any.
+	"close": true,
 }
 
 // ValidRole reports whether role is one of api.RoleViewer, api.RoleOperator and
@@ -29,8 +32,8 @@ func ValidRole(role string) bool {
 }
 
 // Allows reports whether role may use verb (a node API verb). Each role may do
-// everything the one before it may; admin may use every verb, including close and
-// any verb added later. An unknown role may do nothing.
+// everything the one before it may; admin may use every verb, including any verb
+// added later. An unknown role may do nothing.
 func Allows(role, verb string) bool {
 	switch role {
 	case api.RoleAdmin:

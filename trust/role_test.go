@@ -8,8 +8,8 @@ import (
 
 func TestAllows(t *testing.T) {
 	read := []string{"list", "get", "screen", "blocks", "block", "read", "wait"}
-	write := []string{"create", "update", "run", "input", "keys", "resize"}
-	admin := []string{"close", "policy", "some-future-verb"}
+	write := []string{"create", "update", "run", "input", "keys", "resize", "close"} // close: the node checks the owner
+	admin := []string{"policy", "some-future-verb"}
 	for _, tc := range []struct {
 		role                 string
 		read, write, adminOK bool

@@ -47,6 +47,8 @@ type Stack struct {
 	HTTP   *http.Client
 	Trust  *testutil.Trust // the fleet root; the controller signs as "ctl"
 	Policy bool            // nodes watch FLEETMUX_POLICY (Options.Policy)
+	// NodeConfig, when set, changes every node's config before node.New (Options.Node).
+	NodeConfig func(*node.Config)
 }
 
 // Node is one node agent of a Stack, on its own bus connection and gossip member.
@@ -64,6 +66,7 @@ type Options struct {
 	Store  bool                         // tokens in the FLEETMUX_TOKENS bucket of the stack's NATS
 	Policy bool                         // the guardrail policy in the FLEETMUX_POLICY bucket: /v1/policy sets it, the nodes enforce it
 	Config func(*controller.Config)     // changes the controller's config before New
+	Node   func(*node.Config)           // changes every node's config before node.New
 }
 
 // Token is the stacks' default bootstrap admin token.
@@ -88,7 +91,7 @@ func New(t *testing.T, o Options) *Stack {
 	if o.Token == "" {
 		o.Token = Token
 	}
-	f := &Stack{T: t, Nodes: map[string]*Node{}, Token: o.Token, HTTP: &http.Client{Timeout: 60 * time.Second}, Trust: testutil.NewTrust(t), Policy: o.Policy}
+	f := &Stack{T: t, Nodes: map[string]*Node{}, Token: o.Token, HTTP: &http.Client{Timeout: 60 * time.Second}, Trust: testutil.NewTrust(t), Policy: o.Policy, NodeConfig: o.Node}
 	f.NATS = testutil.StartNATS(t, t.TempDir())
 	ctx := context.Background()
 	var err error
@@ -206,6 +209,9 @@ func (f *Stack) StartNode(name string, labels map[string]string) *Node {
 	cfg := node.Config{Name: name, Labels: labels, DataDir: t.TempDir(), Bus: conn, Verifier: f.Trust.NewVerifier(t), Gossip: g, Logger: Quiet(), Version: "0.1.0"}
 	if f.Policy {
 		cfg.Policy = transport.NewPolicyReader(conn.NC(), Quiet())
+	}
+	if f.NodeConfig != nil {
+		f.NodeConfig(&cfg)
 	}
 	n, err := node.New(cfg)
 	if err != nil {
