@@ -24,7 +24,7 @@ var sshVerbs = map[string]string{
 	"block": api.RoleViewer, "logs": api.RoleViewer, "wait": api.RoleViewer, "attach": api.RoleViewer,
 	"new": api.RoleOperator, "run": api.RoleOperator, "send": api.RoleOperator, "keys": api.RoleOperator,
 	"take-over": api.RoleOperator,
-	"kill":      api.RoleAdmin,
+	"kill":      api.RoleOperator, // the node lets an operator close only the sessions it created
 	// approvals; approve and deny: the node checks the decider (admin, or a role the
 	// rule names as approver)
 	"approvals": api.RoleViewer, "approve": api.RoleOperator, "deny": api.RoleOperator,

@@ -79,9 +79,13 @@ func TestOpenSSH(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "here/s1") {
 		t.Fatalf("ssh ls: %q %d", out, code)
 	}
-	// An operator may not kill; a server verb is not a command here.
-	if _, errs, code := ssh("kill", "here/s1"); code != 1 || !strings.Contains(errs, "admin role") {
-		t.Fatalf("ssh kill as operator: %q %d", errs, code)
+	// An operator may not kill a session another key created (the node names its
+	// owner; it kills its own below); a server verb is not a command here.
+	if out, errs, code := sshAs(adminKey, "new"); code != 0 || out != "here/s2\n" {
+		t.Fatalf("ssh new as admin: %q %q %d", out, errs, code)
+	}
+	if _, errs, code := ssh("kill", "here/s2"); code != 1 || !strings.Contains(errs, "belongs to ssh:") {
+		t.Fatalf("ssh kill of the admin's session as operator: %q %d", errs, code)
 	}
 	if _, _, code := ssh("try", "--", "id"); code != 2 {
 		t.Fatalf("ssh try: exit %d, want 2", code)
@@ -119,11 +123,14 @@ func TestOpenSSH(t *testing.T) {
 	if out, _, _ := ssh("logs", "here/s1"); !strings.Contains(out, "typed-42") {
 		t.Fatalf("ssh logs after send and keys: %q", out)
 	}
-	if out, errs, code := sshAs(adminKey, "kill", "here/s1"); code != 0 {
-		t.Fatalf("ssh kill as admin: %q %q %d", out, errs, code)
+	if out, errs, code := ssh("kill", "here/s1"); code != 0 {
+		t.Fatalf("ssh kill of its own session as operator: %q %q %d", out, errs, code)
 	}
 	if _, code := cli("screen", "here/s1"); code == 0 {
 		t.Fatalf("here/s1 still answers after ssh kill")
+	}
+	if out, errs, code := sshAs(adminKey, "kill", "here/s2"); code != 0 {
+		t.Fatalf("ssh kill as admin: %q %q %d", out, errs, code)
 	}
 }
 
