@@ -79,6 +79,10 @@ type Request struct {
 	Writer Writer
 	// Command is what runs: a run's command or the shell's line.
 	Command string
+	// Unaccepted (Line): Command is one the shell runs while no line is accepted
+	// (an expansion, a completion), a piece of the line being typed; otherwise it
+	// is a line the shell accepted.
+	Unaccepted bool
 	// Data is what input or keys type (keys as the bytes they send).
 	Data []byte
 	// AtPrompt: an integrated shell waits at its prompt (input, keys): it asks
@@ -218,7 +222,7 @@ func (g *Guard) checkLine(ctx context.Context, req Request) error {
 	if s.expected(req.Command) {
 		return nil
 	}
-	return g.enforce(ctx, s, s.LineWriter(req.Command), req.Command, nil, nil)
+	return g.enforce(ctx, s, s.LineWriter(req.Command, req.Unaccepted), req.Command, nil, nil)
 }
 
 // LineVerdict is what the shell is told about a line Check(Line) refused: the

@@ -89,8 +89,12 @@ func (s *Session) trimTypedLocked(now time.Time) {
 }
 
 // LineWriter is the writer whose input formed line (see above); the zero Writer
-// when no writer's did. The lines it used are used up.
-func (s *Session) LineWriter(line string) Writer {
+// when no writer's did. The lines it used are used up. piece: line is a command
+// the shell runs while no line is accepted (an expansion, a completion), which
+// may be a piece of the line being typed; a line the shell accepted never is
+// (a program could wipe the pending line and type a part of it: a person's
+// half-typed `echo "later: touch x"` would make its planted `touch x` theirs).
+func (s *Session) LineWriter(line string, piece bool) Writer {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.trimTypedLocked(time.Now())
@@ -110,7 +114,7 @@ func (s *Session) LineWriter(line string) Writer {
 	// A command the shell runs before a line is accepted (an expansion, a
 	// completion) is a piece of the line being typed: its writer's, when that
 	// writer alone typed it so far.
-	if want != "" && !s.pendingMixed && s.pendingBy != (Writer{}) && strings.Contains(string(s.pending), want) {
+	if piece && want != "" && !s.pendingMixed && s.pendingBy != (Writer{}) && strings.Contains(string(s.pending), want) {
 		return s.pendingBy
 	}
 	return Writer{}

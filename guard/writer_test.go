@@ -18,22 +18,24 @@ func TestLineWriter(t *testing.T) {
 		typed []typed
 		asked []string
 		want  []Writer
+		piece bool // asked as commands run before a line is accepted
 	}{
-		{"as typed", []typed{{op, "ls -l\r"}}, []string{"ls -l"}, []Writer{op}},
-		{"in pieces", []typed{{op, "ls "}, {op, "-l"}, {op, "\r"}}, []string{"ls -l"}, []Writer{op}},
-		{"injected", []typed{{op, "ls\r"}}, []string{"ls", "rm -rf ~"}, []Writer{op, {}}},
-		{"injected while typing", []typed{{op, "ls\r"}}, []string{"rm Fls"}, []Writer{{}}},
-		{"nothing typed", nil, []string{"true"}, []Writer{{}}},
-		{"used once", []typed{{op, "true\r"}}, []string{"true", "true"}, []Writer{op, {}}},
-		{"cursor moved", []typed{{op, "ouch x\x01t\r"}}, []string{"touch x"}, []Writer{op}},
-		{"continuation lines", []typed{{op, "echo 'a\r"}, {op, "b'\r"}}, []string{"echo 'a\nb'"}, []Writer{op}},
-		{"completed", []typed{{op, "ls /us\t\r"}}, []string{"ls /usr/"}, []Writer{op}},
-		{"completion does not explain more", []typed{{op, "ls /us\t\r"}}, []string{"rm -r /usr/"}, []Writer{{}}},
-		{"own history", []typed{{op, "make test\r"}, {op, "\x1b[A\r"}}, []string{"make test", "make test"}, []Writer{op, op}},
-		{"another's history", []typed{{agent, "make test\r"}, {op, "\x1b[A\r"}}, []string{"make test", "make test"}, []Writer{agent, {}}},
-		{"type-ahead in order", []typed{{op, "a\r"}, {agent, "b\r"}}, []string{"a", "b"}, []Writer{op, agent}},
-		{"a piece of the line being typed (an expansion)", []typed{{op, "$(touch m)\x1b\x05"}}, []string{"touch m", "rm x"}, []Writer{op, {}}},
-		{"lines typed into a program are dropped", []typed{{op, "secret\r"}, {agent, "b\r"}}, []string{"b", "secret"}, []Writer{agent, {}}},
+		{"as typed", []typed{{op, "ls -l\r"}}, []string{"ls -l"}, []Writer{op}, false},
+		{"in pieces", []typed{{op, "ls "}, {op, "-l"}, {op, "\r"}}, []string{"ls -l"}, []Writer{op}, false},
+		{"injected", []typed{{op, "ls\r"}}, []string{"ls", "rm -rf ~"}, []Writer{op, {}}, false},
+		{"injected while typing", []typed{{op, "ls\r"}}, []string{"rm Fls"}, []Writer{{}}, false},
+		{"nothing typed", nil, []string{"true"}, []Writer{{}}, false},
+		{"used once", []typed{{op, "true\r"}}, []string{"true", "true"}, []Writer{op, {}}, false},
+		{"cursor moved", []typed{{op, "ouch x\x01t\r"}}, []string{"touch x"}, []Writer{op}, false},
+		{"continuation lines", []typed{{op, "echo 'a\r"}, {op, "b'\r"}}, []string{"echo 'a\nb'"}, []Writer{op}, false},
+		{"completed", []typed{{op, "ls /us\t\r"}}, []string{"ls /usr/"}, []Writer{op}, false},
+		{"completion does not explain more", []typed{{op, "ls /us\t\r"}}, []string{"rm -r /usr/"}, []Writer{{}}, false},
+		{"own history", []typed{{op, "make test\r"}, {op, "\x1b[A\r"}}, []string{"make test", "make test"}, []Writer{op, op}, false},
+		{"another's history", []typed{{agent, "make test\r"}, {op, "\x1b[A\r"}}, []string{"make test", "make test"}, []Writer{agent, {}}, false},
+		{"type-ahead in order", []typed{{op, "a\r"}, {agent, "b\r"}}, []string{"a", "b"}, []Writer{op, agent}, false},
+		{"a piece of the line being typed (an expansion)", []typed{{op, "$(touch m)\x1b\x05"}}, []string{"touch m", "rm x"}, []Writer{op, {}}, true},
+		{"an accepted line is no piece of the line being typed", []typed{{op, "echo later: touch x"}}, []string{"touch x"}, []Writer{{}}, false},
+		{"lines typed into a program are dropped", []typed{{op, "secret\r"}, {agent, "b\r"}}, []string{"b", "secret"}, []Writer{agent, {}}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := &Session{}
@@ -41,7 +43,7 @@ func TestLineWriter(t *testing.T) {
 				s.TypedInput(ty.w, []byte(ty.data))
 			}
 			for i, line := range c.asked {
-				if got := s.LineWriter(line); got != c.want[i] {
+				if got := s.LineWriter(line, c.piece); got != c.want[i] {
 					t.Fatalf("line %q: writer %+v, want %+v", line, got, c.want[i])
 				}
 			}

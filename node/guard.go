@@ -55,7 +55,8 @@ func (n *Node) shellGuard(ep *atomic.Pointer[entry]) func(ctx context.Context, l
 // guardLine decides line for e's shell; it blocks while an approval waits (until
 // ctx ends: the shell asked about a newer line, or the session closed).
 func (n *Node) guardLine(ctx context.Context, e *entry, line string) session.GuardVerdict {
-	err := n.guard.Check(ctx, guard.Request{Verb: guard.Line, Session: e.guard, Command: line})
+	err := n.guard.Check(ctx, guard.Request{Verb: guard.Line, Session: e.guard, Command: line,
+		Unaccepted: session.Unaccepted(ctx)})
 	if err == nil {
 		return session.GuardVerdict{Allow: true}
 	}

@@ -138,3 +138,51 @@ func TestPlanterMayNotApprove(t *testing.T) {
 	}
 	testutil.Eventually(t, 15*time.Second, func() bool { return fileThere(marker) }, "the approved line to run")
 }
+
+// TestInjectedPieceIsNobodys performs writer confusion with TIOCSTI over a line
+// being typed: an operator has half typed `echo later: touch MARKER` when a
+// program the agent started wipes the shell's line (C-u) and types `touch MARKER`
+// itself. The planted line is a piece of the operator's pending text, but the
+// shell accepted it as a line: no writer's input formed it, so it is denied
+// (writer-unknown). On the old code it was the operator's and ran unapproved.
+func TestInjectedPieceIsNobodys(t *testing.T) {
+	canTIOCSTI(t)
+	src := &docSource{rev: 1, doc: []byte(agentPolicy)}
+	f := newFixture(t, func(c *node.Config) { c.Policy = src; c.WriterLease = 50 * time.Millisecond })
+	dir := t.TempDir()
+	s := f.create(api.CreateRequest{Shell: "bash", Cwd: dir})
+	f.mustCall("wait", api.WaitRequest{Session: s.ID, Until: "idle", TimeoutMS: 20000}, nil)
+	script := filepath.Join(dir, "inj.py")
+	wipe := strings.Replace(injector, `for c in (line`, `for c in ("\x15" + line`, 1)
+	if err := os.WriteFile(script, []byte(wipe), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	goFile, marker := filepath.Join(dir, "go"), filepath.Join(dir, "marker")
+	if err := f.callAs("agent", api.RoleOperator, "run", api.RunRequest{Session: s.ID, Command: "python3 " + script + " " + goFile + " " + marker + " &", TimeoutMS: 20000}, nil); err != nil {
+		t.Fatalf("the agent's background program: %v", err)
+	}
+	f.mustCall("wait", api.WaitRequest{Session: s.ID, Until: "idle", TimeoutMS: 20000}, nil)
+	// The operator runs a line and leaves the next one half typed.
+	if err := f.callAs("op2", api.RoleOperator, "input", api.InputRequest{Session: s.ID, Data: "echo > " + goFile + "\recho later: touch " + marker}, nil); err != nil {
+		t.Fatalf("the operator's input: %v", err)
+	}
+	var b api.Block
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		var bl api.BlockList
+		if f.call("blocks", api.SessionRequest{Session: s.ID}, &bl) != nil {
+			return false
+		}
+		for _, b = range bl.Blocks {
+			if strings.HasPrefix(b.Command, "touch ") && b.State == api.BlockDone {
+				return true
+			}
+		}
+		return fileThere(marker)
+	}, "the injected line to be decided")
+	if fileThere(marker) {
+		t.Fatal("the line a program planted over the operator's half-typed one ran as the operator's")
+	}
+	if !strings.Contains(b.ExitCodeNote, "writer-unknown") {
+		t.Fatalf("the injected line's block %+v, want denied by writer-unknown", b)
+	}
+}

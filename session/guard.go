@@ -496,6 +496,9 @@ func (g *guard) answer(req guardRequest) {
 			g.s.guardAbort, g.s.guardAbortAny = cancel, req.unaccepted
 		}
 		g.s.mu.Unlock()
+		if req.unaccepted {
+			ctx = context.WithValue(ctx, unacceptedKey{}, true)
+		}
 		v = g.call(ctx, req.line)
 		if ctx.Err() != nil && g.ctx.Err() == nil && !v.Allow && v.Message == "" {
 			v.Message = "the line was abandoned before it was decided"
@@ -575,6 +578,19 @@ func (g *guard) stopLapseLocked() {
 		g.lapseArmed = false
 		g.s.wg.Done()
 	}
+}
+
+// unacceptedKey marks the ctx of a Guard call about a command the shell runs
+// while no line is accepted.
+type unacceptedKey struct{}
+
+// Unaccepted reports whether the Guard call with ctx is about a command the shell
+// runs while no line is accepted (readline's expansions, bind -x, completion, zsh's
+// expansion widgets): a piece of the line still being typed, not a line the shell
+// accepted. Any other call is about a whole line.
+func Unaccepted(ctx context.Context) bool {
+	v, _ := ctx.Value(unacceptedKey{}).(bool)
+	return v
 }
 
 // call runs the Guard; a Guard that panics denies.

@@ -106,7 +106,8 @@ type Config struct {
 	// session, one line at a time, and may block (an approval) until ctx ends: the
 	// shell asked about a newer line, or the session closes. nil: no checks, and the
 	// shells run without the guard's hooks. Programs without integration are not
-	// checked. See guard.go for the channel and what it does not stop.
+	// checked. See guard.go for the channel and what it does not stop. Unaccepted(ctx)
+	// tells a command run before a line is accepted from a line.
 	Guard func(ctx context.Context, line string) GuardVerdict
 	// Holder, when set, runs the program in that holder process (package holder),
 	// so it outlives this one; ID is then required and names it there. See
