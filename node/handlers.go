@@ -415,7 +415,7 @@ func (n *Node) closeSession(ctx context.Context, req request) (any, error) {
 	if err := guard.MayClose(e.owner, writerOf(req), n.cfg.Name, e.id); err != nil {
 		return nil, err
 	}
-	info, ok := n.closeEntry(e)
+	info, ok := n.closeEntry(e, false)
 	if !ok {
 		return nil, api.Errorf(api.CodeNotFound, "no session %s/%s", n.cfg.Name, r.Session)
 	}

@@ -121,7 +121,7 @@ func (n *Node) reap(now time.Time) time.Time {
 			}
 			continue
 		}
-		if _, ok := n.closeEntry(e); ok {
+		if _, ok := n.closeEntry(e, true); ok {
 			n.log.Info("exited session reaped", "session", e.id, "after", n.cfg.ReapExited)
 		}
 	}
@@ -130,10 +130,11 @@ func (n *Node) reap(now time.Time) time.Time {
 
 // closeEntry removes e from the node and closes it, publishing its closed event;
 // it returns e's last state, or false when e was no longer the node's (closed
-// already).
-func (n *Node) closeEntry(e *entry) (api.Session, bool) {
+// already) or, for the reaper (reaping), when the node is closing: Close then
+// detaches or closes every session itself.
+func (n *Node) closeEntry(e *entry, reaping bool) (api.Session, bool) {
 	n.mu.Lock()
-	if n.sessions[e.id] != e {
+	if n.sessions[e.id] != e || reaping && n.closed {
 		n.mu.Unlock()
 		return api.Session{}, false
 	}
