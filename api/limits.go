@@ -30,8 +30,3 @@ const (
 	// DefaultMaxOutputBytes is the default text budget of a block.
 	DefaultMaxOutputBytes = 16 << 10
 )
-
-// LongVerb reports whether a node verb may hold its request up to a timeout the
-// caller chooses (up to MaxWait): run, wait and approval (waiting for a decision). Their numbers are bounded apart
-// (per actor at the controller), so that short verbs always find room.
-func LongVerb(verb string) bool { return verb == "run" || verb == "wait" || verb == "approval" }

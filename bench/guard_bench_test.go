@@ -138,10 +138,6 @@ func (g *guardNode) call(verb string, req any) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var env api.ErrorReply
-	if json.Unmarshal(reply, &env) == nil && env.Error != nil {
-		return nil, env.Error
-	}
 	return reply, nil
 }
 

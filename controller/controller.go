@@ -25,7 +25,8 @@ import (
 type Bus interface {
 	// Request sends a request and waits for the reply until ctx is done. It fails
 	// fast (an error wrapping ErrNoResponders, via IsNoResponders) when nobody serves
-	// the subject.
+	// the subject. A node's error reply (NATS micro's error headers) is returned as
+	// its *api.Error.
 	Request(ctx context.Context, subject string, header map[string]string, data []byte) ([]byte, error)
 	// Subscribe calls fn for every message on subject until stop is called; stop
 	// waits until fn is no longer running. fn runs on the bus's delivery goroutine

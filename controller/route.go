@@ -74,7 +74,14 @@ func (c *Controller) doCall(ctx context.Context, who principal, node, verb strin
 	defer context.AfterFunc(down, func() { cancel(errNodeDown) })()
 	reply, err := c.cfg.Bus.Request(tctx, subject, map[string]string{api.HeaderAuth: auth}, data)
 	if err != nil {
+		var aerr *api.Error
 		switch {
+		case errors.As(err, &aerr): // the node's own error reply (NATS micro's error headers)
+			c.nodes.ok(node)
+			if aerr.Code == "" {
+				aerr.Code = api.CodeInternal
+			}
+			return aerr
 		case errors.Is(err, api.ErrNoResponders):
 			c.nodes.suspect(node)
 			return api.Errorf(api.CodeUnavailable, "node %s does not answer: no agent serves it on the bus", node)
@@ -96,40 +103,21 @@ func (c *Controller) doCall(ctx context.Context, who principal, node, verb strin
 	return c.checkReply(node, verb, out)
 }
 
-// decodeReply decodes a node reply: an error envelope (api.ErrorReply, which a
-// node encodes as {"error":…} first and alone) or the value. The value is decoded
-// once: replies can be large (a run's text). A *rawJSON out takes the value as it
-// came: the node encoded it, so only its shape (an object) is checked, not every
-// byte of it.
+// decodeReply decodes a node's value reply into out (nil: ignore it); error
+// replies never get here (they come from the bus as *api.Error). The value is
+// decoded once: replies can be large (a run's text). A *rawJSON out takes the
+// value as it came: the node encoded it, so only its shape (an object) is
+// checked, not every byte of it.
 func decodeReply(node, verb string, reply []byte, out any) error {
-	if !bytes.HasPrefix(bytes.TrimLeft(reply, " \t\r\n"), []byte(`{"error"`)) {
-		if out == nil {
-			return nil
-		}
-		if raw, ok := out.(*rawJSON); ok {
-			v := bytes.TrimSpace(reply)
-			if len(v) < 2 || v[0] != '{' || v[len(v)-1] != '}' {
-				return api.Errorf(api.CodeInternal, "node %s sent a malformed %s reply", node, verb)
-			}
-			*raw = v
-			return nil
-		}
-		if err := json.Unmarshal(reply, out); err != nil {
-			return api.Errorf(api.CodeInternal, "node %s sent a malformed %s reply", node, verb)
-		}
+	if out == nil {
 		return nil
 	}
-	var env api.ErrorReply
-	if err := json.Unmarshal(reply, &env); err != nil {
-		return api.Errorf(api.CodeInternal, "node %s sent a malformed %s reply", node, verb)
-	}
-	if env.Error != nil {
-		if env.Error.Code == "" {
-			env.Error.Code = api.CodeInternal
+	if raw, ok := out.(*rawJSON); ok {
+		v := bytes.TrimSpace(reply)
+		if len(v) < 2 || v[0] != '{' || v[len(v)-1] != '}' {
+			return api.Errorf(api.CodeInternal, "node %s sent a malformed %s reply", node, verb)
 		}
-		return env.Error
-	}
-	if out == nil {
+		*raw = v
 		return nil
 	}
 	if err := json.Unmarshal(reply, out); err != nil {

@@ -103,7 +103,7 @@ func TestFakeRouting(t *testing.T) {
 	}
 
 	// A node's error reply is the client's error, with its code and status.
-	bus.handle("n1", "run", reply(api.ErrorReply{Error: api.Errorf(api.CodeBusy, "a command is running")}))
+	bus.handle("n1", "run", fail(api.Errorf(api.CodeBusy, "a command is running")))
 	if e := f.APIErr(409, api.CodeBusy, "POST", "/v1/sessions/n1/s4/run", api.RunBody{Command: "true"}); e.Message != "a command is running" {
 		t.Fatalf("busy message %q", e.Message)
 	}
@@ -288,7 +288,7 @@ func TestFakeOutputPaging(t *testing.T) {
 		defer mu.Unlock()
 		maxes = append(maxes, r.Max)
 		if failAt >= 0 && r.From >= failAt {
-			return json.Marshal(api.ErrorReply{Error: api.Errorf(api.CodeGone, "no longer readable")})
+			return nil, api.Errorf(api.CodeGone, "no longer readable")
 		}
 		n := r.Max
 		if n == 0 || n > api.MaxReadBytes {

@@ -176,6 +176,12 @@ func reply(v any) responder {
 	return func(context.Context, map[string]string, []byte) ([]byte, error) { return b, nil }
 }
 
+// fail is a responder that answers with the node error e, as transport.Conn's
+// Request returns a service error reply.
+func fail(e *api.Error) responder {
+	return func(context.Context, map[string]string, []byte) ([]byte, error) { return nil, e }
+}
+
 // hang is a responder that answers only when the controller gives up: it reports
 // the request's end on ended, and how long after the call it came.
 type hang struct {

@@ -20,7 +20,7 @@ func TestMiddlewares(t *testing.T) {
 	f, bus := newFakeFixture(t, map[string]int{"n1": 0}, nil)
 	bus.handle("n1", "run", reply(api.BlockResult{Block: api.Block{N: 1, State: api.BlockDone}}))
 	bus.handle("n1", "get", reply(api.Session{Node: "n1", ID: "s1"}))
-	bus.handle("n1", "input", reply(api.ErrorReply{Error: api.Errorf(api.CodeBusy, "someone else types")}))
+	bus.handle("n1", "input", fail(api.Errorf(api.CodeBusy, "someone else types")))
 	bus.handle("n1", "create", reply(api.Session{Node: "n1", ID: "s2"}))
 	run := "/v1/sessions/n1/s1/run"
 

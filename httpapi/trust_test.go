@@ -37,9 +37,9 @@ func TestControllerRequestReplayed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var env api.ErrorReply
-	if json.Unmarshal(reply.Data, &env) != nil || env.Error == nil || env.Error.Code != api.CodeUnauthorized || !strings.Contains(env.Error.Message, "replayed") {
-		t.Fatalf("replayed request: %s", reply.Data)
+	var e api.Error // a service error: NATS micro's headers, the api error as body
+	if json.Unmarshal(reply.Data, &e) != nil || e.Code != api.CodeUnauthorized || !strings.Contains(e.Message, "replayed") || reply.Header.Get("Nats-Service-Error-Code") != "401" {
+		t.Fatalf("replayed request: %s %v", reply.Data, reply.Header)
 	}
 	if r := testutil.NextAudit(t, recs, "run"); r.Result != api.CodeUnauthorized || r.Actor != "" {
 		t.Fatalf("audit record of the replay: %+v", r)

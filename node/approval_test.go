@@ -41,12 +41,11 @@ func (f *fixture) callAs(actor, role, verb string, req, out any) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	reply, err := f.client.Request(ctx, f.subj.RPC("n1", verb), f.trust.Header(f.t, f.subj.RPC("n1", verb), data, actor, role), data)
+	if aerr := (*api.Error)(nil); errors.As(err, &aerr) {
+		return aerr
+	}
 	if err != nil {
 		f.t.Fatalf("%s: request: %v", verb, err)
-	}
-	var env api.ErrorReply
-	if json.Unmarshal(reply, &env) == nil && env.Error != nil {
-		return env.Error
 	}
 	if out != nil {
 		if err := json.Unmarshal(reply, out); err != nil {

@@ -2,11 +2,13 @@ package node_test
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/testutil"
@@ -72,9 +74,12 @@ func TestAttacksRefused(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var env api.ErrorReply
-			if err := json.Unmarshal(reply.Data, &env); err != nil || env.Error == nil || env.Error.Code != tc.code {
-				t.Fatalf("reply %s, want code %s", reply.Data, tc.code)
+			// The refusal is a NATS micro service error: headers, and the api error as
+			// the body.
+			var e api.Error
+			if err := json.Unmarshal(reply.Data, &e); err != nil || e.Code != tc.code ||
+				reply.Header.Get(micro.ErrorCodeHeader) != strconv.Itoa(api.HTTPStatus(tc.code)) || reply.Header.Get(micro.ErrorHeader) == "" {
+				t.Fatalf("reply %s %v, want a service error of code %s", reply.Data, reply.Header, tc.code)
 			}
 			select {
 			case r := <-audits:

@@ -16,8 +16,9 @@ type Bus interface {
 	// Serve answers requests as the micro service name/version, one endpoint per verb
 	// (verb → subject), until stop is called. handle runs on its own goroutine per
 	// request, with the subject the request was published to; its ctx is cancelled
-	// by stop, which waits for running handlers.
-	Serve(name, version string, subjects map[string]string, handle func(ctx context.Context, verb, subject string, header map[string]string, data []byte) []byte) (stop func() error, err error)
+	// by stop, which waits for running handlers. handle's reply is the value, or
+	// the error sent as a service error (NATS micro's error headers).
+	Serve(name, version string, subjects map[string]string, handle func(ctx context.Context, verb, subject string, header map[string]string, data []byte) ([]byte, *api.Error)) (stop func() error, err error)
 	// Connected reports whether the bus is connected now.
 	Connected() bool
 }

@@ -40,81 +40,74 @@ type request struct {
 	decision *guard.Decision
 }
 
-// verbs is the node API. mutating verbs are audited.
-var verbs = map[string]struct {
-	h        handler
-	mutating bool
-}{
-	"create": {(*Node).create, true},
-	"list":   {(*Node).list, false},
-	"get":    {(*Node).get, false},
-	"update": {(*Node).update, true},
-	"close":  {(*Node).closeSession, true},
-	"run":    {(*Node).run, true},
-	"input":  {(*Node).input, true},
-	"keys":   {(*Node).keys, true},
-	"resize": {(*Node).resize, true},
-	"screen": {(*Node).screen, false},
-	"blocks": {(*Node).blocks, false},
-	"block":  {(*Node).block, false},
-	"read":   {(*Node).read, false},
-	"wait":   {(*Node).wait, false},
-	// approvals (approval_verbs.go)
-	"approvals": {(*Node).listApprovals, false},
-	"approval":  {(*Node).getApproval, false},
-	"decide":    {(*Node).decideApproval, true},
-
-	"take_over": {(*Node).takeOverVerb, true},
-	// secrets (secret.go): admin only (trust.Allows)
-	"secret_set": {(*Node).secretSet, true},
-	"secret_ls":  {(*Node).secretList, false},
-	"secret_rm":  {(*Node).secretRemove, true},
+// verbs are the handlers of the node API, one per row of api.NodeVerbs (a test
+// checks both ways); api.NodeVerbs says which are mutating (audited), long, and
+// which role each needs.
+var verbs = map[string]handler{
+	api.VerbCreate:    (*Node).create,
+	api.VerbList:      (*Node).list,
+	api.VerbGet:       (*Node).get,
+	api.VerbUpdate:    (*Node).update,
+	api.VerbClose:     (*Node).closeSession,
+	api.VerbRun:       (*Node).run,
+	api.VerbInput:     (*Node).input,
+	api.VerbKeys:      (*Node).keys,
+	api.VerbResize:    (*Node).resize,
+	api.VerbScreen:    (*Node).screen,
+	api.VerbBlocks:    (*Node).blocks,
+	api.VerbBlock:     (*Node).block,
+	api.VerbRead:      (*Node).read,
+	api.VerbWait:      (*Node).wait,
+	api.VerbTakeOver:  (*Node).takeOverVerb,
+	api.VerbApprovals: (*Node).listApprovals,
+	api.VerbApproval:  (*Node).getApproval,
+	api.VerbDecide:    (*Node).decideApproval,
+	api.VerbSecretSet: (*Node).secretSet,
+	api.VerbSecretLs:  (*Node).secretList,
+	api.VerbSecretRm:  (*Node).secretRemove,
 }
 
 // handle is the bus callback: it runs on its own goroutine per request. The
 // request's envelope is verified first (authorize); a refused request is audited,
-// whatever its verb.
-func (n *Node) handle(ctx context.Context, verb, subject string, header map[string]string, data []byte) []byte {
+// whatever its verb. An error goes back as the service error the bus sends in NATS
+// micro's error headers, never as a body.
+func (n *Node) handle(ctx context.Context, verb, subject string, header map[string]string, data []byte) ([]byte, *api.Error) {
 	req := request{verb: verb, data: data, at: time.Now().UTC()}
 	if aerr := n.authorize(subject, header, &req); aerr != nil {
 		if !req.verified {
 			req.label = header[api.HeaderActor]
 		}
 		n.audits.Add(func() []byte { return n.auditRecord(req, nil, aerr) })
-		return errorReply(aerr)
+		return nil, aerr
 	}
-	v, ok := verbs[verb]
+	h, ok := verbs[verb]
+	spec, _ := api.NodeVerb(verb)
 	if !ok {
-		return errorReply(api.Errorf(api.CodeBadRequest, "unknown verb %q", verb))
+		return nil, api.Errorf(api.CodeBadRequest, "unknown verb %q", verb)
 	}
-	if v.mutating {
+	if spec.Mutating {
 		req.decision = &guard.Decision{}
 	}
-	out, err := v.h(n, ctx, req)
+	out, err := h(n, ctx, req)
 	var aerr *api.Error
 	if err != nil && !errors.As(err, &aerr) {
 		n.log.Error("request failed", "verb", verb, "err", err)
 		aerr = api.Errorf(api.CodeInternal, "%s failed on node %s (details in its log)", verb, n.cfg.Name)
 	}
-	if v.mutating {
+	if spec.Mutating {
 		// Queued before the reply goes out, so records keep the order of the
 		// replies; made and published within AuditDelay, off the request path.
 		n.audits.Add(func() []byte { return n.auditRecord(req, out, aerr) })
 	}
 	if aerr != nil {
-		return errorReply(aerr)
+		return nil, aerr
 	}
 	b, jerr := json.Marshal(out)
 	if jerr != nil {
 		n.log.Error("reply not encodable", "verb", verb, "err", jerr)
-		return errorReply(api.Errorf(api.CodeInternal, "reply not encodable"))
+		return nil, api.Errorf(api.CodeInternal, "reply not encodable")
 	}
-	return b
-}
-
-func errorReply(e *api.Error) []byte {
-	b, _ := json.Marshal(api.ErrorReply{Error: e})
-	return b
+	return b, nil
 }
 
 // decode parses a JSON request body into v (an empty body is an empty object).

@@ -264,8 +264,8 @@ func (n *Node) Run(ctx context.Context) error {
 // Start begins serving the node API; it does not block. Close stops it.
 func (n *Node) Start() error {
 	subjects := map[string]string{}
-	for verb := range verbs {
-		subjects[verb] = n.subj.RPC(n.cfg.Name, verb)
+	for _, v := range api.NodeVerbs {
+		subjects[v.Name] = n.subj.RPC(n.cfg.Name, v.Name)
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -108,12 +108,11 @@ func (f *fixture) call(verb string, req, out any) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	reply, err := f.client.Request(ctx, f.subj.RPC("n1", verb), f.sign(verb, data), data)
+	if aerr := (*api.Error)(nil); errors.As(err, &aerr) {
+		return aerr
+	}
 	if err != nil {
 		f.t.Fatalf("%s: request: %v", verb, err)
-	}
-	var env api.ErrorReply
-	if json.Unmarshal(reply, &env) == nil && env.Error != nil {
-		return env.Error
 	}
 	if out != nil {
 		if err := json.Unmarshal(reply, out); err != nil {
@@ -709,7 +708,7 @@ func TestRecordingsSurviveRestart(t *testing.T) {
 type nopBus struct{}
 
 func (nopBus) Publish(string, map[string]string, []byte) error { return nil }
-func (nopBus) Serve(string, string, map[string]string, func(context.Context, string, string, map[string]string, []byte) []byte) (func() error, error) {
+func (nopBus) Serve(string, string, map[string]string, func(context.Context, string, string, map[string]string, []byte) ([]byte, *api.Error)) (func() error, error) {
 	return func() error { return nil }, nil
 }
 func (nopBus) Connected() bool { return true }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/fleetmux/fleetmux/transport"
 )
@@ -14,7 +15,7 @@ func TestMain(m *testing.M) { testutil.MainWithLeakCheck(m) }
 // bus mirrors node.Bus: *Conn must satisfy it without transport importing node.
 type bus interface {
 	Publish(subject string, header map[string]string, data []byte) error
-	Serve(name, version string, subjects map[string]string, handle func(ctx context.Context, verb, subject string, header map[string]string, data []byte) []byte) (stop func() error, err error)
+	Serve(name, version string, subjects map[string]string, handle func(ctx context.Context, verb, subject string, header map[string]string, data []byte) ([]byte, *api.Error)) (stop func() error, err error)
 	Connected() bool
 }
 

@@ -451,7 +451,8 @@ func (c *Conn) Publish(subject string, header map[string]string, data []byte) er
 
 // Request sends a request and waits for its reply until ctx is done. It fails fast
 // with an error wrapping api.ErrNoResponders (and nats.ErrNoResponders) when nobody
-// serves subject.
+// serves subject. A reply that is a service error (Serve's error replies: the
+// Nats-Service-Error headers) is returned as its *api.Error, unwrapped.
 func (c *Conn) Request(ctx context.Context, subject string, header map[string]string, data []byte) ([]byte, error) {
 	select {
 	case <-c.liveCh:
@@ -483,6 +484,9 @@ func (c *Conn) Request(ctx context.Context, subject string, header map[string]st
 			return nil, fmt.Errorf("transport: request %s: %w (%w)", subject, api.ErrNoResponders, err)
 		}
 		return nil, fmt.Errorf("transport: request %s: %w", subject, err)
+	}
+	if e := replyError(msg); e != nil {
+		return nil, e
 	}
 	return msg.Data, nil
 }

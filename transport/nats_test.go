@@ -180,9 +180,9 @@ func TestConnectWhileServerDown(t *testing.T) {
 		t.Fatalf("bad subject while down: %v", err)
 	}
 	// A service started while the server is down answers once it is up.
-	if _, err := c.Serve(api.ServiceName, "0.1.0", map[string]string{"ping": "fleetmux.rpc.early.ping"}, func(_ context.Context, _, _ string, h map[string]string, data []byte) []byte {
+	if _, err := c.Serve(api.ServiceName, "0.1.0", map[string]string{"ping": "fleetmux.rpc.early.ping"}, values(func(_ context.Context, _, _ string, h map[string]string, data []byte) []byte {
 		return append([]byte(h["k"]+":"), data...)
-	}); err != nil {
+	})); err != nil {
 		t.Fatalf("serve while down: %v", err)
 	}
 	srv, err := transport.StartServer(transport.ServerConfig{Listen: addr, Logger: testutil.Logger()})
@@ -235,7 +235,7 @@ func TestConnCloseIdempotent(t *testing.T) {
 	if err := c.Publish("a.b", nil, nil); !errors.Is(err, transport.ErrClosed) {
 		t.Fatalf("publish after close: %v", err)
 	}
-	if _, err := c.Serve(api.ServiceName, "0.1.0", map[string]string{"x": "a.x"}, func(_ context.Context, _, _ string, _ map[string]string, _ []byte) []byte { return nil }); !errors.Is(err, transport.ErrClosed) {
+	if _, err := c.Serve(api.ServiceName, "0.1.0", map[string]string{"x": "a.x"}, values(func(_ context.Context, _, _ string, _ map[string]string, _ []byte) []byte { return nil })); !errors.Is(err, transport.ErrClosed) {
 		t.Fatalf("serve after close: %v", err)
 	}
 }

@@ -2,7 +2,6 @@ package transport
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -33,7 +32,7 @@ const MaxLongInFlight = MaxInFlight * 3 / 4
 // request was published to (signed requests name it), header holds the first value
 // of each request header, and the returned bytes are the reply body. ctx is
 // cancelled when the service stops.
-type ServeFunc = func(ctx context.Context, verb, subject string, header map[string]string, data []byte) []byte
+type ServeFunc = func(ctx context.Context, verb, subject string, header map[string]string, data []byte) ([]byte, *api.Error)
 
 // Serve answers requests as the NATS micro service name/version (discoverable with
 // `nats micro ls`; a version that is not semver, such as "v0.2.0" or "dev", is
@@ -43,7 +42,7 @@ type ServeFunc = func(ctx context.Context, verb, subject string, header map[stri
 // Each request runs handle on a goroutine of its own (a reused worker), at most
 // MaxInFlight at once (MaxLongInFlight of them long: api.LongVerb; the ctx of a
 // long one also ends when its caller left, see api.HeaderCancelID); beyond that the request is answered
-// {"error":{"code":"busy",...}} without running handle, so a slow handler never
+// with a service error of code api.CodeBusy without running handle, so a slow handler never
 // holds up the others. stop unsubscribes, cancels the handlers' ctx and waits for
 // them to return; requests that arrive while stopping are
 // answered with code api.CodeUnavailable. stop is idempotent.
@@ -291,11 +290,12 @@ func (s *served) run(verb string, req micro.Request) {
 		defer func() { <-s.long }()
 	}
 	var reply []byte
+	var rerr *api.Error
 	func() {
 		defer func() {
 			if r := recover(); r != nil {
 				s.log.Error("request handler panicked", "subject", req.Subject(), "verb", verb, "panic", r, "stack", string(debug.Stack()))
-				reply = errorReply(api.CodeInternal, fmt.Sprintf("internal error handling %s", verb))
+				reply, rerr = nil, api.Errorf(api.CodeInternal, "internal error handling %s", verb)
 			}
 		}()
 		ctx := s.ctx
@@ -308,15 +308,21 @@ func (s *served) run(verb string, req micro.Request) {
 				cancel()
 			}()
 		}
-		reply = s.handle(ctx, verb, req.Subject(), flatHeader(req.Headers()), req.Data())
+		reply, rerr = s.handle(ctx, verb, req.Subject(), flatHeader(req.Headers()), req.Data())
 	}()
-	if err := req.Respond(reply); err != nil {
+	var err error
+	if rerr != nil {
+		err = respondError(req, rerr)
+	} else {
+		err = req.Respond(reply)
+	}
+	if err != nil {
 		s.logRespondError(req, err)
 	}
 }
 
 func (s *served) reject(req micro.Request, code, format string, args ...any) {
-	if err := req.Respond(errorReply(code, fmt.Sprintf(format, args...))); err != nil {
+	if err := respondError(req, api.Errorf(code, format, args...)); err != nil {
 		s.logRespondError(req, err)
 	}
 }
@@ -357,15 +363,6 @@ func (s *served) unsubscribe() {
 		}
 	}
 	s.subs = nil
-}
-
-// errorReply is the JSON body of an api error reply.
-func errorReply(code, message string) []byte {
-	b, err := json.Marshal(api.ErrorReply{Error: &api.Error{Code: code, Message: message}})
-	if err != nil { // cannot happen: two strings
-		return []byte(`{"error":{"code":"internal","message":"cannot encode error"}}`)
-	}
-	return b
 }
 
 // flatHeader keeps the first value of each header (nil when there are none).

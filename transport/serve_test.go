@@ -41,7 +41,7 @@ func serveTest(t *testing.T) (client *transport.Conn, stop func() error, b *bloc
 		"wait":  subj.RPC("n1", "wait"), // a long verb (api.LongVerb) that blocks like block
 		"run":   subj.RPC("n1", "run"),  // another long verb
 	}
-	stop, err := server.Serve(api.ServiceName, "0.1.0", subjects, func(ctx context.Context, verb, subject string, header map[string]string, data []byte) []byte {
+	stop, err := server.Serve(api.ServiceName, "0.1.0", subjects, values(func(ctx context.Context, verb, subject string, header map[string]string, data []byte) []byte {
 		switch verb {
 		case "echo":
 			if subject != subjects[verb] {
@@ -64,7 +64,7 @@ func serveTest(t *testing.T) (client *transport.Conn, stop func() error, b *bloc
 			panic("boom")
 		}
 		return nil
-	})
+	}))
 	if err != nil {
 		t.Fatalf("serve: %v", err)
 	}
@@ -109,10 +109,7 @@ func TestServeRoundTrip(t *testing.T) {
 func TestServeHandlerPanicIsAnError(t *testing.T) {
 	client, _, _ := serveTest(t)
 	got, err := client.Request(testutil.Context(t, 5*time.Second), api.Subjects{}.RPC("n1", "panic"), nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if code := errorCode(t, got); code != api.CodeInternal {
+	if code := errorCode(t, err); code != api.CodeInternal {
 		t.Fatalf("reply %s", got)
 	}
 }
@@ -157,10 +154,7 @@ func TestServeBusyBeyondMaxInFlight(t *testing.T) {
 	}
 	testutil.Eventually(t, 20*time.Second, func() bool { return b.entered.Load() == transport.MaxInFlight }, "%d handlers running (now %d)", transport.MaxInFlight, b.entered.Load())
 	got, err := client.Request(testutil.Context(t, 5*time.Second), api.Subjects{}.RPC("n1", "echo"), nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if code := errorCode(t, got); code != api.CodeBusy {
+	if code := errorCode(t, err); code != api.CodeBusy {
 		t.Fatalf("request %d: %s", transport.MaxInFlight+1, got)
 	}
 	close(b.release)
@@ -212,12 +206,12 @@ func TestConnCloseStopsServices(t *testing.T) {
 	client := connected(t, srv.ClientURL())
 	entered := make(chan struct{})
 	var returned atomic.Bool
-	_, err := server.Serve(api.ServiceName, "0.1.0", map[string]string{"block": "fleetmux.rpc.n2.block"}, func(ctx context.Context, _, _ string, _ map[string]string, _ []byte) []byte {
+	_, err := server.Serve(api.ServiceName, "0.1.0", map[string]string{"block": "fleetmux.rpc.n2.block"}, values(func(ctx context.Context, _, _ string, _ map[string]string, _ []byte) []byte {
 		close(entered)
 		<-ctx.Done()
 		returned.Store(true)
 		return []byte("bye")
-	})
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,14 +236,14 @@ func TestServeReusesWorkers(t *testing.T) {
 	client := connected(t, srv.ClientURL())
 	var mu sync.Mutex
 	seen := map[string]int{}
-	stop, err := server.Serve(api.ServiceName, "0.1.0", map[string]string{"g": "fleetmux.rpc.n4.g"}, func(context.Context, string, string, map[string]string, []byte) []byte {
+	stop, err := server.Serve(api.ServiceName, "0.1.0", map[string]string{"g": "fleetmux.rpc.n4.g"}, values(func(context.Context, string, string, map[string]string, []byte) []byte {
 		buf := make([]byte, 64)
 		id, _, _ := strings.Cut(strings.TrimPrefix(string(buf[:runtime.Stack(buf, false)]), "goroutine "), " ")
 		mu.Lock()
 		seen[id]++
 		mu.Unlock()
 		return []byte(id)
-	})
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +266,7 @@ func TestServeReusesWorkers(t *testing.T) {
 func TestServeBadConfig(t *testing.T) {
 	srv := testutil.StartNATS(t, t.TempDir())
 	c := connected(t, srv.ClientURL())
-	h := func(context.Context, string, string, map[string]string, []byte) []byte { return nil }
+	h := func(context.Context, string, string, map[string]string, []byte) ([]byte, *api.Error) { return nil, nil }
 	if _, err := c.Serve(api.ServiceName, "0.1.0", nil, h); !errors.Is(err, transport.ErrConfig) {
 		t.Errorf("no endpoints: %v", err)
 	}
@@ -281,16 +275,24 @@ func TestServeBadConfig(t *testing.T) {
 	}
 }
 
-func errorCode(t *testing.T, reply []byte) string {
+// errorCode is the code of err, which must be an *api.Error with a message.
+func errorCode(t *testing.T, err error) string {
 	t.Helper()
-	var e api.ErrorReply
-	if err := json.Unmarshal(reply, &e); err != nil || e.Error == nil {
-		t.Fatalf("not an error reply: %s (%v)", reply, err)
+	var e *api.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("not an api error: %v", err)
 	}
-	if e.Error.Message == "" {
-		t.Fatalf("error without message: %s", reply)
+	if e.Message == "" {
+		t.Fatalf("error without message: %+v", e)
 	}
-	return e.Error.Code
+	return e.Code
+}
+
+// values makes a handler that never fails a ServeFunc.
+func values(h func(ctx context.Context, verb, subject string, header map[string]string, data []byte) []byte) transport.ServeFunc {
+	return func(ctx context.Context, verb, subject string, header map[string]string, data []byte) ([]byte, *api.Error) {
+		return h(ctx, verb, subject, header, data), nil
+	}
 }
 
 // TestServeVersion: a build version that is no semver ("dev") is served, announced
@@ -298,7 +300,7 @@ func errorCode(t *testing.T, reply []byte) string {
 func TestServeVersion(t *testing.T) {
 	srv := testutil.StartNATS(t, t.TempDir())
 	c := connected(t, srv.ClientURL())
-	h := func(context.Context, string, string, map[string]string, []byte) []byte { return nil }
+	h := func(context.Context, string, string, map[string]string, []byte) ([]byte, *api.Error) { return nil, nil }
 	stop, err := c.Serve(api.ServiceName, "dev", map[string]string{"a": "x.a"}, h)
 	if err != nil {
 		t.Fatalf("version dev: %v", err)
@@ -349,12 +351,13 @@ func TestServeLongVerbsLeaveRoom(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			reply, err := client.Request(testutil.Context(t, 30*time.Second), api.Subjects{}.RPC("n1", "wait"), nil, nil)
+			var aerr *api.Error
 			switch {
+			case errors.As(err, &aerr) && aerr.Code == api.CodeBusy:
+				busy.Add(1)
 			case err != nil:
 				errs <- err
 			case string(reply) == "released":
-			case errorCode(t, reply) == api.CodeBusy:
-				busy.Add(1)
 			default:
 				errs <- fmt.Errorf("reply %q", reply)
 			}

@@ -62,11 +62,11 @@ type nodeServer struct {
 func (n *nodeServer) serve(t *testing.T, conn *transport.Conn, name string) {
 	t.Helper()
 	_, err := conn.Serve(api.ServiceName, "0.1.0", map[string]string{"run": subj.RPC(name, "run")},
-		func(_ context.Context, _, _ string, _ map[string]string, data []byte) []byte {
+		func(_ context.Context, _, _ string, _ map[string]string, data []byte) ([]byte, *api.Error) {
 			n.mu.Lock()
 			n.ran = append(n.ran, string(data))
 			n.mu.Unlock()
-			return []byte("ran " + string(data))
+			return []byte("ran " + string(data)), nil
 		})
 	if err != nil {
 		t.Fatal(err)
