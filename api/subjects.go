@@ -63,6 +63,9 @@ const (
 	KindRPC   = "rpc"
 	// KindApproval: <prefix>.approval.<node>, the node's approval events.
 	KindApproval = "approval"
+	// KindConsumer: <prefix>.consumer.<stream>.<name>[.<filter>], a request to a
+	// controller for a pull consumer (Subjects.Consumer).
+	KindConsumer = "consumer"
 )
 
 // Subjects builds subjects under one prefix.
@@ -101,6 +104,19 @@ func (s Subjects) Approval(node string) string {
 // RPC is the request subject of a node API verb.
 func (s Subjects) RPC(node, verb string) string {
 	return s.prefix() + "." + KindRPC + "." + node + "." + verb
+}
+
+// Consumer is the subject on which a subscriber asks a controller for its pull
+// consumer named name on stream, filtered to filter ("" for the whole stream):
+// the same tokens as JetStream's $JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>,
+// so the NATS server checks the filter against the asker's permissions, while the
+// controller writes the consumer's configuration (no deliver subject).
+func (s Subjects) Consumer(stream, name, filter string) string {
+	subj := s.prefix() + "." + KindConsumer + "." + stream + "." + name
+	if filter != "" {
+		subj += "." + filter
+	}
+	return subj
 }
 
 // All is the wildcard of one kind for one node ("*" for every node), e.g.

@@ -17,6 +17,14 @@ import (
 // revision is the policy's version (every decision names it).
 const PolicyKey = "current"
 
+// policyResync is how often a reader gets the policy again without being told of
+// a change (a message it missed while the connection was down).
+const policyResync = 5 * time.Second
+
+// policyPokeWait bounds the last wait of a reader that was told of a change and
+// does not see it yet (about twice that in all).
+const policyPokeWait = 640 * time.Millisecond
+
 // policyPoll is how often a reader looks for a policy bucket that does not exist
 // yet (no controller has started).
 const policyPoll = 500 * time.Millisecond
@@ -88,7 +96,14 @@ func (p *Policy) Delete(ctx context.Context) error {
 // controller creates the bucket. fn runs on one goroutine at a time and must not
 // block; after a lost connection it sees the current value again. stop waits until
 // fn no longer runs. This is node.PolicySource.
+//
+// A reader (a node) makes no JetStream consumer (its permissions allow none): it
+// subscribes to the key's subject, and gets the key again on every message there
+// and every policyResync (watchByGet).
 func (p *Policy) Watch(ctx context.Context, fn func(doc []byte, revision uint64)) (stop func(), err error) {
+	if p.kv.readOnly {
+		return p.watchByGet(ctx, fn)
+	}
 	value := func(key string, v []byte, rev uint64) {
 		if key == PolicyKey {
 			fn(v, rev)
@@ -143,4 +158,121 @@ func (p *Policy) Watch(ctx context.Context, fn func(doc []byte, revision uint64)
 			inner()
 		}
 	}, nil
+}
+
+// watchByGet is Watch for a reader: a core subscription on $KV.<bucket>.<key>
+// tells of a change (a put, a delete), and the key is got again (a direct get),
+// then and every policyResync (what was missed while disconnected). fn is called
+// when the revision changes, and once at the start, before watchByGet returns.
+func (p *Policy) watchByGet(ctx context.Context, fn func(doc []byte, revision uint64)) (stop func(), err error) {
+	poke := make(chan struct{}, 1)
+	signal := func() {
+		select {
+		case poke <- struct{}{}:
+		default:
+		}
+	}
+	sub, err := p.kv.nc.Subscribe("$KV."+api.BucketPolicy+"."+PolicyKey, func(*nats.Msg) { signal() })
+	if err != nil {
+		return nil, fmt.Errorf("transport: policy: watch: %w", err)
+	}
+	var last struct {
+		seen bool
+		rev  uint64
+	}
+	// look gets the key and tells fn when its revision changed; it reports whether
+	// it did.
+	look := func(ctx context.Context) bool {
+		doc, rev, err := p.latest(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				p.kv.log.Warn("policy not readable: trying again", "bucket", api.BucketPolicy, "err", err)
+			}
+			return false
+		}
+		if last.seen && rev == last.rev {
+			return false
+		}
+		last.seen, last.rev = true, rev
+		fn(doc, rev)
+		return true
+	}
+	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	look(gctx)
+	cancel()
+	if !last.seen {
+		fn(nil, 0) // not readable yet: no policy until it is
+		last.seen = true
+	}
+	wctx, wcancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { // owned by this watch: ends with stop
+		defer close(done)
+		t := time.NewTicker(policyResync)
+		defer t.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-poke:
+				// The change reaches this subscription and the stream at once, and
+				// the stream may not have stored it yet when the get arrives: look
+				// again a few times, a little later each, until it shows.
+				gctx, cancel := context.WithTimeout(wctx, 5*time.Second)
+				for wait := 10 * time.Millisecond; !look(gctx) && wait <= policyPokeWait && gctx.Err() == nil; wait *= 2 {
+					pause := time.NewTimer(wait)
+					select {
+					case <-gctx.Done():
+					case <-pause.C:
+					}
+					pause.Stop()
+				}
+				cancel()
+				continue
+			case <-t.C:
+			}
+			gctx, cancel := context.WithTimeout(wctx, 5*time.Second)
+			look(gctx)
+			cancel()
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			_ = sub.Unsubscribe()
+			wcancel()
+			<-done
+		})
+	}, nil
+}
+
+// latest is the key's last message in the bucket's stream: its value and revision,
+// or nil and the revision of its deletion (nil and 0: never set, or no bucket).
+func (p *Policy) latest(ctx context.Context) (doc []byte, revision uint64, err error) {
+	js, err := jetstream.New(p.kv.nc)
+	if err != nil {
+		return nil, 0, fmt.Errorf("transport: policy: %w", err)
+	}
+	st, err := js.Stream(ctx, "KV_"+api.BucketPolicy)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("transport: policy: %w", err)
+	}
+	m, err := st.GetLastMsgForSubject(ctx, "$KV."+api.BucketPolicy+"."+PolicyKey)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("transport: policy: get: %w", err)
+	}
+	switch m.Header.Get("KV-Operation") {
+	case "DEL", "PURGE":
+		return nil, m.Sequence, nil
+	}
+	if m.Data == nil {
+		return []byte{}, m.Sequence, nil
+	}
+	return m.Data, m.Sequence, nil
 }

@@ -266,6 +266,12 @@ func startController(ctx context.Context, st *stack, conn *transport.Conn, cfg c
 	// is never dead, and a gossip member no node identity backs is never alive.
 	cfg.Presence = presence.New(conn, presence.Config{Logger: cfg.Logger})
 	cfg.Registry = prometheus.NewRegistry() // the controller's metrics and its API's, on /metrics
+	// Subscribers' pull consumers: no identity but a controller creates one.
+	stopConsumers, err := conn.ServeConsumers(cfg.Prefix)
+	if err != nil {
+		return ctl{}, nil, err
+	}
+	st.defer_(func() { _ = stopConsumers() })
 	c, err := controller.New(cfg)
 	if err != nil {
 		return ctl{}, nil, err

@@ -91,11 +91,12 @@ func (id Identity) Inbox() string { return InboxRoot + "." + id.Kind + "." + id.
 func (id Identity) UserName() string { return id.Kind + ":" + id.Name }
 
 // ConsumerName is the one consumer name a subscriber may use on each stream it
-// reads: its own name. It may create (with a filter within its subjects), pull
-// from, ack, inspect and delete that consumer, pull or push (delivering to its own
-// inbox), durable or not, and no other: not another subscriber's, not a
-// controller's, and none whose name a client library generates (nats.go's ordered
-// consumers).
+// reads: its own name. It pulls from, acks, inspects and deletes that consumer; a
+// controller creates it (api.Subjects.Consumer), pull-only, with a filter within
+// the subscriber's subjects. No subscriber creates a consumer itself: nats-server
+// checks a create request's subject, never the deliver subject in its body, so
+// whoever may create a push consumer may make the server publish a stream's
+// messages on any subject of the account.
 func (id Identity) ConsumerName() string { return id.Name }
 
 // consumerAPI is the JetStream API on the consumer named name of one stream, less
@@ -115,21 +116,35 @@ func consumerAPI(stream, name string) []string {
 //   - node N: subscribe <p>.rpc.N.>; publish <p>.{out,block,event,approval}.N.>,
 //     <p>.approval.N and <p>.audit.N; reply to the requests it gets (allow_responses,
 //     one reply each); read the policy bucket (subscribe $KV.FLEETMUX_POLICY.>, the
-//     JetStream API of a KV get and watch on that bucket alone, its own inbox); the
-//     NATS micro discovery subjects of the fleetmux-node service. Nothing else.
+//     JetStream API of a KV get on that bucket alone, no consumer, its own inbox);
+//     the NATS micro discovery subjects of the fleetmux-node service. Nothing else.
 //   - controller C: publish <p>.rpc.> and <p>.audit.C; subscribe
 //     <p>.{out,block,event,audit,approval}.>; the three KV buckets (read and write) and
 //     the JetStream API to create, update and consume the streams FLEETMUX_OUT,
-//     FLEETMUX_EVENTS and FLEETMUX_AUDIT and the buckets; the account's
-//     connect/disconnect advisories and its own account's connection list
-//     (ConnzRequest: the node liveness of Presence); its own inbox.
+//     FLEETMUX_EVENTS and FLEETMUX_AUDIT and the buckets; the subscribers' consumer
+//     requests (<p>.consumer.>); the account's connect/disconnect advisories and its
+//     own account's connection list (ConnzRequest: the node liveness of
+//     presence); its own inbox.
 //   - subscriber S: subscribe <p>.{out,block,event}.> (or <p>.KIND.NODE.> for each
-//     of Nodes); on FLEETMUX_OUT and FLEETMUX_EVENTS one consumer each, named S
-//     (ConsumerName), whose filter stays within those subjects (the filter is part
-//     of the create subject, and the server checks it matches the consumer's); its
-//     own inbox. A full subscriber also reads FLEETMUX_OUT unfiltered and by
-//     sequence, and the streams' info. Never FLEETMUX_AUDIT, no rpc, no other
-//     publish.
+//     of Nodes); on FLEETMUX_OUT and FLEETMUX_EVENTS one pull consumer each, named S
+//     (ConsumerName), which a controller creates on request (api.Subjects.Consumer:
+//     the filter is part of the request's subject, so the server checks it stays
+//     within those subjects); pull, ack, info and delete on it; its own inbox. A
+//     full subscriber also reads FLEETMUX_OUT unfiltered and by sequence, and the
+//     streams' info. Never FLEETMUX_AUDIT, no rpc, no JetStream consumer create,
+//     no other publish.
+//
+// No identity but a controller may create a JetStream consumer: nats-server
+// checks $JS.API.CONSUMER.CREATE's subject, never the deliver subject in its
+// body, so a push consumer's creator chooses where the server publishes a
+// stream's messages (a subscriber's consumer delivering output onto
+// $FLEETMUX.DISCONNECT, say). Requests still name their reply subject freely, and
+// the server answers there; so no identity but a controller gets a JetStream
+// request whose raw answer carries bytes another party chose (DIRECT.GET of
+// stored output): what remains (pulls from its own consumer, STREAM.MSG.GET's
+// JSON, a node's get of the admin's policy) is what readers of the account's
+// subjects must not trust on its own (presence checks an advisory's
+// connection, followers confirm an exit with the node).
 func (id Identity) Permissions() (jwt.Permissions, error) {
 	if err := id.Validate(); err != nil {
 		return jwt.Permissions{}, err
@@ -144,7 +159,7 @@ func (id Identity) Permissions() (jwt.Permissions, error) {
 			pub = append(pub, p+"."+k+"."+n+".>")
 		}
 		pub = append(pub, p+"."+api.KindApproval+"."+n, p+"."+api.KindAudit+"."+n)
-		pub = append(pub, kvReadAPI(api.BucketPolicy)...)
+		pub = append(pub, kvGetAPI(api.BucketPolicy)...)
 		sub = append(sub, p+"."+api.KindRPC+"."+n+".>", "$KV."+api.BucketPolicy+".>", id.Inbox()+".>")
 		// nats.go/micro subscribes to its discovery subjects (PING, INFO, STATS; bare,
 		// by service name, by service id); the node answers them for its service only.
@@ -165,7 +180,8 @@ func (id Identity) Permissions() (jwt.Permissions, error) {
 			pub = append(pub, "$KV."+b+".>")
 			sub = append(sub, "$KV."+b+".>")
 		}
-		sub = append(sub, AdvisoryConnect, AdvisoryDisconnect, id.Inbox()+".>")
+		sub = append(sub, AdvisoryConnect, AdvisoryDisconnect, p+"."+api.KindConsumer+".>", id.Inbox()+".>")
+		resp = &jwt.ResponsePermission{MaxMsgs: 1} // the replies to consumer requests
 	case KindSubscriber:
 		for _, k := range []string{api.KindOut, api.KindBlock, api.KindEvent} {
 			sub = append(sub, id.filters(k)...)
@@ -175,20 +191,23 @@ func (id Identity) Permissions() (jwt.Permissions, error) {
 		for _, s := range []string{api.StreamOut, api.StreamEvents} {
 			pub = append(pub, consumerAPI(s, name)...)
 		}
+		subj := api.Subjects{Prefix: p}
 		for _, f := range id.filters(api.KindOut) {
-			pub = append(pub, "$JS.API.CONSUMER.CREATE."+api.StreamOut+"."+name+"."+f)
+			pub = append(pub, subj.Consumer(api.StreamOut, name, f))
 		}
 		for _, k := range []string{api.KindBlock, api.KindEvent} {
 			for _, f := range id.filters(k) {
-				pub = append(pub, "$JS.API.CONSUMER.CREATE."+api.StreamEvents+"."+name+"."+f)
+				pub = append(pub, subj.Consumer(api.StreamEvents, name, f))
 			}
 		}
 		if len(id.Nodes) == 0 {
 			// FLEETMUX_OUT holds nothing a full subscriber may not read: an unfiltered
-			// consumer and reads by sequence are fine there. The streams' info lists
-			// subjects (subjects_filter), so only a full subscriber gets it.
-			pub = append(pub, "$JS.API.CONSUMER.CREATE."+api.StreamOut+"."+name, "$JS.API.STREAM.MSG.GET."+api.StreamOut,
-				"$JS.API.DIRECT.GET."+api.StreamOut, "$JS.API.DIRECT.GET."+api.StreamOut+".>",
+			// consumer and reads by sequence are fine there (STREAM.MSG.GET answers
+			// in a JSON envelope; DIRECT.GET is not granted: its raw reply, sent to
+			// any reply subject the asker names, would publish stored output
+			// there). The streams' info lists subjects (subjects_filter), so only a
+			// full subscriber gets it.
+			pub = append(pub, subj.Consumer(api.StreamOut, name, ""), "$JS.API.STREAM.MSG.GET."+api.StreamOut,
 				"$JS.API.STREAM.INFO."+api.StreamOut, "$JS.API.STREAM.INFO."+api.StreamEvents)
 		}
 	}
@@ -232,24 +251,17 @@ func jsAdminAPI(stream string) []string {
 	}
 }
 
-// kvReadAPI is the JetStream API of a KV get and watch on one bucket: the stream's
-// info, direct and stored message gets, and ordered consumers filtered to the
-// bucket's subjects.
-func kvReadAPI(bucket string) []string {
+// kvGetAPI is the JetStream API of a KV get on one bucket, and no consumer: the
+// stream's info and message gets. A reader learns of changes by subscribing to the
+// bucket's subjects ($KV.<bucket>.>) and getting the key again (transport.Policy).
+func kvGetAPI(bucket string) []string {
 	stream := "KV_" + bucket
-	return append([]string{
+	return []string{
 		"$JS.API.STREAM.INFO." + stream,
-		"$JS.API.CONSUMER.MSG.NEXT." + stream + ".*",
-		"$JS.API.CONSUMER.INFO." + stream + ".*",
-		"$JS.API.CONSUMER.DELETE." + stream + ".*",
-		"$JS.FC." + stream + ".>",
-		"$JS.ACK." + stream + ".>",
-	},
-		"$JS.API.DIRECT.GET."+stream,
-		"$JS.API.DIRECT.GET."+stream+".>",
-		"$JS.API.STREAM.MSG.GET."+stream,
-		"$JS.API.CONSUMER.CREATE."+stream+".*.$KV."+bucket+".>",
-	)
+		"$JS.API.DIRECT.GET." + stream,
+		"$JS.API.DIRECT.GET." + stream + ".>",
+		"$JS.API.STREAM.MSG.GET." + stream,
+	}
 }
 
 // InboxOf returns the inbox prefix granted by a user's permissions (the subscribe

@@ -136,7 +136,13 @@ func TestAuthSubscriberReadsButNeverRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons, err := js.CreateOrUpdateConsumer(testutil.Context(t, 5*time.Second), api.StreamOut, jetstream.ConsumerConfig{Name: "dash", FilterSubject: subj.All(api.KindOut, "web-1")})
+	stopConsumers, err := ctrl.ServeConsumers("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopConsumers()
+	mustConsumer(t, sub, api.StreamOut, "dash", subj.All(api.KindOut, "web-1"), api.ConsumerRequest{})
+	cons, err := js.Consumer(testutil.Context(t, 5*time.Second), api.StreamOut, "dash")
 	if err != nil {
 		t.Fatalf("consumer on %s: %v", api.StreamOut, err)
 	}
@@ -155,9 +161,7 @@ func TestAuthSubscriberReadsButNeverRuns(t *testing.T) {
 			}
 		}
 	}
-	if _, err := js.CreateConsumer(testutil.Context(t, 5*time.Second), api.StreamEvents, jetstream.ConsumerConfig{Name: "dash", FilterSubject: subj.All(api.KindBlock, "*")}); err != nil {
-		t.Errorf("block events consumer: %v", err)
-	}
+	mustConsumer(t, sub, api.StreamEvents, "dash", subj.All(api.KindBlock, "*"), api.ConsumerRequest{})
 	if s := nodeLog.String(); strings.Contains(s, "async error") {
 		t.Errorf("the node's connection had async errors:\n%s", s)
 	}
@@ -227,6 +231,10 @@ func TestAuthNodeKeepsToItsOwnSubjects(t *testing.T) {
 	}
 }
 
+// TestAuthNodeWatchesPolicyBucket: a node reads the policy bucket (gets, and the
+// key's subject), and may create no consumer on it: a consumer's creator picks
+// where JetStream delivers (its body's deliver subject, which nats-server never
+// checks), so a node could have had the policy's changes published on any subject.
 func TestAuthNodeWatchesPolicyBucket(t *testing.T) {
 	f := testutil.StartAuthFleet(t)
 	ctrl, _ := f.Conn(natsauth.Identity{Kind: natsauth.KindController, Name: "ctl"})
@@ -262,24 +270,40 @@ func TestAuthNodeWatchesPolicyBucket(t *testing.T) {
 	if err != nil || string(e.Value()) != "version: 1" {
 		t.Fatalf("node gets the policy: %v %v", e, err)
 	}
-	w, err := kv.Watch(testutil.Context(t, 5*time.Second), "current")
+	// The node makes no consumer, so none that delivers where it likes (the
+	// bucket's changes onto the advisory subject, say): it watches by subscribing
+	// to the key's subject and getting the key again (transport.Policy).
+	changes, err := node.NC.SubscribeSync("$KV." + api.BucketPolicy + ".current")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Stop()
+	node.NoErrors(t)
 	if _, err := kvs[api.BucketPolicy].Put(testutil.Context(t, 5*time.Second), "current", []byte("version: 2")); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.After(5 * time.Second)
-	for seen := false; !seen; {
-		select {
-		case e := <-w.Updates():
-			seen = e != nil && string(e.Value()) == "version: 2"
-		case <-deadline:
-			t.Fatal("the node's watch saw no new policy")
-		}
+	if m, err := changes.NextMsg(5 * time.Second); err != nil || string(m.Data) != "version: 2" {
+		t.Fatalf("the node's subscription saw %v %v", m, err)
+	}
+	if e, err := kv.Get(testutil.Context(t, 5*time.Second), "current"); err != nil || string(e.Value()) != "version: 2" {
+		t.Fatalf("node gets the new policy: %v %v", e, err)
 	}
 	node.NoErrors(t)
+	for _, attack := range []struct{ subject, body string }{
+		{"$JS.API.CONSUMER.CREATE.KV_" + api.BucketPolicy + ".evil.$KV." + api.BucketPolicy + ".>",
+			`{"stream_name":"KV_FLEETMUX_POLICY","config":{"name":"evil","filter_subject":"$KV.FLEETMUX_POLICY.>","deliver_subject":"$FLEETMUX.DISCONNECT","deliver_policy":"all"}}`},
+		{"$JS.API.CONSUMER.DURABLE.CREATE.KV_" + api.BucketPolicy + ".evil",
+			`{"stream_name":"KV_FLEETMUX_POLICY","config":{"durable_name":"evil","deliver_subject":"$FLEETMUX.DISCONNECT"}}`},
+		{"$JS.API.CONSUMER.CREATE.KV_" + api.BucketPolicy,
+			`{"stream_name":"KV_FLEETMUX_POLICY","config":{"deliver_subject":"$FLEETMUX.DISCONNECT"}}`},
+	} {
+		if err := node.NC.PublishRequest(attack.subject, "_INBOX.node.a.x", []byte(attack.body)); err != nil {
+			t.Fatal(err)
+		}
+		node.Violation(t, attack.subject)
+	}
+	if _, err := kv.Watch(testutil.Context(t, 2*time.Second), "current"); err == nil {
+		t.Error("a node made a watch (a consumer) on the policy bucket")
+	}
 	// Writing the policy, or reading tokens, is not the node's business.
 	if _, err := kv.Put(testutil.Context(t, time.Second), "current", []byte("rules: []")); err == nil {
 		t.Error("a node wrote the policy")
@@ -308,10 +332,17 @@ func TestAuthNarrowedSubscriber(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.CreateOrUpdateConsumer(testutil.Context(t, 5*time.Second), api.StreamOut, jetstream.ConsumerConfig{Name: "a-only", FilterSubject: subj.All(api.KindOut, "a")}); err != nil {
-		t.Errorf("consumer of a's output: %v", err)
+	stopConsumers, err := ctrl.ServeConsumers("")
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer stopConsumers()
+	mustConsumer(t, sub, api.StreamOut, "a-only", subj.All(api.KindOut, "a"), api.ConsumerRequest{})
 	for _, filter := range []string{subj.All(api.KindOut, "b"), subj.All(api.KindOut, "*"), ""} {
+		if _, err := sub.NC.Request(subj.Consumer(api.StreamOut, "a-only", filter), nil, time.Second); err == nil {
+			t.Errorf("consumer with filter %q made", filter)
+		}
+		sub.Violation(t, subj.Consumer(api.StreamOut, "a-only", filter))
 		if _, err := js.CreateOrUpdateConsumer(testutil.Context(t, time.Second), api.StreamOut, jetstream.ConsumerConfig{Name: "a-only", FilterSubject: filter}); err == nil {
 			t.Errorf("consumer with filter %q created", filter)
 		}
@@ -421,29 +452,33 @@ func TestPermissionsTable(t *testing.T) {
 		want want
 	}{
 		{natsauth.Identity{Kind: natsauth.KindNode, Name: "web-1"}, want{
-			pub:   []string{"fleetmux.out.web-1.>", "fleetmux.block.web-1.>", "fleetmux.event.web-1.>", "fleetmux.approval.web-1", "fleetmux.audit.web-1"},
-			noPub: []string{"fleetmux.rpc.>", "fleetmux.out.>", "fleetmux.audit.>", "$KV.FLEETMUX_POLICY.>", "$JS.API.STREAM.CREATE.KV_FLEETMUX_POLICY", natsauth.ConnzRequest},
+			pub: []string{"fleetmux.out.web-1.>", "fleetmux.block.web-1.>", "fleetmux.event.web-1.>", "fleetmux.approval.web-1", "fleetmux.audit.web-1"},
+			noPub: []string{"fleetmux.rpc.>", "fleetmux.out.>", "fleetmux.audit.>", "$KV.FLEETMUX_POLICY.>", "$JS.API.STREAM.CREATE.KV_FLEETMUX_POLICY", natsauth.ConnzRequest,
+				"$JS.API.CONSUMER.CREATE.KV_FLEETMUX_POLICY.*.$KV.FLEETMUX_POLICY.>", "$JS.API.CONSUMER.MSG.NEXT.KV_FLEETMUX_POLICY.*"},
 			sub:   []string{"fleetmux.rpc.web-1.>", "$KV.FLEETMUX_POLICY.>", "_INBOX.node.web-1.>"},
 			noSub: []string{"fleetmux.rpc.>", "_INBOX.>", "$KV.FLEETMUX_TOKENS.>", "fleetmux.out.>"},
 		}},
 		{natsauth.Identity{Kind: natsauth.KindController, Name: "ctl", Prefix: "acme.fm"}, want{
 			pub:   []string{"acme.fm.rpc.>", "acme.fm.audit.ctl", "$KV.FLEETMUX_TOKENS.>", "$JS.API.STREAM.*.FLEETMUX_OUT", natsauth.ConnzRequest},
 			noPub: []string{"acme.fm.out.>", "acme.fm.audit.>", "fleetmux.rpc.>", ">"},
-			sub:   []string{"acme.fm.out.>", "acme.fm.audit.>", "acme.fm.approval.>", natsauth.AdvisoryConnect, "_INBOX.controller.ctl.>"},
+			sub:   []string{"acme.fm.out.>", "acme.fm.audit.>", "acme.fm.approval.>", natsauth.AdvisoryConnect, "acme.fm.consumer.>", "_INBOX.controller.ctl.>"},
 			noSub: []string{"acme.fm.rpc.>", "_INBOX.>"},
 		}},
 		{natsauth.Identity{Kind: natsauth.KindSubscriber, Name: "dash"}, want{
-			pub: []string{"$JS.API.CONSUMER.CREATE.FLEETMUX_OUT.dash.fleetmux.out.>", "$JS.API.CONSUMER.CREATE.FLEETMUX_EVENTS.dash.fleetmux.event.>",
-				"$JS.API.CONSUMER.MSG.NEXT.FLEETMUX_OUT.dash", "$JS.ACK.FLEETMUX_EVENTS.dash.>", "$JS.API.STREAM.INFO.FLEETMUX_OUT"},
+			pub: []string{"fleetmux.consumer.FLEETMUX_OUT.dash.fleetmux.out.>", "fleetmux.consumer.FLEETMUX_EVENTS.dash.fleetmux.event.>",
+				"fleetmux.consumer.FLEETMUX_OUT.dash", "$JS.API.CONSUMER.MSG.NEXT.FLEETMUX_OUT.dash", "$JS.ACK.FLEETMUX_EVENTS.dash.>", "$JS.API.STREAM.INFO.FLEETMUX_OUT"},
 			noPub: []string{"fleetmux.rpc.>", "$JS.API.CONSUMER.CREATE.FLEETMUX_EVENTS", "$JS.API.STREAM.MSG.GET.FLEETMUX_EVENTS", natsauth.ConnzRequest,
+				"$JS.API.CONSUMER.CREATE.FLEETMUX_OUT.dash.fleetmux.out.>", "$JS.API.CONSUMER.DURABLE.CREATE.FLEETMUX_OUT.dash",
+				"$JS.API.CONSUMER.CREATE.FLEETMUX_OUT.dash", "$JS.API.DIRECT.GET.FLEETMUX_OUT", "$JS.API.DIRECT.GET.FLEETMUX_OUT.>", "fleetmux.consumer.>",
 				"$JS.API.CONSUMER.CREATE.FLEETMUX_OUT", "$JS.API.CONSUMER.MSG.NEXT.FLEETMUX_OUT.*", "$JS.API.CONSUMER.DELETE.FLEETMUX_OUT.*",
 				"$JS.API.CONSUMER.CREATE.FLEETMUX_OUT.*.fleetmux.out.>", "$JS.API.STREAM.INFO.FLEETMUX_AUDIT", "$JS.ACK.FLEETMUX_OUT.>"},
 			sub:   []string{"fleetmux.out.>", "fleetmux.block.>", "fleetmux.event.>", "_INBOX.subscriber.dash.>"},
 			noSub: []string{"fleetmux.rpc.>", "fleetmux.audit.>", "_INBOX.>"},
 		}},
 		{natsauth.Identity{Kind: natsauth.KindSubscriber, Name: "dash", Nodes: []string{"b", "a", "a"}}, want{
-			pub: []string{"$JS.API.CONSUMER.CREATE.FLEETMUX_OUT.dash.fleetmux.out.a.>"},
-			noPub: []string{"$JS.API.CONSUMER.CREATE.FLEETMUX_OUT", "$JS.API.CONSUMER.CREATE.FLEETMUX_OUT.dash.fleetmux.out.>", "$JS.API.DIRECT.GET.FLEETMUX_OUT",
+			pub: []string{"fleetmux.consumer.FLEETMUX_OUT.dash.fleetmux.out.a.>"},
+			noPub: []string{"$JS.API.CONSUMER.CREATE.FLEETMUX_OUT", "$JS.API.CONSUMER.CREATE.FLEETMUX_OUT.dash.fleetmux.out.a.>", "fleetmux.consumer.FLEETMUX_OUT.dash.fleetmux.out.>",
+				"fleetmux.consumer.FLEETMUX_OUT.dash", "$JS.API.DIRECT.GET.FLEETMUX_OUT",
 				"$JS.API.CONSUMER.CREATE.FLEETMUX_OUT.dash", "$JS.API.STREAM.INFO.FLEETMUX_OUT"},
 			sub:   []string{"fleetmux.out.a.>", "fleetmux.out.b.>", "fleetmux.event.b.>"},
 			noSub: []string{"fleetmux.out.>"},
@@ -467,8 +502,8 @@ func TestPermissionsTable(t *testing.T) {
 		if len(p.Pub.Deny) != 0 || len(p.Sub.Deny) != 0 {
 			t.Errorf("%s: deny lists (allow lists only)", tc.id.UserName())
 		}
-		if (p.Resp != nil) != (tc.id.Kind == natsauth.KindNode) {
-			t.Errorf("%s: responses %+v: only nodes reply", tc.id.UserName(), p.Resp)
+		if (p.Resp != nil) != (tc.id.Kind != natsauth.KindSubscriber) {
+			t.Errorf("%s: responses %+v: nodes and controllers reply, subscribers never", tc.id.UserName(), p.Resp)
 		}
 	}
 	for _, bad := range []natsauth.Identity{{Kind: "admin", Name: "x"}, {Kind: natsauth.KindNode, Name: "a.b"},

@@ -87,8 +87,8 @@ type watch struct {
 	lastOK  bool
 	warned  bool
 	syncing bool
-	gone    map[string]bool // disconnects seen while a list request was out
-	came    map[string]string
+	came    map[string]string // connects seen while a list request was out
+	confirm bool              // an advisory came: the server's list must confirm it
 }
 
 // Watch calls fn with the set of nodes that hold a NATS connection each time it
@@ -106,7 +106,12 @@ func (p *Watcher) Watch(fn func(connected map[string]bool, known bool)) (stop fu
 		subject string
 		up      bool
 	}{{natsauth.AdvisoryConnect, true}, {natsauth.AdvisoryDisconnect, false}} {
-		stopSub, err := p.conn.Subscribe(s.subject, func(_ string, _ map[string]string, data []byte) {
+		stopSub, err := p.conn.Subscribe(s.subject, func(_ string, h map[string]string, data []byte) {
+			// The server's advisories carry no headers; a stream's message
+			// delivered here (a pull with this reply subject) does.
+			if len(h) > 0 {
+				return
+			}
 			if ev, ok := parseAdvisory(data, s.up); ok {
 				w.push(ev)
 			}
@@ -176,7 +181,7 @@ func (w *watch) loop() {
 			return
 		}
 		w.syncing, again, retry = true, false, nil
-		w.gone, w.came = map[string]bool{}, map[string]string{}
+		w.came = map[string]string{}
 		listStop = make(chan struct{})
 		go func(stop chan struct{}) { // owned by the loop: it waits for the result below
 			m, err := w.p.list(stop)
@@ -200,9 +205,6 @@ func (w *watch) loop() {
 		case l := <-lists:
 			w.syncing = false
 			if l.err == nil {
-				for id := range w.gone {
-					delete(l.m, id)
-				}
 				maps.Copy(l.m, w.came)
 				w.conns, w.known = l.m, true
 			} else {
@@ -211,7 +213,7 @@ func (w *watch) loop() {
 					retry = time.After(listRetry)
 				}
 			}
-			w.gone, w.came = nil, nil
+			w.came = nil
 			w.drain()
 			w.report() // known, or still not known (told once)
 			if again {
@@ -222,6 +224,10 @@ func (w *watch) loop() {
 			if w.known {
 				w.report()
 			}
+			if w.confirm {
+				w.confirm = false
+				startList()
+			}
 		}
 	}
 }
@@ -229,7 +235,13 @@ func (w *watch) loop() {
 // listRetry is how soon a connection list is asked for again while none came yet.
 const listRetry = time.Second
 
-// drain applies the queued advisories.
+// drain applies the queued advisories. An advisory is only a hint: anything on
+// the advisory subjects of the account that looks like one (a message some
+// JetStream request was made to answer there, with stored bytes a session
+// printed) could be taken for one. So a connect counts at once, a disconnect
+// only when it names the node that holds that connection, and either makes the
+// server's list of connections (what the server itself answers, on this
+// controller's own inbox) confirm it: a disconnect takes effect with that list.
 func (w *watch) drain() {
 	w.mu.Lock()
 	q := w.queue
@@ -240,14 +252,15 @@ func (w *watch) drain() {
 			w.conns[ev.id] = ev.node
 			if w.came != nil {
 				w.came[ev.id] = ev.node
-				delete(w.gone, ev.id)
 			}
-		} else {
-			delete(w.conns, ev.id)
-			if w.gone != nil {
-				w.gone[ev.id] = true
+			w.confirm = true
+			continue
+		}
+		if node, ok := w.conns[ev.id]; ok && node == ev.node {
+			if w.came != nil {
 				delete(w.came, ev.id)
 			}
+			w.confirm = true
 		}
 	}
 }
