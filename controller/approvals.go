@@ -105,18 +105,77 @@ func checkApproval(node, id string) error {
 }
 
 // WatchApprovals calls fn with every approval event of node until stop is called
-// (stop waits until fn no longer runs). fn runs on the bus's delivery goroutine
-// and must not block. Only node may publish on its approval subject (its NATS
-// permissions), so an event names what that node did.
+// (stop waits until fn no longer runs). fn runs on a goroutine of the watch, one
+// event at a time, and must not block. An event on the approval subject is only a
+// hint (a JetStream request's reply subject is the asker's choice, so more than
+// the node can put a message there): each is checked against the approval the
+// node itself reports (the approval verb), and fn gets that record, only when its
+// state fits the event. Events that come faster than they are checked are dropped.
 func (c *Controller) WatchApprovals(node string, fn func(api.ApprovalEvent)) (stop func() error, err error) {
 	if err := api.ValidName(node); err != nil {
 		return nil, api.Errorf(api.CodeBadRequest, "node: %v", err)
 	}
-	return c.cfg.Bus.Subscribe(c.subj.Approval(node), func(_ string, _ map[string]string, data []byte) {
+	events := make(chan api.ApprovalEvent, maxApprovalChecks)
+	stopSub, err := c.cfg.Bus.Subscribe(c.subj.Approval(node), func(_ string, _ map[string]string, data []byte) {
 		var ev api.ApprovalEvent
-		if json.Unmarshal(data, &ev) != nil || ev.Approval.Node != node {
+		if json.Unmarshal(data, &ev) != nil || ev.Approval.Node != node || api.ValidApprovalID(ev.Approval.ID) != nil {
 			return
 		}
-		fn(ev)
+		select {
+		case events <- ev:
+		default: // checks are behind: drop it (approvals lists them all)
+		}
 	})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	who := principal{actor: "controller:" + c.cfg.Name, id: "controller:" + c.cfg.Name, role: api.RoleViewer}
+	go func() { // owned by the watch: stop waits for it
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev := <-events:
+				var a api.Approval
+				if c.call(ctx, who, node, api.VerbApproval, api.ApprovalRequest{ID: ev.Approval.ID}, &a, c.cfg.RequestTimeout) != nil ||
+					a.Node != node || a.ID != ev.Approval.ID || !approvalEventFits(ev.Type, a) {
+					continue
+				}
+				fn(api.ApprovalEvent{Type: ev.Type, Time: ev.Time, Approval: a})
+			}
+		}
+	}()
+	var once sync.Once
+	return func() error {
+		var err error
+		once.Do(func() {
+			err = stopSub()
+			cancel()
+			<-done
+		})
+		return err
+	}, nil
+}
+
+// maxApprovalChecks bounds the approval events of one watch waiting to be checked.
+const maxApprovalChecks = 16
+
+// approvalEventFits reports whether an event of type typ can describe approval a as
+// its node reports it now (a held approval may have been decided since: its held
+// notice is then dropped, the decision's comes).
+func approvalEventFits(typ string, a api.Approval) bool {
+	switch typ {
+	case api.ApprovalEventHeld:
+		return a.State == api.ApprovalPending
+	case api.ApprovalEventApproved, api.ApprovalEventDone:
+		return a.State == api.ApprovalApproved
+	case api.ApprovalEventDenied:
+		return a.State == api.ApprovalDenied
+	case api.ApprovalEventExpired:
+		return a.State == api.ApprovalExpired
+	}
+	return false
 }

@@ -112,9 +112,21 @@ func (c *Controller) follow(ctx context.Context, who principal, node, id string,
 			return end, ctx.Err()
 		case <-down:
 			return end, api.Errorf(api.CodeUnavailable, "node %s went down", node)
-		case code := <-exited:
-			end.exited, end.exitCode = true, code
-			err := catchUp()
+		case <-exited:
+			// An event is a claim, not a fact: whoever gets a message onto the
+			// event subject (a JetStream request's reply subject is the asker's
+			// choice) could end every follower. The node says whether it exited.
+			var s api.Session
+			err := c.call(ctx, who, node, api.VerbGet, api.SessionRequest{Session: id}, &s, c.cfg.RequestTimeout)
+			switch {
+			case errors.Is(err, &api.Error{Code: api.CodeNotFound}): // closed
+			case err != nil:
+				return end, err
+			case s.State != api.StateExited:
+				continue // not so: follow on
+			}
+			end.exited, end.exitCode = true, s.ExitCode
+			err = catchUp()
 			if errors.Is(err, &api.Error{Code: api.CodeNotFound}) {
 				err = nil // closed: it had no more output to give
 			}

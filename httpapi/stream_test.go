@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"golang.org/x/net/websocket"
 
 	"github.com/fleetmux/fleetmux/api"
@@ -394,4 +395,43 @@ var wsFrames = websocket.Codec{
 		f.typ, f.data = typ, data
 		return nil
 	},
+}
+
+// TestFollowConfirmsExit: an "exited" event on a session's event subject that
+// the node did not mean (anyone who can get a message there: a JetStream
+// request's reply subject is the asker's choice) does not end a follower; the
+// node is asked, says the session runs, and the follow goes on until the real end.
+func TestFollowConfirmsExit(t *testing.T) {
+	f := newFixture(t, stack.Options{Nodes: map[string]map[string]string{"n1": nil}})
+	s := f.NewSession("n1")
+	path := "/v1/sessions/n1/" + s.ID
+	fw := f.follow(context.Background(), path, 0, nil)
+	f.Run("n1", s.ID, "echo before")
+	testutil.Eventually(t, 10*time.Second, func() bool { return bytes.Contains(fw.bytes(), []byte("before\r\n")) }, "the follower to see the first output")
+
+	nc, err := nats.Connect(f.NATS.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	forged, _ := json.Marshal(api.SessionEvent{Type: api.EventExited})
+	if err := nc.Publish(api.Subjects{}.Event("n1", s.ID), forged); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	f.Run("n1", s.ID, "echo after-the-forgery")
+	testutil.Eventually(t, 10*time.Second, func() bool { return bytes.Contains(fw.bytes(), []byte("after-the-forgery\r\n")) }, "the follower to go on after a forged exit")
+	select {
+	case <-fw.done:
+		t.Fatalf("a forged exited event ended the follow (%v)", fw.err)
+	default:
+	}
+	f.Must(200, "DELETE", path, nil, nil)
+	select {
+	case <-fw.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream did not end with the session")
+	}
 }

