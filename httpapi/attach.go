@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/fleetmux/fleetmux/api"
-	"golang.org/x/net/websocket"
 )
 
 // attach limits.
@@ -16,24 +16,10 @@ const (
 	attachWriteTimeout = 10 * time.Second
 )
 
-// frame is one WebSocket frame as received: its payload type and data.
+// frame is one WebSocket message: its type and data.
 type frame struct {
-	typ  byte
+	typ  websocket.MessageType
 	data []byte
-}
-
-// frameCodec receives frames with their type (websocket.Message does not say
-// which type a frame had).
-var frameCodec = websocket.Codec{
-	Marshal: func(v any) ([]byte, byte, error) {
-		f := v.(frame)
-		return f.data, f.typ, nil
-	},
-	Unmarshal: func(data []byte, typ byte, v any) error {
-		f := v.(*frame)
-		f.typ, f.data = typ, data
-		return nil
-	},
 }
 
 // attach serves the attach WebSocket: output as binary frames (from ?from=, or a
@@ -65,30 +51,33 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) {
 	}
 	s.reqWG.Add(1) // a hijacked connection: http.Server.Shutdown does not wait for it
 	defer s.reqWG.Done()
-	srv := websocket.Server{
-		Handshake: func(*websocket.Config, *http.Request) error { return nil }, // Origin checked by guard
-		Handler: func(ws *websocket.Conn) {
-			ws.MaxPayloadBytes = api.MaxInputBytes // one client frame
-			s.attachConn(r.Context(), ws, s.stillValid(r), node, id, from)
-		},
+	// Accept checks the Origin too (its host must be the request's): guard
+	// checked it already, the same way.
+	ws, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return // Accept answered the request
 	}
-	srv.ServeHTTP(w, r)
+	ws.SetReadLimit(api.MaxInputBytes) // one client message
+	s.attachConn(r.Context(), ws, s.stillValid(r), node, id, from)
 }
 
 // valid reports whether the attach's credential is still accepted: every input,
 // resize and output frame checks it first.
 func (s *Server) attachConn(rctx context.Context, ws *websocket.Conn, valid func() bool, node, id string, from *int64) {
-	defer ws.Close()
+	defer ws.CloseNow()
 	ctx, cancel := context.WithCancel(rctx)
 	defer cancel()
+	// Shutdown ends the stream: a cancelled ctx closes the connection (a Read or
+	// Write in progress with it returns at once).
 	defer context.AfterFunc(s.streamCtx, cancel)()
 	send := func(f frame) error {
-		ws.SetWriteDeadline(time.Now().Add(attachWriteTimeout))
-		return frameCodec.Send(ws, f)
+		wctx, wcancel := context.WithTimeout(ctx, attachWriteTimeout)
+		defer wcancel()
+		return ws.Write(wctx, f.typ, f.data)
 	}
 	sendMsg := func(m api.AttachMsg) {
 		b, _ := json.Marshal(m)
-		send(frame{typ: websocket.TextFrame, data: b})
+		send(frame{typ: websocket.MessageText, data: b})
 	}
 
 	// Input: the client's frames, in order, on a goroutine owned by this attach.
@@ -98,18 +87,18 @@ func (s *Server) attachConn(rctx context.Context, ws *websocket.Conn, valid func
 		defer cancel() // the client went away: stop streaming
 		for {
 			var f frame
-			if err := frameCodec.Receive(ws, &f); err != nil {
+			var err error
+			if f.typ, f.data, err = ws.Read(ctx); err != nil {
 				return
 			}
 			if !valid() {
 				sendMsg(api.AttachMsg{Type: api.AttachError, Error: errRevoked})
 				return
 			}
-			var err error
 			switch f.typ {
-			case websocket.BinaryFrame:
+			case websocket.MessageBinary:
 				err = s.fleet.AttachInput(ctx, node, id, string(f.data))
-			case websocket.TextFrame:
+			case websocket.MessageText:
 				var m api.AttachMsg
 				if json.Unmarshal(f.data, &m) != nil || m.Type != api.AttachResize {
 					err = api.Errorf(api.CodeBadRequest, "text frames are JSON messages: {\"type\":\"resize\",\"cols\":C,\"rows\":R}")
@@ -147,7 +136,15 @@ func (s *Server) attachConn(rctx context.Context, ws *websocket.Conn, valid func
 	if ae, ok := err.(*api.Error); ok && ctx.Err() == nil {
 		sendMsg(api.AttachMsg{Type: api.AttachError, Error: ae})
 	}
-	ws.Close() // ends the input goroutine's Receive
+	if ctx.Err() != nil {
+		// The peer went away, or the server shuts down: no close handshake to wait
+		// for (a peer that does not read would hold Shutdown 5 s).
+		ws.CloseNow()
+	} else {
+		// The close frame, and the peer's answer, which the input goroutine's Read
+		// takes (at most 5 s).
+		ws.Close(websocket.StatusNormalClosure, "")
+	}
 	<-inputDone
 }
 
@@ -162,7 +159,7 @@ func (bw binaryWriter) Write(p []byte) (int, error) {
 	if !bw.valid() {
 		return 0, errRevoked
 	}
-	if err := bw.send(frame{typ: websocket.BinaryFrame, data: p}); err != nil {
+	if err := bw.send(frame{typ: websocket.MessageBinary, data: p}); err != nil {
 		return 0, err
 	}
 	return len(p), nil

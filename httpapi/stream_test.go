@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/nats-io/nats.go"
-	"golang.org/x/net/websocket"
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/controller"
@@ -286,20 +286,17 @@ func TestShutdownEndsStreams(t *testing.T) {
 	}
 }
 
-func (f *fixture) dialAttach(t *testing.T, path string) *websocket.Conn {
+func (f *fixture) dialAttach(t *testing.T, path string) *wsConn {
 	t.Helper()
-	cfg, err := websocket.NewConfig("ws"+strings.TrimPrefix(f.Base, "http")+path+"/attach", f.Base)
-	if err != nil {
-		t.Fatal(err)
-	}
+	hdr := http.Header{"Origin": {f.Base}}
 	if f.Token != "" {
-		cfg.Header = http.Header{"Authorization": {"Bearer " + f.Token}}
+		hdr.Set("Authorization", "Bearer "+f.Token)
 	}
-	ws, err := websocket.DialConfig(cfg)
+	ws, _, err := websocket.Dial(context.Background(), "ws"+strings.TrimPrefix(f.Base, "http")+path+"/attach", &websocket.DialOptions{HTTPHeader: hdr})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ws
+	return &wsConn{ws}
 }
 
 // TestAttach: raw bytes both ways over the WebSocket, resize, and the exit message.
@@ -321,13 +318,13 @@ func TestAttach(t *testing.T) {
 		defer close(closed)
 		for {
 			var fr wsFrame
-			err := wsFrames.Receive(ws, &fr)
+			err := ws.receive(&fr)
 			if err != nil {
 				return
 			}
 			frame := fr.data
 			mu.Lock()
-			if fr.typ == websocket.TextFrame {
+			if fr.typ == websocket.MessageText {
 				var m api.AttachMsg
 				json.Unmarshal(frame, &m)
 				msgs = append(msgs, m)
@@ -342,11 +339,11 @@ func TestAttach(t *testing.T) {
 	}
 	// The redraw of the current screen comes first.
 	testutil.Eventually(t, 10*time.Second, seen("before-attach"), "the screen redraw")
-	if err := websocket.Message.Send(ws, []byte("echo attach-$((6*7))\r")); err != nil {
+	if err := ws.send([]byte("echo attach-$((6*7))\r")); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 10*time.Second, seen("attach-42"), "typed command's output")
-	if err := websocket.Message.Send(ws, `{"type":"resize","cols":91,"rows":27}`); err != nil {
+	if err := ws.send(`{"type":"resize","cols":91,"rows":27}`); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 10*time.Second, func() bool {
@@ -354,8 +351,8 @@ func TestAttach(t *testing.T) {
 		f.Must(200, "GET", path, nil, &got)
 		return got.Cols == 91 && got.Rows == 27
 	}, "the resize")
-	websocket.Message.Send(ws, `{"type":"bogus"}`)
-	if err := websocket.Message.Send(ws, []byte("exit 7\r")); err != nil {
+	ws.send(`{"type":"bogus"}`)
+	if err := ws.send([]byte("exit 7\r")); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -383,18 +380,33 @@ func TestAttach(t *testing.T) {
 }
 
 type wsFrame struct {
-	typ  byte
+	typ  websocket.MessageType
 	data []byte
 }
 
-// wsFrames receives frames with their type (websocket.Message does not tell).
-var wsFrames = websocket.Codec{
-	Marshal: func(v any) ([]byte, byte, error) { f := v.(wsFrame); return f.data, f.typ, nil },
-	Unmarshal: func(data []byte, typ byte, v any) error {
-		f := v.(*wsFrame)
-		f.typ, f.data = typ, data
-		return nil
-	},
+// wsConn is a test's attach connection, a client of github.com/coder/websocket
+// like the Go client's.
+type wsConn struct{ c *websocket.Conn }
+
+func (w *wsConn) Close() error { return w.c.CloseNow() }
+
+// receive reads the next message.
+func (w *wsConn) receive(fr *wsFrame) (err error) {
+	fr.typ, fr.data, err = w.c.Read(context.Background())
+	return err
+}
+
+// send sends p as one binary message, a string as one text message.
+func (w *wsConn) send(v any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	switch v := v.(type) {
+	case []byte:
+		return w.c.Write(ctx, websocket.MessageBinary, v)
+	case string:
+		return w.c.Write(ctx, websocket.MessageText, []byte(v))
+	}
+	return fmt.Errorf("send %T", v)
 }
 
 // TestFollowConfirmsExit: an "exited" event on a session's event subject that
