@@ -174,7 +174,7 @@ func (s *Server) noRoute(w http.ResponseWriter, r *http.Request, mux *http.Serve
 		writeErrorStatus(w, http.StatusMethodNotAllowed, api.Errorf(api.CodeBadRequest, "method %s not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allow, ", ")))
 		return
 	}
-	writeError(w, api.Errorf(api.CodeNotFound, "no route %s %s (see DESIGN.md: /v1/nodes, /v1/sessions, /v1/run, /healthz, /metrics)", r.Method, r.URL.Path))
+	writeError(w, api.Errorf(api.CodeNotFound, "no route %s %s (the routes: GET /v1/openapi.yaml, docs/api.md)", r.Method, r.URL.Path))
 }
 
 // openAPI serves the API's OpenAPI document (api/openapi.yaml).
