@@ -116,6 +116,13 @@ type Config struct {
 	// DownGrace is how long a node that gossip alone reports dead or gone stays
 	// suspect before the node table believes it (see downGrace). Default 1s.
 	DownGrace time.Duration
+	// LearnWindow is how long after New a request for a node is answered
+	// unavailable (503: try again) rather than not found while the controller
+	// knows no node at all: a controller that has just started learns the nodes
+	// from gossip and NATS presence within moments, and a client that followed a
+	// session across its restart must not take "unknown node" for "gone".
+	// Default 10s; negative: none.
+	LearnWindow time.Duration
 	// Logger receives the operator's log. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -149,6 +156,9 @@ type Controller struct {
 	// end with it.
 	ctx    context.Context
 	cancel context.CancelFunc
+
+	// born is when New made the controller (LearnWindow counts from it).
+	born time.Time
 
 	mu      sync.Mutex // guards started, closed
 	started bool
@@ -196,10 +206,14 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.DownGrace <= 0 {
 		cfg.DownGrace = downGrace
 	}
+	if cfg.LearnWindow == 0 {
+		cfg.LearnWindow = defaultLearnWindow
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	c := &Controller{
+		born:   time.Now(),
 		cfg:    cfg,
 		log:    cfg.Logger,
 		subj:   api.Subjects{Prefix: cfg.Prefix},

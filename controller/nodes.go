@@ -176,6 +176,13 @@ func (t *table) lookup(name string) (status string, down context.Context, ok boo
 	return e.status, e.down, true
 }
 
+// size is how many nodes the table holds, in any status.
+func (t *table) size() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.nodes)
+}
+
 // suspect marks a node suspect: gossip says it is alive, but it did not answer.
 // ok clears a suspicion after a successful request.
 func (t *table) suspect(name string) { t.setReachable(name, false) }

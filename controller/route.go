@@ -52,7 +52,7 @@ func (c *Controller) doCall(ctx context.Context, who principal, node, verb strin
 	}
 	status, down, known := c.nodes.lookup(node)
 	if !known {
-		return api.Errorf(api.CodeNotFound, "unknown node %q (GET /v1/nodes lists the nodes)", node)
+		return c.unknownNode(node)
 	}
 	if !usable(status) {
 		return api.Errorf(api.CodeUnavailable, "node %s is %s", node, status)
@@ -138,3 +138,16 @@ func (c *Controller) waitBudget(ms int, dflt time.Duration) time.Duration {
 
 // timeoutFor is a request timeout for a verb that waits ms on the node.
 func (c *Controller) timeoutFor(ms int) time.Duration { return c.waitBudget(ms, api.DefaultWait) }
+
+// defaultLearnWindow is Config.LearnWindow's default.
+const defaultLearnWindow = 10 * time.Second
+
+// unknownNode is the error for a request to a node the node table does not hold:
+// unavailable while the controller is still learning the fleet (it knows no node
+// yet, within Config.LearnWindow of New), not found otherwise.
+func (c *Controller) unknownNode(node string) error {
+	if c.cfg.LearnWindow > 0 && time.Since(c.born) < c.cfg.LearnWindow && c.nodes.size() == 0 {
+		return api.Errorf(api.CodeUnavailable, "node %q is not known yet: this controller started %s ago and is still learning the nodes; try again", node, time.Since(c.born).Round(time.Millisecond))
+	}
+	return api.Errorf(api.CodeNotFound, "unknown node %q (GET /v1/nodes lists the nodes)", node)
+}

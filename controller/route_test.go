@@ -3,6 +3,7 @@ package controller
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/fleetmux/fleetmux/api"
 )
@@ -60,5 +61,36 @@ func TestDecodeReply(t *testing.T) {
 		case c.code != "" && (!errors.As(err, &ae) || ae.Code != c.code):
 			t.Errorf("raw %q: %v, want code %s", c.reply, err, c.code)
 		}
+	}
+}
+
+// TestUnknownNodeWhileLearning: a controller that has just started and knows no
+// node yet answers a request for a node unavailable (try again), not not_found: a
+// client following a session across a controller restart took the 404 for "the
+// session is gone" and stopped short of the rest of its output.
+func TestUnknownNodeWhileLearning(t *testing.T) {
+	code := func(c *Controller) string {
+		var ae *api.Error
+		if err := c.doCall(t.Context(), principal{}, "n1", api.VerbGet, api.SessionRequest{Session: "s1"}, nil, time.Second); !errors.As(err, &ae) {
+			t.Fatalf("doCall: %v, want an *api.Error", err)
+		}
+		return ae.Code
+	}
+	fresh := &Controller{cfg: Config{LearnWindow: time.Minute}, nodes: newTable(0), born: time.Now()}
+	if got := code(fresh); got != api.CodeUnavailable {
+		t.Errorf("fresh controller, no node known: %s, want %s", got, api.CodeUnavailable)
+	}
+	old := &Controller{cfg: Config{LearnWindow: time.Minute}, nodes: newTable(0), born: time.Now().Add(-2 * time.Minute)}
+	if got := code(old); got != api.CodeNotFound {
+		t.Errorf("after the window: %s, want %s", got, api.CodeNotFound)
+	}
+	knows := &Controller{cfg: Config{LearnWindow: time.Minute}, nodes: newTable(0), born: time.Now()}
+	knows.nodes.observe(Member{Name: "n2", State: api.NodeAlive})
+	if got := code(knows); got != api.CodeNotFound {
+		t.Errorf("fresh controller that knows another node: %s, want %s", got, api.CodeNotFound)
+	}
+	off := &Controller{cfg: Config{LearnWindow: -1}, nodes: newTable(0), born: time.Now()}
+	if got := code(off); got != api.CodeNotFound {
+		t.Errorf("LearnWindow negative: %s, want %s", got, api.CodeNotFound)
 	}
 }

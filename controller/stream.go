@@ -103,7 +103,7 @@ func (c *Controller) follow(ctx context.Context, who principal, node, id string,
 	}
 	_, downCtx, known := c.nodes.lookup(node)
 	if !known {
-		return end, api.Errorf(api.CodeNotFound, "unknown node %q", node)
+		return end, c.unknownNode(node)
 	}
 	down := downCtx.Done()
 	for {
