@@ -219,7 +219,7 @@ func (g *Guard) auditLine(s *Session, w Writer, command string, d policy.Decisio
 // person when the policy says approve (the line waits unexecuted at the prompt).
 func (g *Guard) checkLine(ctx context.Context, req Request) error {
 	s := req.Session
-	if s.expected(req.Command) {
+	if s.expected(req.Command) || req.Unaccepted && s.expectedPiece(req.Command) {
 		return nil
 	}
 	return g.enforce(ctx, s, s.LineWriter(req.Command, req.Unaccepted), req.Command, nil, nil)

@@ -120,6 +120,26 @@ func (s *Session) expected(line string) bool {
 	return false
 }
 
+// expectedPiece reports whether line, a command the shell runs while no line is
+// accepted (Request.Unaccepted), is a piece of a line the node decided and is
+// typing: the shell can run a piece of it before accepting it (the first prompt
+// not yet armed when the line arrives). The line stays expected.
+func (s *Session) expectedPiece(line string) bool {
+	line = normLine(line)
+	if line == "" {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	for _, x := range s.expectedLines {
+		if now.Before(x.until) && strings.Contains(x.line, line) {
+			return true
+		}
+	}
+	return false
+}
+
 // normLine is a command line as compared by expected: without the line ends and
 // blanks around it.
 func normLine(s string) string { return strings.TrimSpace(s) }

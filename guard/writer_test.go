@@ -50,3 +50,24 @@ func TestLineWriter(t *testing.T) {
 		})
 	}
 }
+
+// TestExpectedPiece: a command the shell runs before it accepted a line the node
+// decided and typed (a run's `sudo -k; sudo id -u` reaching a shell whose first
+// prompt was not armed yet) is a piece of that line, not an unknown writer's; an
+// accepted line must match whole, and an expected line is not used up by a piece.
+func TestExpectedPiece(t *testing.T) {
+	s := &Session{}
+	s.ExpectLine("sudo -k; sudo id -u")
+	if !s.expectedPiece("sudo -k") || !s.expectedPiece(" sudo id -u ") {
+		t.Fatal("a piece of an expected line is not expected")
+	}
+	if s.expectedPiece("rm -rf /") || s.expectedPiece("") {
+		t.Fatal("a command in no expected line is expected")
+	}
+	if s.expected("sudo -k") {
+		t.Fatal("an accepted line matched a piece of an expected one")
+	}
+	if !s.expected("sudo -k; sudo id -u") {
+		t.Fatal("a piece used up the expected line")
+	}
+}
