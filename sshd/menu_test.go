@@ -88,7 +88,7 @@ func TestSSHMenuPrintable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	s, err := c.NewSession()
+	s, err := testutil.SSHSession(c, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -139,7 +139,7 @@ func (sf *sshFixture) login(t *testing.T, user, key string) *ssh.Client {
 // exec runs a command and returns stdout, stderr and the exit status.
 func execSSH(t *testing.T, c *ssh.Client, cmd string) (string, string, int) {
 	t.Helper()
-	s, err := c.NewSession()
+	s, err := testutil.SSHSession(c, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func TestSSHCommands(t *testing.T) {
 	default:
 	}
 	// No command and no PTY: a hint, exit 2.
-	s, _ := admin.NewSession()
+	s, _ := testutil.SSHSession(admin, time.Minute)
 	var errb bytes.Buffer
 	s.Stderr = &errb
 	s.Shell()
@@ -265,7 +265,7 @@ func TestSSHCommands(t *testing.T) {
 	}{"127.0.0.1", 0})); err != nil {
 		t.Errorf("tcpip-forward request: %v", err)
 	}
-	s, _ = admin.NewSession()
+	s, _ = testutil.SSHSession(admin, time.Minute)
 	if err := s.Setenv("LD_PRELOAD", "x"); err == nil {
 		t.Error("env was accepted")
 	}
@@ -289,7 +289,7 @@ type term struct {
 
 func (sf *sshFixture) attachTerm(t *testing.T, c *ssh.Client, cmd string, rows, cols int) *term {
 	t.Helper()
-	s, err := c.NewSession()
+	s, err := testutil.SSHSession(c, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

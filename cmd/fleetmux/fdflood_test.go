@@ -148,7 +148,7 @@ func TestIdleHTTPFlood(t *testing.T) {
 		t.Fatalf("ssh during the flood: %v\n%s", err, errb.String())
 	}
 	defer c.Close()
-	s, err := c.NewSession()
+	s, err := testutil.SSHSession(c, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

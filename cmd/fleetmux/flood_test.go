@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmux/fleetmux/internal/testutil"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -65,7 +66,7 @@ func TestSSHWaitFlood(t *testing.T) {
 	ended := make(chan string, 400) // stderr of each wait that ended
 	start := func(c *ssh.Client, n int) {
 		for range n {
-			s, err := c.NewSession()
+			s, err := testutil.SSHSession(c, time.Minute)
 			if err != nil {
 				refused++
 				continue
@@ -112,7 +113,7 @@ func TestSSHWaitFlood(t *testing.T) {
 		t.Helper()
 		c := dial(operator)
 		defer c.Close()
-		s, err := c.NewSession()
+		s, err := testutil.SSHSession(c, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
