@@ -36,6 +36,11 @@ const (
 	// no session was started; once approved the node creates it as it was asked,
 	// as the writer who asked, and Approval.Session names it.
 	ApprovalCreate = "create"
+	// ApprovalAgentTool: a coding agent asks to use one of its tools (Claude
+	// Code's PermissionRequest: Approval.Agent, Approval.Tool, and the tool's
+	// input in Command); the agent waits, the tool unused, and uses it once
+	// approved.
+	ApprovalAgentTool = "agent_tool"
 )
 
 // Decisions (DecideBody.Decision).
@@ -59,8 +64,11 @@ type Approval struct {
 	ID      string `json:"id"` // a<N>
 	Node    string `json:"node"`
 	Session string `json:"session"`
-	Kind    string `json:"kind"` // ApprovalRun, ApprovalLine, ApprovalInput or ApprovalCreate
+	Kind    string `json:"kind"` // ApprovalRun, ApprovalLine, ApprovalInput, ApprovalCreate or ApprovalAgentTool
 	Command string `json:"command"`
+	// Agent (the driver) and Tool name what an agent_tool approval asks to use.
+	Agent string `json:"agent,omitempty"`
+	Tool  string `json:"tool,omitempty"`
 	// Who asked: the verified principal, the actor label and the role of the writer
 	// the command came from.
 	Principal string `json:"principal,omitempty"`

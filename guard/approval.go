@@ -138,7 +138,7 @@ func (g *Guard) approve(ctx context.Context, s *Session, w Writer, command strin
 			kind = api.ApprovalCreate
 		}
 	}
-	ap, a, err := g.hold(s, w, command, d, kind, held)
+	ap, a, err := g.hold(s, w, command, d, kind, held, nil)
 	if err != nil {
 		return err
 	}
@@ -183,7 +183,7 @@ func deniedMessage(a api.Approval) string {
 
 // hold registers a pending approval and announces it; it returns the approval as
 // it was registered (ap.a may change as soon as hold returns).
-func (g *Guard) hold(s *Session, w Writer, command string, d policy.Decision, kind string, held *Held) (*approval, api.Approval, error) {
+func (g *Guard) hold(s *Session, w Writer, command string, d policy.Decision, kind string, held *Held, tool *ToolUse) (*approval, api.Approval, error) {
 	now := time.Now().UTC()
 	within := d.ApproveWithin
 	if within <= 0 {
@@ -205,7 +205,7 @@ func (g *Guard) hold(s *Session, w Writer, command string, d policy.Decision, ki
 	var id string
 	if s != nil {
 		id = s.t.ID()
-		if kind == api.ApprovalLine || kind == api.ApprovalInput {
+		if kind == api.ApprovalLine || kind == api.ApprovalInput || kind == api.ApprovalAgentTool {
 			ap.planters = s.plantersBut(w.Principal)
 		}
 	}
@@ -214,6 +214,9 @@ func (g *Guard) hold(s *Session, w Writer, command string, d policy.Decision, ki
 		Principal: w.Principal, Actor: w.Actor, Role: w.Role,
 		Rule: d.Rule, PolicyVersion: d.Version, Approvers: slices.Clone(g.Policy().Approvers(d.Rule)),
 		State: api.ApprovalPending, RequestedAt: now, ExpiresAt: now.Add(within),
+	}
+	if tool != nil {
+		ap.a.Agent, ap.a.Tool = tool.Agent, tool.Tool
 	}
 	g.appr.byID[ap.a.ID] = ap
 	g.appr.order = append(g.appr.order, ap)

@@ -153,6 +153,12 @@ func (g *Guard) enforce(ctx context.Context, s *Session, w Writer, command strin
 
 // decide is the policy's decision for w typing command into s's session.
 func (g *Guard) decide(s *Session, w Writer, command string, held *Held) policy.Decision {
+	return g.decideRequest(s, w, policy.Request{Command: command}, held)
+}
+
+// decideRequest is the policy's decision on req (its command, and an agent's
+// tool) asked by w in s's session: it fills in who asks and where.
+func (g *Guard) decideRequest(s *Session, w Writer, req policy.Request, held *Held) policy.Decision {
 	p := g.Policy()
 	if p == nil {
 		return policy.Decision{Action: api.ActionAllow}
@@ -174,10 +180,9 @@ func (g *Guard) decide(s *Session, w Writer, command string, held *Held) policy.
 	case held != nil && held.Create != nil:
 		labels = held.Create.Labels
 	}
-	return p.Decide(policy.Request{
-		Command: command, Principal: w.Principal, Actor: w.Actor, Role: w.Role,
-		Node: g.cfg.Node, NodeLabels: g.cfg.Labels, SessionLabels: labels,
-	})
+	req.Principal, req.Actor, req.Role = w.Principal, w.Actor, w.Role
+	req.Node, req.NodeLabels, req.SessionLabels = g.cfg.Node, g.cfg.Labels, labels
+	return p.Decide(req)
 }
 
 // verdict turns a decision into enforce's result.

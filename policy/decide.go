@@ -26,6 +26,11 @@ type Request struct {
 	Node          string // the node's name
 	NodeLabels    map[string]string
 	SessionLabels map[string]string
+	// Agent, Tool and Input are set for an agent's request to use a tool: the
+	// agent's driver ("claude"), the tool ("Bash", "Edit", "WebFetch", …) and its
+	// input as text (for Bash the command, which Command then carries too; for a
+	// tool on a file its path; for a fetch its URL).
+	Agent, Tool, Input string
 }
 
 // Decision is the outcome of Decide.
@@ -87,8 +92,22 @@ func (p *Policy) Approvers(rule string) []string {
 }
 
 // fits reports whether req has everything m asks for. v caches the command's views
-// across rules.
+// across rules (and the tool input's, which are only made for a rule on input).
 func (m *Match) fits(req Request, action string, v **views) bool {
+	if m.agent != nil || m.tool != nil || m.input != nil {
+		if req.Tool == "" {
+			return false // rules on agents' tools decide nothing else
+		}
+		if m.agent != nil && !m.agent.MatchString(req.Agent) || m.tool != nil && !m.tool.MatchString(req.Tool) {
+			return false
+		}
+		if m.input != nil {
+			iv := viewsOf(req.Input)
+			if action == api.ActionAllow && !iv.all(m.input) || action != api.ActionAllow && !iv.any(m.input) {
+				return false
+			}
+		}
+	}
 	if m.Role != "" && req.Role != m.Role {
 		return false
 	}

@@ -262,7 +262,7 @@ func (p *parser) name(n *yaml.Node, field string) string {
 
 func (p *parser) match(n *yaml.Node, field string) Match {
 	var m Match
-	for _, kv := range p.mapping(n, field, "command", "actor", "principal", "node", "role", "node_labels", "session_labels") {
+	for _, kv := range p.mapping(n, field, "command", "actor", "principal", "node", "role", "node_labels", "session_labels", "agent", "tool", "input") {
 		k, v := kv[0], kv[1]
 		f := join(field, k.Value)
 		switch k.Value {
@@ -275,6 +275,19 @@ func (p *parser) match(n *yaml.Node, field string) Match {
 				}
 				m.command = re
 			}
+		case "input":
+			m.Input = p.pattern(v, f)
+			if p.err == nil {
+				re, err := regexp.Compile(m.Input)
+				if err != nil {
+					p.fail(v, f, "bad regexp: %v", err)
+				}
+				m.input = re
+			}
+		case "agent":
+			m.Agent, m.agent = p.glob(v, f)
+		case "tool":
+			m.Tool, m.tool = p.glob(v, f)
 		case "actor":
 			m.Actor, m.actor = p.glob(v, f)
 		case "principal":

@@ -19,6 +19,15 @@
 //	redact:
 //	  - {name: aws-key, pattern: 'AKIA[0-9A-Z]{16}'}
 //
+// An agent's request to use a tool (Claude Code's PermissionRequest: Bash, Edit,
+// WebFetch, …) is decided by the same rules: `agent` (the driver, a glob), `tool`
+// (a glob) and `input` (RE2 on the tool's input: for Bash its command, which is also
+// the request's `command`, so command rules hold for an agent's Bash too):
+//
+//   - name: agents-ask-before-shell
+//     match: {agent: claude, tool: Bash}
+//     action: approve
+//
 // Identities: `principal` matches who the controller authenticated ("token:NAME",
 // "ssh:FINGERPRINT"), which the controller signs into every request; `actor`
 // matches the label a client gives itself, which any client may set to anything.
@@ -122,9 +131,14 @@ type Match struct {
 	Role          string            // exactly this role
 	NodeLabels    map[string]string // every key present, its value fitting the glob
 	SessionLabels map[string]string // likewise for the session's labels
+	// Agent, Tool and Input match an agent's request to use one of its tools
+	// (Request.Tool set): the driver and the tool's name (globs), and its input
+	// (RE2, matched like Command). A rule with any of them fits no other request.
+	Agent, Tool, Input string
 
-	command                   *regexp.Regexp
+	command, input            *regexp.Regexp
 	actor, principal, node    *regexp.Regexp
+	agent, tool               *regexp.Regexp
 	nodeLabels, sessionLabels map[string]*regexp.Regexp
 }
 
