@@ -3,6 +3,7 @@ package holder
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -55,17 +56,40 @@ func TestAcceptOutOfFiles(t *testing.T) {
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
 		t.Fatal(err)
 	}
+	// Room for the client's socket, none for the accepted one. Counting the
+	// open descriptors is not enough (another goroutine of the test binary may
+	// close one meanwhile): the limit is set a little above the count, the room
+	// left is filled with /dev/null, and one of those is closed for the client.
 	fds, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Room for the client's socket, none for the accepted one (the listing
-	// counted its own descriptor, closed since).
 	low := old
-	low.Cur = uint64(len(fds))
+	low.Cur = uint64(len(fds) + 8)
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
 		t.Fatal(err)
 	}
+	var fillers []*os.File
+	defer func() {
+		for _, f := range fillers {
+			f.Close()
+		}
+	}()
+	for {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			if !errors.Is(err, syscall.EMFILE) {
+				t.Fatal(err)
+			}
+			break
+		}
+		fillers = append(fillers, f)
+	}
+	if len(fillers) == 0 {
+		t.Fatal("no descriptor was free under the lowered limit")
+	}
+	fillers[len(fillers)-1].Close()
+	fillers = fillers[:len(fillers)-1]
 	restored := false
 	restore := func() {
 		if !restored {
