@@ -168,6 +168,10 @@ func (s *Session) Run(ctx context.Context, command string, opts RunOptions) (Res
 	return s.waitBlock(ctx, wctx, b.N, opts)
 }
 
+// inputSettle bounds how long Run waits, after input reached a running program,
+// for the samples to say whether it reads again or quit.
+const inputSettle = time.Second
+
 // readyTimeout bounds how long Run waits for a prompt (at least).
 const readyTimeout = 10 * time.Second
 
@@ -234,6 +238,15 @@ func (s *Session) reserve(ctx context.Context, command string) (*Block, []byte, 
 			s.kickPollerLocked(true)
 			s.mu.Unlock()
 			return b, typed(command, paste), nil
+		case s.inputStale && (s.cur != nil || s.fallback != nil) && time.Since(s.inputAt) < inputSettle:
+			// Input reached the running program: it may quit (the shell reads
+			// next, its D mark on the way) or read again; the samples say which.
+			left := inputSettle - time.Since(s.inputAt)
+			s.mu.Unlock()
+			if err := waitChange(ctx, ch, left); err != nil {
+				return nil, nil, err
+			}
+			continue
 		case s.state == StateStarting, s.integrated && !s.seenPrompt,
 			// The shell was answered by the guard and acts on it in a moment.
 			s.guardAwait && s.guarding == 0,

@@ -189,6 +189,9 @@ type Session struct {
 	waitCand      bool   // a shell block's program was seen waiting once, at output end waitCandEnd
 	waitCandEnd   int64
 	waitCandAt    time.Time
+	waitByShell   bool         // the last sample's reader was the shell itself (see sample)
+	inputStale    bool         // input reached a running block and no sample has seen its program wait since (see Input)
+	inputAt       time.Time    // when, for inputSettle
 	inflight      atomic.Bool  // the read loop holds a chunk it has not ingested yet
 	awaited       atomic.Int32 // Run and WaitBlock callers waiting for a block (see Awaited)
 	echo          bool
@@ -684,7 +687,20 @@ func (s *Session) Input(p []byte) error {
 	if err != nil {
 		return err
 	}
-	return s.write(p)
+	if err := s.write(p); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.cur != nil || s.fallback != nil {
+		// The program was given something to do: it may act on it (quit, and
+		// the shell read the terminal next), so the last sample's "waiting" no
+		// longer says who would read what Run types. Run waits for the next one.
+		s.forgetWaitingLocked()
+		s.inputStale, s.inputAt = true, time.Now()
+		s.kickPollerLocked(true)
+	}
+	s.mu.Unlock()
+	return nil
 }
 
 // SendKeys writes named keys (see KeyBytes). Nothing is written if any name is bad.

@@ -642,3 +642,35 @@ func TestTypedCommandAndEvents(t *testing.T) {
 		}
 	})
 }
+
+// TestRunRightAfterProgramQuits: a program waits for input (head), keys make it
+// quit, and a Run follows at once, while the shell is between the program's end
+// and its next prompt. The Run's command is the shell's next block with its own
+// output and exit code: it was typed into "the waiting program" as a fallback
+// block before (the last sample still said waiting, now of the shell reading its
+// line editor), and came back with the wrong block's text.
+func TestRunRightAfterProgramQuits(t *testing.T) {
+	forEachShell(t, func(t *testing.T, shell string) {
+		s := startShell(t, shell)
+		ctx := ctxT(t)
+		for i := range 5 {
+			r, err := s.Run(ctx, "head -n 1", RunOptions{Timeout: 50 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Wait(ctx, UntilWaitingInput, 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Input([]byte("line" + itoa(i) + "\r")); err != nil {
+				t.Fatal(err)
+			}
+			next, err := s.Run(ctx, "echo back"+itoa(i), RunOptions{Timeout: 10 * time.Second})
+			if err != nil {
+				t.Fatalf("run after quit: %v", err)
+			}
+			if next.Block.Fallback || next.Text != "back"+itoa(i) || exitCode(next) != 0 || next.Block.N != r.Block.N+1 {
+				t.Fatalf("run after quit: block %d (head's %d) fallback %v exit %d text %q", next.Block.N, r.Block.N, next.Block.Fallback, exitCode(next), next.Text)
+			}
+		}
+	})
+}

@@ -252,7 +252,10 @@ func (s *Session) sample() bool {
 	// before it would take the hook's cwd mark, on its way too, for the end of the
 	// new command.
 	afterHook := s.seenPrompt && !s.atPrompt && s.cur == nil && s.pending == nil && s.fallback == nil
-	if waiting && !s.waiting && s.integrated && (s.cur != nil || s.pending != nil || afterHook) {
+	// A new reader is a new wait too: a program that waited (vim) quits and the
+	// shell reads its line editor, with the command's D mark still on its way.
+	newReader := !s.waiting || byShell && !s.waitByShell
+	if waiting && newReader && s.integrated && (s.cur != nil || s.pending != nil || afterHook) {
 		// The kernel can be ahead of the output we have read: the command ended,
 		// the shell wrote D and its prompt and reads again, but those bytes are
 		// still on their way (in the terminal's buffers, which the kernel flushes
@@ -275,6 +278,10 @@ func (s *Session) sample() bool {
 	}
 	changed := !s.polled || waiting != s.waiting || echo != s.echo
 	s.polled, s.waiting, s.echo = true, waiting, echo
+	s.waitByShell = waiting && byShell
+	if s.inputStale && waiting {
+		s.inputStale, changed = false, true // it reads again, after the input: Run may type
+	}
 	if execd && !s.lost {
 		// `exec bash`: the shell that reads now has none of our hooks. Commands
 		// typed into it are fallback blocks, and the session says why.
