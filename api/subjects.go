@@ -13,6 +13,7 @@ import (
 //	<prefix>.event.<node>.<session>  SessionEvent (JSON)
 //	<prefix>.audit.<node>            AuditRecord (JSON)
 //	<prefix>.approval.<node>         ApprovalEvent (JSON)
+//	<prefix>.agent.<node>.<agent>    AgentEvent (JSON)
 //	<prefix>.rpc.<node>.<verb>       the node API (request/reply, NATS micro service)
 //	<prefix>.rpc.<node>.<verb>.cancel  ends a running long request (HeaderCancelID)
 const (
@@ -63,6 +64,8 @@ const (
 	KindRPC   = "rpc"
 	// KindApproval: <prefix>.approval.<node>, the node's approval events.
 	KindApproval = "approval"
+	// KindAgent: <prefix>.agent.<node>.<agent>, an agent's events (AgentEvent).
+	KindAgent = "agent"
 	// KindConsumer: <prefix>.consumer.<stream>.<name>[.<filter>], a request to a
 	// controller for a pull consumer (Subjects.Consumer).
 	KindConsumer = "consumer"
@@ -91,6 +94,11 @@ func (s Subjects) Block(node, session string) string {
 // Event is the session event subject of a session.
 func (s Subjects) Event(node, session string) string {
 	return s.prefix() + "." + KindEvent + "." + node + "." + session
+}
+
+// Agent is the event subject of an agent (its session's id).
+func (s Subjects) Agent(node, agent string) string {
+	return s.prefix() + "." + KindAgent + "." + node + "." + agent
 }
 
 // Audit is the audit subject of a node.
@@ -130,9 +138,9 @@ func (s Subjects) All(kind, node string) string {
 
 // Subject is a parsed subject.
 type Subject struct {
-	Kind    string // KindOut, KindBlock, KindEvent, KindAudit, KindApproval or KindRPC
+	Kind    string // KindOut, KindBlock, KindEvent, KindAgent, KindAudit, KindApproval or KindRPC
 	Node    string
-	Session string // out, block, event
+	Session string // out, block, event, agent
 	Verb    string // rpc
 }
 
@@ -145,7 +153,7 @@ func (s Subjects) Parse(subject string) (Subject, error) {
 	parts := strings.Split(rest, ".")
 	var out Subject
 	switch {
-	case len(parts) == 3 && (parts[0] == KindOut || parts[0] == KindBlock || parts[0] == KindEvent):
+	case len(parts) == 3 && (parts[0] == KindOut || parts[0] == KindBlock || parts[0] == KindEvent || parts[0] == KindAgent):
 		out = Subject{Kind: parts[0], Node: parts[1], Session: parts[2]}
 	case len(parts) == 2 && (parts[0] == KindAudit || parts[0] == KindApproval):
 		out = Subject{Kind: parts[0], Node: parts[1]}

@@ -25,6 +25,16 @@ const (
 	VerbSecretSet = "secret_set"
 	VerbSecretLs  = "secret_ls"
 	VerbSecretRm  = "secret_rm"
+
+	// The agent verbs (DESIGN "Agents"): an agent is named by its session's id.
+	VerbAgentSpawn     = "agent_spawn"
+	VerbAgentList      = "agent_list"
+	VerbAgentGet       = "agent_get"
+	VerbAgentKill      = "agent_kill"
+	VerbAgentSend      = "agent_send"
+	VerbAgentInterrupt = "agent_interrupt"
+	VerbAgentWait      = "agent_wait"
+	VerbAgentOutput    = "agent_output"
 )
 
 // VerbSpec is what the protocol says of one node verb.
@@ -70,6 +80,15 @@ var NodeVerbs = []VerbSpec{
 	{Name: VerbSecretSet, Mutating: true, Role: RoleAdmin},
 	{Name: VerbSecretLs, Role: RoleAdmin},
 	{Name: VerbSecretRm, Mutating: true, Role: RoleAdmin},
+	{Name: VerbAgentSpawn, Mutating: true, Role: RoleOperator},
+	{Name: VerbAgentList, Role: RoleViewer},
+	{Name: VerbAgentGet, Role: RoleViewer},
+	// agent_kill: as close, the node lets an operator kill only the agents it spawned.
+	{Name: VerbAgentKill, Mutating: true, Role: RoleOperator},
+	{Name: VerbAgentSend, Mutating: true, Role: RoleOperator},
+	{Name: VerbAgentInterrupt, Mutating: true, Role: RoleOperator},
+	{Name: VerbAgentWait, Long: true, Role: RoleViewer},
+	{Name: VerbAgentOutput, Role: RoleViewer},
 }
 
 var nodeVerbs = func() map[string]VerbSpec {

@@ -63,10 +63,20 @@ func (n *Node) auditRecord(req request, out any, aerr *api.Error) []byte {
 		Data    string            `json:"data"`
 		Argv    []string          `json:"argv"`
 		Env     map[string]string `json:"env"`
+		Agent   string            `json:"agent"`  // the agent verbs
+		Driver  string            `json:"driver"` // agent_spawn
+		Text    string            `json:"text"`   // agent_send
 	}
 	_ = json.Unmarshal(req.data, &probe)
 	rec.Session = probe.Session
+	if probe.Agent != "" {
+		rec.Session = probe.Agent
+	}
 	switch {
+	case probe.Driver != "":
+		rec.Detail = truncate(spawnDetail(req.data, n.redactText), 512)
+	case probe.Text != "":
+		rec.Detail = "prompt of " + itoa(len(probe.Text)) + " bytes"
 	case probe.Command != "":
 		rec.Detail = truncate(n.redactText(probe.Command), 512) // redacted whole, then cut
 	case len(probe.Keys) > 0:
@@ -94,6 +104,9 @@ func (n *Node) auditRecord(req request, out any, aerr *api.Error) []byte {
 	}
 	if s, ok := out.(api.Session); ok && rec.Session == "" {
 		rec.Session = s.ID
+	}
+	if a, ok := out.(api.Agent); ok && rec.Session == "" {
+		rec.Session = a.ID
 	}
 	if aerr != nil {
 		rec.Result, rec.Error = aerr.Code, truncate(n.redactText(aerr.Message), 512)

@@ -65,6 +65,15 @@ var verbs = map[string]handler{
 	api.VerbSecretSet: (*Node).secretSet,
 	api.VerbSecretLs:  (*Node).secretList,
 	api.VerbSecretRm:  (*Node).secretRemove,
+
+	api.VerbAgentSpawn:     (*Node).agentSpawn,
+	api.VerbAgentList:      (*Node).agentList,
+	api.VerbAgentGet:       (*Node).agentGet,
+	api.VerbAgentKill:      (*Node).agentKill,
+	api.VerbAgentSend:      (*Node).agentSend,
+	api.VerbAgentInterrupt: (*Node).agentInterrupt,
+	api.VerbAgentWait:      (*Node).agentWait,
+	api.VerbAgentOutput:    (*Node).agentOutput,
 }
 
 // handle is the bus callback: it runs on its own goroutine per request. The
@@ -536,21 +545,30 @@ func (n *Node) input(ctx context.Context, req request) (any, error) {
 	if len(r.Data) > api.MaxInputBytes {
 		return nil, api.Errorf(api.CodeTooLarge, "input of %d bytes (limit %d)", len(r.Data), api.MaxInputBytes)
 	}
-	w := writerOf(req)
-	if err := e.guard.Typed(w, r.Attach); err != nil {
+	if err := n.typeData(ctx, e, req, []byte(r.Data), r.Attach); err != nil {
 		return nil, err
 	}
-	data := []byte(r.Data)
+	return api.Empty{}, nil
+}
+
+// typeData types data into e for req's writer (attach: a person typing in an
+// attach): under the writer lease, decided by the guard. The input verb and an
+// agent's prompt (agent_send) both type through it.
+func (n *Node) typeData(ctx context.Context, e *entry, req request, data []byte, attach bool) error {
+	w := writerOf(req)
+	if err := e.guard.Typed(w, attach); err != nil {
+		return err
+	}
 	if err := n.guard.Check(ctx, guard.Request{Verb: guard.VerbInput, Session: e.guard, Writer: w, Data: data,
 		AtPrompt: e.atPrompt(), Held: heldOf(guard.VerbInput, w, "", data, nil), Decision: req.decision}); err != nil {
-		return nil, err
+		return err
 	}
 	// Noted before it is written: the shell may ask about the line it ends at once.
 	e.guard.TypedInput(w, data)
 	if err := e.s.Input(data); err != nil {
-		return nil, sessionErr(e.id, err)
+		return sessionErr(e.id, err)
 	}
-	return api.Empty{}, nil
+	return nil
 }
 
 func (n *Node) keys(ctx context.Context, req request) (any, error) {
@@ -562,20 +580,29 @@ func (n *Node) keys(ctx context.Context, req request) (any, error) {
 	if len(r.Keys) == 0 || len(r.Keys) > 1024 {
 		return nil, api.Errorf(api.CodeBadRequest, "keys: want 1 to 1024 key names, got %d", len(r.Keys))
 	}
-	typed := keyBytes(r.Keys)
-	w := writerOf(req)
-	if err := e.guard.Typed(w, false); err != nil {
+	if err := n.typeKeys(ctx, e, req, r.Keys); err != nil {
 		return nil, err
-	}
-	if err := n.guard.Check(ctx, guard.Request{Verb: guard.VerbKeys, Session: e.guard, Writer: w, Data: typed,
-		AtPrompt: e.atPrompt(), Held: heldOf(guard.VerbKeys, w, "", typed, r.Keys), Decision: req.decision}); err != nil {
-		return nil, err
-	}
-	e.guard.TypedInput(w, typed) // before it is written, as input's
-	if err := e.s.SendKeys(r.Keys...); err != nil {
-		return nil, sessionErr(e.id, err)
 	}
 	return api.Empty{}, nil
+}
+
+// typeKeys types the named keys into e for req's writer, as typeData types text
+// (the keys verb; an agent's Enter and interrupt).
+func (n *Node) typeKeys(ctx context.Context, e *entry, req request, keys []string) error {
+	typed := keyBytes(keys)
+	w := writerOf(req)
+	if err := e.guard.Typed(w, false); err != nil {
+		return err
+	}
+	if err := n.guard.Check(ctx, guard.Request{Verb: guard.VerbKeys, Session: e.guard, Writer: w, Data: typed,
+		AtPrompt: e.atPrompt(), Held: heldOf(guard.VerbKeys, w, "", typed, keys), Decision: req.decision}); err != nil {
+		return err
+	}
+	e.guard.TypedInput(w, typed) // before it is written, as input's
+	if err := e.s.SendKeys(keys...); err != nil {
+		return sessionErr(e.id, err)
+	}
+	return nil
 }
 
 func (n *Node) resize(ctx context.Context, req request) (any, error) {

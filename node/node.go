@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fleetmux/fleetmux/agent"
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/guard"
 	"github.com/fleetmux/fleetmux/holder"
@@ -125,8 +126,11 @@ type Node struct {
 	reapKick  chan struct{}               // asks the reaper to look (buffered 1; reap.go)
 	reclaim   *reclaim.Quiet              // nil without Config.ReclaimAfter
 
-	guard     *guard.Guard // everything decided before the node acts (guard.go)
-	redaction redaction    // redact.go
+	guard     *guard.Guard                 // everything decided before the node acts (guard.go)
+	agents    *agent.Tracker               // the node's coding agents (agents.go)
+	agentEvs  *delay.Queue[api.AgentEvent] // their events, published off the caller's path
+	spawnMu   sync.Mutex                   // one agent spawn at a time (agents.go)
+	redaction redaction                    // redact.go
 
 	mu       sync.Mutex // guards the fields below
 	sessions map[string]*entry
@@ -235,6 +239,11 @@ func New(cfg Config) (*Node, error) {
 		n.cancel()
 		return nil, fmt.Errorf("node: %w", err)
 	}
+	agentSubj := n.subj
+	n.agentEvs = delay.New(AuditDelay, func(ev api.AgentEvent) {
+		publishJSON(cfg.Bus, agentSubj.Agent(cfg.Name, ev.Agent), ev)
+	})
+	n.agents = agent.NewTracker(agent.Config{Node: cfg.Name, Publish: n.agentEvs.Add, Logger: n.log})
 	n.guard.OnRedaction(n.followRedaction)
 	n.guard.SetCreator(creator{n})
 	if cfg.Holder != nil {
@@ -318,6 +327,7 @@ func (n *Node) Close() error {
 			errs = append(errs, fmt.Errorf("node: stop serving: %w", err))
 		}
 	}
+	n.agents.Close() // its samplers end; the sessions are ended (or detached) below
 	var wg sync.WaitGroup
 	for _, e := range entries {
 		wg.Add(1)
@@ -333,6 +343,7 @@ func (n *Node) Close() error {
 	wg.Wait()
 	n.guard.Close()  // pending approvals expire; what an approval typed has ended
 	n.audits.Close() // every request has returned: its record is queued
+	n.agentEvs.Close()
 	n.cancel()
 	n.wg.Wait()
 	n.reclaim.Stop()

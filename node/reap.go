@@ -141,6 +141,7 @@ func (n *Node) closeEntry(e *entry, reaping bool) (api.Session, bool) {
 	delete(n.sessions, e.id)
 	n.gossipLocked()
 	n.mu.Unlock()
+	n.agents.Remove(e.id) // an agent's sampler ends before its session
 	info := e.info()
 	e.close()
 	publishJSON(n.cfg.Bus, n.subj.Event(n.cfg.Name, e.id), api.SessionEvent{

@@ -63,7 +63,10 @@ var rules = []rule{
 	// approvals, secrets, redaction settings; it reaches the node only through
 	// interfaces of its own.
 	{dir: "guard", ours: []string{"api", "policy", "internal/datadir"}, never: []string{"session", "node", "controller", "transport"}},
-	{dir: "node", ours: []string{"api", "session", "holder", "replay", "guard", "trust", "policy", "internal/datadir", "internal/delay", "internal/reclaim"}, never: []string{"controller", "transport"}},
+	{dir: "node", ours: []string{"api", "agent", "session", "holder", "replay", "guard", "trust", "policy", "internal/datadir", "internal/delay", "internal/reclaim"}, never: []string{"controller", "transport"}},
+	// coding agents: drivers, screen rules, the state machine and the node's
+	// tracker; it reaches sessions only through an interface of its own.
+	{dir: "agent", ours: []string{"api", "internal/datadir"}, never: []string{"session", "node", "controller", "transport", "guard"}},
 	// the fleet core: the front doors are packages of their own, over interfaces
 	// the controller satisfies; it serves no HTTP itself.
 	{dir: "controller", ours: []string{"api", "replay", "trust", "policy", "internal/datadir", "internal/delay"},

@@ -1,0 +1,115 @@
+package agent
+
+import (
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+)
+
+// DefaultFresh is how long a structured signal (hook, stream) stays believed
+// over a screen that shows something else: past it, a hook that went silent (a
+// Stop that never came after an API error or an interrupt) yields to the screen.
+const DefaultFresh = 15 * time.Second
+
+// Machine reconciles the signals of one agent's sources into its state. It is not
+// safe for concurrent use (the Tracker holds its lock around it).
+//
+// The rules, in order:
+//   - exited (from the process) wins over everything, and nothing follows it; a
+//     final state from a hook (done, error) is kept likewise.
+//   - the last structured signal (hook or stream) is the state, unless the
+//     screen showed something else since that signal arrived, and either the
+//     screen shows a dialog (waiting_permission, waiting_input) over a working
+//     signal — the dialog beats a stale working — or the signal is older than
+//     the freshness window (a hook silent past it falls back to the screen).
+//   - without structured signals, the screen's held state is the state.
+//   - before any source said anything, the agent is spawning, then booting once
+//     its process runs.
+type Machine struct {
+	fresh time.Duration
+
+	cur  api.AgentSignal  // the state now (Source, State, Evidence, Time: since)
+	hook *api.AgentSignal // the last structured signal
+	scr  *api.AgentSignal // the screen's held state; Time: when it was first seen
+	proc *api.AgentSignal // the process's (booting, exited)
+}
+
+// NewMachine returns a machine in state spawning at time at.
+func NewMachine(at time.Time, fresh time.Duration) *Machine {
+	if fresh <= 0 {
+		fresh = DefaultFresh
+	}
+	return &Machine{fresh: fresh, cur: api.AgentSignal{Source: api.SourceProcess, State: api.AgentSpawning, Time: at}}
+}
+
+// State is the reconciled state: its source, state, evidence and since when.
+func (m *Machine) State() api.AgentSignal { return m.cur }
+
+// Apply takes one signal and reconciles at now; it reports whether the state
+// changed. A signal of an unknown source or state is ignored.
+func (m *Machine) Apply(sig api.AgentSignal, now time.Time) bool {
+	if !contains(api.AgentSources, sig.Source) || !api.ValidAgentState(sig.State) {
+		return false
+	}
+	if sig.Time.IsZero() {
+		sig.Time = now
+	}
+	sig.Evidence = bound(sig.Evidence, api.MaxEvidenceBytes)
+	switch sig.Source {
+	case api.SourceHook, api.SourceStream:
+		m.hook = &sig
+	case api.SourceScreen:
+		if m.scr != nil && m.scr.State == sig.State {
+			m.scr.Evidence = sig.Evidence // the same state: still since it was first seen
+		} else {
+			m.scr = &sig
+		}
+	case api.SourceProcess:
+		m.proc = &sig
+	}
+	return m.Reconcile(now)
+}
+
+// Reconcile recomputes the state at now (the freshness window may have passed);
+// it reports whether the state changed.
+func (m *Machine) Reconcile(now time.Time) bool {
+	if api.AgentFinal(m.cur.State) {
+		return false
+	}
+	next := m.pick(now)
+	if next == nil || next.State == m.cur.State {
+		if next != nil && next.State == m.cur.State && next.Source == m.cur.Source {
+			m.cur.Evidence = next.Evidence
+		}
+		return false
+	}
+	m.cur = api.AgentSignal{Source: next.Source, State: next.State, Evidence: next.Evidence, Time: now}
+	return true
+}
+
+// pick is the signal the rules choose (nil: none yet).
+func (m *Machine) pick(now time.Time) *api.AgentSignal {
+	if m.proc != nil && api.AgentFinal(m.proc.State) {
+		return m.proc
+	}
+	if m.hook != nil && api.AgentFinal(m.hook.State) {
+		return m.hook
+	}
+	if m.hook != nil {
+		if m.scr == nil || !m.scr.Time.After(m.hook.Time) {
+			return m.hook // the screen has shown nothing new since the signal
+		}
+		dialog := m.scr.State == api.AgentWaitingPermission || m.scr.State == api.AgentWaitingInput
+		if dialog && m.hook.State == api.AgentWorking {
+			return m.scr // a dialog on the screen beats a stale working
+		}
+		if now.Sub(m.hook.Time) > m.fresh {
+			return m.scr // the hook went silent: the screen knows better
+		}
+		return m.hook
+	}
+	if m.scr != nil {
+		return m.scr
+	}
+	return m.proc
+}

@@ -1,0 +1,80 @@
+package agent
+
+import (
+	"testing"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+)
+
+func TestMachineReconciles(t *testing.T) {
+	t0 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	sig := func(src, state string, ms int) api.AgentSignal {
+		return api.AgentSignal{Source: src, State: state, Evidence: src + " " + state, Time: at(ms)}
+	}
+	type step struct {
+		sig  *api.AgentSignal // nil: reconcile only
+		now  int
+		want string
+		src  string
+	}
+	s := func(sg api.AgentSignal, now int, want, src string) step { return step{&sg, now, want, src} }
+	tick := func(now int, want, src string) step { return step{nil, now, want, src} }
+	cases := []struct {
+		name  string
+		steps []step
+	}{
+		{"screen alone", []step{
+			s(sig(api.SourceProcess, api.AgentBooting, 0), 0, api.AgentBooting, api.SourceProcess),
+			s(sig(api.SourceScreen, api.AgentReady, 100), 300, api.AgentReady, api.SourceScreen),
+			s(sig(api.SourceScreen, api.AgentWorking, 400), 600, api.AgentWorking, api.SourceScreen),
+			s(sig(api.SourceScreen, api.AgentWaitingPermission, 700), 900, api.AgentWaitingPermission, api.SourceScreen),
+		}},
+		{"the hook wins over an older screen", []step{
+			s(sig(api.SourceScreen, api.AgentReady, 100), 300, api.AgentReady, api.SourceScreen),
+			s(sig(api.SourceHook, api.AgentWorking, 400), 400, api.AgentWorking, api.SourceHook),
+			tick(500, api.AgentWorking, api.SourceHook), // the screen still shows ready since 100
+		}},
+		{"a dialog on the screen beats a stale working hook", []step{
+			s(sig(api.SourceHook, api.AgentWorking, 100), 100, api.AgentWorking, api.SourceHook),
+			s(sig(api.SourceScreen, api.AgentWaitingPermission, 500), 700, api.AgentWaitingPermission, api.SourceScreen),
+			// answered: the hook says working again, after the dialog appeared
+			s(sig(api.SourceHook, api.AgentWorking, 900), 900, api.AgentWorking, api.SourceHook),
+		}},
+		{"a fresh hook beats a newer non-dialog screen", []step{
+			s(sig(api.SourceHook, api.AgentWorking, 100), 100, api.AgentWorking, api.SourceHook),
+			s(sig(api.SourceScreen, api.AgentReady, 500), 700, api.AgentWorking, api.SourceHook),
+		}},
+		{"a silent hook falls back to the screen", []step{
+			s(sig(api.SourceHook, api.AgentWorking, 100), 100, api.AgentWorking, api.SourceHook),
+			s(sig(api.SourceScreen, api.AgentReady, 500), 700, api.AgentWorking, api.SourceHook),
+			tick(100+int(DefaultFresh/time.Millisecond)+1, api.AgentReady, api.SourceScreen),
+		}},
+		{"exited from the process wins and stays", []step{
+			s(sig(api.SourceHook, api.AgentWorking, 100), 100, api.AgentWorking, api.SourceHook),
+			s(sig(api.SourceProcess, api.AgentExited, 200), 200, api.AgentExited, api.SourceProcess),
+			s(sig(api.SourceHook, api.AgentReady, 300), 300, api.AgentExited, api.SourceProcess),
+			s(sig(api.SourceScreen, api.AgentReady, 300), 500, api.AgentExited, api.SourceProcess),
+		}},
+		{"unknown words are ignored", []step{
+			s(api.AgentSignal{Source: "rumour", State: api.AgentReady, Time: at(1)}, 1, api.AgentSpawning, api.SourceProcess),
+			s(api.AgentSignal{Source: api.SourceHook, State: "dancing", Time: at(1)}, 1, api.AgentSpawning, api.SourceProcess),
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m := NewMachine(t0, 0)
+			for i, st := range c.steps {
+				if st.sig != nil {
+					m.Apply(*st.sig, at(st.now))
+				} else {
+					m.Reconcile(at(st.now))
+				}
+				if got := m.State(); got.State != st.want || got.Source != st.src {
+					t.Fatalf("step %d: state %s from %s, want %s from %s", i, got.State, got.Source, st.want, st.src)
+				}
+			}
+		})
+	}
+}
