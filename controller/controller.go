@@ -160,6 +160,9 @@ type Controller struct {
 	// born is when New made the controller (LearnWindow counts from it).
 	born time.Time
 
+	// spawnMu serialises spawns of child agents (agents.go).
+	spawnMu sync.Mutex
+
 	mu      sync.Mutex // guards started, closed
 	started bool
 	closed  bool
