@@ -27,7 +27,8 @@ type StreamLimits struct {
 	AuditMaxBytes int64
 	// AuditMaxAge bounds how long audit records are kept. Default 7 days.
 	AuditMaxAge time.Duration
-	// Replicas is the number of copies in a JetStream cluster. Default 1.
+	// Replicas is the number of copies in a JetStream cluster. Default 1; see
+	// Replicas (the function) for the number a cluster calls for.
 	Replicas int
 }
 
@@ -194,6 +195,24 @@ func checkJetStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) 
 		return fmt.Errorf("%w: not enabled for this account (%s)", ErrNoJetStream, nc.ConnectedUrlRedacted())
 	}
 	return nil // a timeout or the like: let the stream request decide
+}
+
+// MaxReplicas is the most copies fleetmux asks JetStream for: three servers
+// survive the loss of one.
+const MaxReplicas = 3
+
+// Replicas is the number of copies fleetmux's streams and buckets keep: want
+// when it is positive, else as many as the cluster nc is connected to has
+// servers (as the servers advertise them), at most MaxReplicas; 1 outside a
+// cluster.
+func Replicas(nc *nats.Conn, want int) int {
+	if want > 0 {
+		return want
+	}
+	if nc.ConnectedClusterName() == "" {
+		return 1
+	}
+	return min(max(len(nc.Servers()), 1), MaxReplicas)
 }
 
 // transientJSError reports whether a JetStream API failure may go away by itself.

@@ -20,6 +20,7 @@ type KV struct {
 	bucket   string
 	log      *slog.Logger
 	readOnly bool       // binds to the bucket, never creates it (NewKVReader)
+	replicas int        // copies of a bucket it creates or updates (WithReplicas)
 	mu       sync.Mutex // guards kv; held while binding
 	kv       jetstream.KeyValue
 }
@@ -29,6 +30,13 @@ type KV struct {
 // what must listen first (gossip) while a JetStream cluster elects its leader.
 func NewKV(nc *nats.Conn, bucket string, log *slog.Logger) *KV {
 	return &KV{nc: nc, bucket: bucket, log: loggerOr(log)}
+}
+
+// WithReplicas sets the copies the bucket keeps in a JetStream cluster (default
+// 1); an existing bucket is raised to it when bound. Call it before the first use.
+func (k *KV) WithReplicas(n int) *KV {
+	k.replicas = n
+	return k
 }
 
 // NewKVReader is NewKV for a reader that may not create the bucket (a node reads
@@ -73,7 +81,7 @@ func (k *KV) bind(ctx context.Context) (jetstream.KeyValue, error) {
 			kv, err = js.KeyValue(actx, k.bucket)
 		} else {
 			kv, err = js.CreateOrUpdateKeyValue(actx, jetstream.KeyValueConfig{
-				Bucket: k.bucket, History: 1, Storage: jetstream.FileStorage,
+				Bucket: k.bucket, History: 1, Storage: jetstream.FileStorage, Replicas: max(k.replicas, 1),
 			})
 		}
 		cancel()

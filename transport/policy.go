@@ -43,6 +43,12 @@ func NewPolicy(nc *nats.Conn, log *slog.Logger) *Policy {
 	return &Policy{kv: NewKV(nc, api.BucketPolicy, log)}
 }
 
+// WithReplicas sets the copies the policy bucket keeps (see KV.WithReplicas).
+func (p *Policy) WithReplicas(n int) *Policy {
+	p.kv.WithReplicas(n)
+	return p
+}
+
 // NewPolicyReader is the policy of a node: it only reads, and a bucket that does
 // not exist yet means no policy until one is created.
 func NewPolicyReader(nc *nats.Conn, log *slog.Logger) *Policy {

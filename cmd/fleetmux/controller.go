@@ -35,6 +35,7 @@ type controllerOptions struct {
 	apiToken     string
 	apiTokenFile string
 	natsURL      string
+	jsReplicas   int
 	natsCreds    string
 	natsCA       string
 	natsListen   string
@@ -98,6 +99,7 @@ func controllerCmd() *cobra.Command {
 	f.StringVar(&o.natsURL, "nats", "", "NATS server URL(s) to connect to")
 	f.StringVar(&o.natsCreds, "nats-creds", "", "NATS .creds file of this controller (fleetmux enroll controller NAME; default $FLEETMUX_NATS_CREDS)")
 	f.StringVar(&o.natsCA, "nats-ca", "", "PEM CA that verifies the NATS server (default: the CA in the .creds file)")
+	f.IntVar(&o.jsReplicas, "js-replicas", 0, "copies of the JetStream streams and buckets (default: the NATS cluster's servers, at most 3; existing ones are raised to it)")
 	f.StringVar(&o.natsListen, "nats-listen", "", "embed a NATS server (JetStream on) on this address")
 	f.StringVar(&o.natsCluster, "nats-cluster-listen", "", "cluster (route) listener of the embedded NATS server (default: the --nats-listen host, port 6222, when --nats-routes is set)")
 	f.StringSliceVar(&o.natsRoutes, "nats-routes", nil, "cluster routes of the embedded NATS server: nats://HOST:PORT of the others' cluster listeners")
@@ -138,6 +140,9 @@ func (o *controllerOptions) run(ctx context.Context, stdout, stderr io.Writer) e
 	}
 	if o.natsURL != "" && o.natsListen != "" {
 		return usageError("--nats and --nats-listen: use one (connect to a server, or embed one)")
+	}
+	if o.jsReplicas < 0 || o.jsReplicas > 5 {
+		return usageError("--js-replicas %d: want 1 to 5 (JetStream's limit), or 0 for the cluster's size up to 3", o.jsReplicas)
 	}
 	// Secrets from the environment are read here, never as flag defaults: cobra
 	// prints those in help.
@@ -206,8 +211,11 @@ func (o *controllerOptions) run(ctx context.Context, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	if o.natsURL == "" {
-		ensureStreams(ctx, conn, o.prefix, log)
+	// The streams and buckets, on an embedded server or the operator's own: with
+	// as many copies as the cluster has servers (at most 3) unless told.
+	replicas := transport.Replicas(conn.NC(), o.jsReplicas)
+	if err := ensureStreams(ctx, conn, o.prefix, replicas, log); err != nil {
+		return err
 	}
 	if o.signingKey == "" && o.signingCert == "" {
 		if err := selfEnroll(o.data, o.name); err != nil {
@@ -221,9 +229,9 @@ func (o *controllerOptions) run(ctx context.Context, stdout, stderr io.Writer) e
 	if o.gossip.key, err = gossipKey(o.gossip.keyFile, o.data); err != nil {
 		return err
 	}
-	tokens := openTokens(conn, log)
+	tokens := openTokens(conn, log).WithReplicas(replicas)
 	c, _, err := startController(ctx, &st, conn, controller.Config{Name: o.name, Prefix: o.prefix, Token: token, Tokens: tokens,
-		Policy: transport.NewPolicy(conn.NC(), log), Exposed: o.exposed(), Signer: signer, Logger: log,
+		Policy: transport.NewPolicy(conn.NC(), log).WithReplicas(replicas), Exposed: o.exposed(), Signer: signer, Logger: log,
 		AuditFile: filepath.Join(o.data, "audit.jsonl")}, o.httpListen, o.gossip)
 	if err != nil {
 		return err

@@ -137,7 +137,9 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ensureStreams(ctx, conn, o.prefix, log)
+	if err := ensureStreams(ctx, conn, o.prefix, 1, log); err != nil {
+		return err
+	}
 	token, err := devToken(o.data)
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -149,8 +150,11 @@ func (o *nodeOptions) run(ctx context.Context, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("nats: %w", err)
 		}
-		ensureStreams(ctx, setup, o.prefix, log)
+		err = ensureStreams(ctx, setup, o.prefix, 1, log)
 		setup.Close()
+		if err != nil {
+			return err
+		}
 		fmt.Fprintf(stderr, "embedded NATS at %s (written to %s; credentials in %s)\n", natsCfg.URL, filepath.Join(o.data, "nats.url"), filepath.Join(o.data, "creds"))
 	} else if o.natsCreds == "" {
 		return usageError("--nats needs --nats-creds FILE or $FLEETMUX_NATS_CREDS (fleetmux enroll node %s)", o.name)
@@ -178,13 +182,21 @@ func (o *nodeOptions) run(ctx context.Context, stderr io.Writer) error {
 	return n.Close()
 }
 
-// ensureStreams sets up the JetStream streams on an embedded server.
-func ensureStreams(ctx context.Context, conn *transport.Conn, prefix string, log *slog.Logger) {
+// ensureStreams sets up (or raises to replicas copies) the JetStream streams.
+// A server without JetStream is an error naming the configuration it needs;
+// other failures are logged (a JetStream cluster may still be electing: the
+// streams are set up again at the next start).
+func ensureStreams(ctx context.Context, conn *transport.Conn, prefix string, replicas int, log *slog.Logger) error {
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := transport.EnsureStreams(sctx, conn.NC(), prefix, transport.StreamLimits{}); err != nil {
+	err := transport.EnsureStreams(sctx, conn.NC(), prefix, transport.StreamLimits{Replicas: replicas})
+	switch {
+	case errors.Is(err, transport.ErrNoJetStream):
+		return fmt.Errorf("%w: fleetmux keeps output, events, tokens and policy in JetStream; add `jetstream {}` (with a store_dir) to the server's configuration", err)
+	case err != nil:
 		log.Warn("jetstream streams not set up", "err", err)
 	}
+	return nil
 }
 
 // startNode starts a node agent on conn (and, with g.listen, in the gossip
