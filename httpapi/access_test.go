@@ -56,7 +56,7 @@ func routeCase(pattern string) (method, path string, body any) {
 	if !ok {
 		method, path = "", pattern
 	}
-	path = strings.NewReplacer("{node}", "n1", "{id}", "s999", "{n}", "1", "{name}", "nobody").Replace(path)
+	path = strings.NewReplacer("{node}", "n1", "{id}", "s999", "{n}", "1", "{name}", "nobody", "{$}", "", "{path...}", "fleet").Replace(path)
 	switch pattern {
 	case "POST /v1/sessions":
 		body = api.NewSession{Node: "nope"}
@@ -129,8 +129,10 @@ func TestAccessRoutes(t *testing.T) {
 	if a, r := httpapi.Access(), httpapi.Routes(); len(a) != len(r) {
 		t.Errorf("access table of %d routes, route table of %d rows: a pattern is listed twice", len(a), len(r))
 	}
-	if public := slices.DeleteFunc(slices.Collect(maps.Keys(httpapi.Access())), func(p string) bool { return httpapi.Access()[p] != httpapi.Public }); !slices.Equal(public, []string{"GET /healthz"}) {
-		t.Errorf("public routes %v, want only GET /healthz", public)
+	public := slices.DeleteFunc(slices.Collect(maps.Keys(httpapi.Access())), func(p string) bool { return httpapi.Access()[p] != httpapi.Public })
+	slices.Sort(public)
+	if want := []string{"GET /healthz", "GET /ui/{path...}", "GET /{$}", "POST /ui/signin"}; !slices.Equal(public, want) {
+		t.Errorf("public routes %v, want only %v", public, want)
 	}
 	// A viewer cannot manage tokens; an admin lists them (never their secrets).
 	var list api.TokenList

@@ -95,6 +95,12 @@ func (s *Server) attachConn(rctx context.Context, ws *websocket.Conn, valid func
 				sendMsg(api.AttachMsg{Type: api.AttachError, Error: errRevoked})
 				return
 			}
+			// A viewer watches: typing and resizing need an operator (the node
+			// checks too; this refuses before a frame goes anywhere).
+			if who := callerOf(rctx); !api.RoleAtLeast(who.role, api.RoleOperator) {
+				sendMsg(api.AttachMsg{Type: api.AttachError, Error: api.Errorf(api.CodeForbidden, "%s is a %s: viewers cannot type or resize", who.principal, who.role)})
+				return
+			}
 			switch f.typ {
 			case websocket.MessageBinary:
 				err = s.fleet.AttachInput(ctx, node, id, string(f.data))

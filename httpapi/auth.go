@@ -16,7 +16,10 @@ import (
 // caller is who a request acts as, once authenticated: its principal
 // ("token:NAME") and role. The Fleetmux-Actor header is a label beside it, never
 // the principal.
-type caller struct{ principal, role string }
+type caller struct {
+	principal, role string
+	cookie          *cookieSession // the console sign-in it came with (nil: a bearer token)
+}
 
 type callerKey struct{}
 
@@ -33,11 +36,20 @@ func Caller(r *http.Request) (principal, role string) {
 	return who.principal, who.role
 }
 
-// authenticate finds the caller of a request from its bearer token (Fleet.Authenticate).
+// authenticate finds the caller of a request from its bearer token, or, when it
+// has no Authorization header, from the API token behind its console cookie
+// (console.go): either way Fleet.Authenticate decides.
 func (s *Server) authenticate(r *http.Request) (caller, *api.Error) {
-	text, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	var cs *cookieSession
+	auth := r.Header.Get("Authorization")
+	text, ok := strings.CutPrefix(auth, "Bearer ")
 	if !ok {
 		text = "" // no token: Authenticate says so
+		if cs = s.ui.session(r); auth == "" && cs != nil {
+			text = cs.token
+		} else {
+			cs = nil
+		}
 	}
 	principal, role, err := s.fleet.Authenticate(text, r.RemoteAddr)
 	if err != nil {
@@ -47,7 +59,7 @@ func (s *Server) authenticate(r *http.Request) (caller, *api.Error) {
 		}
 		return caller{}, ae
 	}
-	return caller{principal: principal, role: role}, nil
+	return caller{principal: principal, role: role, cookie: cs}, nil
 }
 
 // stillValid returns a check, safe to call from any goroutine, of whether the

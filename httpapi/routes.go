@@ -73,6 +73,26 @@ var table = []Route{
 	{"DELETE", "/v1/nodes/{node}/secrets/{name}", api.RoleAdmin, (*Server).deleteSecret},
 	{"GET", "/v1/openapi.yaml", api.RoleViewer, (*Server).openAPI},
 	{"", "/mcp", api.RoleViewer, (*Server).serveMCP}, // each tool call is checked against api.Tools
+
+	// The web console (console.go): its files are public (they hold no data; a
+	// page fetches everything from the API with its cookie); sign-in checks the
+	// token it is given; the rest needs a sign-in.
+	{"GET", "/{$}", Public, (*Server).consoleRoot},
+	{"GET", "/ui/{path...}", Public, (*Server).consolePage},
+	{"POST", "/ui/signin", Public, (*Server).signIn},
+	{"POST", "/ui/signout", api.RoleViewer, (*Server).signOut},
+	{"GET", "/ui/me", api.RoleViewer, (*Server).me},
+	{"POST", "/ui/links", api.RoleViewer, (*Server).newLink}, // a bearer token only: the link acts with it
+}
+
+// ConsoleRoute reports whether a route pattern is one of the web console's (not
+// part of the JSON API nor its OpenAPI document).
+func ConsoleRoute(pattern string) bool {
+	_, path, ok := strings.Cut(pattern, " ")
+	if !ok {
+		path = pattern
+	}
+	return path == "/{$}" || strings.HasPrefix(path, "/ui/")
 }
 
 // Routes returns the route table: every route the API serves, in table order.
@@ -117,6 +137,11 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) { s.promH.
 // their context.
 func (s *Server) guard(mux *http.ServeMux, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		setSecurityHeaders(w.Header())
+		if q := r.URL.Query(); q.Has("token") || q.Has("access_token") {
+			writeError(w, api.Errorf(api.CodeBadRequest, "an API token never goes in a URL: send it in the Authorization header (or sign in to the console with a form)"))
+			return
+		}
 		_, pattern := mux.Handler(r)
 		if pattern == "" {
 			s.noRoute(w, r, mux)
@@ -145,6 +170,12 @@ func (s *Server) guard(mux *http.ServeMux, next http.Handler) http.Handler {
 		if o := r.Header.Get("Origin"); o != "" {
 			if u, err := url.Parse(o); err != nil || u.Host != r.Host {
 				writeError(w, api.Errorf(api.CodeForbidden, "cross-origin request from %q refused", o))
+				return
+			}
+		}
+		if who.cookie != nil {
+			if berr := checkBrowser(r, who.cookie); berr != nil {
+				writeError(w, berr)
 				return
 			}
 		}

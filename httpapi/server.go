@@ -148,6 +148,7 @@ type Server struct {
 	roles   map[string]string // the route table's patterns and roles (guard)
 	promH   http.Handler      // /metrics
 	mcpH    http.Handler      // /mcp; nil: none
+	ui      *consoleStore     // the console's sign-ins and one-time links
 
 	// ctx is cancelled by Close and Shutdown (after their grace): long requests,
 	// streams and tool calls end with it.
@@ -184,7 +185,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, fleet: cfg.Fleet}
+	s := &Server{cfg: cfg, log: cfg.Logger, fleet: cfg.Fleet, ui: newConsoleStore()}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.streamCtx, s.streamCancel = context.WithCancel(s.ctx)
 	var err error

@@ -73,7 +73,7 @@ var rules = []rule{
 		never: []string{"node", "transport", "sshd", "httpapi", "mcpserver"}, notDirect: []string{"net/http"}},
 	// the HTTP front door: it drives the controller through its own Fleet
 	// interface; cmd builds /mcp's handler and passes it in.
-	{dir: "httpapi", only: []string{"api", "internal/netcap", "github.com/prometheus/client_golang", "github.com/coder/websocket"},
+	{dir: "httpapi", only: []string{"api", "console", "internal/netcap", "github.com/prometheus/client_golang", "github.com/coder/websocket"},
 		never: []string{"controller", "node", "transport", "sshd", "mcpserver"}},
 	{dir: "mcpserver", only: []string{"api", "github.com/modelcontextprotocol/go-sdk", "github.com/google/jsonschema-go"},
 		never: []string{"controller", "node", "transport"}},
@@ -82,6 +82,8 @@ var rules = []rule{
 	{dir: "sshd", only: []string{"api", "internal/datadir", "golang.org/x/crypto", "internal/netcap"},
 		never: []string{"controller", "node", "transport"}},
 	{dir: "client", only: []string{"api", "github.com/coder/websocket"}},
+	// the web console's files (pages, vendored assets), embedded; httpapi serves them
+	{dir: "console", only: []string{}, depsToo: true},
 	// internal helpers that node and controller share (DESIGN's "internal/… (others)")
 	{dir: "internal/delay", only: []string{"api"}},
 	{dir: "internal/datadir", only: []string{}, depsToo: true},

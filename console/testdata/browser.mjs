@@ -1,0 +1,207 @@
+// The console's browser test (TestBrowser runs it with node): Debian's chromium
+// driven by playwright-core against a real stack. Every step prints "ok STEP";
+// the first failure throws (exit 1). Inputs come from the environment:
+//   PLAYWRIGHT  the playwright-core package directory
+//   BASE        the controller's URL
+//   ADMIN, OPERATOR, VIEWER  API tokens of each role
+//   SESSION     NODE/ID of a session to type in; XSS: NODE/ID of one whose title,
+//               command and output are HTML
+//   ARTIFACTS   where the screenshots go
+import { createRequire } from 'node:module';
+import path from 'node:path';
+
+const require = createRequire(import.meta.url);
+const { chromium } = require(process.env.PLAYWRIGHT);
+const env = process.env;
+const base = env.BASE;
+const [node, sid] = env.SESSION.split('/');
+const [xnode, xsid] = env.XSS.split('/');
+const shot = (page, name) => page.screenshot({ path: path.join(env.ARTIFACTS, `${name}.png`), fullPage: true });
+const ok = (step, more = '') => console.log(`ok ${step}${more ? ' ' + more : ''}`);
+const fail = (msg) => { throw new Error(msg); };
+
+// api calls the API as a bearer client (the test's side, not the browser's).
+async function api(token, method, p, body) {
+  const res = await fetch(base + p, {
+    method,
+    headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  return { status: res.status, body: await res.json().catch(() => null) };
+}
+
+// bufferHas waits until a line of the page's xterm buffer is exactly text.
+async function bufferHas(page, text, timeout = 15000) {
+  await page.waitForFunction((t) => {
+    const term = window.fleetmuxTerm;
+    if (!term) return false;
+    const b = term.buffer.active;
+    for (let i = 0; i < b.length; i++) if (b.getLine(i).translateToString(true).trim() === t) return true;
+    return false;
+  }, text, { timeout });
+}
+
+async function signIn(page, token) {
+  await page.goto(base + '/ui/');
+  await page.waitForSelector('#signin');
+  await page.fill('#token', token);
+  await page.click('#signin button[type=submit]');
+  await page.waitForSelector('#nav:not([hidden])');
+}
+
+const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true, args: ['--no-sandbox'] });
+try {
+  const errors = [];
+  const admin = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+  const page = await admin.newPage();
+  page.on('pageerror', (e) => errors.push(e.message));
+  page.on('dialog', (d) => d.accept());
+
+  // Sign in: the page never keeps the token.
+  await page.goto(base + '/ui/');
+  await page.waitForSelector('#signin');
+  await shot(page, 'signin');
+  await signIn(page, env.ADMIN);
+  const stored = await page.evaluate(() => JSON.stringify(localStorage) + JSON.stringify(sessionStorage) + document.documentElement.outerHTML + location.href);
+  if (stored.includes(env.ADMIN)) fail('the token is in the page, its URL or its storage');
+  const cookies = await admin.cookies();
+  const ck = cookies.find((c) => c.name === 'fleetmux_session');
+  if (!ck || !ck.httpOnly || ck.sameSite !== 'Strict' || ck.value.includes(env.ADMIN)) fail(`cookie ${JSON.stringify(cookies)}`);
+  if (await page.evaluate(() => document.cookie) !== '') fail('the page can read a cookie');
+  ok('signin');
+
+  // Fleet: the node is listed, alive.
+  await page.waitForSelector(`#nodes tr[data-node="${node}"]`);
+  const row = await page.textContent(`#nodes tr[data-node="${node}"]`);
+  if (!row.includes('alive')) fail(`fleet row: ${row}`);
+  const nav = await page.evaluate(() => {
+    const n = performance.getEntriesByType('navigation')[0];
+    return { ttfb: n.responseStart - n.requestStart, load: n.loadEventEnd - n.startTime };
+  });
+  await shot(page, 'fleet');
+  ok('fleet', `ttfb_ms=${nav.ttfb.toFixed(1)} load_ms=${nav.load.toFixed(1)}`);
+
+  // Sessions: listed, and the HTML title is text.
+  await page.click('#nav a[href="/ui/sessions"]');
+  await page.waitForSelector(`#sessions tr[data-session="${env.SESSION}"]`);
+  await page.waitForSelector(`#sessions tr[data-session="${env.XSS}"]`);
+  await shot(page, 'sessions');
+  ok('sessions');
+
+  // A session: type `echo hi` into the page's terminal; its output shows in the
+  // xterm buffer (the screen came first, then live bytes).
+  await page.goto(`${base}/ui/sessions/${node}/${sid}`);
+  await page.waitForFunction(() => window.fleetmuxTiming && window.fleetmuxTiming.firstByte !== undefined);
+  const timing = await page.evaluate(() => window.fleetmuxTiming);
+  await page.click('#terminal');
+  await page.keyboard.type('echo hi\n');
+  await bufferHas(page, 'hi');
+  await page.waitForSelector('#blocks li[data-n]');
+  await page.click('#blocks li[data-n]');
+  await page.waitForSelector('#block-output:not([hidden])');
+  await shot(page, 'session');
+  ok('terminal', `first_byte_ms=${timing.firstByte.toFixed(1)} ws_open_ms=${timing.wsOpen.toFixed(1)}`);
+
+  // XSS: a title, a command and output that are HTML stay text everywhere.
+  await page.goto(`${base}/ui/sessions/${xnode}/${xsid}`);
+  await page.waitForSelector('#blocks li[data-n]');
+  await page.click('#blocks li[data-n]');
+  await page.waitForSelector('#block-output:not([hidden])');
+  await page.goto(`${base}/ui/sessions`);
+  await page.waitForSelector(`#sessions tr[data-session="${env.XSS}"]`);
+  const xss = await page.evaluate(() => ({ ran: window.__xss, imgs: document.querySelectorAll('main img').length, title: document.querySelector('#sessions td.title') && [...document.querySelectorAll('#sessions td.title')].map((t) => t.textContent).join('|') }));
+  if (xss.ran !== undefined || xss.imgs !== 0 || !xss.title.includes('<img')) fail(`XSS: ${JSON.stringify(xss)}`);
+  ok('xss');
+
+  // Approvals: a command held by an approve rule appears without a reload, and
+  // runs once approved.
+  await page.click('#nav a[href="/ui/approvals"]');
+  await page.waitForSelector('#pending');
+  let held;
+  for (const deadline = Date.now() + 15000; Date.now() < deadline;) {
+    // The writer lease of the page's typing may still run (busy): ask again.
+    held = await api(env.OPERATOR, 'POST', `/v1/sessions/${node}/${sid}/run`, { command: 'echo approved-$((6*7)) # needs-ok', timeout_ms: 30000 });
+    if (held.status !== 409 || held.body.error.code !== 'busy') break;
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  if (held.status !== 409 || !held.body.error.approval) fail(`held run: ${JSON.stringify(held)}`);
+  const addr = held.body.error.approval;
+  const card = `#pending .approval[data-approval="${addr}"]`;
+  await page.waitForSelector(card);
+  await shot(page, 'approvals');
+  await page.fill(`${card} input.reason`, 'looks fine');
+  await page.click(`${card} button.approve`);
+  await page.waitForSelector(`#decided tr[data-approval="${addr}"]`);
+  const [an, aid] = addr.split('/');
+  let decided;
+  for (let i = 0; i < 100; i++) {
+    decided = await api(env.ADMIN, 'GET', `/v1/approvals/${an}/${aid}?wait_ms=200`);
+    if (decided.body.state === 'approved' && decided.body.exit_code !== undefined) break;
+  }
+  if (decided.body.state !== 'approved' || decided.body.exit_code !== 0 || decided.body.reason !== 'looks fine') fail(`approval: ${JSON.stringify(decided.body)}`);
+  const block = await api(env.ADMIN, 'GET', `/v1/sessions/${node}/${sid}/blocks/${decided.body.block}`);
+  if (!String(block.body.text).includes('approved-42')) fail(`the approved block: ${JSON.stringify(block.body)}`);
+  ok('approvals');
+
+  // Agents and replay: the pages answer (what they show depends on the controller).
+  await page.click('#nav a[href="/ui/agents"]');
+  await page.waitForSelector('#agents > *');
+  await shot(page, 'agents');
+  await page.goto(`${base}/ui/replay/${node}/${sid}`);
+  await page.waitForFunction(() => { const s = document.querySelector('#replay-status'); return s && s.textContent !== 'Loading the recording…'; });
+  await shot(page, 'replay');
+  ok('pages');
+
+  // A viewer: the page has no input path, and the API refuses what it forges.
+  const vctx = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+  const vpage = await vctx.newPage();
+  vpage.on('pageerror', (e) => errors.push(e.message));
+  await signIn(vpage, env.VIEWER);
+  await vpage.goto(`${base}/ui/sessions/${node}/${sid}`);
+  await vpage.waitForSelector('#view-only');
+  await bufferHas(vpage, 'hi');
+  if (await vpage.$('#take-over') || await vpage.$('#fit')) fail('a viewer has controls');
+  if (!await vpage.evaluate(() => window.fleetmuxTerm.options.disableStdin)) fail("a viewer's terminal takes input");
+  await vpage.click('#terminal');
+  await vpage.keyboard.type('echo viewer-typed\n');
+  const forged = await vpage.evaluate(async ([n, s]) => {
+    const me = await (await fetch('/ui/me')).json();
+    const post = await fetch(`/v1/sessions/${n}/${s}/input`, { method: 'POST', headers: { 'Content-Type': 'application/json', 'X-Fleetmux-CSRF': me.csrf }, body: JSON.stringify({ data: 'echo forged\r' }) });
+    const ws = await new Promise((resolve) => {
+      const w = new WebSocket(`ws://${location.host}/v1/sessions/${n}/${s}/attach`);
+      w.binaryType = 'arraybuffer';
+      w.onopen = () => w.send(new TextEncoder().encode('echo forged-ws\r'));
+      w.onmessage = (e) => { if (typeof e.data === 'string') { const m = JSON.parse(e.data); if (m.type === 'error') resolve(m.error.code); } };
+      w.onclose = () => resolve('closed');
+    });
+    return { post: post.status, ws };
+  }, [node, sid]);
+  if (forged.post !== 403 || forged.ws !== 'forbidden') fail(`a viewer's forged input: ${JSON.stringify(forged)}`);
+  let after;
+  for (const deadline = Date.now() + 15000; Date.now() < deadline;) {
+    after = await api(env.ADMIN, 'POST', `/v1/sessions/${node}/${sid}/run`, { command: 'echo after-viewer', timeout_ms: 20000 });
+    if (after.status !== 409 || after.body.error.code !== 'busy') break;
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  if (after.status !== 200) fail(`run after the viewer: ${JSON.stringify(after)}`);
+  const scr = await api(env.ADMIN, 'GET', `/v1/sessions/${node}/${sid}/screen`);
+  if (/viewer-typed|forged/.test(scr.body.text)) fail(`a viewer typed into the session:\n${scr.body.text}`);
+  await shot(vpage, 'viewer-session');
+  ok('viewer');
+
+  // Sign-out ends the cookie: the page is back at sign-in, and the old cookie
+  // is refused when replayed.
+  await page.goto(base + '/ui/');
+  await page.waitForSelector('#signout:not([hidden])');
+  await page.click('#signout');
+  await page.waitForSelector('#signin');
+  const replayed = await fetch(base + '/v1/nodes', { headers: { Cookie: `${ck.name}=${ck.value}` } });
+  if (replayed.status !== 401) fail(`the signed-out cookie, replayed: ${replayed.status}`);
+  const left = (await admin.cookies()).filter((c) => c.name === ck.name);
+  if (left.length) fail(`the cookie is still in the browser: ${JSON.stringify(left)}`);
+  ok('signout');
+
+  if (errors.length) fail(`page errors: ${errors.join('; ')}`);
+} finally {
+  await browser.close();
+}
