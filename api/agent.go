@@ -282,3 +282,8 @@ func CheckSpawn(depth, children int) error {
 	}
 	return nil
 }
+
+// AgentSendBody is the body of POST /v1/agents/{node}/{id}/send: a prompt.
+type AgentSendBody struct {
+	Text string `json:"text"`
+}

@@ -282,6 +282,28 @@ func (f *fixture) exerciseAll(t *testing.T) {
 	f.Must(200, "GET", ep+"/output?follow=1", nil, nil)
 	f.APIErr(409, api.CodeExited, "POST", ep+"/run", api.RunBody{Command: "true"})
 
+	// An agent (the generic driver on a tiny TUI): spawned, ready, prompted, read,
+	// interrupted, killed.
+	var ag api.Agent
+	f.Must(201, "POST", "/v1/agents", api.SpawnRequest{Node: "n1", Driver: api.DriverGeneric, Program: "sh",
+		Args: []string{"-c", "printf 'READY> '; exec cat"}, Rules: "version 1\nrule prompt ready -- READY>\n", Labels: map[string]string{"team": "a"}}, &ag)
+	agp := "/v1/agents/" + ag.Node + "/" + ag.ID
+	var aw api.AgentWaitReply
+	f.Must(200, "GET", agp+"/wait?state=ready&timeout_ms=10000", nil, &aw)
+	if !aw.OK || aw.Agent.StateSource != api.SourceScreen {
+		t.Errorf("agent not ready from the screen: %+v", aw.Agent)
+	}
+	f.Must(200, "GET", "/v1/agents", nil, nil)
+	f.Must(200, "GET", "/v1/agents?node=n1", nil, nil)
+	f.Must(200, "GET", agp, nil, nil)
+	f.Must(200, "POST", agp+"/send", api.AgentSendBody{Text: "hello"}, nil)
+	f.Must(200, "GET", agp+"/output?cursor=0&max_bytes=1000", nil, nil)
+	f.Must(200, "POST", agp+"/interrupt", nil, nil)
+	f.APIErr(400, api.CodeBadRequest, "GET", agp+"/wait?state=sleeping", nil)
+	f.APIErr(400, api.CodeBadRequest, "POST", "/v1/agents", api.SpawnRequest{Node: "n1", Driver: "vim"})
+	f.Must(200, "DELETE", agp, nil, nil)
+	f.APIErr(404, api.CodeNotFound, "GET", agp, nil)
+
 	// Errors: each checked against the document's error shape.
 	f.APIErr(404, api.CodeNotFound, "GET", "/v1/sessions/n1/nope", nil)
 	f.APIErr(404, api.CodeNotFound, "GET", "/v1/nope", nil)

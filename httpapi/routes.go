@@ -59,6 +59,14 @@ var table = []Route{
 	{"GET", session + "/wait", api.RoleViewer, (*Server).wait},
 	{"GET", session + "/attach", api.RoleViewer, (*Server).attach}, // typing needs operator: the node checks input
 	{"POST", "/v1/run", api.RoleOperator, (*Server).fanout},
+	{"GET", "/v1/agents", api.RoleViewer, (*Server).listAgents},
+	{"POST", "/v1/agents", api.RoleOperator, (*Server).spawnAgent},
+	{"GET", agentPath, api.RoleViewer, (*Server).getAgent},
+	{"DELETE", agentPath, api.RoleOperator, (*Server).killAgent}, // the node checks the owner (or admin)
+	{"POST", agentPath + "/send", api.RoleOperator, (*Server).sendAgent},
+	{"POST", agentPath + "/interrupt", api.RoleOperator, (*Server).interruptAgent},
+	{"GET", agentPath + "/wait", api.RoleViewer, (*Server).waitAgent},
+	{"GET", agentPath + "/output", api.RoleViewer, (*Server).agentOutput},
 	{"GET", "/v1/approvals", api.RoleViewer, (*Server).listApprovals},
 	{"GET", "/v1/approvals/{node}/{id}", api.RoleViewer, (*Server).getApproval},
 	{"POST", "/v1/approvals/{node}/{id}", api.RoleOperator, (*Server).decideApproval}, // the node checks the approval's approvers (admin by default)

@@ -82,6 +82,16 @@ type Fleet interface {
 	Secrets(ctx context.Context, node string) (api.SecretList, error)
 	SetSecret(ctx context.Context, node, name, value string) (api.SecretInfo, error)
 	DeleteSecret(ctx context.Context, node, name string) (api.SecretInfo, error)
+
+	// Agents (DESIGN "Agents"); node "" lists every node's.
+	Agents(ctx context.Context, node string) (api.AgentList, error)
+	SpawnAgent(ctx context.Context, req api.SpawnRequest) (api.Agent, error)
+	Agent(ctx context.Context, node, id string) (api.Agent, error)
+	KillAgent(ctx context.Context, node, id string) (api.Agent, error)
+	SendAgent(ctx context.Context, node, id, text string) (api.Agent, error)
+	InterruptAgent(ctx context.Context, node, id string) (api.Agent, error)
+	WaitAgent(ctx context.Context, node, id string, states []string, timeoutMS int) (api.AgentWaitReply, error)
+	AgentOutput(ctx context.Context, node, id string, cursor int64, maxBytes int) (api.AgentOutput, error)
 }
 
 // MCPServer is the MCP server mounted at /mcp, as Server ends it: first its
