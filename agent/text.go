@@ -10,7 +10,8 @@ import (
 // Text renders an agent's raw terminal output as plain lines for a reader (a model
 // or a person catching up): escape sequences are dropped, a cursor move to
 // another row or a carriage return not followed by a line feed starts a new
-// line, blank and repeated lines (a TUI redrawing its footer) are kept once,
+// line, blank lines are dropped, a line repeated or extended by the next (a TUI
+// redrawing its footer, a prompt being typed) is kept once, as it was last,
 // control characters never pass. It is a plain reading of the bytes, not a
 // terminal: a TUI that redraws in place shows each version of a line it drew.
 // Within max bytes (≤ 0: no limit) it keeps the head and the tail and says how
@@ -24,7 +25,8 @@ func Text(raw []byte, max int) (text string, omitted int64) {
 		if strings.TrimSpace(l) == "" {
 			return
 		}
-		if n := len(lines); n > 0 && lines[n-1] == l {
+		if n := len(lines); n > 0 && strings.HasPrefix(l, lines[n-1]) {
+			lines[n-1] = l // the same line again, or more of it (typed, redrawn)
 			return
 		}
 		lines = append(lines, l)

@@ -10,18 +10,25 @@ const RoleNone = ""
 
 // Tools maps the MCP server's tools to the least role they need.
 var Tools = map[string]string{
-	"list_nodes":       RoleViewer,
-	"list_sessions":    RoleViewer,
-	"read_screen":      RoleViewer,
-	"read_block":       RoleViewer,
-	"wait_for":         RoleViewer,
-	"create_session":   RoleOperator,
-	"run_command":      RoleOperator,
-	"send_input":       RoleOperator,
-	"send_keys":        RoleOperator,
-	"set_session_info": RoleOperator,
-	"fanout_run":       RoleOperator,
-	"close_session":    RoleOperator, // the node checks the owner (or admin)
+	"list_nodes":        RoleViewer,
+	"list_sessions":     RoleViewer,
+	"read_screen":       RoleViewer,
+	"read_block":        RoleViewer,
+	"wait_for":          RoleViewer,
+	"create_session":    RoleOperator,
+	"run_command":       RoleOperator,
+	"send_input":        RoleOperator,
+	"send_keys":         RoleOperator,
+	"set_session_info":  RoleOperator,
+	"fanout_run":        RoleOperator,
+	"close_session":     RoleOperator, // the node checks the owner (or admin)
+	"list_agents":       RoleViewer,
+	"wait_for_agent":    RoleViewer,
+	"read_agent_output": RoleViewer,
+	"spawn_agent":       RoleOperator,
+	"send_to_agent":     RoleOperator,
+	"interrupt_agent":   RoleOperator,
+	"kill_agent":        RoleOperator, // the node checks the owner (or admin)
 }
 
 // Roles lists the roles from the least to the most able.

@@ -158,18 +158,25 @@ func TestAccessRoutes(t *testing.T) {
 func TestAccessTools(t *testing.T) {
 	f := newFixture(t, stack.Options{Nodes: map[string]map[string]string{"n1": nil}, Store: true})
 	args := map[string]map[string]any{
-		"list_nodes":       {},
-		"list_sessions":    {},
-		"read_screen":      {"node": "n1", "session": "s999"},
-		"read_block":       {"node": "n1", "session": "s999", "n": 1},
-		"wait_for":         {"node": "n1", "session": "s999", "timeout_ms": 100},
-		"create_session":   {"node": "nope"},
-		"run_command":      {"node": "n1", "session": "s999", "command": "true"},
-		"send_input":       {"node": "n1", "session": "s999", "text": "x"},
-		"send_keys":        {"node": "n1", "session": "s999", "keys": []string{"Enter"}},
-		"set_session_info": {"node": "n1", "session": "s999", "title": "t"},
-		"fanout_run":       {"nodes": []string{"nope"}, "command": "true"},
-		"close_session":    {"node": "n1", "session": "s999"},
+		"list_nodes":        {},
+		"list_sessions":     {},
+		"read_screen":       {"node": "n1", "session": "s999"},
+		"read_block":        {"node": "n1", "session": "s999", "n": 1},
+		"wait_for":          {"node": "n1", "session": "s999", "timeout_ms": 100},
+		"create_session":    {"node": "nope"},
+		"run_command":       {"node": "n1", "session": "s999", "command": "true"},
+		"send_input":        {"node": "n1", "session": "s999", "text": "x"},
+		"send_keys":         {"node": "n1", "session": "s999", "keys": []string{"Enter"}},
+		"set_session_info":  {"node": "n1", "session": "s999", "title": "t"},
+		"fanout_run":        {"nodes": []string{"nope"}, "command": "true"},
+		"close_session":     {"node": "n1", "session": "s999"},
+		"list_agents":       {},
+		"wait_for_agent":    {"node": "n1", "agent": "s999", "timeout_ms": 100},
+		"read_agent_output": {"node": "n1", "agent": "s999"},
+		"spawn_agent":       {"node": "nope", "driver": "claude"},
+		"send_to_agent":     {"node": "n1", "agent": "s999", "text": "hi"},
+		"interrupt_agent":   {"node": "n1", "agent": "s999"},
+		"kill_agent":        {"node": "n1", "agent": "s999"},
 	}
 	for _, role := range api.Roles {
 		token := f.newToken("t-"+role, role, "")

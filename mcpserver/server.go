@@ -53,6 +53,8 @@ type Fleet interface {
 	// waits, up to waitMS, until the approval is done (decided, and an approved
 	// run's block finished).
 	Approval(ctx context.Context, node, id string, waitMS int) (api.Approval, error)
+	// The agents (agents.go).
+	AgentFleet
 }
 
 // DefaultTextBytes is the default text budget of one tool result.
@@ -161,6 +163,7 @@ func New(f Fleet, opts Options) *Server {
 		Capabilities:       &mcp.ServerCapabilities{}, // no logging: tools, resources (inferred)
 	})
 	m.addTools()
+	m.addAgentTools()
 	m.addResources()
 	return m
 }

@@ -236,8 +236,9 @@ func TestTools(t *testing.T) {
 		byName[tl.Name] = tl
 	}
 	slices.Sort(names)
-	want := []string{"close_session", "create_session", "fanout_run", "list_nodes", "list_sessions", "read_block", "read_screen",
-		"run_command", "send_input", "send_keys", "set_session_info", "wait_for"}
+	want := []string{"close_session", "create_session", "fanout_run", "interrupt_agent", "kill_agent", "list_agents", "list_nodes", "list_sessions",
+		"read_agent_output", "read_block", "read_screen", "run_command", "send_input", "send_keys", "send_to_agent", "set_session_info", "spawn_agent",
+		"wait_for", "wait_for_agent"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("tools %v, want %v", names, want)
 	}

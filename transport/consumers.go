@@ -108,7 +108,7 @@ func makeConsumer(ctx context.Context, js jetstream.JetStream, prefix, rest stri
 	case api.StreamOut:
 		kinds = []string{api.KindOut}
 	case api.StreamEvents:
-		kinds = []string{api.KindBlock, api.KindEvent}
+		kinds = []string{api.KindBlock, api.KindEvent, api.KindAgent}
 	default:
 		return nil, api.Errorf(api.CodeBadRequest, "no consumers are made on stream %q", stream)
 	}

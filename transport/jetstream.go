@@ -88,10 +88,11 @@ func StreamConfigs(prefix string, lim StreamLimits) []jetstream.StreamConfig {
 		},
 		{
 			Name:        api.StreamEvents,
-			Description: "fleetmux block and session events (JSON)",
+			Description: "fleetmux block, session and agent events (JSON)",
 			Subjects: []string{
 				prefix + "." + api.KindBlock + ".>",
 				prefix + "." + api.KindEvent + ".>",
+				prefix + "." + api.KindAgent + ".>",
 			},
 			Retention: jetstream.LimitsPolicy,
 			Discard:   jetstream.DiscardOld,

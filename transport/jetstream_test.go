@@ -31,7 +31,7 @@ func TestEnsureStreams(t *testing.T) {
 		maxBytes int64
 	}{
 		api.StreamOut:    {[]string{"fleetmux.out.>"}, 24 * time.Hour, 1 << 30},
-		api.StreamEvents: {[]string{"fleetmux.block.>", "fleetmux.event.>"}, 7 * 24 * time.Hour, 256 << 20},
+		api.StreamEvents: {[]string{"fleetmux.block.>", "fleetmux.event.>", "fleetmux.agent.>"}, 7 * 24 * time.Hour, 256 << 20},
 		api.StreamAudit:  {[]string{"fleetmux.audit.>"}, 7 * 24 * time.Hour, 256 << 20},
 	}
 	names := js.StreamNames(ctx)
@@ -95,7 +95,7 @@ func TestEnsureStreamsMovesAudit(t *testing.T) {
 	if err := transport.EnsureStreams(ctx, c.NC(), "", transport.StreamLimits{}); err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string][]string{api.StreamEvents: {"fleetmux.block.>", "fleetmux.event.>"}, api.StreamAudit: {"fleetmux.audit.>"}} {
+	for name, want := range map[string][]string{api.StreamEvents: {"fleetmux.block.>", "fleetmux.event.>", "fleetmux.agent.>"}, api.StreamAudit: {"fleetmux.audit.>"}} {
 		s, err := js.Stream(ctx, name)
 		if err != nil || !slices.Equal(s.CachedInfo().Config.Subjects, want) {
 			t.Fatalf("%s: %v", name, err)

@@ -155,7 +155,7 @@ func (id Identity) Permissions() (jwt.Permissions, error) {
 	switch id.Kind {
 	case KindNode:
 		n := id.Name
-		for _, k := range []string{api.KindOut, api.KindBlock, api.KindEvent, api.KindApproval} {
+		for _, k := range []string{api.KindOut, api.KindBlock, api.KindEvent, api.KindAgent, api.KindApproval} {
 			pub = append(pub, p+"."+k+"."+n+".>")
 		}
 		pub = append(pub, p+"."+api.KindApproval+"."+n, p+"."+api.KindAudit+"."+n)
@@ -169,7 +169,7 @@ func (id Identity) Permissions() (jwt.Permissions, error) {
 		resp = &jwt.ResponsePermission{MaxMsgs: 1}
 	case KindController:
 		pub = append(pub, p+"."+api.KindRPC+".>", p+"."+api.KindAudit+"."+id.Name)
-		for _, k := range []string{api.KindOut, api.KindBlock, api.KindEvent, api.KindAudit, api.KindApproval} {
+		for _, k := range []string{api.KindOut, api.KindBlock, api.KindEvent, api.KindAgent, api.KindAudit, api.KindApproval} {
 			sub = append(sub, p+"."+k+".>")
 		}
 		pub = append(pub, "$JS.API.INFO", "$JS.API.STREAM.NAMES", ConnzRequest)
@@ -183,7 +183,7 @@ func (id Identity) Permissions() (jwt.Permissions, error) {
 		sub = append(sub, AdvisoryConnect, AdvisoryDisconnect, p+"."+api.KindConsumer+".>", id.Inbox()+".>")
 		resp = &jwt.ResponsePermission{MaxMsgs: 1} // the replies to consumer requests
 	case KindSubscriber:
-		for _, k := range []string{api.KindOut, api.KindBlock, api.KindEvent} {
+		for _, k := range []string{api.KindOut, api.KindBlock, api.KindEvent, api.KindAgent} {
 			sub = append(sub, id.filters(k)...)
 		}
 		sub = append(sub, id.Inbox()+".>")
@@ -195,7 +195,7 @@ func (id Identity) Permissions() (jwt.Permissions, error) {
 		for _, f := range id.filters(api.KindOut) {
 			pub = append(pub, subj.Consumer(api.StreamOut, name, f))
 		}
-		for _, k := range []string{api.KindBlock, api.KindEvent} {
+		for _, k := range []string{api.KindBlock, api.KindEvent, api.KindAgent} {
 			for _, f := range id.filters(k) {
 				pub = append(pub, subj.Consumer(api.StreamEvents, name, f))
 			}

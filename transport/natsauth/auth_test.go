@@ -452,7 +452,7 @@ func TestPermissionsTable(t *testing.T) {
 		want want
 	}{
 		{natsauth.Identity{Kind: natsauth.KindNode, Name: "web-1"}, want{
-			pub: []string{"fleetmux.out.web-1.>", "fleetmux.block.web-1.>", "fleetmux.event.web-1.>", "fleetmux.approval.web-1", "fleetmux.audit.web-1"},
+			pub: []string{"fleetmux.out.web-1.>", "fleetmux.block.web-1.>", "fleetmux.event.web-1.>", "fleetmux.agent.web-1.>", "fleetmux.approval.web-1", "fleetmux.audit.web-1"},
 			noPub: []string{"fleetmux.rpc.>", "fleetmux.out.>", "fleetmux.audit.>", "$KV.FLEETMUX_POLICY.>", "$JS.API.STREAM.CREATE.KV_FLEETMUX_POLICY", natsauth.ConnzRequest,
 				"$JS.API.CONSUMER.CREATE.KV_FLEETMUX_POLICY.*.$KV.FLEETMUX_POLICY.>", "$JS.API.CONSUMER.MSG.NEXT.KV_FLEETMUX_POLICY.*"},
 			sub:   []string{"fleetmux.rpc.web-1.>", "$KV.FLEETMUX_POLICY.>", "_INBOX.node.web-1.>"},
@@ -461,7 +461,7 @@ func TestPermissionsTable(t *testing.T) {
 		{natsauth.Identity{Kind: natsauth.KindController, Name: "ctl", Prefix: "acme.fm"}, want{
 			pub:   []string{"acme.fm.rpc.>", "acme.fm.audit.ctl", "$KV.FLEETMUX_TOKENS.>", "$JS.API.STREAM.*.FLEETMUX_OUT", natsauth.ConnzRequest},
 			noPub: []string{"acme.fm.out.>", "acme.fm.audit.>", "fleetmux.rpc.>", ">"},
-			sub:   []string{"acme.fm.out.>", "acme.fm.audit.>", "acme.fm.approval.>", natsauth.AdvisoryConnect, "acme.fm.consumer.>", "_INBOX.controller.ctl.>"},
+			sub:   []string{"acme.fm.out.>", "acme.fm.agent.>", "acme.fm.audit.>", "acme.fm.approval.>", natsauth.AdvisoryConnect, "acme.fm.consumer.>", "_INBOX.controller.ctl.>"},
 			noSub: []string{"acme.fm.rpc.>", "_INBOX.>"},
 		}},
 		{natsauth.Identity{Kind: natsauth.KindSubscriber, Name: "dash"}, want{
@@ -472,7 +472,7 @@ func TestPermissionsTable(t *testing.T) {
 				"$JS.API.CONSUMER.CREATE.FLEETMUX_OUT.dash", "$JS.API.DIRECT.GET.FLEETMUX_OUT", "$JS.API.DIRECT.GET.FLEETMUX_OUT.>", "fleetmux.consumer.>",
 				"$JS.API.CONSUMER.CREATE.FLEETMUX_OUT", "$JS.API.CONSUMER.MSG.NEXT.FLEETMUX_OUT.*", "$JS.API.CONSUMER.DELETE.FLEETMUX_OUT.*",
 				"$JS.API.CONSUMER.CREATE.FLEETMUX_OUT.*.fleetmux.out.>", "$JS.API.STREAM.INFO.FLEETMUX_AUDIT", "$JS.ACK.FLEETMUX_OUT.>"},
-			sub:   []string{"fleetmux.out.>", "fleetmux.block.>", "fleetmux.event.>", "_INBOX.subscriber.dash.>"},
+			sub:   []string{"fleetmux.out.>", "fleetmux.block.>", "fleetmux.event.>", "fleetmux.agent.>", "_INBOX.subscriber.dash.>"},
 			noSub: []string{"fleetmux.rpc.>", "fleetmux.audit.>", "_INBOX.>"},
 		}},
 		{natsauth.Identity{Kind: natsauth.KindSubscriber, Name: "dash", Nodes: []string{"b", "a", "a"}}, want{
