@@ -30,7 +30,9 @@ const maxRetakes = 5
 //     longer has the session: nil, said in the log;
 //   - the session is still in the holder (another process attached to it, or
 //     the stream broke): its stream is taken back from raw, naming the epoch
-//     the holder shows, and the takeover logged with the taker's pid;
+//     the holder shows, and the takeover logged with the taker's pid; an attach
+//     that fails is a look more (the taker may have ended the new stream before
+//     its reply);
 //   - after maxRetakes of those, the session is closed in the holder, and that
 //     logged: nil.
 func (s *Session) retake(raw int64, cause error) *holder.Stream {
@@ -65,8 +67,10 @@ func (s *Session) retake(raw int64, cause error) *holder.Stream {
 			s.log.Warn("holder stream ended without the exit, and the holder no longer has the session", "stream", cause)
 			return nil
 		case err != nil:
-			s.log.Warn("holder stream ended without the exit, and the holder does not answer: it is gone, and the program with it", "stream", cause, "err", err)
-			return nil
+			// The new stream ended before its reply (another attach named its
+			// epoch at once), or the holder went: the next look tells which.
+			s.log.Warn("holder stream not taken back: looking again", "stream", cause, "err", err)
+			continue
 		}
 		st.Master.Close() // the session's copy of the master is the first stream's
 		if st.Kept != nil {
