@@ -345,7 +345,7 @@ func (e *entry) handleEvent(node, id string, ev session.Event) {
 			b := ev.Block
 			_ = e.index.Append(replay.IndexEntry{
 				N: b.N, Command: b.Command, Cwd: b.Cwd, ExitCode: b.ExitCode, Note: b.Note,
-				StartedAt: b.StartedAt, FinishedAt: b.FinishedAt, Start: b.Start, End: b.End,
+				StartedAt: b.StartedAt, FinishedAt: b.FinishedAt, Start: b.Start, End: b.End, Fallback: b.Fallback,
 				T: b.StartedAt.Sub(e.started).Seconds(), TEnd: b.FinishedAt.Sub(e.started).Seconds(),
 			})
 		}

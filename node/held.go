@@ -85,7 +85,7 @@ func (n *Node) reattachOne(id string) error {
 	indexed := map[int]bool{}
 	for _, ie := range idx {
 		known = append(known, session.Block{N: ie.N, Command: ie.Command, Cwd: ie.Cwd, State: session.BlockDone, ExitCode: ie.ExitCode, Note: ie.Note,
-			StartedAt: ie.StartedAt, FinishedAt: ie.FinishedAt, Start: ie.Start, End: ie.End})
+			StartedAt: ie.StartedAt, FinishedAt: ie.FinishedAt, Start: ie.Start, End: ie.End, Fallback: ie.Fallback})
 		indexed[ie.N] = true
 	}
 	known = append(known, startedBlocks(e.castTo, indexed)...) // running at the restart: only their start marker
@@ -115,7 +115,7 @@ func (n *Node) reattachOne(id string) error {
 	s, err := session.Reattach(session.Config{
 		ID: id, Holder: n.cfg.Holder, ScrollbackBytes: n.cfg.ScrollbackBytes, Logger: n.log,
 		Redactor: red, Guard: shellCheck, Notify: e.kick,
-	}, session.Recorded{Blocks: known, End: recordingEnd(e.castTo)})
+	}, recordedOf(e.dir, e.castTo, known))
 	if err != nil {
 		return err
 	}
@@ -151,14 +151,69 @@ func (n *Node) reattachOne(id string) error {
 	return nil
 }
 
-// recordingEnd is the output offset the recording at castPath ends at (0: none).
-func recordingEnd(castPath string) int64 {
+// recordedOf is what the previous agent's recording in dir (current part castPath)
+// knows, for session.Reattach: known blocks, where it ends, and its output.
+func recordedOf(dir, castPath string, known []session.Block) session.Recorded {
 	rec, err := replay.Open(castPath)
 	if err != nil {
-		return 0
+		return session.Recorded{Blocks: known}
 	}
-	defer rec.Close()
-	return rec.Header().Offset + rec.End()
+	start, end := rec.Header().Offset, rec.Header().Offset+rec.End()
+	rec.Close()
+	parts := map[int64]string{start: castPath}
+	ents, _ := os.ReadDir(dir)
+	for _, de := range ents { // the rotated parts, output.<start>.cast
+		if v, ok := strings.CutPrefix(de.Name(), "output."); ok {
+			if v, ok := strings.CutSuffix(v, ".cast"); ok {
+				if off, err := strconv.ParseInt(v, 10, 64); err == nil && off >= 0 && off < start {
+					parts[off] = filepath.Join(dir, de.Name())
+				}
+			}
+		}
+	}
+	starts := make([]int64, 0, len(parts))
+	for off := range parts {
+		starts = append(starts, off)
+	}
+	sort.Slice(starts, func(i, j int) bool { return starts[i] < starts[j] })
+	read := func(from, to int64) ([]byte, error) {
+		return readParts(parts, starts, end, from, to)
+	}
+	return session.Recorded{Blocks: known, End: end, Start: starts[0], Output: read}
+}
+
+// readParts reads [from, to) from the recording's parts (starts sorted, each part
+// up to the next one's start, the last up to end); an error when a part is
+// missing or short.
+func readParts(parts map[int64]string, starts []int64, end, from, to int64) ([]byte, error) {
+	if from < starts[0] || to > end || from > to {
+		return nil, fmt.Errorf("[%d, %d) is not in the recording [%d, %d)", from, to, starts[0], end)
+	}
+	out := make([]byte, 0, to-from)
+	for i, st := range starts {
+		stop := end
+		if i+1 < len(starts) {
+			stop = starts[i+1]
+		}
+		if from >= stop || from >= to {
+			continue
+		}
+		rec, err := replay.Open(parts[st])
+		if err != nil {
+			return nil, err
+		}
+		b, err := rec.ReadRange(from-st, min(to, stop)-st)
+		rec.Close()
+		if err != nil {
+			return nil, err
+		}
+		if int64(len(b)) != min(to, stop)-from {
+			return nil, fmt.Errorf("part %d gave %d bytes of [%d, %d)", st, len(b), from, min(to, stop))
+		}
+		out = append(out, b...)
+		from += int64(len(b))
+	}
+	return out, nil
 }
 
 // resumeRecording closes the recording's current part as a rotated one and starts a

@@ -27,6 +27,8 @@ type IndexEntry struct {
 	// Start and End are the block's output range [Start, End) as output offsets.
 	Start int64 `json:"start"`
 	End   int64 `json:"end"`
+	// Fallback: a command typed into a program without shell integration.
+	Fallback bool `json:"fallback,omitempty"`
 	// T and TEnd are the block's start and end in seconds since the recording started.
 	T    float64 `json:"t"`
 	TEnd float64 `json:"t_end"`

@@ -99,6 +99,9 @@ const maxEvents = 4096
 func (s *Session) emitLocked(e Event) {
 	s.eventSeq++
 	e.Seq = s.eventSeq
+	if e.Kind == EventBlockStarted || e.Kind == EventBlockFinished {
+		s.ckptWant = true // checkpoint.go
+	}
 	e.Time = time.Now().UTC()
 	if e.Block != nil {
 		b := *e.Block
@@ -466,6 +469,7 @@ func (s *Session) updateStateLocked() {
 		s.state = st
 		s.emitLocked(Event{Kind: EventState, State: st})
 	}
+	s.blockCheckpointLocked()
 }
 
 func (s *Session) computeStateLocked() State {

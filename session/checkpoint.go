@@ -1,32 +1,39 @@
 package session
 
-// Checkpoints: where a new agent can begin the replay of a holder's ring other than
-// at the session's first byte.
+// Checkpoints: where a new agent begins the replay of a holder's ring.
 //
 // Reattach rebuilds a session by replaying the holder's raw output through the read
 // path. The session's offsets count that output without the shell's marks (and
 // after redaction), so only a replay from the first byte yields the same offsets
-// and blocks; once the holder's ring has wrapped (a session's output outgrew the
-// scrollback), the replay has to begin where the session's state is known. While
-// output flows, the read loop notes such points, each time the raw output has grown
-// by a quarter of the ring since the last one: the holder's raw offset, the
-// session's offset and event number there, and the state of the block machine
-// (at the prompt, or running block N). It notes them only where that state is all
-// there is (no redacted text held back, no submission, guard question or fallback
-// block in the air; the start of a mark the scanner holds back is replayed). The newest few go to the holder with the
-// session's metadata (Session.setHeldMeta), so they survive the agent.
+// and blocks, and only when nothing but the output made them: a command typed into
+// a program (a fallback block: run.go) leaves no mark in the output, and output
+// redacted under a policy since removed would come out unredacted, at other
+// offsets. So the replay begins where the session's state is known, at a
+// checkpoint, and what comes before it is the recording's: its block index gives
+// the blocks, its output the scrollback (redacted as it was produced). While output
+// flows, the read loop notes such points, after each block's start and end
+// ("event" checkpoints, of which the newest two are kept) and each time the
+// raw output has grown by a quarter of the ring since the last one (kept, for a
+// ring that wraps): the holder's raw offset, the session's offset and event number
+// there, and the state of the block machine (at the prompt, or running block N).
+// It notes them only where that state is all there is (no redacted text held
+// back, no submission, guard question or fallback block in the air; the start of a
+// mark the scanner holds back is replayed). The newest few go to the holder with
+// the session's metadata (Session.setHeldMeta), so they survive the agent.
 //
-// Reattach uses a checkpoint only when the ring no longer holds the first byte,
-// and only one whose earlier blocks the recording has (Recorded): blocks before it
-// come from the recording's index, the replay rebuilds the rest exactly as the
-// live session built them.
+// Reattach uses the newest checkpoint the holder's ring still holds and the
+// recording covers (Recorded): blocks before it come from the recording's index,
+// the replay rebuilds the rest exactly as the live session built them. Only the
+// output between the checkpoint and the recording's end is derived twice (under
+// the policy in force at the replay): after a block's start or end it is empty
+// unless the output went on.
 
 import (
 	"slices"
 	"time"
 )
 
-// maxCheckpoints is how many checkpoints a session keeps (newest last).
+// maxCheckpoints is how many kept checkpoints (not event ones) a session keeps.
 const maxCheckpoints = 4
 
 // maxCheckpointCommand bounds the running block's command kept in a checkpoint.
@@ -48,6 +55,8 @@ type checkpoint struct {
 	LastReprompt int              `json:"last_reprompt,omitempty"`
 	Paste        bool             `json:"paste,omitempty"`
 	Alt          bool             `json:"alt,omitempty"` // the alternate screen is on
+	// Event: taken after a block's start or end (the newest two are kept).
+	Event bool `json:"event,omitempty"`
 }
 
 // checkpointBlock is a running block in a checkpoint.
@@ -71,14 +80,37 @@ type Recorded struct {
 	// End is the output offset the recording ends at: a checkpoint later than it
 	// would leave a gap in the recording.
 	End int64
+	// Start is the oldest output offset Output can read.
+	Start int64
+	// Output reads [from, to) of the output as the recording has it (an error when
+	// it cannot give all of it); nil: there is nothing to read. Reattach fills the
+	// scrollback before its checkpoint from it: output redacted when it was
+	// produced stays redacted, whatever the policy says now.
+	Output func(from, to int64) ([]byte, error)
 }
 
 // quiescentLocked reports whether the session's state is all a checkpoint keeps.
 func (s *Session) quiescentLocked() bool {
-	return s.integrated && s.seenPrompt && !s.lost && !s.exited && !s.closed &&
-		(s.redact == nil || s.redact.Held() == 0) &&
-		s.pending == nil && s.fallback == nil && s.denied == nil && s.guarding == 0 && !s.guardAwait &&
+	if s.exited || s.closed || s.redact != nil && s.redact.Held() > 0 ||
+		s.pending != nil || s.fallback != nil || s.denied != nil || s.guarding != 0 || s.guardAwait {
+		return false
+	}
+	if !s.integrated { // a program: only commands typed into it make blocks
+		return s.cur == nil
+	}
+	return s.seenPrompt && !s.lost &&
 		(s.cur == nil && s.atPrompt || s.cur != nil && !s.cur.prompted && s.cur.State == BlockRunning && !s.atPrompt)
+}
+
+// blockCheckpointLocked notes an event checkpoint when a block started or ended
+// since the last one and the state allows (updateStateLocked calls it).
+func (s *Session) blockCheckpointLocked() {
+	if s.hold == nil || !s.ckptWant {
+		return
+	}
+	if s.checkpointLocked(s.rawIn, true) {
+		s.ckptWant = false
+	}
 }
 
 // checkpointEvery is how much raw output comes between checkpoints.
@@ -86,9 +118,10 @@ func (s *Session) checkpointEvery() int64 { return int64(s.ring.Size() / 4) }
 
 // checkpointLocked notes a checkpoint at raw, the holder's offset of the output
 // ingested so far, if the state allows, and reports whether it did; the read loop
-// calls it after a chunk once one is due. It hands the metadata to the holder off
-// the read loop.
-func (s *Session) checkpointLocked(raw int64) bool {
+// calls it after a chunk once one is due (event false: it is kept), and
+// blockCheckpointLocked after a block's start or end (event true: see
+// addCheckpoint). It hands the metadata to the holder off the read loop.
+func (s *Session) checkpointLocked(raw int64, event bool) bool {
 	// Nor while the scanner drops the rest of an overlong mark: a replay from
 	// here would take that rest for output.
 	if !s.quiescentLocked() || s.scanner.skip {
@@ -99,14 +132,11 @@ func (s *Session) checkpointLocked(raw int64) bool {
 	// end every write with such a start: checkpoints are taken all the same.)
 	c := checkpoint{Raw: raw - int64(len(s.scanner.pend)), Off: s.ring.End(), Seq: s.eventSeq, Blocks: len(s.blocks), AtPrompt: s.atPrompt,
 		InputOff: s.inputOff, Cwd: s.cwd, LastExit: s.lastExit, ShellStatus: s.shellStatus,
-		LastReprompt: s.lastReprompt, Paste: s.paste, Alt: s.altOnLocked()}
+		LastReprompt: s.lastReprompt, Paste: s.paste, Alt: s.altOnLocked(), Event: event}
 	if b := s.cur; b != nil {
 		c.Cur = &checkpointBlock{N: b.N, Command: truncateCommand(b.Command), Cwd: b.Cwd, StartedAt: b.StartedAt, Start: b.Start}
 	}
-	if len(s.ckpts) == maxCheckpoints {
-		s.ckpts = slices.Delete(s.ckpts, 0, 1)
-	}
-	s.ckpts = append(s.ckpts, c)
+	s.ckpts = addCheckpoint(s.ckpts, c)
 	s.sendMetaLocked()
 	return true
 }
@@ -143,6 +173,31 @@ func (s *Session) metaSender() {
 	}
 }
 
+// addCheckpoint appends c to cs (oldest first) and keeps the newest
+// maxCheckpoints kept ones and the newest two event ones: the newest may be ahead
+// of the recording when the agent dies, the one before it hardly ever.
+func addCheckpoint(cs []checkpoint, c checkpoint) []checkpoint {
+	cs = append(cs, c)
+	out := make([]checkpoint, 0, maxCheckpoints+2)
+	kept, events := 0, 0
+	for i := len(cs) - 1; i >= 0; i-- {
+		if cs[i].Event {
+			if events == 2 {
+				continue
+			}
+			events++
+		} else {
+			if kept == maxCheckpoints {
+				continue
+			}
+			kept++
+		}
+		out = append(out, cs[i])
+	}
+	slices.Reverse(out)
+	return out
+}
+
 // altOnLocked reports whether the alternate screen is on.
 func (s *Session) altOnLocked() bool {
 	return len(s.alt) > 0 && s.alt[len(s.alt)-1].on
@@ -172,7 +227,7 @@ func pickCheckpoint(cs []checkpoint, start int64, rec Recorded) *checkpoint {
 	}
 	for i := len(cs) - 1; i >= 0; i-- {
 		c := cs[i]
-		if c.Raw < start || c.Off > rec.End || c.Off < 0 || c.Blocks < 0 || c.Cur != nil && c.Cur.N != c.Blocks {
+		if c.Raw < start || c.Off > rec.End || c.Off < 0 || c.Blocks < 0 || c.Cur != nil && (c.Cur.N < 1 || c.Cur.N > c.Blocks) {
 			continue
 		}
 		ok := true
@@ -186,9 +241,31 @@ func pickCheckpoint(cs []checkpoint, start int64, rec Recorded) *checkpoint {
 	return nil
 }
 
-// restoreLocked puts the session in the state of checkpoint c, its earlier blocks
-// from the recording (pickCheckpoint checked they are all there).
-func (s *Session) restoreLocked(c *checkpoint, rec Recorded) {
+// restoreLocked makes the session's scrollback of scrollback bytes and puts the
+// session in the state of checkpoint c: its earlier blocks from the recording
+// (pickCheckpoint checked they are all there), the scrollback before c from the
+// recording's output as far as it has it (otherwise the scrollback begins at c,
+// and older output is read from the recording).
+func (s *Session) restoreLocked(c *checkpoint, rec Recorded, scrollback int) {
+	from := c.Off
+	var prior []byte
+	if rec.Output != nil {
+		want := max(c.Off-int64(scrollback), rec.Start, 0)
+		b, err := rec.Output(want, c.Off)
+		switch {
+		case err != nil:
+			s.log.Warn("the recording did not give the output before the checkpoint: the scrollback begins there", "from", want, "to", c.Off, "err", err)
+		case int64(len(b)) != c.Off-want:
+			s.log.Warn("the recording gave short output before the checkpoint: the scrollback begins there", "from", want, "to", c.Off, "got", len(b))
+		default:
+			from, prior = want, b
+		}
+	}
+	s.initLocked(scrollback, from)
+	s.fillLocked(prior)
+	if s.altOnLocked() != c.Alt {
+		s.alt = append(s.alt, altToggle{off: c.Off, on: c.Alt})
+	}
 	byN := make(map[int]Block, len(rec.Blocks))
 	for _, b := range rec.Blocks {
 		if b.State == BlockDone {
@@ -209,14 +286,33 @@ func (s *Session) restoreLocked(c *checkpoint, rec Recorded) {
 			v := *b.ExitCode
 			b.ExitCode = &v
 		}
+		if b.Fallback { // its text drops the typed echo and the program's prompt
+			b.echoFrom, b.prompt = b.Start, true
+		}
 		s.blocks = append(s.blocks, &b)
 	}
 	s.eventSeq = c.Seq
-	s.seenPrompt, s.integRemoved = true, true
+	s.seenPrompt, s.integRemoved = s.integrated, true
 	s.atPrompt, s.inputOff, s.cwd = c.AtPrompt, c.InputOff, c.Cwd
 	s.lastExit, s.shellStatus, s.lastReprompt, s.paste = c.LastExit, c.ShellStatus, c.LastReprompt, c.Paste
-	if c.Alt {
-		s.alt = []altToggle{{off: c.Off, on: true}}
-	}
 	s.ckpts = []checkpoint{*c}
+}
+
+// fillLocked writes output the recording has (marks taken out and redacted when
+// it was produced) into the scrollback, noting its switches of the alternate
+// screen as the read loop does.
+func (s *Session) fillLocked(p []byte) {
+	sc := newMarkScanner("")
+	sc.osc133, sc.osc7 = nil, nil // no shell mark is left in recorded output
+	write := func(b []byte) { s.ring.Write(b) }
+	sc.scan(p, write, func(m mark) {
+		if m.kind != markMode || m.mode == 2004 {
+			return
+		}
+		if len(s.alt) >= maxAltToggles {
+			s.alt = append(s.alt[:0], s.alt[len(s.alt)-maxAltToggles/2:]...)
+		}
+		s.alt = append(s.alt, altToggle{off: s.ring.End(), on: m.on})
+	})
+	sc.flush(write)
 }

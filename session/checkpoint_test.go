@@ -1,6 +1,7 @@
 package session
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -138,8 +139,12 @@ func TestPickCheckpoint(t *testing.T) {
 			}
 		})
 	}
-	if got := pickCheckpoint([]checkpoint{{Raw: 10, Off: 5, Blocks: 2, Cur: cur(1)}}, 0, Recorded{Blocks: done(1, 2), End: 100}); got != nil {
-		t.Fatalf("a checkpoint whose running block is not its last: picked %+v", *got)
+	// A running block with a command typed into its program after it (block 2).
+	if got := pickCheckpoint([]checkpoint{{Raw: 10, Off: 5, Blocks: 2, Cur: cur(1)}}, 0, Recorded{Blocks: done(2), End: 100}); got == nil {
+		t.Fatal("a checkpoint whose running block has a typed block after it: none picked")
+	}
+	if got := pickCheckpoint([]checkpoint{{Raw: 10, Off: 5, Blocks: 2, Cur: cur(3)}}, 0, Recorded{Blocks: done(1, 2), End: 100}); got != nil {
+		t.Fatalf("a checkpoint whose running block is past its blocks: picked %+v", *got)
 	}
 }
 
@@ -192,5 +197,22 @@ func TestCheckpointsDespiteMarkStarts(t *testing.T) {
 	}
 	if last := after[len(after)-1]; last.N != res.Block.N || last.State != BlockRunning {
 		t.Fatalf("the running block after the restart: %+v, want block %d running", last, res.Block.N)
+	}
+}
+
+// TestAddCheckpoint: a session keeps its newest four kept checkpoints (for a ring
+// that wraps) and its newest two event ones (the newest may be ahead of the
+// recording when the agent dies), oldest first.
+func TestAddCheckpoint(t *testing.T) {
+	var cs []checkpoint
+	for i := 1; i <= 12; i++ {
+		cs = addCheckpoint(cs, checkpoint{Raw: int64(i), Event: i%3 != 0})
+	}
+	var got []int64
+	for _, c := range cs {
+		got = append(got, c.Raw)
+	}
+	if want := []int64{3, 6, 9, 10, 11, 12}; !slices.Equal(got, want) {
+		t.Fatalf("kept %v, want %v", got, want)
 	}
 }

@@ -13,12 +13,9 @@ package session
 //     passes (SCM_RIGHTS), and /proc of the program, exactly as locally;
 //   - Close asks the holder to end the session; Detach leaves it running.
 //
-// Reattach (a new agent) rebuilds a session by replaying the holder's ring from its
-// start through the same read path: blocks, their numbers and offsets, the state and
-// the screen come out as they were, as long as the ring still holds the session's
-// whole output (it is the scrollback's size). Once the ring has wrapped, the replay
-// begins at a checkpoint (checkpoint.go), with the blocks before it from the
-// recording.
+// Reattach (a new agent) rebuilds a session by replaying the holder's ring through
+// the same read path from a checkpoint (checkpoint.go), with the blocks and the
+// scrollback before it from the recording; without one, from the ring's start.
 
 import (
 	"context"
@@ -221,24 +218,23 @@ func (s *Session) startGuard(conn *net.UnixConn, keep int, nonce string) {
 }
 
 // Reattach rebuilds session cfg.ID from the holder cfg.Holder (a new agent after a
-// crash or restart): its output is replayed from the oldest byte the holder holds,
-// so blocks, offsets, the state and the screen are as they were; it returns once
-// the output the holder held at the attach has been ingested. Shell, Argv, Dir,
-// Cols, Rows, Title, Description and Labels come from the holder (cfg's are
-// ignored); Guard, Redactor, Logger, Settle and ScrollbackBytes from cfg.
+// crash or restart): it returns once the output the holder held at the attach has
+// been ingested. Shell, Argv, Dir, Cols, Rows, Title, Description and Labels come
+// from the holder (cfg's are ignored); Guard, Redactor, Logger, Settle and
+// ScrollbackBytes from cfg.
 //
-// rec is what the previous agent's recording knows: a rebuilt block of the same
-// number takes its command, cwd and times, which a replay cannot know (it sees the
-// shell's echo, not what was submitted, and replays at once).
-//
-// Offsets: the session's offsets count the output without the shell's marks, the
-// holder's the raw output; a replay from the holder's first byte yields the same
-// offsets as before. When the holder's ring no longer holds the first byte, the
-// replay begins at the newest checkpoint (checkpoint.go) the ring and the recording
-// both cover: offsets, block numbers and events go on exactly, the blocks before it
-// come from rec. Without one (more output than the ring came while no agent read
-// it, or the recording lags) the rebuilt offsets start at the holder's oldest
-// offset instead, and block numbers at 1 (a documented limit).
+// rec is what the previous agent's recording knows. The replay begins at the
+// newest checkpoint (checkpoint.go) the holder's ring and the recording both cover:
+// blocks before it, their numbers, commands, exit codes and offsets, are the
+// recording's, and so is the scrollback before it (redacted as it was produced);
+// offsets, block numbers and events go on exactly from there. Without one (an
+// agent that died before its first block, or a recording that lags), the replay
+// begins at the holder's oldest byte: from the session's first byte the rebuilt
+// blocks, offsets, state and screen are those the output makes, and a rebuilt
+// block of the same number takes the recording's command, cwd and times (a replay
+// sees the shell's echo, not what was submitted, and replays at once); once the
+// ring has wrapped, offsets start at the holder's oldest offset instead, and block
+// numbers at 1 (a documented limit).
 func Reattach(cfg Config, rec Recorded) (*Session, error) {
 	if cfg.Holder == nil || cfg.ID == "" {
 		return nil, fmt.Errorf("%w: Reattach needs Holder and ID", ErrBadConfig)
@@ -267,21 +263,20 @@ func Reattach(cfg Config, rec Recorded) (*Session, error) {
 		closeStream(st)
 		return nil, fmt.Errorf("%w: the holder's description of %s: %v", ErrStart, cfg.ID, err)
 	}
-	var ck *checkpoint
-	if st.From > 0 {
-		// The ring no longer holds the first byte: begin at a checkpoint.
-		if ck = pickCheckpoint(m.Checkpoints, st.From, rec); ck != nil {
-			st2, err := cfg.Holder.Attach(ctx, cfg.ID, ck.Raw, st.Epoch)
-			switch {
-			case err != nil:
-				ck = nil
-			case st2.From != ck.Raw: // the ring moved on meanwhile
-				closeStream(st2)
-				ck = nil
-			default:
-				closeStream(st) // ended by the newer attach anyway
-				st = st2
-			}
+	// Begin at a checkpoint when one fits (checkpoint.go): the recording is the
+	// truth for what came before it.
+	ck := pickCheckpoint(m.Checkpoints, st.From, rec)
+	if ck != nil && ck.Raw != st.From {
+		st2, err := cfg.Holder.Attach(ctx, cfg.ID, ck.Raw, st.Epoch)
+		switch {
+		case err != nil:
+			ck = nil
+		case st2.From != ck.Raw: // the ring moved on meanwhile
+			closeStream(st2)
+			ck = nil
+		default:
+			closeStream(st) // ended by the newer attach anyway
+			st = st2
 		}
 	}
 	sb := cfg.ScrollbackBytes
@@ -295,11 +290,11 @@ func Reattach(cfg Config, rec Recorded) (*Session, error) {
 	s.cols, s.rows, s.cwd = m.Cols, m.Rows, m.Cwd
 	s.title, s.description, s.labels = m.Title, m.Description, m.Labels
 	if ck != nil {
-		s.initLocked(sb, ck.Off)
-		s.restoreLocked(ck, rec)
+		s.restoreLocked(ck, rec, sb)
 	} else {
 		s.initLocked(sb, st.From)
 	}
+	s.rawIn = st.From
 	s.pid = st.Info.PID
 	if s.integrated {
 		s.scanner = newMarkScanner(st.Nonce)
@@ -354,7 +349,7 @@ func Reattach(cfg Config, rec Recorded) (*Session, error) {
 	s.mu.Unlock()
 	switch {
 	case ck != nil:
-		s.log.Info("the holder's ring no longer holds the session's first output: replayed from a checkpoint", "raw", ck.Raw, "offset", ck.Off, "blocks", ck.Blocks)
+		s.log.Info("replayed from a checkpoint, the output before it from the recording", "raw", ck.Raw, "offset", ck.Off, "blocks", ck.Blocks, "scrollback", s.ring.Start())
 	case st.From > 0:
 		s.log.Warn("the holder's ring no longer holds the session's first output and no checkpoint fits: offsets and blocks restart at its oldest byte", "oldest", st.From)
 	}
@@ -454,12 +449,13 @@ func (s *Session) heldReadLoop() {
 			s.log.Warn("holder output lost", "from", raw, "to", ch.Off)
 		}
 		raw = ch.Off + int64(len(ch.Data))
+		r.raw = raw
 		r.ingest(s, ch.Data)
 		s.hold.raw.Store(raw)
 		if raw >= nextCkpt {
 			s.mu.Lock()
 			every := s.checkpointEvery()
-			if s.checkpointLocked(raw) {
+			if s.checkpointLocked(raw, false) {
 				nextCkpt = raw + every
 			} else {
 				nextCkpt = raw + every/16 // not now (no simple state): look again a little later, not at every chunk

@@ -202,6 +202,8 @@ type Session struct {
 
 	hold         *held        // nil: a local PTY; see holder.go
 	ckpts        []checkpoint // a session in a holder: where a replay can begin (checkpoint.go)
+	ckptWant     bool         // a block started or ended since the last checkpoint (checkpoint.go)
+	rawIn        int64        // a session in a holder: the holder's offset of the output ingested so far
 	metaDirty    bool         // the holder's copy of the metadata is older than ours
 	metaSending  bool         // metaSender runs
 	redact       Redactor     // nil: none; see redact.go
@@ -473,6 +475,7 @@ type chunkReader struct {
 	marks  []mark
 	offs   []int64
 	kicked time.Time // when the poller was last told about output
+	raw    int64     // a session in a holder: the holder's offset at the chunk's end
 }
 
 // ingest takes one chunk of output into the session.
@@ -485,6 +488,9 @@ func (r *chunkReader) ingest(s *Session, p []byte) {
 		r.marks = append(r.marks, m)
 		r.offs = append(r.offs, s.ring.End())
 	})
+	if s.hold != nil {
+		s.rawIn = r.raw
+	}
 	s.ingestLocked(r.marks, r.offs)
 	s.armReleaseLocked()
 	// Tell the poller about plain output at most once per minPoll: under a
