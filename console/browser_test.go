@@ -100,6 +100,10 @@ func TestBrowser(t *testing.T) {
 		Title: `<img src=x onerror="window.__xss=1">`, Shell: "bash"}}, &x)
 	f.Must(http.StatusOK, "GET", "/v1/sessions/n1/"+x.ID+"/wait?until=idle&timeout_ms=10000", nil, nil)
 	f.Run("n1", x.ID, `echo '<img src=x onerror=window.__xss=2>' # <script>window.__xss=3</script>`)
+	r := f.NewSession("n1")
+	for _, word := range []string{"one", "two", "three", "four"} {
+		f.Run("n1", r.ID, "sleep 0.3; echo "+word) // the markers lie apart in time
+	}
 	// The node applies the policy within a second: wait until it holds.
 	testutil.Eventually(t, 10*time.Second, func() bool {
 		code, b := f.Do("POST", "/v1/sessions/n1/"+x.ID+"/run", api.RunBody{Command: "true # needs-ok probe", TimeoutMS: 5000})
@@ -111,7 +115,7 @@ func TestBrowser(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", "testdata/browser.mjs")
 	cmd.Env = append(os.Environ(), "PLAYWRIGHT="+pw, "BASE="+f.Base, "ADMIN="+f.Token, "OPERATOR="+operator, "VIEWER="+viewer,
-		"SESSION=n1/"+s.ID, "XSS=n1/"+x.ID, "ARTIFACTS="+dir)
+		"SESSION=n1/"+s.ID, "XSS=n1/"+x.ID, "REPLAY=n1/"+r.ID, "ARTIFACTS="+dir)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
@@ -120,7 +124,7 @@ func TestBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the browser test failed: %v", err)
 	}
-	for _, step := range []string{"signin", "fleet", "sessions", "terminal", "xss", "approvals", "pages", "viewer", "signout"} {
+	for _, step := range []string{"signin", "fleet", "sessions", "terminal", "xss", "approvals", "pages", "replay", "viewer", "signout"} {
 		if !strings.Contains(out.String(), "ok "+step) {
 			t.Errorf("step %s did not pass", step)
 		}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"path/filepath"
 	"regexp"
@@ -361,5 +362,31 @@ func TestConsolePages(t *testing.T) {
 		if strings.Contains(string(file.Data), "innerHTML") || strings.Contains(string(file.Data), "localStorage") {
 			t.Errorf("%s uses innerHTML or localStorage", name)
 		}
+	}
+}
+
+// TestConsoleTLSCookie: over TLS the cookie is Secure, with the __Host- prefix.
+func TestConsoleTLSCookie(t *testing.T) {
+	f := newFixture(t, stack.Options{Nodes: map[string]map[string]string{"n1": nil}})
+	srv := httptest.NewTLSServer(f.API.Handler())
+	defer srv.Close()
+	req, _ := http.NewRequest("POST", srv.URL+"/ui/signin", strings.NewReader(url.Values{"token": {f.Token}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", srv.URL)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	cks := resp.Cookies()
+	if resp.StatusCode != http.StatusOK || len(cks) != 1 || cks[0].Name != "__Host-fleetmux_session" || !cks[0].Secure || !cks[0].HttpOnly || cks[0].Path != "/" || cks[0].Domain != "" {
+		t.Fatalf("sign-in over TLS: %d %+v", resp.StatusCode, cks)
+	}
+	req, _ = http.NewRequest("GET", srv.URL+"/ui/me", nil)
+	req.AddCookie(cks[0])
+	if resp, err := srv.Client().Do(req); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /ui/me with the TLS cookie: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 }

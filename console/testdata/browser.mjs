@@ -5,7 +5,8 @@
 //   BASE        the controller's URL
 //   ADMIN, OPERATOR, VIEWER  API tokens of each role
 //   SESSION     NODE/ID of a session to type in; XSS: NODE/ID of one whose title,
-//               command and output are HTML
+//               command and output are HTML; REPLAY: NODE/ID of one that ran
+//               four blocks (sleep 0.3; echo one … four)
 //   ARTIFACTS   where the screenshots go
 import { createRequire } from 'node:module';
 import path from 'node:path';
@@ -147,10 +148,29 @@ try {
   await page.click('#nav a[href="/ui/agents"]');
   await page.waitForSelector('#agents > *');
   await shot(page, 'agents');
-  await page.goto(`${base}/ui/replay/${node}/${sid}`);
-  await page.waitForFunction(() => { const s = document.querySelector('#replay-status'); return s && s.textContent !== 'Loading the recording…'; });
-  await shot(page, 'replay');
   ok('pages');
+
+  // Replay: the recording in asciinema-player, a marker per block; the button of
+  // block 3 jumps to its marker.
+  const [rnode, rsid] = env.REPLAY.split('/');
+  const served = await fetch(`${base}/v1/sessions/${rnode}/${rsid}/recording`, { headers: { Authorization: `Bearer ${env.ADMIN}` } });
+  await page.goto(`${base}/ui/replay/${rnode}/${rsid}`);
+  await page.waitForFunction(() => { const s = document.querySelector('#replay-status'); return s && s.textContent !== 'Loading the recording…'; });
+  if (served.status === 404 && (await served.json()).error.message.startsWith('no route')) {
+    const text = await page.textContent('#replay-status');
+    if (!text.includes('does not serve recordings')) fail(`replay without recordings: ${text}`);
+    await shot(page, 'replay');
+    ok('replay', 'stub: the controller serves no recordings');
+  } else {
+    if (served.status !== 200) fail(`GET …/recording: ${served.status}`);
+    await page.waitForSelector('#markers button[data-block="3"]');
+    const mark = await page.evaluate(() => window.fleetmuxMarkers.find((m) => m.block === 3));
+    if (!mark || !mark.label.startsWith('block 3: ') || !mark.label.includes('echo three') || mark.time < 0.6) fail(`marker of block 3: ${JSON.stringify(mark)}`);
+    await page.click('#markers button[data-block="3"]');
+    await page.waitForFunction(async (t) => Math.abs(await window.fleetmuxPlayer.getCurrentTime() - t) < 0.05, mark.time, { timeout: 10000 });
+    await shot(page, 'replay');
+    ok('replay', `block 3 at ${mark.time.toFixed(3)}s`);
+  }
 
   // A viewer: the page has no input path, and the API refuses what it forges.
   const vctx = await browser.newContext({ viewport: { width: 1280, height: 800 } });

@@ -1,8 +1,9 @@
 // Agents: coding agents as workloads (GET /v1/agents), as a tree by parent,
-// with their states and where each state came from. A controller without the
+// with their states, where each state came from, usage and first prompt; the
+// pending permission prompts are on the approvals page. A controller without the
 // agents API says so.
 
-import { el, api, enc, state, APIError } from '../app.js';
+import { el, api, enc, state, fmtTime, APIError } from '../app.js';
 
 export async function agentsPage(main, _params, ctx) {
   const tree = el('div', { class: 'tree', id: 'agents' });
@@ -31,10 +32,14 @@ export async function agentsPage(main, _params, ctx) {
       kids.get(p).push(a);
     }
     const known = new Set(agents.map(key));
+    const usage = (u) => u ? [u.input_tokens && `${u.input_tokens} in`, u.output_tokens && `${u.output_tokens} out`,
+      u.cost_usd && `$${Number(u.cost_usd).toFixed(2)}`, u.turns && `${u.turns} turns`].filter(Boolean).join(', ') : '';
     const item = (a) => el('li', { dataset: { agent: key(a) } },
-      el('span', { class: 'mono' }, key(a)), ' ', a.kind || a.driver || '', ' ', state(a.state),
-      a.state_source ? el('span', { class: 'muted' }, ` (${a.state_source})`) : null,
-      a.session ? [' ', el('a', { href: `/ui/sessions/${enc(a.node)}/${enc(a.session)}`, 'data-nav': '' }, 'terminal')] : null,
+      el('a', { class: 'mono', href: `/ui/sessions/${enc(a.node)}/${enc(a.id)}`, 'data-nav': '' }, key(a)), ' ',
+      a.driver || '', ' ', state(a.state),
+      el('span', { class: 'muted' }, ` from ${a.state_source || '?'}${a.evidence ? ': ' + a.evidence : ''}${a.state_since ? ' since ' + fmtTime(a.state_since) : ''}`),
+      a.usage ? el('span', { class: 'muted' }, ` · ${usage(a.usage)}`) : null,
+      a.prompt ? el('div', { class: 'muted mono' }, a.prompt) : null,
       kids.has(key(a)) ? el('ul', {}, kids.get(key(a)).map(item)) : null);
     const roots = agents.filter((a) => !a.parent || !known.has(a.parent));
     tree.replaceChildren(el('ul', {}, roots.map(item)));

@@ -4,9 +4,12 @@
 
 import { el, api, enc, can, state, fmtTime } from '../app.js';
 
+// what shows what was asked: a command, or an agent's tool and its input (in
+// command for agent_tool approvals).
 function what(a) {
-  if (a.tool) return [el('div', {}, 'tool ', el('code', {}, a.tool)), a.input ? el('pre', {}, typeof a.input === 'string' ? a.input : JSON.stringify(a.input, null, 2)) : null];
-  return el('pre', { class: 'command' }, a.command || '');
+  const cmd = el('pre', { class: 'command' }, a.command || '');
+  if (a.kind === 'agent_tool' || a.tool) return [el('div', {}, `${a.agent || 'an agent'} asks to use `, el('code', {}, a.tool || '?')), cmd];
+  return [a.kind && a.kind !== 'run' ? el('div', { class: 'muted' }, a.kind) : null, cmd];
 }
 
 export async function approvalsPage(main, _params, ctx) {
@@ -48,7 +51,7 @@ export async function approvalsPage(main, _params, ctx) {
       .sort((x, y) => String(y.decided_at || '').localeCompare(String(x.decided_at || '')))
       .map((a) => el('tr', { dataset: { approval: `${a.node}/${a.id}` } },
         el('td', { class: 'mono' }, `${a.node}/${a.id}`), el('td', {}, state(a.state)),
-        el('td', { class: 'mono' }, a.command || a.tool || ''), el('td', {}, a.principal || ''),
+        el('td', { class: 'mono' }, a.tool ? `${a.tool}: ${a.command || ''}` : a.command || ''), el('td', {}, a.principal || ''),
         el('td', {}, a.rule || ''), el('td', {}, a.decided_by || ''), el('td', {}, fmtTime(a.decided_at)),
         el('td', {}, a.reason || ''))));
   };

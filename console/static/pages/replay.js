@@ -48,18 +48,43 @@ export async function replayPage(main, [node, id], ctx) {
   const make = (startAt) => {
     if (p) p.dispose();
     box.replaceChildren();
-    p = AP.create({ data }, box, { speed: Number(speed.value), startAt, fit: 'width', idleTimeLimit: 2 });
+    p = AP.create({ data }, box, { speed: Number(speed.value), startAt, fit: 'width' });
     window.fleetmuxPlayer = p;
   };
   make(0);
   ctx.onLeave(() => { if (p) p.dispose(); delete window.fleetmuxPlayer; });
   speed.addEventListener('change', () => make(p ? p.getCurrentTime() : 0));
   msg.textContent = '';
-  // A marker per block: jump to block N (?block=N links to one).
-  let blocks = [];
-  try { blocks = (await api('GET', `${base}/blocks`)).blocks || []; } catch { blocks = []; }
-  jumps.replaceChildren('Blocks: ', ...blocks.map((b, i) => el('button', { type: 'button', dataset: { block: String(b.n) }, title: b.command || '', on: { click: () => p.seek({ marker: i }) } }, `#${b.n}`)));
-  const want = new URLSearchParams(location.search).get('block');
-  const i = blocks.findIndex((b) => String(b.n) === want);
-  if (i >= 0) p.seek({ marker: i });
+  // A marker per block ("block N: COMMAND", the exit code appended once known):
+  // a button jumps to it; ?block=N opens there.
+  const marks = markers(data);
+  window.fleetmuxMarkers = marks;
+  jumps.replaceChildren(marks.length ? 'Blocks: ' : 'No block markers in this recording.',
+    ...marks.map((m) => el('button', { type: 'button', dataset: { block: String(m.block) }, title: m.label,
+      on: { click: () => { p.seek({ marker: m.index }); history.replaceState(null, '', `?block=${m.block}`); } } }, `#${m.block}`)));
+  const want = marks.find((m) => String(m.block) === new URLSearchParams(location.search).get('block'));
+  if (want) p.seek({ marker: want.index });
+}
+
+// markers lists a recording's block markers: their index among its markers (what
+// the player seeks to), time in seconds, label and block number. asciicast v3
+// times are intervals since the event before; v2's are since the start.
+export function markers(text) {
+  const lines = text.split('\n');
+  let version = 2;
+  try { version = JSON.parse(lines[0]).version; } catch { return []; }
+  const out = [];
+  let t = 0;
+  let index = 0;
+  for (const line of lines.slice(1)) {
+    if (!line.startsWith('[')) continue;
+    let ev;
+    try { ev = JSON.parse(line); } catch { continue; }
+    t = version >= 3 ? t + Number(ev[0]) : Number(ev[0]);
+    if (ev[1] !== 'm') continue;
+    const m = /^block (\d+): /.exec(String(ev[2]));
+    if (m) out.push({ index, time: t, label: String(ev[2]), block: Number(m[1]) });
+    index++;
+  }
+  return out;
 }

@@ -11,6 +11,25 @@ import { adoptStyles } from '../styles.js';
 
 export async function sessionPage(main, [node, id], ctx) {
   const base = `/v1/sessions/${enc(node)}/${enc(id)}`;
+  // The attach opens at once, beside the request for the session's details:
+  // what it sends before the terminal exists waits, in order. timing is when it
+  // opened and when its first byte came (ms since the page started), which the
+  // browser tests report.
+  const timing = { wsOpen: undefined, firstByte: undefined };
+  window.fleetmuxTiming = timing;
+  const ws = new WebSocket(`${location.protocol === 'https:' ? 'wss:' : 'ws:'}//${location.host}${base}/attach`);
+  ws.binaryType = 'arraybuffer';
+  let closed = false;
+  ctx.onLeave(() => { closed = true; ws.close(); });
+  const early = [];
+  let handle = (ev) => early.push(ev);
+  for (const type of ['open', 'message', 'close']) {
+    ws.addEventListener(type, (ev) => {
+      if (type === 'open') timing.wsOpen ??= performance.now();
+      if (type === 'message' && typeof ev.data !== 'string') timing.firstByte ??= performance.now();
+      handle(ev);
+    });
+  }
   const s = await api('GET', base);
   const control = can('operator');
   const status = el('span', { id: 'term-status', class: 'muted' }, 'connecting…');
@@ -44,27 +63,15 @@ export async function sessionPage(main, [node, id], ctx) {
   window.fleetmuxTerm = term; // the browser tests read its buffer
   ctx.onLeave(() => { delete window.fleetmuxTerm; term.dispose(); });
 
-  // When the attach opened and its first byte came (ms since the page started):
-  // the browser tests report them.
-  const timing = { wsOpen: undefined, firstByte: undefined };
-  window.fleetmuxTiming = timing;
-  let ws = null;
-  let closed = false;
   const say = (text, cls = 'muted') => { status.textContent = text; status.className = cls; };
-  const connect = () => {
-    const proto = location.protocol === 'https:' ? 'wss:' : 'ws:';
-    ws = new WebSocket(`${proto}//${location.host}${base}/attach`);
-    ws.binaryType = 'arraybuffer';
-    ws.onopen = () => {
-      timing.wsOpen ??= performance.now();
+  handle = (ev) => {
+    if (ev.type === 'open') {
       say(control ? 'live: typing takes the writer lease' : 'live (view only)', 'ok');
-    };
-    ws.onmessage = (ev) => {
-      if (typeof ev.data !== 'string') {
-        timing.firstByte ??= performance.now();
-        term.write(new Uint8Array(ev.data));
-        return;
-      }
+    } else if (ev.type === 'close') {
+      if (!closed) say('disconnected: reload the page to attach again', 'error');
+    } else if (typeof ev.data !== 'string') {
+      term.write(new Uint8Array(ev.data));
+    } else {
       let m = {};
       try { m = JSON.parse(ev.data); } catch { return; }
       if (m.type === 'exit') {
@@ -73,24 +80,20 @@ export async function sessionPage(main, [node, id], ctx) {
         const busy = m.error.code === 'busy';
         say(busy ? `${m.error.message} (take over to type)` : m.error.message, busy ? 'warn' : 'error');
       }
-    };
-    ws.onclose = () => {
-      if (!closed) say('disconnected: reload the page to attach again', 'error');
-    };
+    }
   };
-  ctx.onLeave(() => { closed = true; if (ws) ws.close(); });
-  connect();
+  for (const ev of early.splice(0)) handle(ev);
 
   if (control) {
     const enc8 = new TextEncoder();
-    const send = (d) => { if (ws && ws.readyState === WebSocket.OPEN) ws.send(enc8.encode(d)); };
+    const send = (d) => { if (ws.readyState === WebSocket.OPEN) ws.send(enc8.encode(d)); };
     term.onData(send);
-    term.onBinary((d) => { if (ws && ws.readyState === WebSocket.OPEN) ws.send(Uint8Array.from(d, (c) => c.charCodeAt(0) & 0xff)); });
+    term.onBinary((d) => { if (ws.readyState === WebSocket.OPEN) ws.send(Uint8Array.from(d, (c) => c.charCodeAt(0) & 0xff)); });
   }
 
   function fitToWindow() {
     const d = fit.proposeDimensions();
-    if (!d || !ws || ws.readyState !== WebSocket.OPEN) return;
+    if (!d || ws.readyState !== WebSocket.OPEN) return;
     const cols = Math.max(20, Math.min(500, d.cols));
     const rows = Math.max(5, Math.min(300, d.rows));
     term.resize(cols, rows);
