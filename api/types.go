@@ -262,6 +262,9 @@ type (
 		// Unavailable lists nodes whose sessions are missing from a fleet-wide list
 		// because they did not answer (controller only).
 		Unavailable []string `json:"unavailable,omitempty"`
+		// Node is what the node says of itself (a node's own list; absent from a
+		// fleet-wide list).
+		Node *NodeMeta `json:"node,omitempty"`
 	}
 	// BlockList is the reply of blocks.
 	BlockList struct {

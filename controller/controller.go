@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
@@ -149,8 +150,11 @@ type Controller struct {
 	tokens *tokenCache
 	// stopTokens ends the token store's watch (set by Start, called by Shutdown).
 	stopTokens func()
-	// stopPresence ends the Presence watch (set by Start, called by Shutdown).
+	// stopPresence ends the Presence watch and the learner (set by Start, called
+	// by Shutdown).
 	stopPresence func()
+	// learning is the learner of nodes known from NATS alone (learn.go).
+	learning atomic.Pointer[learner]
 
 	// ctx is cancelled by Close and Shutdown: long requests, streams and fan-outs
 	// end with it.

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
@@ -42,6 +43,18 @@ const connGrace = 250 * time.Millisecond
 
 // statusOf derives e's status from its signals.
 func (t *table) statusOf(e *nodeEntry) string {
+	if e.gossip == "" {
+		// Known from its NATS connection alone (no gossip about it yet, e.g. a
+		// controller whose seeds are gone): the connection is authenticated as
+		// that node, so it decides.
+		switch {
+		case t.known && e.conn && !e.unreachable:
+			return api.NodeAlive
+		case t.known && !e.conn && !e.lingering:
+			return api.NodeDead
+		}
+		return api.NodeSuspect
+	}
 	if !t.known {
 		switch {
 		case e.settled != api.NodeAlive:
@@ -67,14 +80,37 @@ func (t *table) statusOf(e *nodeEntry) string {
 }
 
 // present applies the NATS signal: the nodes holding a connection now, or known
-// false when that cannot be told.
-func (t *table) present(connected map[string]bool, known bool) {
+// false when that cannot be told. A connected node the table does not hold yet
+// (gossip has not told of it) is added; its names are returned, for the
+// controller to ask those nodes what gossip would have said (learn.go).
+func (t *table) present(connected map[string]bool, known bool) (added []string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.known = known
 	t.connected = connected
+	if known {
+		for name, on := range connected {
+			if on && t.nodes[name] == nil && api.ValidName(name) == nil {
+				e := &nodeEntry{name: name, meta: api.NodeMeta{Name: name}}
+				e.down, e.downDone = context.WithCancel(context.Background())
+				t.nodes[name] = e
+				added = append(added, name)
+			}
+		}
+	}
 	for name, e := range t.nodes {
 		t.setConn(e, known && connected[name])
+	}
+	return added
+}
+
+// learned applies what a node known from NATS alone said of itself, unless
+// gossip has spoken of it since (gossip's word is fresher then).
+func (t *table) learned(meta api.NodeMeta) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e := t.nodes[meta.Name]; e != nil && e.gossip == "" {
+		e.meta = meta
 	}
 }
 
@@ -124,10 +160,17 @@ func (c *Controller) watchPresence() error {
 	if c.cfg.Presence == nil {
 		return nil
 	}
-	stop, err := c.cfg.Presence.Watch(c.nodes.present)
+	stopLearn := c.startLearning()
+	stop, err := c.cfg.Presence.Watch(func(connected map[string]bool, known bool) {
+		c.learn(c.nodes.present(connected, known))
+	})
 	if err != nil {
+		stopLearn()
 		return err
 	}
-	c.stopPresence = stop
+	c.stopPresence = func() {
+		stop()
+		stopLearn()
+	}
 	return nil
 }

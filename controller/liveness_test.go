@@ -165,3 +165,38 @@ func TestLivenessGraceSurvivesOtherChanges(t *testing.T) {
 		t.Fatalf("a in its grace after another change: %s", st)
 	}
 }
+
+// TestLivenessFromNATSAlone: a node gossip never told of (every seed of this
+// controller is gone) but connected to NATS under its own identity is in the
+// table and alive; what it says of itself fills its labels until gossip speaks;
+// when its connection closes it is dead; gossip takes over once it speaks.
+func TestLivenessFromNATSAlone(t *testing.T) {
+	tb := newTable(downGrace)
+	tb.grace, tb.connGrace = 0, 0
+	if added := tb.present(conns("n1", "bad name"), true); len(added) != 1 || added[0] != "n1" {
+		t.Fatalf("added %v, want [n1]", added)
+	}
+	if st, _, ok := tb.lookup("n1"); !ok || st != api.NodeAlive {
+		t.Fatalf("n1 from NATS alone: %q %v, want alive", st, ok)
+	}
+	if _, ok := tb.pick(); !ok {
+		t.Fatal("n1 not picked for a new session")
+	}
+	tb.learned(api.NodeMeta{Name: "n1", Labels: map[string]string{"env": "ci"}, Version: "v1"})
+	if sel := tb.selectNodes(map[string]string{"env": "ci"}); len(sel) != 1 {
+		t.Fatalf("n1 not selected by its labels: %v", sel)
+	}
+	if added := tb.present(conns("n1"), true); len(added) != 0 {
+		t.Fatalf("added again: %v", added)
+	}
+	tb.present(conns(), true)
+	if st, _, _ := tb.lookup("n1"); st != api.NodeDead {
+		t.Fatalf("n1 gone from NATS: %q, want dead", st)
+	}
+	tb.present(conns("n1"), true)
+	tb.observe(member("n1", api.NodeAlive, 0, map[string]string{"env": "prod"}))
+	tb.learned(api.NodeMeta{Name: "n1", Labels: map[string]string{"env": "stale"}})
+	if sel := tb.selectNodes(map[string]string{"env": "prod"}); len(sel) != 1 {
+		t.Fatalf("gossip's labels did not win: %v", sel)
+	}
+}

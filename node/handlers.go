@@ -332,7 +332,10 @@ func (n *Node) startNew(r api.CreateRequest, w guard.Writer) (api.Session, error
 }
 
 func (n *Node) list(ctx context.Context, req request) (any, error) {
-	return api.SessionList{Sessions: n.Sessions()}, nil
+	n.mu.Lock()
+	meta := n.metaLocked()
+	n.mu.Unlock()
+	return api.SessionList{Sessions: n.Sessions(), Node: &meta}, nil
 }
 
 func (n *Node) get(ctx context.Context, req request) (any, error) {

@@ -425,13 +425,18 @@ func (n *Node) gossipPublished() {
 	}
 }
 
+// metaLocked is what the node says of itself: in gossip, and in its list reply
+// (a controller that learned of it from NATS alone reads it there).
+func (n *Node) metaLocked() api.NodeMeta {
+	return api.NodeMeta{Name: n.cfg.Name, Labels: n.cfg.Labels, Version: n.cfg.Version, Sessions: len(n.sessions), Proto: api.ProtocolVersion, Published: n.published.Load()}
+}
+
 // gossipLocked tells the cluster the node's current metadata.
 func (n *Node) gossipLocked() {
 	if n.cfg.Gossip == nil {
 		return
 	}
-	meta := api.NodeMeta{Name: n.cfg.Name, Labels: n.cfg.Labels, Version: n.cfg.Version, Sessions: len(n.sessions), Proto: api.ProtocolVersion, Published: n.published.Load()}
-	if err := n.cfg.Gossip.UpdateMeta(meta); err != nil {
+	if err := n.cfg.Gossip.UpdateMeta(n.metaLocked()); err != nil {
 		n.log.Warn("gossip metadata not updated", "err", err)
 	}
 }
