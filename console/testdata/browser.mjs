@@ -170,6 +170,20 @@ try {
     await page.waitForFunction(async (t) => Math.abs(await window.fleetmuxPlayer.getCurrentTime() - t) < 0.05, mark.time, { timeout: 10000 });
     await shot(page, 'replay');
     ok('replay', `block 3 at ${mark.time.toFixed(3)}s`);
+
+    // Live: the player on the session's /live stream shows what runs now.
+    const liveRoute = await fetch(`${base}/v1/sessions/${rnode}/${rsid}/live`, { headers: { Authorization: `Bearer ${env.ADMIN}` } });
+    if (liveRoute.status === 404 && (await liveRoute.json()).error.message.startsWith('no route')) {
+      ok('live', 'stub: the controller serves no /live');
+    } else {
+      await page.click('#watch-live');
+      await page.waitForSelector('#player .ap-player');
+      const live = await api(env.ADMIN, 'POST', `/v1/sessions/${rnode}/${rsid}/run`, { command: 'echo live-$((6*7))', timeout_ms: 20000 });
+      if (live.status !== 200) fail(`run while live: ${JSON.stringify(live)}`);
+      await page.waitForFunction(() => document.querySelector('#player').textContent.includes('live-42'), null, { timeout: 10000 });
+      await shot(page, 'live');
+      ok('live');
+    }
   }
 
   // A viewer: the page has no input path, and the API refuses what it forges.

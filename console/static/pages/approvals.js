@@ -7,7 +7,7 @@ import { el, api, enc, can, state, fmtTime } from '../app.js';
 // what shows what was asked: a command, or an agent's tool and its input (in
 // command for agent_tool approvals).
 function what(a) {
-  const cmd = el('pre', { class: 'command' }, a.command || '');
+  const cmd = el('pre', { class: 'out command' }, a.command || '');
   if (a.kind === 'agent_tool' || a.tool) return [el('div', {}, `${a.agent || 'an agent'} asks to use `, el('code', {}, a.tool || '?')), cmd];
   return [a.kind && a.kind !== 'run' ? el('div', { class: 'muted' }, a.kind) : null, cmd];
 }

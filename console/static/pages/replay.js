@@ -33,6 +33,22 @@ export async function replayPage(main, [node, id], ctx) {
   main.append(el('p', {}, el('a', { href: `/ui/sessions/${enc(node)}/${enc(id)}`, 'data-nav': '' }, `${node}/${id}`)), msg,
     el('div', { class: 'toolbar' }, 'Speed ', speed), box, jumps);
 
+  const live = new URLSearchParams(location.search).has('live');
+  main.querySelector('p').append(' · ', live
+    ? el('a', { href: `/ui/replay/${enc(node)}/${enc(id)}`, 'data-nav': '' }, 'the recording')
+    : el('a', { href: `/ui/replay/${enc(node)}/${enc(id)}?live=1`, 'data-nav': '', id: 'watch-live' }, 'watch live'));
+  if (live) {
+    // Live: the session's /live WebSocket (asciicast v3 or ALiS, from the current
+    // screen), which the player speaks itself; the cookie and Origin check it.
+    const AP = await player();
+    const url = `${location.protocol === 'https:' ? 'wss:' : 'ws:'}//${location.host}${base}/live`;
+    const p = AP.create({ driver: 'websocket', url }, box, { autoPlay: true, fit: 'width' });
+    window.fleetmuxPlayer = p;
+    ctx.onLeave(() => { p.dispose(); delete window.fleetmuxPlayer; });
+    msg.textContent = 'Live.';
+    speed.disabled = true;
+    return;
+  }
   const res = await fetch(`${base}/recording`, { credentials: 'same-origin', cache: 'no-store' });
   if (!res.ok) {
     const body = await res.json().catch(() => null);

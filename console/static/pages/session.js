@@ -40,7 +40,7 @@ export async function sessionPage(main, [node, id], ctx) {
   const fitBtn = el('button', { type: 'button', id: 'fit', on: { click: () => fitToWindow() } }, 'Fit to window');
   const search = el('input', { id: 'block-search', type: 'search', placeholder: 'search the output' });
   const blockList = el('ul', { id: 'blocks' });
-  const blockOut = el('pre', { id: 'block-output', hidden: true });
+  const blockOut = el('pre', { id: 'block-output', class: 'out', hidden: true });
   const blockHead = el('div', { class: 'muted', id: 'block-head' });
 
   main.append(
