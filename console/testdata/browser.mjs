@@ -56,7 +56,8 @@ try {
   const admin = await browser.newContext({ viewport: { width: 1280, height: 800 } });
   const page = await admin.newPage();
   page.on('pageerror', (e) => errors.push(e.message));
-  page.on('dialog', (d) => d.accept());
+  const dialogs = [];
+  page.on('dialog', (d) => { dialogs.push(d.message()); d.accept(); });
 
   // Sign in: the page never keeps the token.
   await page.goto(base + '/ui/');
@@ -102,6 +103,19 @@ try {
   await page.waitForSelector('#block-output:not([hidden])');
   await shot(page, 'session');
   ok('terminal', `first_byte_ms=${timing.firstByte.toFixed(1)} ws_open_ms=${timing.wsOpen.toFixed(1)}`);
+
+  // Take over: another writer holds the lease (an operator typed through the
+  // API); the page takes it after a confirmation.
+  const took = await api(env.OPERATOR, 'POST', `/v1/sessions/${node}/${sid}/take_over`);
+  if (took.status !== 200) fail(`the operator's take-over: ${JSON.stringify(took)}`);
+  const typed = await api(env.OPERATOR, 'POST', `/v1/sessions/${node}/${sid}/input`, { data: '#' });
+  if (typed.status !== 200) fail(`the operator's input: ${JSON.stringify(typed)}`);
+  await page.click('#take-over');
+  await page.waitForFunction(() => document.querySelector('#term-status').textContent.startsWith('you hold the writer lease'));
+  if (!dialogs.some((m) => m.startsWith(`Take over ${node}/${sid}?`))) fail(`no confirmation before the take-over: ${JSON.stringify(dialogs)}`);
+  await page.click('#terminal');
+  await page.keyboard.press('Control+U'); // the operator's '#' goes
+  ok('takeover', await page.textContent('#term-status'));
 
   // XSS: a title, a command and output that are HTML stay text everywhere.
   await page.goto(`${base}/ui/sessions/${xnode}/${xsid}`);
