@@ -122,6 +122,9 @@ try {
   await page.waitForSelector('#blocks li[data-n]');
   await page.click('#blocks li[data-n]');
   await page.waitForSelector('#block-output:not([hidden])');
+  await bufferHas(page, '<img src=x onerror=window.__xss=2>');
+  const onPage = await page.evaluate(() => ({ ran: window.__xss, imgs: document.querySelectorAll('main img').length, out: document.querySelector('#block-output').textContent, title: document.querySelector('h1 .title').textContent }));
+  if (onPage.ran !== undefined || onPage.imgs !== 0 || !onPage.out.includes('<img') || !onPage.title.includes('<img')) fail(`XSS on the session page: ${JSON.stringify(onPage)}`);
   await page.goto(`${base}/ui/sessions`);
   await page.waitForSelector(`#sessions tr[data-session="${env.XSS}"]`);
   const xss = await page.evaluate(() => ({ ran: window.__xss, imgs: document.querySelectorAll('main img').length, title: document.querySelector('#sessions td.title') && [...document.querySelectorAll('#sessions td.title')].map((t) => t.textContent).join('|') }));
