@@ -104,6 +104,15 @@ func TestBrowser(t *testing.T) {
 	for _, word := range []string{"one", "two", "three", "four"} {
 		f.Run("n1", r.ID, "sleep 0.3; echo "+word) // the markers lie apart in time
 	}
+	// Two agents under the generic driver (a tiny TUI), one the other's child.
+	spawn := func(parent string) api.Agent {
+		var a api.Agent
+		f.Must(http.StatusCreated, "POST", "/v1/agents", api.SpawnRequest{Node: "n1", Driver: api.DriverGeneric, Parent: parent, Program: "sh",
+			Args: []string{"-c", "printf 'READY> '; exec cat"}, Rules: "version 1\nrule prompt ready -- READY>\n"}, &a)
+		return a
+	}
+	agent := spawn("")
+	child := spawn(agent.Address())
 	// The node applies the policy within a second: wait until it holds.
 	testutil.Eventually(t, 10*time.Second, func() bool {
 		code, b := f.Do("POST", "/v1/sessions/n1/"+x.ID+"/run", api.RunBody{Command: "true # needs-ok probe", TimeoutMS: 5000})
@@ -115,7 +124,8 @@ func TestBrowser(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", "testdata/browser.mjs")
 	cmd.Env = append(os.Environ(), "PLAYWRIGHT="+pw, "BASE="+f.Base, "ADMIN="+f.Token, "OPERATOR="+operator, "VIEWER="+viewer,
-		"SESSION=n1/"+s.ID, "XSS=n1/"+x.ID, "REPLAY=n1/"+r.ID, "ARTIFACTS="+dir)
+		"SESSION=n1/"+s.ID, "XSS=n1/"+x.ID, "REPLAY=n1/"+r.ID,
+		"AGENT="+agent.Address(), "CHILD="+child.Address(), "ARTIFACTS="+dir)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
@@ -124,7 +134,7 @@ func TestBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the browser test failed: %v", err)
 	}
-	for _, step := range []string{"signin", "fleet", "sessions", "terminal", "takeover", "xss", "approvals", "pages", "replay", "viewer", "signout"} {
+	for _, step := range []string{"signin", "fleet", "sessions", "terminal", "takeover", "xss", "approvals", "agents", "replay", "viewer", "signout"} {
 		if !strings.Contains(out.String(), "ok "+step) {
 			t.Errorf("step %s did not pass", step)
 		}

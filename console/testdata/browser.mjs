@@ -6,7 +6,8 @@
 //   ADMIN, OPERATOR, VIEWER  API tokens of each role
 //   SESSION     NODE/ID of a session to type in; XSS: NODE/ID of one whose title,
 //               command and output are HTML; REPLAY: NODE/ID of one that ran
-//               four blocks (sleep 0.3; echo one … four)
+//               four blocks (sleep 0.3; echo one … four); AGENT and CHILD:
+//               NODE/ID of an agent and of its child
 //   ARTIFACTS   where the screenshots go
 import { createRequire } from 'node:module';
 import path from 'node:path';
@@ -161,11 +162,12 @@ try {
   if (!String(block.body.text).includes('approved-42')) fail(`the approved block: ${JSON.stringify(block.body)}`);
   ok('approvals');
 
-  // Agents and replay: the pages answer (what they show depends on the controller).
+  // Agents: the tree (the child under its parent), states and their source.
   await page.click('#nav a[href="/ui/agents"]');
-  await page.waitForSelector('#agents > *');
+  const childItem = `#agents li[data-agent="${env.AGENT}"] li[data-agent="${env.CHILD}"]`;
+  await page.waitForFunction((sel) => { const li = document.querySelector(sel); return li && /ready/.test(li.textContent) && /from screen/.test(li.textContent); }, childItem, { timeout: 15000 });
   await shot(page, 'agents');
-  ok('pages');
+  ok('agents');
 
   // Replay: the recording in asciinema-player, a marker per block; the button of
   // block 3 jumps to its marker.
