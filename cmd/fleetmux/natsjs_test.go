@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/testutil"
 )
 
@@ -215,5 +216,112 @@ func TestDevNatsJSSubscriber(t *testing.T) {
 	check("request fleetmux.rpc.here.kill", reqErr, "publish", "fleetmux.rpc.here.kill")
 	if out, _, err := runArgs(t, "ls", "--addr", addr); err != nil || !strings.Contains(out, "here/s1") {
 		t.Fatalf("the session is gone after the subscriber's kill: %q %v", out, err)
+	}
+}
+
+// natsJSJetStreamLine is one line of subscriber.mjs's jetstream mode.
+type natsJSJetStreamLine struct {
+	natsJSLine
+	Status *struct {
+		Type              string `json:"type"`
+		Data              string `json:"data"`
+		PermissionContext *struct {
+			Operation string `json:"operation"`
+			Subject   string `json:"subject"`
+		} `json:"permissionContext"`
+	} `json:"status"`
+	JSM *struct {
+		Opts  map[string]any `json:"opts"`
+		OK    bool           `json:"ok"`
+		Error *natsJSError   `json:"error"`
+	} `json:"jsm"`
+	Ordered *struct {
+		Result string       `json:"result"`
+		Error  *natsJSError `json:"error"`
+	} `json:"ordered"`
+}
+
+// TestDevNatsJSJetStream: nats.js replays a session's output from JetStream as
+// docs/operations.md shows it: the consumer a controller makes on request
+// (fleetmux.consumer.FLEETMUX_OUT.<name>.<filter>), read with nc.jetstream() and
+// consumers.get(stream, name), from offset 0. jetstreamManager() is refused its
+// JetStream API info ($JS.API.INFO) and works with {checkAPI: false}, the one
+// option the docs name; an ordered consumer gets no message, and nats.js says why
+// on nc.status(): a permissions violation on $JS.API.CONSUMER.CREATE.
+func TestDevNatsJSJetStream(t *testing.T) {
+	node, script := natsJS(t)
+	addr := startDev(t)
+	if out, errs, err := runArgs(t, "new", "--addr", addr); err != nil {
+		t.Fatalf("new: %q %q %v", out, errs, err)
+	}
+	if out, errs, err := runArgs(t, "run", "--addr", addr, "here/s1", "--", "echo from-natsjs"); err != nil {
+		t.Fatalf("run: %q %q %v", out, errs, err)
+	}
+	want := []byte(apiGet(t, addr, "/v1/sessions/here/s1/output?from=0"))
+	credsFile, err := filepath.Abs(filepath.Join("data", "creds", "subscriber.creds"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nb, err := os.ReadFile(filepath.Join("data", "nats.url"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := testutil.RunProgram(t, node, script, strings.TrimSpace(string(nb)), credsFile, "subscriber", "jetstream", "fleetmux.out.here.>")
+	var reply string
+	var first []byte
+	firstOff := -1
+	jsm := map[bool]*natsJSJetStreamLine{} // by checkAPI: false
+	var ordered *natsJSJetStreamLine
+	createRefused, done := false, false
+	for _, line := range bytes.Split(out, []byte("\n")) {
+		if len(line) == 0 {
+			continue
+		}
+		var l natsJSJetStreamLine
+		if err := json.Unmarshal(line, &l); err != nil {
+			t.Fatalf("nats.js printed %q: %v", line, err)
+		}
+		switch {
+		case l.Reply != nil:
+			reply = *l.Reply
+		case l.Offset != nil:
+			firstOff = *l.Offset
+			first, _ = base64.StdEncoding.DecodeString(l.Data)
+		case l.JSM != nil:
+			jsm[l.JSM.Opts["checkAPI"] == false] = &l
+		case l.Ordered != nil:
+			ordered = &l
+		case l.Status != nil:
+			pc := l.Status.PermissionContext
+			if l.Status.Data == "PERMISSIONS_VIOLATION" && pc != nil && pc.Operation == "publish" &&
+				strings.HasPrefix(pc.Subject, "$JS.API.CONSUMER.CREATE.FLEETMUX_OUT.") {
+				createRefused = true
+			}
+		case l.Done:
+			done = true
+		}
+	}
+	if !done {
+		t.Fatalf("nats.js did not finish:\n%s", out)
+	}
+	var rep api.ConsumerReply
+	if err := json.Unmarshal([]byte(reply), &rep); err != nil || rep.Name != "subscriber" || rep.Filter != "fleetmux.out.here.>" {
+		t.Fatalf("the consumer reply: %q (%v)", reply, err)
+	}
+	if firstOff != 0 || len(first) == 0 || !bytes.HasPrefix(want, first) {
+		t.Fatalf("nats.js pulled %q at offset %d, want the start of %q", first, firstOff, want)
+	}
+	if l := jsm[false]; l == nil || l.JSM.Error == nil || l.JSM.Error.Code != "PERMISSIONS_VIOLATION" ||
+		l.JSM.Error.PermissionContext == nil || l.JSM.Error.PermissionContext.Subject != "$JS.API.INFO" {
+		t.Errorf("jetstreamManager(): %+v, want a permissions violation on $JS.API.INFO (the docs say to pass checkAPI: false)", l)
+	}
+	if l := jsm[true]; l == nil || !l.JSM.OK {
+		t.Errorf("jetstreamManager({checkAPI: false}): %+v, want it to work", l)
+	}
+	if ordered == nil || ordered.Ordered.Result != "timeout" && ordered.Ordered.Error == nil {
+		t.Errorf("an ordered consumer: %+v, want no message", ordered)
+	}
+	if !createRefused {
+		t.Errorf("nats.js said nothing of the ordered consumer's refused create on nc.status():\n%s", out)
 	}
 }

@@ -11,6 +11,13 @@
 //          subscribes to SUBJECT and requests REQUEST_SUBJECT, prints what
 //          nats.js reports for each ({"sub_error":…}, {"request_error":…},
 //          {"status":…}), then {"done":true}
+//        node subscriber.mjs URL CREDS NAME jetstream SUBJECT
+//          the JetStream consumer as docs/operations.md shows it: asks a
+//          controller for the consumer NAME on FLEETMUX_OUT filtered to SUBJECT,
+//          pulls the first message from it ({"offset":N,"data":…}); then what
+//          nats.js says of jetstreamManager() without and with checkAPI: false
+//          ({"jsm":…}) and of an ordered consumer ({"ordered":…}), then
+//          {"done":true}
 import { readFileSync } from "node:fs";
 import { connect, credsAuthenticator } from "nats";
 
@@ -65,6 +72,31 @@ if (mode === "out") {
     print({ request_error: describe(err) });
   }
   print({ done: true });
+} else if (mode === "jetstream") {
+  const reply = await nc.request(`fleetmux.consumer.FLEETMUX_OUT.${name}.${subject}`,
+    new TextEncoder().encode('{"ack_policy":"none"}'), { timeout: 5000 });
+  print({ reply: Buffer.from(reply.data).toString() });
+  const js = nc.jetstream();
+  const c = await js.consumers.get("FLEETMUX_OUT", name);
+  const m = await c.next({ expires: 5000 });
+  print({ offset: Number(m?.headers?.get("Fleetmux-Offset") ?? -1), data: Buffer.from(m?.data ?? []).toString("base64") });
+  for (const opts of [undefined, { checkAPI: false }]) {
+    try {
+      await nc.jetstreamManager(opts);
+      print({ jsm: { opts, ok: true } });
+    } catch (err) {
+      print({ jsm: { opts, error: describe(err) } });
+    }
+  }
+  try {
+    const oc = await js.consumers.get("FLEETMUX_OUT");
+    const om = await Promise.race([oc.next({ expires: 2000 }), new Promise((r) => setTimeout(() => r("timeout"), 5000))]);
+    print({ ordered: { result: om === "timeout" ? "timeout" : String(om) } });
+  } catch (err) {
+    print({ ordered: { error: describe(err) } });
+  }
+  print({ done: true });
+  process.exit(0);
 } else {
   throw new Error(`unknown mode ${mode}`);
 }
