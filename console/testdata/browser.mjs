@@ -118,6 +118,20 @@ try {
   await page.keyboard.press('Control+U'); // the operator's '#' goes
   ok('takeover', await page.textContent('#term-status'));
 
+  // Resize: fit the session to the page's terminal; the session takes the size.
+  const before = await api(env.ADMIN, 'GET', `/v1/sessions/${node}/${sid}`);
+  await page.click('#fit');
+  const size = await page.evaluate(() => ({ cols: window.fleetmuxTerm.cols, rows: window.fleetmuxTerm.rows }));
+  if (size.cols === before.body.cols && size.rows === before.body.rows) fail(`fitting changed nothing: ${JSON.stringify(size)}`);
+  let sized;
+  for (const deadline = Date.now() + 10000; Date.now() < deadline;) {
+    sized = (await api(env.ADMIN, 'GET', `/v1/sessions/${node}/${sid}`)).body;
+    if (sized.cols === size.cols && sized.rows === size.rows) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  if (sized.cols !== size.cols || sized.rows !== size.rows) fail(`the session is ${sized.cols}x${sized.rows}, the page ${size.cols}x${size.rows}`);
+  ok('resize', `${before.body.cols}x${before.body.rows} -> ${size.cols}x${size.rows}`);
+
   // XSS: a title, a command and output that are HTML stay text everywhere.
   await page.goto(`${base}/ui/sessions/${xnode}/${xsid}`);
   await page.waitForSelector('#blocks li[data-n]');
