@@ -70,6 +70,7 @@ var NodeVerbs = []VerbSpec{
 	{Name: VerbBlocks, Role: RoleViewer},
 	{Name: VerbBlock, Role: RoleViewer},
 	{Name: VerbRead, Role: RoleViewer},
+	{Name: VerbRecording, Role: RoleViewer},
 	{Name: VerbWait, Long: true, Role: RoleViewer},
 	{Name: VerbTakeOver, Mutating: true, Role: RoleOperator},
 	{Name: VerbApprovals, Role: RoleViewer},

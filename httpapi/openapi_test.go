@@ -92,6 +92,9 @@ type validator struct {
 
 func newValidator(t *testing.T, doc *openapi3.T) *validator {
 	doc.Servers = nil // match any host: the fixture's port is random
+	// A recording is newline-delimited JSON, checked as an opaque string here (the
+	// replay package checks its format).
+	openapi3filter.RegisterBodyDecoder(api.RecordingContentType, openapi3filter.FileBodyDecoder)
 	r, err := gorillamux.NewRouter(doc)
 	if err != nil {
 		t.Fatal(err)
@@ -280,6 +283,10 @@ func (f *fixture) exerciseAll(t *testing.T) {
 	ep := "/v1/sessions/" + e.Node + "/" + e.ID
 	f.Must(200, "GET", ep+"/wait?until=exited&timeout_ms=10000", nil, nil)
 	f.Must(200, "GET", ep+"/output?follow=1", nil, nil)
+	f.Must(200, "GET", ep+"/recording", nil, nil)
+	f.Must(200, "GET", p+"/recording?format=v2", nil, nil)
+	f.APIErr(400, api.CodeBadRequest, "GET", p+"/recording?format=v4", nil)
+	f.APIErr(404, api.CodeNotFound, "GET", "/v1/sessions/n1/nope/recording", nil)
 	f.APIErr(409, api.CodeExited, "POST", ep+"/run", api.RunBody{Command: "true"})
 
 	// An agent (the generic driver on a tiny TUI): spawned, ready, prompted, read,

@@ -58,6 +58,7 @@ var table = []Route{
 	{"GET", session + "/output", api.RoleViewer, (*Server).output},
 	{"GET", session + "/wait", api.RoleViewer, (*Server).wait},
 	{"GET", session + "/attach", api.RoleViewer, (*Server).attach}, // typing needs operator: the node checks input
+	{"GET", session + "/recording", api.RoleViewer, (*Server).recording},
 	{"POST", "/v1/run", api.RoleOperator, (*Server).fanout},
 	{"GET", "/v1/agents", api.RoleViewer, (*Server).listAgents},
 	{"POST", "/v1/agents", api.RoleOperator, (*Server).spawnAgent},

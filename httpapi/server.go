@@ -67,6 +67,10 @@ type Fleet interface {
 	// Redraw writes to w, in one Write, what an attaching terminal sees first (the
 	// session's current screen) and returns the offset live output continues from.
 	Redraw(ctx context.Context, node, id string, w io.Writer) (int64, error)
+	// Recording writes a session's whole recording to w as one asciicast file in
+	// format (api.RecordingV3 or api.RecordingV2); an error before the first write
+	// leaves w untouched.
+	Recording(ctx context.Context, node, id string, format int, w io.Writer) error
 	// AttachInput types a person's keystrokes into a session (an attach's input).
 	AttachInput(ctx context.Context, node, id, data string) error
 	Fanout(ctx context.Context, req api.FanoutRequest) (api.Fanout, error)

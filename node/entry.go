@@ -76,6 +76,7 @@ type entry struct {
 	recd     drain
 	recView  *session.Viewer
 	recEnded bool // the recording stopped (EOF or an error)
+	nextMark int  // the next block whose marker the recording needs (recordLocked)
 	ev       drain
 	evSeq    uint64 // the last event handled
 
@@ -157,6 +158,12 @@ func (e *entry) run() {
 func (e *entry) follow() {
 	e.setup.Do(func() {
 		e.pubView = e.s.Subscribe(e.publishFrom, session.ViewerOptions{MaxLag: int64(e.s.ScrollbackBytes()), SkipAhead: true, MaxChunk: api.MaxChunk, Linger: publishLinger})
+		e.nextMark = 1
+		for _, b := range e.s.Blocks() { // a reattached session: the earlier part has their markers
+			if b.Start < e.resumeFrom {
+				e.nextMark = b.N + 1
+			}
+		}
 		e.recView = e.s.Subscribe(e.resumeFrom, session.ViewerOptions{MaxLag: int64(e.s.ScrollbackBytes()), MaxChunk: 64 << 10, Linger: recordLinger})
 		e.pub.do, e.recd.do, e.ev.do = e.publish, e.record, e.pumpEvents
 		e.ready.Store(true)
@@ -292,7 +299,7 @@ func (e *entry) record() {
 		e.recMu.Lock()
 		err = e.rotateLocked()
 		if err == nil {
-			err = e.cast.Output(time.Since(e.started), c.Data)
+			err = e.recordLocked(c)
 		}
 		if _, end := e.s.Offsets(); err == nil && end == c.Offset+int64(len(c.Data)) {
 			err = e.flushLocked() // caught up: let readers of the file see it
@@ -307,6 +314,32 @@ func (e *entry) record() {
 			return
 		}
 	}
+}
+
+// recordLocked appends chunk c to the recording, with the marker of each block that
+// starts in it right before the block's first byte (the recorder writes markers, not
+// the event pump: only it knows where in the output it is, so a marker's offset is its
+// block's start in the index). recMu is held.
+func (e *entry) recordLocked(c session.Chunk) error {
+	t := time.Since(e.started)
+	data, off := c.Data, c.Offset
+	for {
+		b, err := e.s.Block(e.nextMark)
+		if err != nil || b.Start >= off+int64(len(data)) {
+			break // no such block yet, or it starts after this chunk
+		}
+		if k := b.Start - off; k > 0 {
+			if err := e.cast.Output(t, data[:k]); err != nil {
+				return err
+			}
+			data, off = data[k:], b.Start
+		}
+		if err := e.cast.Marker(t, replay.BlockLabel(b.N, truncate(b.Command, 200))); err != nil {
+			return err
+		}
+		e.nextMark++
+	}
+	return e.cast.Output(t, data)
 }
 
 func (e *entry) flushLocked() error {
@@ -337,19 +370,16 @@ func (e *entry) handleEvent(node, id string, ev session.Event) {
 		}
 		be := api.BlockEvent{Type: typ, Node: node, Session: id, Seq: ev.Seq, Time: ev.Time, Block: toBlock(*ev.Block)}
 		publishJSON(bus, e.n.subj.Block(node, id), be)
-		e.recMu.Lock()
-		t := time.Since(e.started)
-		if typ == api.BlockStarted {
-			_ = e.cast.Marker(t, "block "+strconv.Itoa(ev.Block.N)+": "+truncate(ev.Block.Command, 200))
-		} else {
+		if typ == api.BlockFinished { // its marker is the recorder's (recordLocked)
 			b := ev.Block
+			e.recMu.Lock()
 			_ = e.index.Append(replay.IndexEntry{
 				N: b.N, Command: b.Command, Cwd: b.Cwd, ExitCode: b.ExitCode, Note: b.Note,
 				StartedAt: b.StartedAt, FinishedAt: b.FinishedAt, Start: b.Start, End: b.End, Fallback: b.Fallback,
 				T: b.StartedAt.Sub(e.started).Seconds(), TEnd: b.FinishedAt.Sub(e.started).Seconds(),
 			})
+			e.recMu.Unlock()
 		}
-		e.recMu.Unlock()
 		return
 	}
 	se := api.SessionEvent{Type: string(ev.Kind), Node: node, Session: id, Seq: ev.Seq, Time: ev.Time,
@@ -362,6 +392,11 @@ func (e *entry) handleEvent(node, id string, ev session.Event) {
 	}
 	publishJSON(bus, e.n.subj.Event(node, id), se)
 	if ev.Kind == session.EventExited {
+		if ev.ExitCode != nil {
+			e.recMu.Lock()
+			_ = e.cast.Exit(time.Since(e.started), *ev.ExitCode)
+			e.recMu.Unlock()
+		}
 		e.n.kickReaper()
 	}
 	if ev.Kind == session.EventState && ev.State == session.StateWaitingInput {

@@ -57,6 +57,7 @@ var verbs = map[string]handler{
 	api.VerbBlocks:    (*Node).blocks,
 	api.VerbBlock:     (*Node).block,
 	api.VerbRead:      (*Node).read,
+	api.VerbRecording: (*Node).recording,
 	api.VerbWait:      (*Node).wait,
 	api.VerbTakeOver:  (*Node).takeOverVerb,
 	api.VerbApprovals: (*Node).listApprovals,

@@ -233,6 +233,7 @@ func (e *entry) resumeRecording() (int64, error) {
 		return 0, err
 	}
 	start, end := rec.Header().Offset, rec.Header().Offset+rec.End()
+	e.hdr.Start = rec.Duration() // the new part's intervals count from the old one's last event
 	rec.Close()
 	ents, err := os.ReadDir(e.dir)
 	if err != nil {

@@ -688,8 +688,34 @@ func TestRecordingsSurviveRestart(t *testing.T) {
 	if err != nil || len(entries) != 2 || entries[1].ExitCode == nil || *entries[1].ExitCode != 4 || entries[0].Command != "printf 'héllo ✓\\n'" {
 		t.Fatalf("block index: %+v, %v", entries, err)
 	}
+	// asciicast v3: a marker per block at its start, matching the index (number,
+	// command, output offset), and the block's exit code once served with the index.
+	if h := rec.Header(); h.Version != 3 {
+		t.Fatalf("recording version %d, want 3", h.Version)
+	}
+	var markers []replay.Event
+	_ = rec.Events(t.Context(), replay.Position{}, func(e replay.Event) error {
+		if e.Kind == "m" {
+			markers = append(markers, e)
+		}
+		return nil
+	})
+	if len(markers) != len(entries) {
+		t.Fatalf("%d markers, %d blocks in the index", len(markers), len(entries))
+	}
+	label := replay.IndexLabel(entries)
+	for i, m := range markers {
+		n, cmd, _, ok := replay.MarkerBlock(m.Data)
+		e := entries[i]
+		if !ok || n != e.N || cmd != e.Command || m.Offset > e.Start {
+			t.Errorf("marker %q at offset %d; index: block %d %q from %d", m.Data, m.Offset, e.N, e.Command, e.Start)
+		}
+		if _, _, exit, _ := replay.MarkerBlock(label(m.Data)); exit == nil || *exit != *e.ExitCode {
+			t.Errorf("served marker %q, want exit %d", label(m.Data), *e.ExitCode)
+		}
+	}
 	if asc := testutil.WantTool(t, "asciinema"); asc != "" {
-		out := testutil.RunAsciinema(t, asc, "cat", cast)
+		out := testutil.RunAsciinema(t, asc, "cat", exportV2(t, cast))
 		if !bytes.Equal(out, all) {
 			t.Fatalf("asciinema cat output (%d bytes) differs from the recording (%d bytes)", len(out), len(all))
 		}

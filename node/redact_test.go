@@ -168,7 +168,7 @@ func TestRedactEverywhere(t *testing.T) {
 				t.Fatalf("recording differs from read over [0, %d) (%v):\n%q\n%q", end, err, all, rd.Data)
 			}
 			if asc := testutil.WantTool(t, "asciinema"); asc != "" {
-				out := testutil.RunAsciinema(t, asc, "cat", cast)
+				out := testutil.RunAsciinema(t, asc, "cat", exportV2(t, cast))
 				if !bytes.Equal(out, all) {
 					t.Errorf("asciinema cat (%d bytes) differs from the recording (%d bytes)", len(out), len(all))
 				}

@@ -94,7 +94,8 @@ func (e *entry) rotateLocked() error {
 	}
 	e.partStart = end
 	e.hdr.Offset = end
-	e.n.kickJanitor() // the node-wide cap may be reached
+	e.hdr.Start = e.cast.Time() // the next part's intervals count from its last event
+	e.n.kickJanitor()           // the node-wide cap may be reached
 	return e.openPartLocked()
 }
 

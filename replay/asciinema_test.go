@@ -2,6 +2,7 @@ package replay
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -16,17 +17,24 @@ func runAsciinema(t *testing.T, bin string, args ...string) []byte {
 	return testutil.RunAsciinema(t, bin, args...)
 }
 
-// TestAsciinema: asciinema cat and play accept a recording with split UTF-8, colours,
-// resizes, markers and invalid bytes ("b" events), and print its output exactly (with
+// TestAsciinema: asciinema cat and play (Debian's 2.2 reads v2 only) accept a v2
+// recording, and a v3 one converted to v2, with split UTF-8, colours, resizes, markers,
+// invalid bytes ("b" events) and an exit event, and print its output exactly (with
 // U+FFFD for each invalid byte).
 func TestAsciinema(t *testing.T) {
+	for _, version := range []int{2, 3} {
+		t.Run(fmt.Sprint("v", version), func(t *testing.T) { testAsciinema(t, version) })
+	}
+}
+
+func testAsciinema(t *testing.T, version int) {
 	bin := testutil.NeedTool(t, "asciinema")
 	path := filepath.Join(t.TempDir(), "accept.cast")
 	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := NewWriter(f, Header{Width: 80, Height: 24, Timestamp: time.Now(), Title: "acceptance",
+	w, err := NewWriter(f, Header{Version: version, Width: 80, Height: 24, Timestamp: time.Now(), Title: "acceptance",
 		Env: map[string]string{"TERM": "xterm-256color"}, Command: "bash", IdleTimeLimit: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -60,11 +68,30 @@ func TestAsciinema(t *testing.T) {
 		t.Fatal(err)
 	}
 	valid += "bad \ufffd\ufffd end\r\n"
+	if err := w.Exit(time.Second, 3); err != nil {
+		t.Fatal(err)
+	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
+	}
+	if version == 3 {
+		// asciinema 2.2 refuses v3 ("only asciicast v1 and v2 formats can be
+		// opened"): the v2 export is what it reads.
+		v3, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v2 bytes.Buffer
+		if err := Convert(&v2, bytes.NewReader(v3), 2, nil); err != nil {
+			t.Fatal(err)
+		}
+		path = filepath.Join(t.TempDir(), "export.cast")
+		if err := os.WriteFile(path, v2.Bytes(), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if w.Invalid() != 2 {
 		t.Errorf("Invalid %d, want 2", w.Invalid())

@@ -1,28 +1,38 @@
-// Package replay records terminal sessions as asciicast v2 files with a block index next
-// to them, and reads, seeks and plays them back. It imports only the standard library
-// and api; callers that want a screen bring their own terminal emulator.
+// Package replay records terminal sessions as asciicast v3 files with a block index next
+// to them, and reads (v3 and v2), converts, seeks and plays them back. It imports only
+// the standard library and api; callers that want a screen bring their own terminal
+// emulator.
 //
 // # Format
 //
-// A recording is an asciicast v2 file (https://docs.asciinema.org/manual/asciicast/v2/):
-// a JSON header line, then one event per line, each a JSON array [seconds, code, data]
-// with seconds since the recording started (6 decimals, never decreasing):
+// A recording is an asciicast v3 file (https://docs.asciinema.org/manual/asciicast/v3/):
+// a JSON header line, then one event per line, each a JSON array [interval, code,
+// data] with the seconds since the event before it (6 decimals; the first counts from
+// the header's fleetmux_start, or 0):
 //
-//	{"version":2,"width":80,"height":24,"timestamp":1700000000,"title":"build"}
+//	{"version":3,"term":{"cols":80,"rows":24,"type":"xterm-256color"},"timestamp":1700000000}
 //	[0.101000, "o", "hi \u001b[31mthere\u001b[0m\r\n"]
-//	[1.500000, "r", "120x40"]
-//	[2.000000, "m", "block 3: make test"]
-//	[2.000000, "b", "4:ff"]
-//	[2.000000, "o", "bad \ufffd byte"]
+//	[1.399000, "r", "120x40"]
+//	[0.500000, "m", "block 3: make test"]
+//	[0.000000, "b", "4:ff"]
+//	[0.000000, "o", "bad \ufffd byte"]
+//	[2.000000, "x", "0"]
 //
 // Codes: "o" output, "r" resize ("COLSxROWS"), "m" marker (the recorder writes one at
-// the start of each block), and "b", this package's extension (asciicast v2 lets new
-// event types be added; asciinema 2.2 shows only "o" and skips every other code). A JSON
-// string holds only valid UTF-8, so each output byte that is not part of a valid UTF-8
-// character is written as U+FFFD in its "o" event, and a "b" event right before that
-// event lists the replaced bytes as space-separated "POS:HH" pairs: the byte position of
-// the U+FFFD in the event's decoded text and the original byte in hex. Readers of this
-// package get the exact bytes back; other players show U+FFFD.
+// the start of each block, labelled "block N: COMMAND"; a served recording's label also
+// has the block's exit code, from the index: see Transcoder.Label), "x" the exit status
+// of the session's program, and "b", this package's extension (players skip codes they
+// do not know). A JSON string holds only valid UTF-8, so each output byte that is not
+// part of a valid UTF-8 character is written as U+FFFD in its "o" event, and a "b"
+// event right before that event lists the replaced bytes as space-separated "POS:HH"
+// pairs: the byte position of the U+FFFD in the event's decoded text and the original
+// byte in hex. Readers of this package get the exact bytes back; other players show
+// U+FFFD.
+//
+// asciicast v2 files (times since the start instead of intervals; "width" and
+// "height" in the header) are read the same way, written with Header.Version 2, and
+// any recording converts to either version (Convert, Transcoder): Debian's asciinema
+// 2.2 reads only v2.
 //
 // # Output offsets
 //
@@ -38,8 +48,9 @@
 //
 // A recording may be one part of a longer one (a node rotates a session's recording
 // at its quota): the header's "fleetmux_offset" (Header.Offset, a key players ignore)
-// is the session output offset of the part's first byte. The index keeps session
-// offsets; readers of a part shift them by it.
+// is the session output offset of the part's first byte, and "fleetmux_start"
+// (Header.Start) the time the part starts at. The index keeps session offsets;
+// readers of a part shift them by it.
 package replay
 
 import (
@@ -56,8 +67,8 @@ import (
 
 // Errors. Returned errors wrap these with details; test with errors.Is.
 var (
-	// ErrFormat: the file is not a well-formed asciicast v2 recording or block index.
-	ErrFormat = errors.New("replay: not an asciicast v2 recording")
+	// ErrFormat: the file is not a well-formed asciicast v3 or v2 recording or block index.
+	ErrFormat = errors.New("replay: not an asciicast v3 or v2 recording")
 	// ErrClosed: the Writer was closed.
 	ErrClosed = errors.New("replay: writer closed")
 	// ErrRange: an offset or range outside the recording's output.

@@ -16,7 +16,7 @@ import (
 // FuzzOpen: any file content opens or gives an error (never a panic), and whatever
 // opens is consistent: all output reads back, events add up to it, seeks work.
 func FuzzOpen(f *testing.F) {
-	for _, name := range []string{"golden.cast"} {
+	for _, name := range []string{"golden.cast", "golden3.cast"} {
 		b, err := os.ReadFile(filepath.Join("testdata", name))
 		if err != nil {
 			f.Fatal(err)

@@ -44,7 +44,7 @@ type cursor struct {
 // much of the file to find its event, and a recording keeps 40 bytes per checkpoint.
 const cpEvery = 64 << 10
 
-// Recording is an asciicast v2 recording opened for reading. It holds a sparse index of
+// Recording is an asciicast v3 or v2 recording opened for reading. It holds a sparse index of
 // the file (a checkpoint every 64 KiB), never the output itself: reads go to the file.
 //
 // A Recording is safe for concurrent use. It sees the file as it was when opened, or
@@ -64,7 +64,7 @@ type Recording struct {
 }
 
 // Open opens the recording at castPath and reads it once to index it, and reads its
-// block index (IndexPath) when there is one. A file that is not an asciicast v2
+// block index (IndexPath) when there is one. A file that is not an asciicast v3 or v2
 // recording, or has a malformed line before its last, is an error wrapping ErrFormat
 // that gives the line number; a malformed last line without its newline is taken for
 // a write cut short, and left out (see Truncated).
@@ -100,7 +100,7 @@ func (r *Recording) open() error {
 	if r.hdr, err = parseHeader(l.b); err != nil {
 		return fmt.Errorf("%w: %s: line 1: %w", ErrFormat, r.path, err)
 	}
-	r.cps = []cursor{{file: l.end, line: 1}}
+	r.cps = []cursor{{file: l.end, line: 1, t: r.hdr.startTime()}}
 	r.scanned = r.cps[0]
 	if err := r.scan(fi.Size()); err != nil {
 		return err
@@ -109,12 +109,36 @@ func (r *Recording) open() error {
 	return nil
 }
 
-// parseHeader parses an asciicast v2 header line.
+// startTime is the time before a recording's first event: Start in v3 (whose
+// intervals count from it), 0 in v2 (whose times are absolute).
+func (h Header) startTime() time.Duration {
+	if h.Version == 2 {
+		return 0
+	}
+	return h.Start
+}
+
+// ParseHeader parses the header line of an asciicast v3 or v2 recording (without its
+// newline); errors wrap ErrFormat.
+func ParseHeader(b []byte) (Header, error) {
+	h, err := parseHeader(b)
+	if err != nil {
+		return h, fmt.Errorf("%w: %w", ErrFormat, err)
+	}
+	return h, nil
+}
+
+// parseHeader parses an asciicast v3 or v2 header line.
 func parseHeader(b []byte) (Header, error) {
 	var hj struct {
-		Version       *int           `json:"version"`
-		Width         int            `json:"width"`
-		Height        int            `json:"height"`
+		Version *int `json:"version"`
+		Width   int  `json:"width"`
+		Height  int  `json:"height"`
+		Term    *struct {
+			Cols int `json:"cols"`
+			Rows int `json:"rows"`
+		} `json:"term"`
+		Start         *float64       `json:"fleetmux_start"`
 		Timestamp     *float64       `json:"timestamp"`
 		IdleTimeLimit *float64       `json:"idle_time_limit"`
 		Title         *string        `json:"title"`
@@ -129,10 +153,22 @@ func parseHeader(b []byte) (Header, error) {
 	switch {
 	case hj.Version == nil:
 		return h, errors.New("the header has no version")
-	case *hj.Version != 2:
-		return h, fmt.Errorf("asciicast version %d: only version 2 is supported", *hj.Version)
+	case *hj.Version != 2 && *hj.Version != 3:
+		return h, fmt.Errorf("asciicast version %d: only versions 2 and 3 are supported", *hj.Version)
 	}
-	h.Width, h.Height, h.Offset = hj.Width, hj.Height, hj.Offset
+	h.Version, h.Width, h.Height, h.Offset = *hj.Version, hj.Width, hj.Height, hj.Offset
+	if h.Version == 3 {
+		if hj.Term == nil {
+			return h, errors.New("the v3 header has no term")
+		}
+		h.Width, h.Height = hj.Term.Cols, hj.Term.Rows
+		if s := hj.Start; s != nil {
+			if *s < 0 || *s > maxSeconds {
+				return h, fmt.Errorf("bad fleetmux_start %v", *s)
+			}
+			h.Start = time.Duration(math.Round(*s*1e6)) * time.Microsecond
+		}
+	}
 	if err := h.validate(); err != nil {
 		return h, err
 	}
@@ -364,12 +400,29 @@ type scanner struct {
 	p    eventParser
 	spec []byte // the data of a "b" event
 	cur  cursor // after the last event read
+	v3   bool   // times are intervals since the event before; "#" lines are comments
+}
+
+// at is the time of an event whose line gave t, after an event at prev.
+func (s *scanner) at(prev, t time.Duration) (time.Duration, error) {
+	if !s.v3 {
+		return max(t, prev), nil
+	}
+	if prev+t > maxSeconds*time.Second {
+		return 0, fmt.Errorf("time %v past %v s", prev+t, maxSeconds)
+	}
+	return prev + t, nil
+}
+
+// skip reports whether a line holds no event: blank, or a v3 comment.
+func (s *scanner) skip(b []byte) bool {
+	return isBlank(b) || s.v3 && len(b) > 0 && b[0] == '#'
 }
 
 func (r *Recording) scanner(c cursor, limit int64) *scanner {
 	lr := newLineReader(io.NewSectionReader(r.f, c.file, max(0, limit-c.file)), c.file)
 	lr.num = c.line
-	return &scanner{lr: lr, cur: c}
+	return &scanner{lr: lr, cur: c, v3: r.hdr.Version == 3}
 }
 
 func lineErr(n int, err error) error { return &lineError{n, err} }
@@ -379,7 +432,7 @@ func lineErr(n int, err error) error { return &lineError{n, err} }
 // ErrFormat) for malformed lines.
 func (s *scanner) next(ev *event) error {
 	l, err := s.lr.next(maxLine)
-	for err == nil && isBlank(l.b) {
+	for err == nil && s.skip(l.b) {
 		s.cur.file, s.cur.line = l.end, l.num
 		l, err = s.lr.next(maxLine)
 	}
@@ -393,12 +446,15 @@ func (s *scanner) next(ev *event) error {
 		}
 		return lineErr(l.num, err)
 	}
+	if t, err = s.at(s.cur.t, t); err != nil {
+		return lineErr(l.num, err)
+	}
 	if string(s.p.kind) == "b" {
 		if !s.p.isStr {
 			return lineErr(l.num, errors.New(`"b" data must be a string`))
 		}
 		s.spec = append(s.spec[:0], s.p.data...)
-		bnum := l.num
+		bnum, bt := l.num, t
 		if l, err = s.lr.next(maxLine); err == io.EOF {
 			return errTruncated
 		} else if err != nil {
@@ -408,6 +464,9 @@ func (s *scanner) next(ev *event) error {
 			if !l.terminated {
 				return errTruncated
 			}
+			return lineErr(l.num, err)
+		}
+		if t, err = s.at(bt, t); err != nil {
 			return lineErr(l.num, err)
 		}
 		if string(s.p.kind) != "o" || !s.p.isStr {
@@ -453,6 +512,8 @@ func kindString(b []byte) string {
 		return "m"
 	case "i":
 		return "i"
+	case "x":
+		return "x"
 	}
 	return string(b)
 }

@@ -171,7 +171,7 @@ func TestOpenErrors(t *testing.T) {
 	}{
 		{"empty", "", "is empty"},
 		{"not json", "hello\n", "line 1: bad header"},
-		{"v1", `{"version": 1, "width": 80, "height": 24, "stdout": []}` + "\n", "only version 2"},
+		{"v1", `{"version": 1, "width": 80, "height": 24, "stdout": []}` + "\n", "only versions 2 and 3"},
 		{"no version", `{"width": 80, "height": 24}` + "\n", "no version"},
 		{"no size", `{"version": 2}` + "\n", "bad terminal size"},
 		{"bad middle line", lines[0] + lines[1] + "[0.1, \"o\"]\n" + lines[2], "line 3:"},

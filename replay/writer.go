@@ -11,8 +11,10 @@ import (
 	"unicode/utf8"
 )
 
-// Header is a recording's asciicast v2 header.
+// Header is a recording's header (asciicast v3 or v2).
 type Header struct {
+	// Version is the asciicast version: 3 (0 means 3 to NewWriter) or 2.
+	Version int
 	// Width and Height are the terminal size at the start, in columns and rows
 	// (1…10000; required).
 	Width, Height int
@@ -34,6 +36,30 @@ type Header struct {
 	// and its block index (which keeps whole-session offsets) is read shifted by it
 	// (written as fleetmux_offset, a key players ignore; 0: absent).
 	Offset int64
+	// Start is the recording time at the part's start: the time the first event's
+	// interval counts from in a v3 part of a rotated recording (written in
+	// seconds as fleetmux_start, a key players ignore; 0: absent). Times in v2
+	// files are absolute and need none.
+	Start time.Duration
+}
+
+// headerV3JSON is a v3 header line; its field order is the file's.
+type headerV3JSON struct {
+	Version       int               `json:"version"`
+	Term          termJSON          `json:"term"`
+	Timestamp     int64             `json:"timestamp,omitempty"`
+	IdleTimeLimit float64           `json:"idle_time_limit,omitempty"`
+	Title         string            `json:"title,omitempty"`
+	Command       string            `json:"command,omitempty"`
+	Env           map[string]string `json:"env,omitempty"`
+	Offset        int64             `json:"fleetmux_offset,omitempty"`
+	Start         float64           `json:"fleetmux_start,omitempty"`
+}
+
+type termJSON struct {
+	Cols int    `json:"cols"`
+	Rows int    `json:"rows"`
+	Type string `json:"type,omitempty"`
 }
 
 // headerJSON is the header line; its field order is the file's.
@@ -50,6 +76,12 @@ type headerJSON struct {
 }
 
 func (h Header) validate() error {
+	if h.Version != 0 && h.Version != 2 && h.Version != 3 {
+		return fmt.Errorf("replay: asciicast version %d: want 2 or 3", h.Version)
+	}
+	if h.Start < 0 || h.Start > maxSeconds*time.Second {
+		return fmt.Errorf("replay: bad start %v", h.Start)
+	}
 	if h.Width < 1 || h.Height < 1 || h.Width > maxDim || h.Height > maxDim {
 		return fmt.Errorf("replay: bad terminal size %dx%d: want 1…%d columns and rows", h.Width, h.Height, maxDim)
 	}
@@ -66,9 +98,10 @@ func (h Header) validate() error {
 // (between characters) so that readers never need huge lines.
 const maxEvent = 32 << 10
 
-// Writer writes an asciicast v2 recording. Times are given as durations since the
-// recording started; a time earlier than the previous event's is written as the
-// previous event's time, so times in the file never decrease.
+// Writer writes an asciicast v3 (or v2) recording. Times are given as durations since
+// the recording started; a time earlier than the previous event's is written as the
+// previous event's time, so times in the file never decrease. A v3 file holds each
+// event's interval since the one before it (since Header.Start for the first).
 //
 // Output is buffered: Flush writes it out. A Writer is not safe for concurrent use.
 // After the first error writing to the underlying writer every method returns it.
@@ -81,6 +114,7 @@ type Writer struct {
 	nheld   int
 	scratch []byte
 	last    time.Duration // time of the last event (rounded)
+	v3      bool
 	offset  int64
 	invalid int64
 	err     error
@@ -92,24 +126,52 @@ type Writer struct {
 // events wait in it (between the first write after a Flush and the next Flush): an
 // idle recording holds none.
 func NewWriter(w io.Writer, h Header) (*Writer, error) {
+	b, err := appendHeader(nil, h)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := w.Write(b); err != nil {
+		return nil, fmt.Errorf("replay: write header: %w", err)
+	}
+	return newEventWriter(w, h), nil
+}
+
+// newEventWriter is a Writer of events (no header) in h's version, its clock at
+// h.Start.
+func newEventWriter(w io.Writer, h Header) *Writer {
+	ew := &Writer{bw: &pooledBuf{w: w}, v3: h.Version != 2}
+	if ew.v3 {
+		ew.last = h.Start.Round(time.Microsecond)
+	}
+	return ew
+}
+
+// appendHeader appends h as a header line (its version's; 0 is 3), newline
+// included.
+func appendHeader(dst []byte, h Header) ([]byte, error) {
 	if err := h.validate(); err != nil {
 		return nil, err
 	}
-	hj := headerJSON{Version: 2, Width: h.Width, Height: h.Height, Title: h.Title, Command: h.Command, Env: h.Env, Offset: h.Offset}
+	var ts int64
 	if !h.Timestamp.IsZero() {
-		hj.Timestamp = h.Timestamp.Unix()
+		ts = h.Timestamp.Unix()
 	}
-	hj.IdleTimeLimit = h.IdleTimeLimit.Seconds()
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
+	var v any
+	if h.Version == 2 {
+		v = headerJSON{Version: 2, Width: h.Width, Height: h.Height, Timestamp: ts, IdleTimeLimit: h.IdleTimeLimit.Seconds(),
+			Title: h.Title, Command: h.Command, Env: h.Env, Offset: h.Offset}
+	} else {
+		v = headerV3JSON{Version: 3, Term: termJSON{Cols: h.Width, Rows: h.Height, Type: h.Env["TERM"]}, Timestamp: ts,
+			IdleTimeLimit: h.IdleTimeLimit.Seconds(), Title: h.Title, Command: h.Command, Env: h.Env, Offset: h.Offset,
+			Start: h.Start.Round(time.Microsecond).Seconds()}
+	}
+	b := bytes.NewBuffer(dst)
+	enc := json.NewEncoder(b)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(hj); err != nil { // cannot fail for these types
+	if err := enc.Encode(v); err != nil { // cannot fail for these types
 		return nil, fmt.Errorf("replay: header: %w", err)
 	}
-	if _, err := w.Write(b.Bytes()); err != nil {
-		return nil, fmt.Errorf("replay: write header: %w", err)
-	}
-	return &Writer{bw: &pooledBuf{w: w}}, nil
+	return b.Bytes(), nil
 }
 
 // Output records p, written by the session at time t; it does not keep p. A UTF-8 character is never split
@@ -177,15 +239,20 @@ func (w *Writer) output(t time.Duration, data []byte) error {
 	return nil
 }
 
-// eventStart returns `[TIME, "CODE", ` at time t (made non-decreasing), reusing buf.
+// eventStart returns `[TIME, "CODE", ` at time t (made non-decreasing), reusing buf:
+// TIME is t in a v2 file, the interval since the last event in a v3 one.
 func (w *Writer) eventStart(buf []byte, t time.Duration, code string) []byte {
 	t = t.Round(time.Microsecond)
 	if t < w.last {
 		t = w.last
 	}
+	at := t
+	if w.v3 {
+		at = t - w.last
+	}
 	w.last = t
 	b := append(buf[:0], '[')
-	b = appendTime(b, t)
+	b = appendTime(b, at)
 	b = append(b, ", \""...)
 	b = append(b, code...)
 	return append(b, "\", "...)
@@ -225,6 +292,32 @@ func (w *Writer) Marker(t time.Duration, label string) error {
 	w.line = append(b, "]\n"...)
 	return w.write(w.line)
 }
+
+// Exit records that the session's program exited with code at time t (a v3 "x"
+// event; v2 players skip it).
+func (w *Writer) Exit(t time.Duration, code int) error {
+	if w.err != nil {
+		return w.err
+	}
+	b := append(w.eventStart(w.line, t, "x"), '"')
+	b = strconv.AppendInt(b, int64(code), 10)
+	w.line = append(b, "\"]\n"...)
+	return w.write(w.line)
+}
+
+// event records an event of another code with data as it is (invalid UTF-8
+// becomes U+FFFD).
+func (w *Writer) event(t time.Duration, code string, data []byte) error {
+	if w.err != nil {
+		return w.err
+	}
+	b := appendString(w.eventStart(w.line, t, code), data, nil)
+	w.line = append(b, "]\n"...)
+	return w.write(w.line)
+}
+
+// Time is the time of the last event written (Header.Start before any in v3).
+func (w *Writer) Time() time.Duration { return w.last }
 
 // Buffered is how many bytes of events wait for the next Flush (or a full buffer).
 func (w *Writer) Buffered() int { return w.bw.Buffered() }

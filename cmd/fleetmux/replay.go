@@ -1,15 +1,19 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/charmbracelet/x/vt"
+	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/replay"
 	"github.com/spf13/cobra"
 )
@@ -22,8 +26,10 @@ type replayOptions struct {
 	maxIdle   time.Duration
 	screen    bool
 	resize    bool
+	export    string // "", "v3" or "v2": write the recording out instead of playing
 	// which of --from-block and --at were given
 	blockSet, atSet bool
+	cl              clientOptions // for NODE/ID
 }
 
 // The largest terminal --screen emulates (a recording may claim up to 10000x10000).
@@ -32,21 +38,24 @@ const maxScreenCols, maxScreenRows = 2000, 1000
 func replayCmd() *cobra.Command {
 	var o replayOptions
 	c := &cobra.Command{
-		Use:   "replay FILE [--speed 2] [--from-block N | --at 90s] [--max-idle 2s] [--screen]",
+		Use:   "replay FILE|NODE/ID [--speed 2] [--from-block N | --at 90s] [--max-idle 2s] [--screen] [--export v2]",
 		Short: "Play a session recording in the terminal, or print its screen at a point",
-		Long: "replay plays an asciicast v2 recording (NAME.cast, as the node agent records every\n" +
-			"session) on stdout with its original timing, scaled by --speed, with pauses capped\n" +
-			"at --max-idle. --from-block N starts at the output of block N (from the block index\n" +
-			"NAME.blocks.jsonl next to the recording) and --at starts at a time; what comes\n" +
-			"before is shown at once.\n\n" +
+		Long: "replay plays an asciicast recording (v3 as the node agent records every session, or\n" +
+			"v2) on stdout with its original timing, scaled by --speed, with pauses capped at\n" +
+			"--max-idle. The recording is a FILE (NAME.cast) or a session's, NODE/ID, fetched\n" +
+			"through the controller (GET /v1/sessions/NODE/ID/recording). --from-block N starts\n" +
+			"at the output of block N (from the block index NAME.blocks.jsonl next to a file, or\n" +
+			"the session's blocks) and --at starts at a time; what comes before is shown at once.\n\n" +
 			"--screen prints the screen as it was at that point (the end by default) as text,\n" +
-			"trailing spaces and empty rows removed, instead of playing.",
-		Example: "  fleetmux replay web-1-s3.cast\n" +
+			"trailing spaces and empty rows removed, instead of playing. --export v2 writes the\n" +
+			"recording to stdout as asciicast v2 (what asciinema 2.2 reads), --export v3 as v3.",
+		Example: "  fleetmux replay web-1/s3\n" +
 			"  fleetmux replay --speed 4 --from-block 12 web-1-s3.cast\n" +
-			"  fleetmux replay --screen --at 1m30s web-1-s3.cast",
+			"  fleetmux replay --screen --at 1m30s web-1-s3.cast\n" +
+			"  fleetmux replay --export v2 web-1/s3 > s3.cast && asciinema play s3.cast",
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) != 1 {
-				return usageError("replay: want one recording FILE, got %d arguments (see fleetmux replay --help)", len(args))
+				return usageError("replay: want one recording FILE or session NODE/ID, got %d arguments (see fleetmux replay --help)", len(args))
 			}
 			return nil
 		},
@@ -65,6 +74,8 @@ func replayCmd() *cobra.Command {
 	f.DurationVar(&o.maxIdle, "max-idle", replay.DefaultMaxIdle, "cap each pause at this long (0: the default 2s; negative: no cap)")
 	f.BoolVar(&o.screen, "screen", false, "print the screen at the point (--at, --from-block, or the end) instead of playing")
 	f.BoolVar(&o.resize, "resize", false, "resize the terminal window when the recording does (xterm CSI 8 t)")
+	f.StringVar(&o.export, "export", "", "write the recording to stdout as asciicast `v3` or v2 instead of playing it")
+	o.cl.register(c, false)
 	return c
 }
 
@@ -76,13 +87,36 @@ func (o *replayOptions) validate() error {
 		return usageError("replay: give --from-block or --at, not both")
 	case o.blockSet && o.fromBlock < 1:
 		return usageError("replay: --from-block %d: blocks are numbered from 1", o.fromBlock)
+	case o.export != "" && o.export != "v2" && o.export != "v3":
+		return usageError("replay: --export %q: want v3 or v2", o.export)
+	case o.export != "" && (o.blockSet || o.atSet || o.screen):
+		return usageError("replay: --export writes the whole recording: not with --from-block, --at or --screen")
 	case o.at < 0:
 		return usageError("replay: --at %v: want a time into the recording, e.g. 90s", o.at)
 	}
 	return nil
 }
 
-func (o *replayOptions) run(ctx context.Context, file string, stdout io.Writer) error {
+func (o *replayOptions) run(ctx context.Context, arg string, stdout io.Writer) error {
+	file := arg
+	if _, err := os.Stat(arg); err != nil && strings.Contains(arg, "/") {
+		if node, id, aerr := api.ParseAddress(arg); aerr == nil {
+			if o.export != "" {
+				return o.exportSession(ctx, node, id, stdout)
+			}
+			dir, err := os.MkdirTemp("", "fleetmux-replay-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+			if file, err = o.fetch(ctx, node, id, dir); err != nil {
+				return err
+			}
+		}
+	}
+	if o.export != "" {
+		return exportFile(file, o.export, stdout)
+	}
 	rec, err := replay.Open(file)
 	if err != nil {
 		return err
@@ -207,4 +241,85 @@ func screenText(emu *vt.Emulator) string {
 		return ""
 	}
 	return strings.Join(rows, "\n") + "\n"
+}
+
+// fetch writes the recording of session node/id (v3) and its block index, made from
+// the session's blocks, to dir (the caller's, private), and returns the recording's
+// path.
+func (o *replayOptions) fetch(ctx context.Context, node, id, dir string) (string, error) {
+	cl, err := o.cl.client()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, node+"-"+id+".cast")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	if err := cl.Recording(ctx, node, id, api.RecordingV3, f); err != nil {
+		return "", o.cl.fail(err)
+	}
+	if err := f.Close(); err != nil {
+		return "", err
+	}
+	if !o.blockSet {
+		return path, nil
+	}
+	bl, err := cl.Blocks(ctx, node, id)
+	if err != nil {
+		return "", o.cl.fail(err)
+	}
+	idx, err := os.OpenFile(replay.IndexPath(path), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return "", err
+	}
+	defer idx.Close()
+	iw := replay.NewIndexWriter(idx)
+	for _, b := range bl.Blocks {
+		e := replay.IndexEntry{N: b.N, Command: b.Command, Cwd: b.Cwd, ExitCode: b.ExitCode, Start: b.Start, End: max(b.End, b.Start)}
+		if err := iw.Append(e); err != nil {
+			return "", err
+		}
+	}
+	return path, idx.Close()
+}
+
+// exportSession writes the recording of session node/id to w in o.export's version.
+func (o *replayOptions) exportSession(ctx context.Context, node, id string, w io.Writer) error {
+	cl, err := o.cl.client()
+	if err != nil {
+		return err
+	}
+	format := api.RecordingV3
+	if o.export == "v2" {
+		format = api.RecordingV2
+	}
+	if err := cl.Recording(ctx, node, id, format, w); err != nil {
+		return o.cl.fail(err)
+	}
+	return nil
+}
+
+// exportFile writes the recording in file to w as asciicast version ("v3" or "v2"),
+// each block's marker with its exit code when the block index has it.
+func exportFile(file, version string, w io.Writer) error {
+	f, err := os.Open(file)
+	if err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
+	defer f.Close()
+	var label func(string) string
+	if idx, err := replay.OpenIndex(file); err == nil {
+		label = replay.IndexLabel(idx)
+	}
+	v := 3
+	if version == "v2" {
+		v = 2
+	}
+	bw := bufio.NewWriterSize(w, 64<<10)
+	if err := replay.Convert(bw, f, v, label); err != nil {
+		return fmt.Errorf("replay: %s: %w", file, err)
+	}
+	return bw.Flush()
 }

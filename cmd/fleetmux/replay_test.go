@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/fleetmux/fleetmux/replay"
 )
 
@@ -178,7 +179,7 @@ func TestReplayBadInput(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"replay"}, 2, "replay: want one recording FILE, got 0 arguments"},
+		{[]string{"replay"}, 2, "replay: want one recording FILE or session NODE/ID, got 0 arguments"},
 		{[]string{"replay", "a", "b"}, 2, "got 2 arguments"},
 		{[]string{"replay", "--speed", "0", path}, 2, "replay: --speed 0: want a positive number"},
 		{[]string{"replay", "--speed", "-2", path}, 2, "want a positive number"},
@@ -188,7 +189,7 @@ func TestReplayBadInput(t *testing.T) {
 		{[]string{"replay", "--from-block", "0", path}, 2, "blocks are numbered from 1"},
 		{[]string{"replay", filepath.Join(dir, "missing.cast")}, 1, "replay: open " + filepath.Join(dir, "missing.cast") + ": no such file or directory"},
 		{[]string{"replay", dir}, 1, "is a directory"},
-		{[]string{"replay", notCast}, 1, "replay: not an asciicast v2 recording: " + notCast + ": line 1: bad header"},
+		{[]string{"replay", notCast}, 1, "replay: not an asciicast v3 or v2 recording: " + notCast + ": line 1: bad header"},
 		{[]string{"replay", "--from-block", "7", path}, 1, "replay: no such block: 7 (the index of " + path + " has blocks 1 to 2)"},
 		{[]string{"replay", "--from-block", "1", noIndex}, 1, "replay: no block index for " + noIndex + ": open " + replay.IndexPath(noIndex) + ": no such file or directory"},
 		{[]string{"replay", "--screen", huge}, 1, "more than --screen emulates"},
@@ -201,5 +202,60 @@ func TestReplayBadInput(t *testing.T) {
 		if out != "" || errs != "" {
 			t.Errorf("%q: printed %q %q; errors are reported once, by main", tt.args, out, errs)
 		}
+	}
+}
+
+// TestReplaySession: `replay NODE/ID` fetches the session's recording through the
+// controller and plays it, --from-block N starts at block N (the session's blocks),
+// --screen prints its screen, and --export v2 writes asciicast v2 with the block's
+// marker and exit code (what asciinema 2.2 reads: `asciinema cat` of it prints the output).
+func TestReplaySession(t *testing.T) {
+	needBash(t)
+	addr := startDev(t)
+	out, errs, err := runArgs(t, "new", "--addr", addr)
+	if err != nil {
+		t.Fatalf("new: %v %s", err, errs)
+	}
+	s := strings.TrimSpace(out)
+	for _, cmd := range []string{"echo first-block", "echo second-block; (exit 3)"} {
+		if _, errs, err := runArgs(t, "run", s, "--addr", addr, "--", cmd); err != nil && exitCode(err) != 3 {
+			t.Fatalf("run %q: %v %s", cmd, err, errs)
+		}
+	}
+	// The recorder writes on its own: wait until the recording has both blocks.
+	var v3 string
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		v3, _, err = runArgs(t, "replay", s, "--addr", addr, "--export", "v3")
+		return err == nil && strings.Contains(v3, "second-block\\r\\n") && strings.Contains(v3, "exit 3\"]")
+	}, "the recording holds the second block's output, the index its exit")
+	if !strings.HasPrefix(v3, `{"version":3,"term":{"cols":`) || !strings.Contains(v3, `"m", "block 2: echo second-block; (exit 3) ⏎ exit 3"]`) {
+		t.Errorf("v3 export:\n%s", v3)
+	}
+	out, errs, err = runArgs(t, "replay", s, "--addr", addr, "--speed", "1000", "--max-idle", "1ms")
+	if err != nil || !strings.Contains(out, "first-block\r\n") || !strings.Contains(out, "second-block\r\n") {
+		t.Errorf("replay %s: %v %s\n%q", s, err, errs, out)
+	}
+	out, errs, err = runArgs(t, "replay", s, "--addr", addr, "--from-block", "2", "--screen")
+	if err != nil || !strings.Contains(out, "second-block") {
+		t.Errorf("replay --from-block 2 --screen: %v %s\n%s", err, errs, out)
+	}
+	v2, errs, err := runArgs(t, "replay", s, "--addr", addr, "--export", "v2")
+	if err != nil || !strings.HasPrefix(v2, `{"version":2,"width":`) {
+		t.Fatalf("v2 export: %v %s\n%s", err, errs, v2)
+	}
+	if asc := testutil.WantTool(t, "asciinema"); asc != "" {
+		p := filepath.Join(t.TempDir(), "s.cast")
+		if err := os.WriteFile(p, []byte(v2), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if cat := testutil.RunAsciinema(t, asc, "cat", p); !bytes.Contains(cat, []byte("second-block\r\n")) {
+			t.Errorf("asciinema cat of the v2 export: %q", cat)
+		}
+	}
+	if _, _, err := runArgs(t, "replay", "here/s99", "--addr", addr); exitCode(err) != 1 {
+		t.Errorf("replay of an unknown session: exit %d (%v), want 1", exitCode(err), err)
+	}
+	if _, _, err := runArgs(t, "replay", s, "--addr", addr, "--export", "v4"); exitCode(err) != 2 {
+		t.Errorf("--export v4: exit %d, want 2", exitCode(err))
 	}
 }
