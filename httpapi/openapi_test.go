@@ -223,7 +223,7 @@ func TestOpenAPI(t *testing.T) {
 			continue
 		}
 		switch op {
-		case "GET /v1/sessions/{node}/{id}/attach", "GET /mcp", "DELETE /mcp":
+		case "GET /v1/sessions/{node}/{id}/attach", "GET /v1/sessions/{node}/{id}/live", "GET /mcp", "DELETE /mcp":
 			continue
 		}
 		if !slices.ContainsFunc(st, func(s int) bool { return s < 300 }) {
@@ -264,6 +264,7 @@ func (f *fixture) exerciseAll(t *testing.T) {
 	f.APIErr(400, api.CodeBadRequest, "PUT", "/v1/nodes/n1/secrets/sudo-x", api.SecretBody{Value: "two\nlines"})
 	f.Must(200, "GET", p+"/output?from=0&max_bytes=10", nil, nil)
 	f.APIErr(400, api.CodeBadRequest, "GET", p+"/attach", nil) // not a WebSocket upgrade
+	f.APIErr(400, api.CodeBadRequest, "GET", p+"/live", nil)
 	f.Must(200, "POST", "/v1/run", api.FanoutRequest{Selector: api.Selector{Nodes: []string{"n1"}}, Command: "echo fan", TimeoutMS: 20000}, nil)
 	f.Must(200, "POST", "/v1/run", api.FanoutRequest{Selector: api.Selector{Sessions: []string{"n1/nope"}}, Command: "true"}, nil)
 	f.Must(200, "GET", "/v1/openapi.yaml", nil, nil)

@@ -58,6 +58,7 @@ var table = []Route{
 	{"GET", session + "/output", api.RoleViewer, (*Server).output},
 	{"GET", session + "/wait", api.RoleViewer, (*Server).wait},
 	{"GET", session + "/attach", api.RoleViewer, (*Server).attach}, // typing needs operator: the node checks input
+	{"GET", session + "/live", api.RoleViewer, (*Server).live},     // read-only: players (v1.alis, v3.asciicast)
 	{"GET", session + "/recording", api.RoleViewer, (*Server).recording},
 	{"POST", "/v1/run", api.RoleOperator, (*Server).fanout},
 	{"GET", "/v1/agents", api.RoleViewer, (*Server).listAgents},

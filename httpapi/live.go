@@ -1,0 +1,400 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/coder/websocket"
+	"github.com/fleetmux/fleetmux/api"
+)
+
+// The subprotocols of GET .../live, as asciinema-player (3.x) and asciinema server
+// name them. v1.alis is preferred when a client offers both.
+const (
+	ProtoALiS = "v1.alis"
+	ProtoV3   = "v3.asciicast"
+)
+
+// Live stream limits.
+const (
+	// liveMaxBehind bounds the bytes queued for one viewer: a viewer that falls
+	// further behind is cut off (it reconnects from the current screen), so no viewer
+	// holds more memory than this, and none ever slows the session.
+	liveMaxBehind    = 4 << 20
+	liveWriteTimeout = 30 * time.Second // a viewer that stops reading is let go after it
+)
+
+// Close reasons of a live stream (a client sees them in its close event).
+const (
+	reasonSlow    = "slow consumer: more than 4 MiB behind; reconnect to start again from the current screen"
+	reasonExited  = "session exited"
+	reasonRevoked = "token revoked or expired"
+)
+
+// errSlow: the viewer fell more than liveMaxBehind behind.
+var errSlow = errors.New("slow consumer")
+
+// live serves GET /v1/sessions/{node}/{id}/live: a read-only WebSocket for players,
+// speaking the subprotocol the client offers of v1.alis (asciinema's binary live
+// protocol) and v3.asciicast (an asciicast v3 header, then one event per text
+// message). It starts from the current screen (ALiS: the reset frame's init;
+// asciicast: the first "o" event), then the session's live output, and at the
+// session's end its exit status ("x"; ALiS then sends EOT) and a normal close. A
+// message from the client closes the stream (policy violation): it is read-only, and
+// a viewer's token suffices. A viewer that falls liveMaxBehind behind is closed with
+// 1013 (try again later) and reasonSlow; the session never waits for a viewer.
+func (s *Server) live(w http.ResponseWriter, r *http.Request) {
+	node, id, err := target(r)
+	if err != nil {
+		s.reply(w, r, nil, err)
+		return
+	}
+	sess, err := s.fleet.Session(r.Context(), node, id)
+	if err != nil {
+		s.reply(w, r, nil, err)
+		return
+	}
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		s.reply(w, r, nil, api.Errorf(api.CodeBadRequest, "live is a WebSocket: send Upgrade: websocket"))
+		return
+	}
+	var offered []string
+	for _, v := range r.Header.Values("Sec-WebSocket-Protocol") {
+		for _, p := range strings.Split(v, ",") {
+			offered = append(offered, strings.TrimSpace(p))
+		}
+	}
+	if !slices.Contains(offered, ProtoALiS) && !slices.Contains(offered, ProtoV3) {
+		s.reply(w, r, nil, api.Errorf(api.CodeBadRequest, "live speaks the WebSocket subprotocols %s and %s: offer one in Sec-WebSocket-Protocol", ProtoALiS, ProtoV3))
+		return
+	}
+	s.reqWG.Add(1) // a hijacked connection: http.Server.Shutdown does not wait for it
+	defer s.reqWG.Done()
+	// Accept checks the Origin too (its host must be the request's), as attach's.
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{ProtoALiS, ProtoV3}})
+	if err != nil {
+		return
+	}
+	s.liveConn(r.Context(), ws, s.stillValid(r), node, id, sess)
+}
+
+// liveConn streams the session to ws until it ends, the client goes, the server
+// shuts down or the viewer falls too far behind. Frames go through a bounded queue
+// that one goroutine (owned here, waited for) writes out.
+func (s *Server) liveConn(rctx context.Context, ws *websocket.Conn, valid func() bool, node, id string, sess api.Session) {
+	defer ws.CloseNow()
+	ctx, cancel := context.WithCancel(rctx)
+	defer cancel()
+	defer context.AfterFunc(s.streamCtx, cancel)()
+	ctx = ws.CloseRead(ctx) // read-only: the client's first message ends the stream
+
+	q := newLiveQueue(liveMaxBehind)
+	sent := make(chan error, 1)
+	go func() {
+		sent <- q.drain(func(f frame) error {
+			wctx, wcancel := context.WithTimeout(ctx, liveWriteTimeout)
+			defer wcancel()
+			return ws.Write(wctx, f.typ, f.data)
+		})
+	}()
+	enc := newLiveEncoder(ws.Subprotocol(), time.Now())
+
+	var screen bytes.Buffer
+	start, err := s.fleet.Redraw(ctx, node, id, &screen)
+	var exitCode *int
+	var exited bool
+	if err == nil {
+		err = q.push(enc.start(sess.Cols, sess.Rows, screen.Bytes())...)
+	}
+	if err == nil {
+		out := liveWriter{enc: enc, q: q, valid: valid}
+		exitCode, exited, err = s.fleet.Follow(ctx, node, id, start, out)
+	}
+	if err == nil && exited {
+		err = q.push(enc.exit(exitCode)...)
+	}
+	// Let the writer send what is queued (all of it at the session's end), or drop
+	// it (a slow viewer, an error: only the close frame matters then).
+	if err != nil {
+		q.abort()
+	}
+	q.finish()
+	werr := <-sent
+	switch {
+	case ctx.Err() != nil || werr != nil:
+		// The client went away, the server shuts down, or a write failed or timed
+		// out (a viewer that stopped reading): no close handshake to wait for.
+	case errors.Is(err, errSlow):
+		ws.Close(websocket.StatusTryAgainLater, reasonSlow)
+	case errors.Is(err, errRevoked):
+		ws.Close(websocket.StatusPolicyViolation, reasonRevoked)
+	case err != nil:
+		s.log.Debug("live stream ended", "node", node, "session", id, "err", err)
+		ws.Close(websocket.StatusInternalError, closeReason(err))
+	default:
+		ws.Close(websocket.StatusNormalClosure, reasonExited)
+	}
+}
+
+// closeReason is err's message cut to fit a close frame (123 bytes), at a character.
+func closeReason(err error) string {
+	msg := err.Error()
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		msg = ae.Code + ": " + ae.Message
+	}
+	if len(msg) <= 123 {
+		return msg
+	}
+	n := 123
+	for n > 0 && !utf8.RuneStart(msg[n]) {
+		n--
+	}
+	return msg[:n]
+}
+
+// liveWriter turns the session's output into frames on the queue.
+type liveWriter struct {
+	enc   *liveEncoder
+	q     *liveQueue
+	valid func() bool
+}
+
+func (lw liveWriter) Write(p []byte) (int, error) {
+	if !lw.valid() {
+		return 0, errRevoked
+	}
+	if err := lw.q.push(lw.enc.output(p)...); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// liveQueue holds the frames waiting for a viewer, at most max bytes of them.
+type liveQueue struct {
+	mu      sync.Mutex
+	frames  []frame
+	bytes   int
+	max     int
+	done    bool // finish was called: drain returns once the queue is empty
+	dropped bool // abort was called: what is queued is dropped
+	wake    chan struct{}
+}
+
+func newLiveQueue(max int) *liveQueue {
+	return &liveQueue{max: max, wake: make(chan struct{}, 1)}
+}
+
+// push queues frames; errSlow when they would take the queue past its bound (then
+// nothing more is queued).
+func (q *liveQueue) push(fs ...frame) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.dropped {
+		return errSlow
+	}
+	for _, f := range fs {
+		q.bytes += len(f.data)
+		q.frames = append(q.frames, f)
+	}
+	if q.bytes > q.max {
+		q.frames, q.bytes, q.dropped = nil, 0, true
+		return errSlow
+	}
+	q.signal()
+	return nil
+}
+
+func (q *liveQueue) signal() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// finish says no more frames come: drain returns once it wrote what is queued.
+func (q *liveQueue) finish() {
+	q.mu.Lock()
+	q.done = true
+	q.signal()
+	q.mu.Unlock()
+}
+
+// abort drops what is queued.
+func (q *liveQueue) abort() {
+	q.mu.Lock()
+	q.frames, q.bytes, q.dropped = nil, 0, true
+	q.mu.Unlock()
+}
+
+// drain writes the queued frames with write, in order, until finish (and the queue is
+// empty) or write fails.
+func (q *liveQueue) drain(write func(frame) error) error {
+	for {
+		q.mu.Lock()
+		if len(q.frames) == 0 {
+			done := q.done
+			q.mu.Unlock()
+			if done {
+				return nil
+			}
+			<-q.wake
+			continue
+		}
+		f := q.frames[0]
+		q.frames[0] = frame{}
+		q.frames = q.frames[1:]
+		q.bytes -= len(f.data)
+		q.mu.Unlock()
+		if err := write(f); err != nil {
+			q.abort()
+			return err
+		}
+	}
+}
+
+// liveEncoder makes the frames of one live stream in its protocol. Output is cut
+// only between UTF-8 characters (players decode each message on its own).
+type liveEncoder struct {
+	alis  bool
+	t0    time.Time
+	last  time.Duration // time of the last event
+	id    uint64        // ALiS: the last event's id
+	held  []byte        // an incomplete character at the end of the last output
+	buf   []byte
+	jsonB bytes.Buffer
+}
+
+func newLiveEncoder(proto string, t0 time.Time) *liveEncoder {
+	return &liveEncoder{alis: proto == ProtoALiS, t0: t0}
+}
+
+// tick moves the stream's clock to now and returns the interval since the last event.
+func (e *liveEncoder) tick() (rel time.Duration) {
+	now := max(time.Since(e.t0), e.last)
+	rel, e.last = now-e.last, now
+	return rel
+}
+
+// start is the stream's first frames: the terminal's size and its current screen.
+func (e *liveEncoder) start(cols, rows int, screen []byte) []frame {
+	cols, rows = max(cols, 1), max(rows, 1)
+	screen = e.whole(screen)
+	if e.alis {
+		b := append([]byte(nil), 0x01)
+		b = binary.AppendUvarint(b, 0) // last event id
+		b = binary.AppendUvarint(b, 0) // time (µs)
+		b = binary.AppendUvarint(b, uint64(cols))
+		b = binary.AppendUvarint(b, uint64(rows))
+		b = append(b, 0) // no theme
+		b = binary.AppendUvarint(b, uint64(len(screen)))
+		b = append(b, screen...)
+		return []frame{{typ: websocket.MessageBinary, data: []byte("ALiS\x01")}, {typ: websocket.MessageBinary, data: b}}
+	}
+	hdr, _ := json.Marshal(map[string]any{"version": 3, "term": map[string]any{"cols": cols, "rows": rows, "type": "xterm-256color"},
+		"timestamp": e.t0.Unix()})
+	out := []frame{{typ: websocket.MessageText, data: hdr}}
+	if len(screen) > 0 {
+		out = append(out, e.event(0, "o", screen))
+	}
+	return out
+}
+
+// output is the frames of a piece of the session's output (none while it holds only
+// part of a character).
+func (e *liveEncoder) output(p []byte) []frame {
+	if p = e.whole(p); len(p) == 0 {
+		return nil
+	}
+	return e.encodeOutput(p)
+}
+
+// encodeOutput is the frame of output p, as it is.
+func (e *liveEncoder) encodeOutput(p []byte) []frame {
+	rel := e.tick()
+	if e.alis {
+		e.id++
+		b := append(e.buf[:0], 'o')
+		b = binary.AppendUvarint(b, e.id)
+		b = binary.AppendUvarint(b, uint64(rel.Microseconds()))
+		b = binary.AppendUvarint(b, uint64(len(p)))
+		e.buf = append(b, p...)
+		return []frame{{typ: websocket.MessageBinary, data: bytes.Clone(e.buf)}}
+	}
+	return []frame{e.event(rel, "o", p)}
+}
+
+// exit is the frames of the session's end: the output held back (an incomplete
+// character the session never completed), its exit status (when known), and for
+// ALiS the end of transmission.
+func (e *liveEncoder) exit(code *int) []frame {
+	var out []frame
+	if len(e.held) > 0 {
+		out = append(out, e.encodeOutput(e.held)...)
+		e.held = nil
+	}
+	if code != nil {
+		rel := e.tick()
+		status := max(*code, 0)
+		if e.alis {
+			e.id++
+			b := append([]byte(nil), 'x')
+			b = binary.AppendUvarint(b, e.id)
+			b = binary.AppendUvarint(b, uint64(rel.Microseconds()))
+			b = binary.AppendUvarint(b, uint64(status))
+			out = append(out, frame{typ: websocket.MessageBinary, data: b})
+		} else {
+			out = append(out, e.event(rel, "x", []byte(strconv.Itoa(status))))
+		}
+	}
+	if e.alis {
+		out = append(out, frame{typ: websocket.MessageBinary, data: []byte{0x04}})
+	}
+	return out
+}
+
+// whole returns held bytes and p up to its last whole character, holding back an
+// incomplete one at the end (at most 3 bytes) for the next call.
+func (e *liveEncoder) whole(p []byte) []byte {
+	if len(e.held) > 0 {
+		p = append(e.held, p...)
+		e.held = nil
+	}
+	for k := 1; k <= min(utf8.UTFMax-1, len(p)); k++ {
+		if c := p[len(p)-k]; utf8.RuneStart(c) {
+			if c >= utf8.RuneSelf && !utf8.FullRune(p[len(p)-k:]) {
+				e.held = bytes.Clone(p[len(p)-k:])
+				p = p[:len(p)-k]
+			}
+			break
+		}
+	}
+	return p
+}
+
+// event is an asciicast v3 event as a text message: [interval, code, data]. JSON
+// holds only valid UTF-8: other bytes become U+FFFD, as any player shows them.
+func (e *liveEncoder) event(rel time.Duration, code string, data []byte) frame {
+	e.jsonB.Reset()
+	e.jsonB.WriteByte('[')
+	e.jsonB.WriteString(strconv.FormatFloat(rel.Seconds(), 'f', 6, 64))
+	e.jsonB.WriteString(`, "`)
+	e.jsonB.WriteString(code)
+	e.jsonB.WriteString(`", `)
+	enc := json.NewEncoder(&e.jsonB)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(string(data)) // a string always encodes; Encode adds a newline
+	e.jsonB.Truncate(e.jsonB.Len() - 1)
+	e.jsonB.WriteByte(']')
+	return frame{typ: websocket.MessageText, data: bytes.Clone(e.jsonB.Bytes())}
+}
