@@ -326,6 +326,7 @@ export declare class Client {
   block(node: string, id: string, n: number, opts?: BlockOptions): Promise<BlockResult>;
   wait(node: string, id: string, opts?: WaitOptions): Promise<WaitResult>;
   output(node: string, id: string, opts?: { from?: number; maxBytes?: number }): Promise<Chunk>;
+  recording(node: string, id: string, opts?: { format?: "v3" | "v2" }): Promise<Uint8Array>;
   follow(node: string, id: string, opts?: FollowOptions): AsyncGenerator<Chunk, void, undefined>;
   fanout(command: string, opts: FanoutOptions): Promise<Fanout>;
   policy(): Promise<PolicyInfo>;

@@ -312,6 +312,14 @@ export class Client {
     return { offset: h("Fleetmux-Offset", from), data, end: h("Fleetmux-End", 0), oldest: h("Fleetmux-Oldest", 0) };
   }
 
+  /** The session's whole recording as one asciicast file: v3, or v2 with opts.format "v2". */
+  async recording(node, id, opts = {}) {
+    const resp = await this.#request("GET", this.#spath(node, id, "/recording"), {
+      query: [["format", opts.format ?? "v3"]], accept: "application/x-asciicast",
+    });
+    return new Uint8Array(await resp.arrayBuffer());
+  }
+
   /**
    * Yields the session's raw output from opts.from, in order, until the session has
    * exited and all of its output was yielded. It survives a controller restart: a

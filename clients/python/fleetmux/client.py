@@ -273,6 +273,13 @@ class Client:
         return Chunk(offset=int(h.get("Fleetmux-Offset", from_)), data=data,
                      end=int(h.get("Fleetmux-End", 0)), oldest=int(h.get("Fleetmux-Oldest", 0)))
 
+    def recording(self, node: str, id: str, format: str = "v3") -> bytes:
+        """The session's whole recording as one asciicast file: v3, or v2 with
+        format="v2" (what asciinema 2.2 reads)."""
+        with self._request("GET", self._spath(node, id, "/recording"), [("format", format)],
+                           accept="application/x-asciicast") as resp:
+            return resp.read()
+
     def follow(self, node: str, id: str, from_: int = 0, min_backoff: float = 0.1,
                max_backoff: float = 2.0) -> Iterator[Chunk]:
         """Yields the session's raw output from offset from_, in order, until the

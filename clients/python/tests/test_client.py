@@ -121,6 +121,18 @@ class ClientTest(unittest.TestCase):
             off += len(ch.data)
             got += len(ch.data)
         self.assertEqual(got, r.block.end - r.block.start)
+        # The recording (read by the controller in many pieces, its oldest parts
+        # perhaps dropped by the quota) ends with the block's output; the recorder
+        # writes on its own, so wait for it.
+        deadline = time.monotonic() + 20
+        while True:
+            rec = self.c.recording(s.node, s.id)
+            if b"699999\\r\\n700000" in rec or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        self.assertTrue(rec.startswith(b'{"version":3,'), rec[:40])
+        self.assertTrue(b"699999\\r\\n700000" in rec, "the recording lacks the block's end")
+        self.assertTrue(self.c.recording(s.node, s.id, format="v2").startswith(b'{"version":2,'))
 
     def test_wait_for_input(self):
         s = self.s
@@ -503,7 +515,7 @@ class ErrorsTest(unittest.TestCase):
         renamed = {"listNodes": "nodes", "listSessions": "sessions", "getSession": "session",
                    "listApprovals": "approvals", "getApproval": "approval", "decideApproval": "decide",
                    "listTokens": "tokens", "getPolicy": "policy", "listSecrets": "secrets"}
-        left_out = {"attach": "a WebSocket", "metrics": "Prometheus text", "mcpPost": "MCP's own clients",
+        left_out = {"attach": "a WebSocket", "live": "a WebSocket for players", "metrics": "Prometheus text", "mcpPost": "MCP's own clients",
                     "mcpGet": "MCP's own clients", "mcpDelete": "MCP's own clients"}
         doc = os.path.join(os.path.dirname(__file__), "..", "..", "..", "api", "openapi.yaml")
         with open(doc) as f:

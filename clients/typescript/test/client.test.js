@@ -105,6 +105,9 @@ describe("fleetmux client", { skip, concurrency: 1 }, () => {
       off += ch.data.length;
     }
     assert.equal(off, r.block.end);
+    const dec = new TextDecoder();
+    assert.ok(dec.decode((await c.recording(s.node, s.id)).slice(0, 20)).startsWith('{"version":3,'));
+    assert.ok(dec.decode((await c.recording(s.node, s.id, { format: "v2" })).slice(0, 20)).startsWith('{"version":2,'));
   });
 
   it("waits for waiting_input, then types", async () => {
@@ -433,7 +436,7 @@ describe("operations", () => {
       listNodes: "nodes", listSessions: "sessions", getSession: "session", listApprovals: "approvals",
       getApproval: "approval", decideApproval: "decide", listTokens: "tokens", getPolicy: "policy", listSecrets: "secrets",
     };
-    const leftOut = { attach: "a WebSocket", metrics: "Prometheus text", mcpPost: "MCP's own clients", mcpGet: "MCP's own clients", mcpDelete: "MCP's own clients" };
+    const leftOut = { attach: "a WebSocket", live: "a WebSocket for players", metrics: "Prometheus text", mcpPost: "MCP's own clients", mcpGet: "MCP's own clients", mcpDelete: "MCP's own clients" };
     const doc = readFileSync(new URL("../../../api/openapi.yaml", import.meta.url), "utf8");
     const ops = [...doc.matchAll(/operationId: (\w+)/g)].map((m) => m[1]);
     assert.ok(ops.includes("run"));
