@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
@@ -28,8 +29,14 @@ type ToolUse struct {
 // BashTool is the tool whose input is a shell command.
 const BashTool = "Bash"
 
+// ErrToolUndecided is CheckTool's answer when no rule of the policy (or no
+// policy) names the request: the node does not decide it, and the agent asks
+// as it would without fleetmux (its own dialog).
+var ErrToolUndecided = errors.New("no rule of the policy decides this tool use")
+
 // CheckTool decides whether the agent in s's session, working for w (who spawned
-// it), may use a tool: nil lets it; a deny rule is a CodeDenied *api.Error naming
+// it), may use a tool: nil lets it (an allow rule); ErrToolUndecided when no rule
+// matches (or there is no policy): the node decides nothing; a deny rule is a CodeDenied *api.Error naming
 // the rule; an approve rule holds it as an approval of kind agent_tool and blocks
 // until a person decides (nil when approved, CodeDenied naming the approval when
 // denied or expired) or ctx ends (the agent stopped waiting: the approval expires).
@@ -48,6 +55,9 @@ func (g *Guard) CheckTool(ctx context.Context, s *Session, w Writer, u ToolUse) 
 	var err error
 	switch d.Action {
 	case api.ActionAllow:
+		if d.Rule == "" {
+			err = ErrToolUndecided
+		}
 	case api.ActionApprove:
 		err = g.holdTool(ctx, s, w, u, d)
 	default:
@@ -86,7 +96,7 @@ func (g *Guard) auditTool(s *Session, w Writer, u ToolUse, d policy.Decision, er
 	if s != nil {
 		rec.Session = s.t.ID()
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrToolUndecided) {
 		rec.Result, rec.Error = api.CodeInternal, Truncate(err.Error(), 512)
 		if ae, ok := err.(*api.Error); ok {
 			rec.Result, rec.Error = ae.Code, Truncate(ae.Message, 512)

@@ -57,6 +57,7 @@ func TestCheckTool(t *testing.T) {
 rules:
   - {name: no-rm, match: {agent: claude, tool: Bash, input: '^rm '}, action: deny}
   - {name: shell-asks, match: {tool: Bash}, action: approve}
+  - {name: reads, match: {tool: Read}, action: allow}
 `)
 	g, err := New(Config{Node: "n1", DataDir: t.TempDir(), Audit: rec, Events: rec, Source: src})
 	if err != nil {
@@ -70,6 +71,9 @@ rules:
 
 	if err := g.CheckTool(ctx, s, spawner, ToolUse{Agent: "claude", Tool: "Read", Input: "/etc/hostname"}); err != nil {
 		t.Fatalf("Read: %v, want allowed", err)
+	}
+	if err := g.CheckTool(ctx, s, spawner, ToolUse{Agent: "claude", Tool: "Edit", Input: "/tmp/x"}); !errors.Is(err, ErrToolUndecided) {
+		t.Fatalf("Edit, which no rule names: %v, want undecided (the agent asks as it would)", err)
 	}
 	var ae *api.Error
 	if err := g.CheckTool(ctx, s, spawner, ToolUse{Agent: "claude", Tool: BashTool, Input: "rm x"}); !errors.As(err, &ae) || ae.Code != api.CodeDenied || ae.Rule != "no-rm" {
@@ -166,7 +170,7 @@ rules:
 			}
 		}
 	}
-	if tools != 5 || decided != 2 {
-		t.Fatalf("%d tool decisions and %d approval decisions audited, want 5 and 2", tools, decided)
+	if tools != 6 || decided != 2 {
+		t.Fatalf("%d tool decisions and %d approval decisions audited, want 6 and 2", tools, decided)
 	}
 }

@@ -156,20 +156,28 @@ func (n *Node) agentSpawn(ctx context.Context, req request) (any, error) {
 		Held: &guard.Held{Writer: w, Verb: guard.VerbCreate, Create: &cr}, Decision: req.decision}); err != nil {
 		return nil, err
 	}
+	hooks, err := n.prepareHooks(d, &cr) // agenthook.go
+	if err != nil {
+		return nil, api.Errorf(api.CodeUnavailable, "node %s: the agent's hooks: %v", n.cfg.Name, err)
+	}
 	s, err := n.startNew(cr, w)
 	if err != nil {
+		hooks.abort()
 		return nil, err
 	}
 	e, err := n.lookup(s.ID)
 	if err != nil {
+		hooks.abort()
 		return nil, err
 	}
 	meta := api.Agent{ID: s.ID, Driver: d.Name, Parent: parent, Depth: depth, Workdir: s.Cwd, Labels: r.Labels,
 		Program: path, Owner: w.Principal, Caps: r.Caps, CreatedAt: s.CreatedAt}
 	if err := n.agents.Add(meta, d, agentSession{e}, r.Prompt); err != nil {
 		n.closeEntry(e, false)
+		hooks.abort()
 		return nil, api.Errorf(api.CodeUnavailable, "node %s: %v", n.cfg.Name, err)
 	}
+	n.startHooks(hooks, e, d.Name, w)
 	a, _ := n.agents.Get(s.ID)
 	return a, nil
 }

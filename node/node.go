@@ -100,6 +100,9 @@ type Config struct {
 	// detaches from them instead of ending them, and New reattaches to every
 	// session the holder keeps (held.go). nil: sessions live in this process.
 	Holder *holder.Client
+	// Self is the fleetmux binary: a claude agent's hooks run `Self agent-hook DIR`
+	// (agenthook.go). Empty: this process's executable.
+	Self string
 	// Exposed says the node listens beyond loopback (its gossip): running without
 	// a policy is then logged as a warning, not as information.
 	Exposed bool
@@ -128,6 +131,7 @@ type Node struct {
 
 	guard     *guard.Guard                 // everything decided before the node acts (guard.go)
 	agents    *agent.Tracker               // the node's coding agents (agents.go)
+	hooks     agentHooks                   // their hook channels (agenthook.go)
 	agentEvs  *delay.Queue[api.AgentEvent] // their events, published off the caller's path
 	spawnMu   sync.Mutex                   // one agent spawn at a time (agents.go)
 	redaction redaction                    // redact.go
@@ -328,6 +332,7 @@ func (n *Node) Close() error {
 		}
 	}
 	n.agents.Close() // its samplers end; the sessions are ended (or detached) below
+	n.closeHooks()
 	var wg sync.WaitGroup
 	for _, e := range entries {
 		wg.Add(1)

@@ -144,6 +144,7 @@ func (n *Node) closeEntry(e *entry, reaping bool) (api.Session, bool) {
 	n.agents.Remove(e.id) // an agent's sampler ends before its session
 	info := e.info()
 	e.close()
+	n.stopHooks(e.id) // once its program is gone: it writes into its config dir
 	publishJSON(n.cfg.Bus, n.subj.Event(n.cfg.Name, e.id), api.SessionEvent{
 		Type: api.EventClosed, Node: n.cfg.Name, Session: e.id, Time: time.Now().UTC(), State: api.StateExited,
 	})

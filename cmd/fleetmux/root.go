@@ -80,7 +80,7 @@ func cliRoot() *cobra.Command {
 	}
 	root.AddCommand(versionCmd(), tryCmd())
 	root.AddCommand(replayCmd())
-	root.AddCommand(nodeCmd(), controllerCmd(), devCmd(), enrollCmd(), holderCmd())
+	root.AddCommand(nodeCmd(), controllerCmd(), devCmd(), enrollCmd(), holderCmd(), agentHookCmd())
 	root.AddCommand(clientCmds()...)
 	root.AddCommand(mcpCmd(), tokenCmd(), policyCmd(), secretCmd(), uiCmd())
 	root.AddCommand(genDocsCmd(), completionCmd())

@@ -1,0 +1,149 @@
+package node_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/internal/testutil"
+	"github.com/fleetmux/fleetmux/node"
+)
+
+// claudePolicy holds the agents' Bash for a person unless it touches a
+// DENIED file, which it denies.
+const claudePolicy = `version: 1
+rules:
+  - name: no-denied-files
+    match: {agent: claude, tool: Bash, input: 'DENIED'}
+    action: deny
+  - name: shell-needs-a-human
+    match: {agent: claude, tool: Bash}
+    action: approve
+    approve_within: 1m
+`
+
+// claudeFixture is a node with claudePolicy that runs the real Claude Code
+// (pinned) against a fake Messages API, and the fake.
+func claudeFixture(t *testing.T) (*fixture, *testutil.FakeClaude, string) {
+	t.Helper()
+	claude := testutil.NeedClaudeCode(t) // before the fixture changes HOME
+	bin, err := testutil.BuildFleetmux(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := testutil.StartFakeClaude(t)
+	src := &docSource{rev: 1, doc: []byte(claudePolicy)}
+	f := newFixture(t, func(c *node.Config) { c.Policy, c.Self = src, bin })
+	return f, fake, claude
+}
+
+// waitAgent waits (at most 30 s) until agent id is in one of states.
+func (f *fixture) waitAgent(id string, states ...string) api.Agent {
+	f.t.Helper()
+	var r api.AgentWaitReply
+	f.mustCall(api.VerbAgentWait, api.AgentWaitRequest{Agent: id, States: states, TimeoutMS: 30000}, &r)
+	if !r.OK {
+		f.t.Fatalf("agent %s: %s (source %s, evidence %q), want %v", id, r.Agent.State, r.Agent.StateSource, r.Agent.Evidence, states)
+	}
+	return r.Agent
+}
+
+// TestClaudeHooksAndApprovals: the real Claude Code, spawned as an agent,
+// reports its states through its hooks (source hook); its request to run a Bash
+// command is held as an approval of kind agent_tool, nothing running, until an
+// admin other than its spawner approves it, and then the command runs; a command
+// a deny rule matches never runs.
+func TestClaudeHooksAndApprovals(t *testing.T) {
+	f, fake, claude := claudeFixture(t)
+	work := t.TempDir()
+	start := time.Now()
+	var a api.Agent
+	f.mustCall(api.VerbAgentSpawn, api.SpawnRequest{Driver: api.DriverClaude, Program: claude, Cwd: work, Env: testutil.ClaudeCodeEnvFor(fake)}, &a)
+	a = f.waitAgent(a.ID, api.AgentReady)
+	t.Logf("spawn → ready in %v (source %s, %s)", time.Since(start).Round(time.Millisecond), a.StateSource, a.Evidence)
+	if entries, _ := os.ReadDir(filepath.Join(f.data, "agents")); len(entries) != 1 {
+		t.Fatalf("%d agent config dirs, want 1", len(entries))
+	}
+
+	// bob (another admin) prompts the agent that tester spawned.
+	if err := f.callAs("bob", api.RoleAdmin, api.VerbAgentSend, api.AgentSendRequest{Agent: a.ID, Text: "bash: touch MARKER"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	w := f.waitAgent(a.ID, api.AgentWaitingPermission)
+	if w.StateSource != api.SourceHook || !strings.HasPrefix(w.Evidence, "PermissionRequest Bash") {
+		t.Fatalf("waiting_permission from %s (%q), want the PermissionRequest hook", w.StateSource, w.Evidence)
+	}
+	for _, q := range fake.Requests() {
+		if q.Prompt == "bash: touch MARKER" {
+			t.Logf("the model's tool_use → waiting_permission (hook): %v", w.StateSince.Sub(q.Time).Round(time.Millisecond))
+		}
+	}
+	var list api.ApprovalList
+	f.mustCall("approvals", api.ApprovalsRequest{State: api.ApprovalPending}, &list)
+	if len(list.Approvals) != 1 {
+		t.Fatalf("pending approvals: %+v", list.Approvals)
+	}
+	ap := list.Approvals[0]
+	if ap.Kind != api.ApprovalAgentTool || ap.Agent != api.DriverClaude || ap.Tool != "Bash" || ap.Command != "touch MARKER" || ap.Session != a.ID {
+		t.Fatalf("approval %+v", ap)
+	}
+	marker := filepath.Join(work, "MARKER")
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the command ran before anyone approved it")
+	}
+	// Neither who spawned the agent nor who prompted it may approve its
+	// request; another admin may.
+	err := f.call("decide", api.DecideRequest{ID: ap.ID, DecideBody: api.DecideBody{Decision: api.DecisionApprove}}, nil)
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Code != api.CodeForbidden {
+		t.Fatalf("the spawner approving: %v, want forbidden", err)
+	}
+	err = f.callAs("bob", api.RoleAdmin, "decide", api.DecideRequest{ID: ap.ID, DecideBody: api.DecideBody{Decision: api.DecisionApprove}}, nil)
+	if !errors.As(err, &ae) || ae.Code != api.CodeForbidden {
+		t.Fatalf("who prompted it approving: %v, want forbidden", err)
+	}
+	if err := f.callAs("alice", api.RoleAdmin, "decide", api.DecideRequest{ID: ap.ID, DecideBody: api.DecideBody{Decision: api.DecisionApprove}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	r := f.waitAgent(a.ID, api.AgentReady)
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("approved, the command did not run: %v", err)
+	}
+	if r.StateSource != api.SourceHook {
+		t.Errorf("ready after the turn from %s (%q), want a hook", r.StateSource, r.Evidence)
+	}
+	reqs := fake.Requests()
+	last := reqs[len(reqs)-1]
+	t.Logf("the model's last answer → ready: %v", r.StateSince.Sub(last.Time).Round(time.Millisecond))
+
+	// A deny rule: the command never runs, the agent is told, and goes on.
+	if err := f.callAs("bob", api.RoleAdmin, api.VerbAgentSend, api.AgentSendRequest{Agent: a.ID, Text: "bash: touch DENIED"}, nil); err != nil {
+		t.Fatal(err) // bob again: his writer lease may still hold
+	}
+	testutil.Eventually(t, 30*time.Second, func() bool {
+		for _, q := range fake.Requests() {
+			if q.ToolResult && q.Time.After(last.Time) {
+				return true
+			}
+		}
+		return false
+	}, "the denied tool's result to reach the model")
+	f.waitAgent(a.ID, api.AgentReady)
+	if _, err := os.Stat(filepath.Join(work, "DENIED")); err == nil {
+		t.Fatal("a denied command ran")
+	}
+	f.mustCall("approvals", api.ApprovalsRequest{State: api.ApprovalPending}, &list)
+	if len(list.Approvals) != 0 {
+		t.Fatalf("a denied request was held: %+v", list.Approvals)
+	}
+
+	f.mustCall(api.VerbAgentKill, api.AgentRequest{Agent: a.ID}, nil)
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		entries, _ := os.ReadDir(filepath.Join(f.data, "agents"))
+		return len(entries) == 0
+	}, "the agent's config dir to go with it")
+}
