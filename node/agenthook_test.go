@@ -126,12 +126,12 @@ func TestClaudeHooksAndApprovals(t *testing.T) {
 	}
 	testutil.Eventually(t, 30*time.Second, func() bool {
 		for _, q := range fake.Requests() {
-			if q.ToolResult && q.Time.After(last.Time) {
+			if q.ToolError && q.Answer == "denied: touch DENIED" {
 				return true
 			}
 		}
 		return false
-	}, "the denied tool's result to reach the model")
+	}, "the denied tool's error to reach the model")
 	f.waitAgent(a.ID, api.AgentReady)
 	if _, err := os.Stat(filepath.Join(work, "DENIED")); err == nil {
 		t.Fatal("a denied command ran")

@@ -76,8 +76,12 @@ func printApprovals(w io.Writer, l api.ApprovalList) error {
 		if asked == "" {
 			asked = a.Actor
 		}
+		command := a.Command
+		if a.Kind == api.ApprovalAgentTool {
+			command = a.Agent + " " + a.Tool + ": " + command // an agent waits to use a tool
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", cell(a.Addr(), 40), a.State, cell(a.Node+"/"+a.Session, 40),
-			cell(asked, 40), cell(a.Rule, 40), cell(when, 60), cell(a.Command, 80))
+			cell(asked, 40), cell(a.Rule, 40), cell(when, 60), cell(command, 80))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -35,9 +35,10 @@ type FakeClaude struct {
 	ln  net.Listener
 	wg  sync.WaitGroup
 
-	mu   sync.Mutex
-	reqs []FakeClaudeRequest
-	seq  int
+	mu    sync.Mutex
+	reqs  []FakeClaudeRequest
+	seq   int
+	asked map[string]bool // prompts answered with a tool_use
 }
 
 // FakeClaudeRequest is one request the fake answered.
@@ -49,6 +50,10 @@ type FakeClaudeRequest struct {
 	// ToolResult whether that message carried a tool_result.
 	Prompt     string
 	ToolResult bool
+	// ToolError: that tool_result was an error (the tool was denied or failed).
+	ToolError bool
+	// Answer is what the fake answered: "tool_use: CMD", or its text.
+	Answer string
 	// Time is when the fake answered.
 	Time time.Time
 }
@@ -56,13 +61,21 @@ type FakeClaudeRequest struct {
 // bashLine finds the scripted tool request in a prompt.
 var bashLine = regexp.MustCompile(`(?m)^bash: (.+)$`)
 
+// bashCommand is the command of a bashLine match ("" for none).
+func bashCommand(m []string) string {
+	if m == nil {
+		return ""
+	}
+	return m[1]
+}
+
 // NewFakeClaude starts the fake on a loopback port; Close stops it.
 func NewFakeClaude() (*FakeClaude, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("fakeclaude: %w", err)
 	}
-	f := &FakeClaude{URL: "http://" + ln.Addr().String(), ln: ln}
+	f := &FakeClaude{URL: "http://" + ln.Addr().String(), ln: ln, asked: map[string]bool{}}
 	f.srv = &http.Server{Handler: f, ReadHeaderTimeout: 10 * time.Second}
 	f.wg.Add(1)
 	go func() {
@@ -143,34 +156,47 @@ func (f *FakeClaude) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec.Stream = req.Stream
-	var isError bool
-	rec.Prompt, rec.ToolResult, isError = lastUser(req)
-	f.keep(rec)
+	rec.Prompt, rec.ToolResult, rec.ToolError = lastUser(req)
 
 	var blocks []map[string]any
 	stop := "end_turn"
-	switch m := bashLine.FindStringSubmatch(rec.Prompt); {
-	case rec.ToolResult:
-		cmd := f.lastCommand(req)
-		word := "ran"
-		if isError {
-			word = "denied"
-		}
-		blocks = []map[string]any{{"type": "text", "text": word + ": " + cmd}}
-	case m != nil && len(req.Tools) > 0:
+	m := bashLine.FindStringSubmatch(rec.Prompt)
+	f.mu.Lock()
+	// A prompt is asked about once: the CLI may send the next prompt in the
+	// message that carries the last tool_result, and the tool_result of this
+	// prompt's tool in a message that still carries the prompt.
+	ask := m != nil && len(req.Tools) > 0 && !f.asked[rec.Prompt]
+	if ask {
+		f.asked[rec.Prompt] = true
+	}
+	f.mu.Unlock()
+	switch {
+	case ask:
 		f.mu.Lock()
 		f.seq++
 		id := fmt.Sprintf("toolu_fake%04d", f.seq)
 		f.mu.Unlock()
 		blocks = []map[string]any{
 			{"type": "text", "text": "Running it."},
-			{"type": "tool_use", "id": id, "name": "Bash", "input": map[string]any{"command": strings.TrimSpace(m[1]), "description": "scripted command"}},
+			{"type": "tool_use", "id": id, "name": "Bash", "input": map[string]any{"command": strings.TrimSpace(bashCommand(m)), "description": "scripted command"}},
 		}
 		stop = "tool_use"
+	case rec.ToolResult:
+		cmd := f.lastCommand(req)
+		word := "ran"
+		if rec.ToolError {
+			word = "denied"
+		}
+		blocks = []map[string]any{{"type": "text", "text": word + ": " + cmd}}
 	default:
 		first, _, _ := strings.Cut(strings.TrimSpace(rec.Prompt), "\n")
 		blocks = []map[string]any{{"type": "text", "text": "FAKE-ANSWER: " + first}}
 	}
+	rec.Answer = "tool_use: " + strings.TrimSpace(bashCommand(m))
+	if stop != "tool_use" {
+		rec.Answer = blocks[0]["text"].(string)
+	}
+	f.keep(rec)
 	model := req.Model
 	if model == "" {
 		model = "claude-fake"

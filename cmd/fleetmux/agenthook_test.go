@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/client"
+	"github.com/fleetmux/fleetmux/internal/testutil"
+)
+
+// agentToolPolicy holds a Bash tool use of a claude agent for a person, and
+// denies one that touches a DENIED file.
+const agentToolPolicy = `version: 1
+rules:
+  - name: no-denied-files
+    match: {agent: claude, tool: Bash, input: 'DENIED'}
+    action: deny
+  - name: agents-ask-before-shell
+    match: {agent: claude, tool: Bash}
+    action: approve
+    approve_within: 2m
+`
+
+// TestClaudeAgentApproval is the real Claude Code (pinned, from npm) on
+// `fleetmux dev`, offline against a fake Messages API: spawned, it is ready; a
+// prompt makes it work; the fake model asks for Bash `touch MARKER`, which the
+// policy holds: the agent waits for permission (its states from its hooks),
+// `fleetmux approvals` lists an agent_tool approval, nothing ran; another admin
+// approves with `fleetmux approve`, the marker appears, the agent is ready. A
+// Bash use a deny rule matches never runs.
+func TestClaudeAgentApproval(t *testing.T) {
+	claude := testutil.NeedClaudeCode(t) // before dev changes HOME
+	fake := testutil.StartFakeClaude(t)
+	addr := startDev(t)
+	work := t.TempDir()
+	pol := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(pol, []byte(agentToolPolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, errs, err := runArgs(t, "policy", "set", pol); err != nil {
+		t.Fatalf("policy set: %v %s %s", err, out, errs)
+	}
+	c, err := client.New(client.Config{Addr: addr, Token: devAdminToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	env := testutil.ClaudeCodeEnvFor(fake)
+	env[envTestMain] = "1" // its hooks run this test binary as fleetmux
+	start := time.Now()
+	a, err := c.SpawnAgent(ctx, api.SpawnRequest{Node: "here", Driver: api.DriverClaude, Program: claude, Cwd: work, Env: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := func(states ...string) api.Agent {
+		t.Helper()
+		r, err := c.WaitAgent(ctx, a.Node, a.ID, states, 30000)
+		if err != nil || !r.OK {
+			t.Fatalf("agent %s: %v, %s from %s (%q), want %v", a.Address(), err, r.Agent.State, r.Agent.StateSource, r.Agent.Evidence, states)
+		}
+		return r.Agent
+	}
+	wait(api.AgentReady)
+	t.Logf("spawn → ready: %v", time.Since(start).Round(time.Millisecond))
+
+	if _, err := c.SendAgent(ctx, a.Node, a.ID, "bash: touch MARKER"); err != nil {
+		t.Fatal(err)
+	}
+	w := wait(api.AgentWaitingPermission)
+	if w.StateSource != api.SourceHook || !strings.HasPrefix(w.Evidence, "PermissionRequest Bash") {
+		t.Fatalf("waiting_permission from %s (%q), want the PermissionRequest hook", w.StateSource, w.Evidence)
+	}
+	out, errs, err := runArgs(t, "approvals", "--json")
+	var list api.ApprovalList
+	if err != nil || json.Unmarshal([]byte(out), &list) != nil || len(list.Approvals) != 1 {
+		t.Fatalf("approvals: %v %q %q", err, out, errs)
+	}
+	ap := list.Approvals[0]
+	if ap.Kind != api.ApprovalAgentTool || ap.Tool != "Bash" || ap.Command != "touch MARKER" || ap.Session != a.ID {
+		t.Fatalf("approval %+v", ap)
+	}
+	if out, _, _ := runArgs(t, "approvals"); !strings.Contains(out, "claude Bash: touch MARKER") {
+		t.Fatalf("approvals does not show the agent's tool:\n%s", out)
+	}
+	marker := filepath.Join(work, "MARKER")
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the tool ran before anyone approved it")
+	}
+	if _, _, err := runArgs(t, "approve", ap.Addr()); err == nil {
+		t.Fatal("the admin who spawned the agent approved its tool")
+	}
+	out, errs, err = runArgs(t, "token", "create", "--name", "alice", "--role", "admin", "--ttl", "1h")
+	if err != nil {
+		t.Fatalf("token create: %v %s", err, errs)
+	}
+	if _, errs, err := runArgs(t, "approve", "--token", strings.TrimSpace(out), "--addr", addr, ap.Addr(), "--reason", "looked at it"); err != nil {
+		t.Fatalf("approve as alice: %v %s", err, errs)
+	}
+	r := wait(api.AgentReady)
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("approved, the tool did not run: %v", err)
+	}
+	if r.StateSource != api.SourceHook {
+		t.Errorf("ready after the turn from %s (%q), want the Stop hook", r.StateSource, r.Evidence)
+	}
+
+	before := len(fake.Requests())
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, q := range fake.Requests()[before:] {
+				t.Logf("the fake model was asked: %+v", q)
+			}
+			if sc, err := c.Screen(context.Background(), a.Node, a.ID); err == nil {
+				t.Logf("the agent's screen:\n%s", sc.Text)
+			}
+		}
+	})
+	if _, err := c.SendAgent(ctx, a.Node, a.ID, "bash: touch DENIED"); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, func() bool {
+		for _, q := range fake.Requests()[before:] {
+			if q.ToolError && q.Answer == "denied: touch DENIED" {
+				return true
+			}
+		}
+		return false
+	}, "the denial to reach the model")
+	wait(api.AgentReady)
+	if _, err := os.Stat(filepath.Join(work, "DENIED")); err == nil {
+		t.Fatal("a denied tool ran")
+	}
+	if _, err := c.KillAgent(ctx, a.Node, a.ID); err != nil {
+		t.Fatal(err)
+	}
+}
