@@ -82,7 +82,7 @@ func cliRoot() *cobra.Command {
 	root.AddCommand(replayCmd())
 	root.AddCommand(nodeCmd(), controllerCmd(), devCmd(), enrollCmd(), holderCmd(), agentHookCmd())
 	root.AddCommand(clientCmds()...)
-	root.AddCommand(mcpCmd(), tokenCmd(), policyCmd(), secretCmd(), uiCmd())
+	root.AddCommand(mcpCmd(), tokenCmd(), policyCmd(), secretCmd(), uiCmd(), agentCmd())
 	root.AddCommand(genDocsCmd(), completionCmd())
 	return root
 }
