@@ -251,3 +251,48 @@ func TestAgentTree(t *testing.T) {
 		t.Fatalf("agents left: %+v", list.Agents)
 	}
 }
+
+// TestAgentSecret: a node secret reaches an agent's environment only when a
+// secrets entry of the policy names the agent's driver, and its value is in no
+// reply: not the spawn's, not the list's, not the output's or the screen's
+// (redacted there like every stored secret).
+func TestAgentSecret(t *testing.T) {
+	const value = "sk-fake-0123456789abcdef"
+	f := stack.New(t, stack.Options{Nodes: map[string]map[string]string{"n1": nil}, Policy: true})
+	f.Must(http.StatusOK, "PUT", "/v1/nodes/n1/secrets/model-key", api.SecretBody{Value: value}, nil)
+	body := api.SpawnRequest{Node: "n1", Driver: api.DriverGeneric, Program: "sh", Secrets: map[string]string{"API_KEY": "model-key"},
+		Args:  []string{"-c", `printf 'key=%s\n' "$API_KEY"; printf 'READY> '; exec cat`},
+		Rules: "version 1\nrule prompt ready -- READY>\n"}
+	// A policy without an entry for agents: refused (sudo's entry is sudo's).
+	f.Must(http.StatusOK, "PUT", "/v1/policy", []byte(`{"version": 1, "rules": [{"name": "default", "action": "allow"}],
+		"secrets": [{"name": "model-key", "roles": ["admin"]}]}`), nil)
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		code, b := f.Do("POST", "/v1/agents", body)
+		return code == http.StatusForbidden && strings.Contains(string(b), `"denied"`) && !strings.Contains(string(b), value)
+	}, "a spawn with a secret no entry gives agents refused")
+	f.Must(http.StatusOK, "PUT", "/v1/policy", []byte(`{"version": 1, "rules": [{"name": "default", "action": "allow"}],
+		"secrets": [{"name": "model-key", "roles": ["admin"], "programs": ["agent:generic"]}]}`), nil)
+	var raw []byte
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		var code int
+		code, raw = f.Do("POST", "/v1/agents", body)
+		return code == http.StatusCreated
+	}, "a spawn with a secret the policy gives it")
+	var a api.Agent
+	if err := json.Unmarshal(raw, &a); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, f, a, api.AgentReady, 5*time.Second)
+	var out api.AgentOutput
+	f.Must(http.StatusOK, "GET", "/v1/agents/n1/"+a.ID+"/output", nil, &out)
+	if !strings.Contains(out.Text, "key=[REDACTED:secret-model-key]") {
+		t.Fatalf("the agent did not get its key, redacted: %q", out.Text)
+	}
+	for _, p := range []string{"/v1/agents", "/v1/agents/n1/" + a.ID, "/v1/agents/n1/" + a.ID + "/output", "/v1/sessions/n1/" + a.ID + "/screen",
+		"/v1/sessions/n1/" + a.ID + "/output?from=0", "/v1/sessions/n1/" + a.ID} {
+		code, b := f.Do("GET", p, nil)
+		if code != http.StatusOK || strings.Contains(string(raw)+string(b), value) {
+			t.Fatalf("GET %s (%d) holds the secret: %s", p, code, b)
+		}
+	}
+}

@@ -114,9 +114,6 @@ func (n *Node) agentSpawn(ctx context.Context, req request) (any, error) {
 	if err := api.ValidText("prompt", r.Prompt, true); err != nil {
 		return nil, api.Errorf(api.CodeBadRequest, "%v", err)
 	}
-	if len(r.Secrets) > 0 {
-		return nil, api.Errorf(api.CodeBadRequest, "secrets for agents are not supported by node %s yet: pass the key in env, or store it where the CLI reads it", n.cfg.Name)
-	}
 	program := r.Program
 	if program == "" {
 		program = d.Program
@@ -156,11 +153,29 @@ func (n *Node) agentSpawn(ctx context.Context, req request) (any, error) {
 		Held: &guard.Held{Writer: w, Verb: guard.VerbCreate, Create: &cr}, Decision: req.decision}); err != nil {
 		return nil, err
 	}
+	// The secrets go into this agent's environment only: not into cr, which an
+	// approval keeps; their values are redacted from its output like every
+	// stored secret's.
+	secrets, err := n.guard.AgentSecrets(ctx, w, d.Name, r.Secrets)
+	if err != nil {
+		return nil, err
+	}
+	if len(secrets) > 0 {
+		env := make(map[string]string, len(cr.Env)+len(secrets))
+		for k, v := range cr.Env {
+			env[k] = v
+		}
+		for k, v := range secrets {
+			env[k] = v
+		}
+		cr.Env = env
+	}
 	hooks, err := n.prepareHooks(d, &cr) // agenthook.go
 	if err != nil {
 		return nil, api.Errorf(api.CodeUnavailable, "node %s: the agent's hooks: %v", n.cfg.Name, err)
 	}
 	s, err := n.startNew(cr, w)
+	clear(secrets)
 	if err != nil {
 		hooks.abort()
 		return nil, err
