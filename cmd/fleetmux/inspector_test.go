@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/testutil"
 )
 
@@ -64,7 +65,7 @@ func TestMCPInspectorStrict(t *testing.T) {
 			OutputSchema map[string]any `json:"outputSchema"`
 		} `json:"tools"`
 	}
-	if err := json.Unmarshal(out.Bytes(), &list); err != nil || len(list.Tools) != 12 {
+	if err := json.Unmarshal(out.Bytes(), &list); err != nil || len(list.Tools) != len(api.Tools) {
 		t.Fatalf("tools/list: %v, %d tools:\n%s\nstderr:\n%s", err, len(list.Tools), out.String(), errb.String())
 	}
 	t.Logf("tools/list through the inspector: %d tools, %d bytes (indented)", len(list.Tools), out.Len())

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -80,7 +81,7 @@ func TestMCPStdio(t *testing.T) {
 	cs, stderr := stdioMCP(t, "--addr", addr)
 
 	tools, err := cs.ListTools(context.Background(), nil)
-	if err != nil || len(tools.Tools) != 12 {
+	if err != nil || len(tools.Tools) != len(api.Tools) {
 		t.Fatalf("tools: %v %d", err, len(tools.Tools))
 	}
 	if got := cs.InitializeResult().ServerInfo.Name; got != "fleetmux" {
