@@ -134,12 +134,12 @@ func TestBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the browser test failed: %v", err)
 	}
-	for _, step := range []string{"signin", "fleet", "sessions", "terminal", "takeover", "resize", "xss", "approvals", "agents", "replay", "viewer", "signout"} {
+	for _, step := range []string{"signin", "fleet", "sessions", "terminal", "takeover", "resize", "xss", "approvals", "agents", "replay", "live", "viewer", "signout"} {
 		if !strings.Contains(out.String(), "ok "+step) {
 			t.Errorf("step %s did not pass", step)
 		}
 	}
-	for _, shot := range []string{"signin", "fleet", "sessions", "session", "approvals", "agents", "replay", "viewer-session"} {
+	for _, shot := range []string{"signin", "fleet", "sessions", "session", "approvals", "agents", "replay", "live", "viewer-session"} {
 		if st, err := os.Stat(filepath.Join(dir, shot+".png")); err != nil || st.Size() == 0 {
 			t.Errorf("no screenshot of %s: %v", shot, err)
 		}

@@ -186,38 +186,23 @@ try {
   // Replay: the recording in asciinema-player, a marker per block; the button of
   // block 3 jumps to its marker.
   const [rnode, rsid] = env.REPLAY.split('/');
-  const served = await fetch(`${base}/v1/sessions/${rnode}/${rsid}/recording`, { headers: { Authorization: `Bearer ${env.ADMIN}` } });
   await page.goto(`${base}/ui/replay/${rnode}/${rsid}`);
-  await page.waitForFunction(() => { const s = document.querySelector('#replay-status'); return s && s.textContent !== 'Loading the recording…'; });
-  if (served.status === 404 && (await served.json()).error.message.startsWith('no route')) {
-    const text = await page.textContent('#replay-status');
-    if (!text.includes('does not serve recordings')) fail(`replay without recordings: ${text}`);
-    await shot(page, 'replay');
-    ok('replay', 'stub: the controller serves no recordings');
-  } else {
-    if (served.status !== 200) fail(`GET …/recording: ${served.status}`);
-    await page.waitForSelector('#markers button[data-block="3"]');
-    const mark = await page.evaluate(() => window.fleetmuxMarkers.find((m) => m.block === 3));
-    if (!mark || !mark.label.startsWith('block 3: ') || !mark.label.includes('echo three') || mark.time < 0.6) fail(`marker of block 3: ${JSON.stringify(mark)}`);
-    await page.click('#markers button[data-block="3"]');
-    await page.waitForFunction(async (t) => Math.abs(await window.fleetmuxPlayer.getCurrentTime() - t) < 0.05, mark.time, { timeout: 10000 });
-    await shot(page, 'replay');
-    ok('replay', `block 3 at ${mark.time.toFixed(3)}s`);
+  await page.waitForSelector('#markers button[data-block="3"]');
+  const mark = await page.evaluate(() => window.fleetmuxMarkers.find((m) => m.block === 3));
+  if (!mark || !mark.label.startsWith('block 3: ') || !mark.label.includes('echo three') || mark.time < 0.6) fail(`marker of block 3: ${JSON.stringify(mark)}`);
+  await page.click('#markers button[data-block="3"]');
+  await page.waitForFunction(async (t) => Math.abs(await window.fleetmuxPlayer.getCurrentTime() - t) < 0.05, mark.time, { timeout: 10000 });
+  await shot(page, 'replay');
+  ok('replay', `block 3 at ${mark.time.toFixed(3)}s`);
 
-    // Live: the player on the session's /live stream shows what runs now.
-    const liveRoute = await fetch(`${base}/v1/sessions/${rnode}/${rsid}/live`, { headers: { Authorization: `Bearer ${env.ADMIN}` } });
-    if (liveRoute.status === 404 && (await liveRoute.json()).error.message.startsWith('no route')) {
-      ok('live', 'stub: the controller serves no /live');
-    } else {
-      await page.click('#watch-live');
-      await page.waitForSelector('#player .ap-player');
-      const live = await api(env.ADMIN, 'POST', `/v1/sessions/${rnode}/${rsid}/run`, { command: 'echo live-$((6*7))', timeout_ms: 20000 });
-      if (live.status !== 200) fail(`run while live: ${JSON.stringify(live)}`);
-      await page.waitForFunction(() => document.querySelector('#player').textContent.includes('live-42'), null, { timeout: 10000 });
-      await shot(page, 'live');
-      ok('live');
-    }
-  }
+  // Live: the player on the session's /live stream shows what runs now.
+  await page.click('#watch-live');
+  await page.waitForSelector('#player .ap-player');
+  const live = await api(env.ADMIN, 'POST', `/v1/sessions/${rnode}/${rsid}/run`, { command: 'echo live-$((6*7))', timeout_ms: 20000 });
+  if (live.status !== 200) fail(`run while live: ${JSON.stringify(live)}`);
+  await page.waitForFunction(() => document.querySelector('#player').textContent.includes('live-42'), null, { timeout: 10000 });
+  await shot(page, 'live');
+  ok('live');
 
   // A viewer: the page has no input path, and the API refuses what it forges.
   const vctx = await browser.newContext({ viewport: { width: 1280, height: 800 } });

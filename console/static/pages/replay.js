@@ -53,9 +53,7 @@ export async function replayPage(main, [node, id], ctx) {
   if (!res.ok) {
     const body = await res.json().catch(() => null);
     const e = new APIError(res.status, body);
-    msg.textContent = res.status === 404 && (body?.error?.message || '').startsWith('no route')
-      ? 'This controller does not serve recordings yet.'
-      : `No recording: ${e.message}`;
+    msg.textContent = `No recording: ${e.message}`;
     return;
   }
   const data = await res.text();
