@@ -134,7 +134,7 @@ func TestBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the browser test failed: %v", err)
 	}
-	for _, step := range []string{"signin", "fleet", "sessions", "terminal", "takeover", "resize", "xss", "approvals", "agents", "replay", "live", "viewer", "signout"} {
+	for _, step := range []string{"signin", "fleet", "sessions", "terminal", "echo", "takeover", "resize", "xss", "approvals", "agents", "replay", "live", "viewer", "signout"} {
 		if !strings.Contains(out.String(), "ok "+step) {
 			t.Errorf("step %s did not pass", step)
 		}

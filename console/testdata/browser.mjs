@@ -105,6 +105,29 @@ try {
   await shot(page, 'session');
   ok('terminal', `first_byte_ms=${timing.firstByte.toFixed(1)} ws_open_ms=${timing.wsOpen.toFixed(1)}`);
 
+  // Keystroke echo: from a key typed into the page's terminal to its echo drawn
+  // in the buffer (in the page: attach, node, shell and back).
+  const echo = await page.evaluate(async () => {
+    const term = window.fleetmuxTerm;
+    const times = [];
+    for (const ch of 'abcdefghijklmnopqrstuvwxyz0123') {
+      const t0 = performance.now();
+      await new Promise((resolve) => {
+        const d = term.onWriteParsed(() => {
+          const b = term.buffer.active;
+          if (b.getLine(b.baseY + b.cursorY).translateToString(true).endsWith(ch)) { d.dispose(); resolve(); }
+        });
+        term.input(ch);
+      });
+      times.push(performance.now() - t0);
+    }
+    term.input('\x15'); // C-u: the line goes
+    times.sort((a, b) => a - b);
+    return { p50: times[Math.floor(times.length / 2)], p95: times[Math.floor(times.length * 0.95)] };
+  });
+  if (!(echo.p95 < 1000)) fail(`keystroke echo p95 ${echo.p95} ms`);
+  ok('echo', `p50_ms=${echo.p50.toFixed(1)} p95_ms=${echo.p95.toFixed(1)}`);
+
   // Take over: another writer holds the lease (an operator typed through the
   // API); the page takes it after a confirmation.
   const took = await api(env.OPERATOR, 'POST', `/v1/sessions/${node}/${sid}/take_over`);
