@@ -296,3 +296,37 @@ func TestAgentSecret(t *testing.T) {
 		}
 	}
 }
+
+// TestHeldSpawn: a spawn an approve rule holds is an approval like a held
+// create; once another admin approves it, it is an agent (not a bare session),
+// tracked to ready.
+func TestHeldSpawn(t *testing.T) {
+	f := stack.New(t, stack.Options{Nodes: map[string]map[string]string{"n1": nil}, Store: true, Policy: true})
+	f.Must(http.StatusOK, "PUT", "/v1/policy", []byte(`{"version": 1, "rules": [
+		{"name": "agents-need-a-human", "match": {"command": "held-agent"}, "action": "approve"},
+		{"name": "default", "action": "allow"}]}`), nil)
+	body := api.SpawnRequest{Node: "n1", Driver: api.DriverGeneric, Program: "sh",
+		Args: []string{"-c", "printf 'READY> '; exec cat", "held-agent"}, Rules: "version 1\nrule prompt ready -- READY>\n"}
+	var held api.ErrorReply
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		code, b := f.Do("POST", "/v1/agents", body)
+		return code == http.StatusConflict && json.Unmarshal(b, &held) == nil && held.Error != nil && held.Error.Approval != ""
+	}, "the spawn held by the policy")
+	var nt api.NewToken
+	f.Must(http.StatusOK, "POST", "/v1/tokens", api.TokenRequest{Name: "approver", Role: api.RoleAdmin}, &nt)
+	asker := f.Token
+	f.Token = nt.Secret
+	var ap api.Approval
+	f.Must(http.StatusOK, "POST", "/v1/approvals/"+held.Error.Approval, api.DecideBody{Decision: api.DecisionApprove}, &ap)
+	f.Token = asker
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		f.Must(http.StatusOK, "GET", "/v1/approvals/"+held.Error.Approval, nil, &ap)
+		return ap.Session != ""
+	}, "the approved spawn's session")
+	var a api.Agent
+	f.Must(http.StatusOK, "GET", "/v1/agents/n1/"+ap.Session, nil, &a)
+	if a.Driver != api.DriverGeneric || a.Rules != "generic" || a.Owner == "" {
+		t.Fatalf("the approved spawn: %+v", a)
+	}
+	waitState(t, f, a, api.AgentReady, 5*time.Second)
+}

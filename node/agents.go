@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os/exec"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -149,16 +150,89 @@ func (n *Node) agentSpawn(ctx context.Context, req request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := n.guard.Check(ctx, guard.Request{Verb: guard.VerbCreate, Writer: w, Create: &cr,
-		Held: &guard.Held{Writer: w, Verb: guard.VerbCreate, Create: &cr}, Decision: req.decision}); err != nil {
+	// Noted before the check: a spawn the policy holds becomes this agent when
+	// a person approves it (creator.CreateApproved), not a bare session.
+	hs := &heldSpawn{r: r, d: d, path: path}
+	n.holdSpawn(&cr, hs)
+	err = n.guard.Check(ctx, guard.Request{Verb: guard.VerbCreate, Writer: w, Create: &cr,
+		Held: &guard.Held{Writer: w, Verb: guard.VerbCreate, Create: &cr}, Decision: req.decision})
+	if !errors.Is(err, &api.Error{Code: api.CodeHeld}) {
+		n.takeHeldSpawn(&cr)
+	}
+	if err != nil {
 		return nil, err
 	}
+	return n.startAgent(ctx, hs, cr, w, parent, depth)
+}
+
+// heldSpawn is what an agent spawn needs beyond its session's create request.
+type heldSpawn struct {
+	r    api.SpawnRequest
+	d    *agent.Driver
+	path string // the program, found
+}
+
+// maxHeldSpawns bounds the held spawns the node remembers (those of approvals
+// that expired or were denied are dropped, the oldest first, past it).
+const maxHeldSpawns = 256
+
+// holdSpawn remembers the spawn of create request cr until its approval is
+// decided (or it is forgotten, past maxHeldSpawns).
+func (n *Node) holdSpawn(cr *api.CreateRequest, hs *heldSpawn) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.heldSpawns == nil {
+		n.heldSpawns = map[*api.CreateRequest]*heldSpawn{}
+	}
+	n.heldSpawns[cr] = hs
+	n.heldOrder = append(n.heldOrder, cr)
+	for len(n.heldOrder) > maxHeldSpawns {
+		delete(n.heldSpawns, n.heldOrder[0])
+		n.heldOrder = n.heldOrder[1:]
+	}
+}
+
+// takeHeldSpawn returns and forgets the spawn of create request cr, if any.
+func (n *Node) takeHeldSpawn(cr *api.CreateRequest) (*heldSpawn, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	hs, ok := n.heldSpawns[cr]
+	if ok {
+		delete(n.heldSpawns, cr)
+		if i := slices.Index(n.heldOrder, cr); i >= 0 {
+			n.heldOrder = slices.Delete(n.heldOrder, i, i+1)
+		}
+	}
+	return hs, ok
+}
+
+// spawnApproved starts the agent of an approved held spawn (the tree's limits
+// checked again: they may have changed while it waited).
+func (n *Node) spawnApproved(ctx context.Context, hs *heldSpawn, cr api.CreateRequest, w guard.Writer) (string, error) {
+	n.spawnMu.Lock()
+	defer n.spawnMu.Unlock()
+	parent, depth, err := n.spawnParent(hs.r, w)
+	if err != nil {
+		return "", err
+	}
+	a, err := n.startAgent(ctx, hs, cr, w, parent, depth)
+	if err != nil {
+		return "", err
+	}
+	n.log.Info("held agent spawned", "agent", a.ID, "driver", a.Driver, "principal", w.Principal)
+	return a.ID, nil
+}
+
+// startAgent starts the agent hs asks for (decided) in the session cr for w,
+// under n.spawnMu: its secrets and hooks, its session, its tracking.
+func (n *Node) startAgent(ctx context.Context, hs *heldSpawn, cr api.CreateRequest, w guard.Writer, parent string, depth int) (api.Agent, error) {
+	r, d, path := hs.r, hs.d, hs.path
 	// The secrets go into this agent's environment only: not into cr, which an
 	// approval keeps; their values are redacted from its output like every
 	// stored secret's.
 	secrets, err := n.guard.AgentSecrets(ctx, w, d.Name, r.Secrets)
 	if err != nil {
-		return nil, err
+		return api.Agent{}, err
 	}
 	if len(secrets) > 0 {
 		env := make(map[string]string, len(cr.Env)+len(secrets))
@@ -172,25 +246,25 @@ func (n *Node) agentSpawn(ctx context.Context, req request) (any, error) {
 	}
 	hooks, err := n.prepareHooks(d, &cr) // agenthook.go
 	if err != nil {
-		return nil, api.Errorf(api.CodeUnavailable, "node %s: the agent's hooks: %v", n.cfg.Name, err)
+		return api.Agent{}, api.Errorf(api.CodeUnavailable, "node %s: the agent's hooks: %v", n.cfg.Name, err)
 	}
 	s, err := n.startNew(cr, w)
 	clear(secrets)
 	if err != nil {
 		hooks.abort()
-		return nil, err
+		return api.Agent{}, err
 	}
 	e, err := n.lookup(s.ID)
 	if err != nil {
 		hooks.abort()
-		return nil, err
+		return api.Agent{}, err
 	}
 	meta := api.Agent{ID: s.ID, Driver: d.Name, Parent: parent, Depth: depth, Workdir: s.Cwd, Labels: r.Labels,
 		Program: path, Owner: w.Principal, Caps: r.Caps, CreatedAt: s.CreatedAt}
 	if err := n.agents.Add(meta, d, agentSession{e}, r.Prompt); err != nil {
 		n.closeEntry(e, false)
 		hooks.abort()
-		return nil, api.Errorf(api.CodeUnavailable, "node %s: %v", n.cfg.Name, err)
+		return api.Agent{}, api.Errorf(api.CodeUnavailable, "node %s: %v", n.cfg.Name, err)
 	}
 	n.startHooks(hooks, e, d.Name, w)
 	a, _ := n.agents.Get(s.ID)

@@ -235,6 +235,9 @@ type creator struct{ n *Node }
 // CreateApproved creates the session of an approved create, as it was asked.
 func (c creator) CreateApproved(ctx context.Context, h guard.Held) (string, error) {
 	n := c.n
+	if hs, ok := n.takeHeldSpawn(h.Create); ok {
+		return n.spawnApproved(ctx, hs, *h.Create, h.Writer) // an agent's (agents.go)
+	}
 	s, err := n.startNew(*h.Create, h.Writer)
 	if err != nil {
 		return "", err

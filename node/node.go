@@ -129,12 +129,16 @@ type Node struct {
 	reapKick  chan struct{}               // asks the reaper to look (buffered 1; reap.go)
 	reclaim   *reclaim.Quiet              // nil without Config.ReclaimAfter
 
-	guard     *guard.Guard                 // everything decided before the node acts (guard.go)
-	agents    *agent.Tracker               // the node's coding agents (agents.go)
-	hooks     agentHooks                   // their hook channels (agenthook.go)
-	agentEvs  *delay.Queue[api.AgentEvent] // their events, published off the caller's path
-	spawnMu   sync.Mutex                   // one agent spawn at a time (agents.go)
-	redaction redaction                    // redact.go
+	guard    *guard.Guard                 // everything decided before the node acts (guard.go)
+	agents   *agent.Tracker               // the node's coding agents (agents.go)
+	hooks    agentHooks                   // their hook channels (agenthook.go)
+	agentEvs *delay.Queue[api.AgentEvent] // their events, published off the caller's path
+	spawnMu  sync.Mutex                   // one agent spawn at a time (agents.go)
+	// heldSpawns: agent spawns held for a person's approval, by their create
+	// request (agents.go); guarded by mu.
+	heldSpawns map[*api.CreateRequest]*heldSpawn
+	heldOrder  []*api.CreateRequest
+	redaction  redaction // redact.go
 
 	mu       sync.Mutex // guards the fields below
 	sessions map[string]*entry
