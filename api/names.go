@@ -22,6 +22,10 @@ var ErrNoResponders = errors.New("api: no responders")
 // taken.
 var ErrKeyExists = errors.New("api: key exists")
 
+// ErrUnavailable is wrapped by the errors of a store (a JetStream bucket) that
+// did not answer in time: the request may succeed when tried again.
+var ErrUnavailable = errors.New("api: unavailable")
+
 // nameRule is appended to errors so the message alone says how to fix the name.
 const nameRule = "names are NATS subject tokens: 1 to 63 of A-Z a-z 0-9 _ -"
 

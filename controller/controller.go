@@ -153,6 +153,10 @@ type Controller struct {
 	// stopPresence ends the Presence watch and the learner (set by Start, called
 	// by Shutdown).
 	stopPresence func()
+	// bg counts the controller's own goroutines that Shutdown waits for.
+	bg sync.WaitGroup
+	// tokensSynced: the token cache holds the store's tokens (watchTokens).
+	tokensSynced atomic.Bool
 	// learning is the learner of nodes known from NATS alone (learn.go).
 	learning atomic.Pointer[learner]
 
@@ -295,6 +299,7 @@ func (c *Controller) Shutdown(context.Context) error {
 	if c.stopPresence != nil {
 		c.stopPresence()
 	}
+	c.bg.Wait()
 	c.nodes.close()
 	c.audits.close()
 	return nil

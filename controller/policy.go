@@ -36,8 +36,11 @@ func (c *Controller) Policy(ctx context.Context) (api.PolicyInfo, error) {
 		return api.PolicyInfo{}, errNoPolicyStore
 	}
 	doc, rev, err := c.cfg.Policy.Get(ctx)
-	if err != nil || doc == nil {
-		return api.PolicyInfo{}, err
+	if err != nil {
+		return api.PolicyInfo{}, c.storeErr("policy store", err)
+	}
+	if doc == nil {
+		return api.PolicyInfo{}, nil
 	}
 	out := api.PolicyInfo{Version: rev, Document: string(doc)}
 	if p, err := policy.Parse(doc); err == nil {
@@ -62,7 +65,7 @@ func (c *Controller) SetPolicy(ctx context.Context, doc []byte) (api.PolicyInfo,
 	}
 	rev, err := c.cfg.Policy.Put(ctx, doc)
 	if err != nil {
-		return api.PolicyInfo{}, err
+		return api.PolicyInfo{}, c.storeErr("policy store", err)
 	}
 	c.log.Info("policy set", "version", rev, "rules", len(p.Rules), "by", callerOf(ctx).principal)
 	return api.PolicyInfo{Version: rev, Document: string(doc), Rules: len(p.Rules), Redacts: len(p.Redacts)}, nil
@@ -76,7 +79,7 @@ func (c *Controller) DeletePolicy(ctx context.Context) (api.PolicyInfo, error) {
 		return api.PolicyInfo{}, err
 	}
 	if err := c.cfg.Policy.Delete(ctx); err != nil {
-		return api.PolicyInfo{}, err
+		return api.PolicyInfo{}, c.storeErr("policy store", err)
 	}
 	c.log.Warn("policy removed: every node allows every command", "was", old.Version, "by", callerOf(ctx).principal)
 	return old, nil
@@ -86,11 +89,21 @@ func (c *Controller) DeletePolicy(ctx context.Context) (api.PolicyInfo, error) {
 // which creates the bucket the nodes watch, so they follow it from then on), and
 // warns loudly when none is set and the API listens beyond loopback. A store it
 // cannot read is logged, not fatal: the policy routes then fail on their own.
+// It runs on a goroutine of its own (Start does not wait on a store that may be
+// away); Shutdown waits for it.
 func (c *Controller) checkPolicy() {
 	if c.cfg.Policy == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, 30*time.Second)
+	c.bg.Add(1)
+	go func() { // owned by the controller: Shutdown waits
+		defer c.bg.Done()
+		c.logPolicy()
+	}()
+}
+
+func (c *Controller) logPolicy() {
+	ctx, cancel := context.WithTimeout(c.ctx, 3*time.Second)
 	defer cancel()
 	doc, rev, err := c.cfg.Policy.Get(ctx)
 	switch {

@@ -137,6 +137,8 @@ func (c *Controller) LocalToken(principal, role string) (token string, revoke fu
 var (
 	errNoToken  = api.Errorf(api.CodeUnauthorized, "missing API token (Authorization: Bearer TOKEN; fleetmux token create makes one)")
 	errBadToken = api.Errorf(api.CodeUnauthorized, "wrong, revoked or expired API token")
+	// errTokensUnreachable: the token may be in a store not read yet.
+	errTokensUnreachable = api.Errorf(api.CodeUnavailable, "the token store (JetStream) is not reachable yet: try again in a moment")
 )
 
 // Authenticate finds who a request acts as from its API token (token, the text
@@ -180,6 +182,11 @@ func (c *Controller) authenticate(text, remote string) (caller, *api.Error) {
 		// caps must tell the two apart.
 		return caller{principal: "token:" + trust.BootstrapName, role: api.RoleAdmin}, nil
 	}
+	if c.cfg.Tokens != nil && !c.tokensSynced.Load() {
+		// The store has not been read yet: the token may well be in it.
+		c.log.Info("API token not checked: the token store is not reachable yet", "remote", remote)
+		return caller{}, errTokensUnreachable
+	}
 	c.log.Info("API token refused", "err", why, "remote", remote)
 	return caller{}, errBadToken
 }
@@ -197,19 +204,74 @@ func (c *Controller) WithCaller(ctx context.Context, actor, principal, role stri
 }
 
 // watchTokens fills the token cache from the store and keeps it current until
-// Shutdown. It returns once the cache holds the store's tokens.
+// Shutdown. It waits up to tokenStartWait for the store; one that does not answer by
+// then (JetStream unreachable) is watched from a goroutine that keeps trying,
+// and meanwhile only the bootstrap and local tokens are known (others are
+// answered unavailable, not refused).
 func (c *Controller) watchTokens() error {
 	if c.cfg.Tokens == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, 30*time.Second)
-	defer cancel()
+	ctx, cancel := context.WithTimeout(c.ctx, tokenStartWait)
 	stop, err := c.cfg.Tokens.Watch(ctx, c.tokens.apply(c.log.Warn))
-	if err != nil {
+	cancel()
+	if err == nil {
+		c.tokensSynced.Store(true)
+		c.stopTokens = stop
+		return nil
+	}
+	if !errors.Is(err, api.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("controller: token store: %w", err)
 	}
-	c.stopTokens = stop
+	c.log.Warn("token store not reachable: serving with the bootstrap token alone until it is; retrying", "err", err)
+	wctx, wcancel := context.WithCancel(c.ctx)
+	done := make(chan struct{})
+	var watchStop func()
+	go func() { // owned by the controller: stopTokens waits for it
+		defer close(done)
+		for wctx.Err() == nil {
+			actx, acancel := context.WithTimeout(wctx, tokenWait)
+			stop, err := c.cfg.Tokens.Watch(actx, c.tokens.apply(c.log.Warn))
+			acancel()
+			if err == nil {
+				watchStop = stop
+				c.tokensSynced.Store(true)
+				c.log.Info("token store reachable: every token works again")
+				return
+			}
+			t := time.NewTimer(time.Second)
+			select {
+			case <-wctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+		}
+	}()
+	c.stopTokens = func() {
+		wcancel()
+		<-done
+		if watchStop != nil {
+			watchStop()
+		}
+	}
 	return nil
+}
+
+// tokenStartWait bounds how long Start waits for the token store; tokenWait
+// bounds each later attempt to read it.
+const (
+	tokenStartWait = 3 * time.Second
+	tokenWait      = 5 * time.Second
+)
+
+// storeErr is what a caller sees of a store's error: unavailable, with a hint,
+// when the store did not answer (the operator's log has the detail).
+func (c *Controller) storeErr(what string, err error) error {
+	if errors.Is(err, api.ErrUnavailable) {
+		c.log.Warn(what+" not reachable", "err", err)
+		return api.Errorf(api.CodeUnavailable, "the %s (JetStream) is not reachable now: try again in a moment", what)
+	}
+	return err
 }
 
 // errNoStore answers the token routes of a controller without a token store.
@@ -255,7 +317,7 @@ func (c *Controller) CreateToken(ctx context.Context, req api.TokenRequest) (api
 		if errors.Is(err, api.ErrKeyExists) {
 			return api.NewToken{}, api.Errorf(api.CodeExists, "a token named %q exists (fleetmux token revoke %s first)", rec.Name, rec.Name)
 		}
-		return api.NewToken{}, err
+		return api.NewToken{}, c.storeErr("token store", err)
 	}
 	c.tokens.put(rec) // usable here at once; the watch brings it to the others
 	return api.NewToken{Token: rec.Token, Secret: text}, nil
@@ -275,7 +337,7 @@ func (c *Controller) RevokeToken(ctx context.Context, name string) (api.Token, e
 		return api.Token{}, api.Errorf(api.CodeNotFound, "no token named %q (fleetmux token ls lists them)", name)
 	}
 	if err := c.cfg.Tokens.Delete(ctx, name); err != nil {
-		return api.Token{}, err
+		return api.Token{}, c.storeErr("token store", err)
 	}
 	c.tokens.drop(name)
 	return rec.Token, nil

@@ -230,5 +230,7 @@ func transientJSError(err error) bool {
 		errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrNoResponders) ||
 		errors.Is(err, nats.ErrDisconnected) ||
-		errors.Is(err, nats.ErrConnectionReconnecting)
+		errors.Is(err, nats.ErrConnectionReconnecting) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) || // a stream without a leader (no quorum)
+		errors.Is(err, nats.ErrNoStreamResponse)
 }

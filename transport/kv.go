@@ -46,6 +46,15 @@ func NewKVReader(nc *nats.Conn, bucket string, log *slog.Logger) *KV {
 	return &KV{nc: nc, bucket: bucket, log: loggerOr(log), readOnly: true}
 }
 
+// unavailable marks err as api.ErrUnavailable when it may pass by itself (a
+// JetStream that did not answer, a lost connection).
+func unavailable(err error) error {
+	if transientJSError(err) {
+		return fmt.Errorf("%w: %w", api.ErrUnavailable, err)
+	}
+	return err
+}
+
 // ErrNoBucket is wrapped by the errors of a reader's KV whose bucket does not
 // exist (yet).
 var ErrNoBucket = errors.New("transport: kv bucket does not exist")
@@ -99,7 +108,7 @@ func (k *KV) bind(ctx context.Context) (jetstream.KeyValue, error) {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("transport: kv %s: %w (last error: %w)", k.bucket, ctx.Err(), err)
+			return nil, fmt.Errorf("transport: kv %s: %w: %w (last error: %w)", k.bucket, api.ErrUnavailable, ctx.Err(), err)
 		case <-t.C:
 		}
 		backoff = min(2*backoff, 500*time.Millisecond)
@@ -118,7 +127,7 @@ func (k *KV) Create(ctx context.Context, key string, value []byte) error {
 		return fmt.Errorf("transport: kv %s: %q: %w", k.bucket, key, api.ErrKeyExists)
 	}
 	if err != nil {
-		return fmt.Errorf("transport: kv %s: create %q: %w", k.bucket, key, err)
+		return fmt.Errorf("transport: kv %s: create %q: %w", k.bucket, key, unavailable(err))
 	}
 	return nil
 }
@@ -130,7 +139,7 @@ func (k *KV) Put(ctx context.Context, key string, value []byte) error {
 		return err
 	}
 	if _, err := kv.Put(ctx, key, value); err != nil {
-		return fmt.Errorf("transport: kv %s: put %q: %w", k.bucket, key, err)
+		return fmt.Errorf("transport: kv %s: put %q: %w", k.bucket, key, unavailable(err))
 	}
 	return nil
 }
@@ -142,7 +151,7 @@ func (k *KV) Delete(ctx context.Context, key string) error {
 		return err
 	}
 	if err := kv.Purge(ctx, key); err != nil {
-		return fmt.Errorf("transport: kv %s: delete %q: %w", k.bucket, key, err)
+		return fmt.Errorf("transport: kv %s: delete %q: %w", k.bucket, key, unavailable(err))
 	}
 	return nil
 }

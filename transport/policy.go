@@ -69,7 +69,7 @@ func (p *Policy) Get(ctx context.Context) (doc []byte, revision uint64, err erro
 		return nil, 0, nil
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("transport: policy: get: %w", err)
+		return nil, 0, fmt.Errorf("transport: policy: get: %w", unavailable(err))
 	}
 	v := e.Value()
 	if v == nil {
@@ -86,7 +86,7 @@ func (p *Policy) Put(ctx context.Context, doc []byte) (uint64, error) {
 	}
 	rev, err := kv.Put(ctx, PolicyKey, doc)
 	if err != nil {
-		return 0, fmt.Errorf("transport: policy: put: %w", err)
+		return 0, fmt.Errorf("transport: policy: put: %w", unavailable(err))
 	}
 	return rev, nil
 }
@@ -271,7 +271,7 @@ func (p *Policy) latest(ctx context.Context) (doc []byte, revision uint64, err e
 		return nil, 0, nil
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("transport: policy: get: %w", err)
+		return nil, 0, fmt.Errorf("transport: policy: get: %w", unavailable(err))
 	}
 	switch m.Header.Get("KV-Operation") {
 	case "DEL", "PURGE":

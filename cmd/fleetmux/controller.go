@@ -214,7 +214,7 @@ func (o *controllerOptions) run(ctx context.Context, stdout, stderr io.Writer) e
 	// The streams and buckets, on an embedded server or the operator's own: with
 	// as many copies as the cluster has servers (at most 3) unless told.
 	replicas := transport.Replicas(conn.NC(), o.jsReplicas)
-	if err := ensureStreams(ctx, conn, o.prefix, replicas, log); err != nil {
+	if err := ensureStreams(ctx, &st, conn, o.prefix, replicas, 3*time.Second, log); err != nil {
 		return err
 	}
 	if o.signingKey == "" && o.signingCert == "" {

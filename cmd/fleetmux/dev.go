@@ -137,7 +137,7 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := ensureStreams(ctx, conn, o.prefix, 1, log); err != nil {
+	if err := ensureStreams(ctx, nil, conn, o.prefix, 1, 10*time.Second, log); err != nil {
 		return err
 	}
 	token, err := devToken(o.data)

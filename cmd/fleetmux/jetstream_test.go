@@ -170,4 +170,61 @@ func TestControllerJetStreamCluster(t *testing.T) {
 		_, _, err := runArgs(t, "policy", "set", policy)
 		return err == nil
 	}, "policy set with one NATS server down")
+	viewer, _, err := runArgs(t, "token", "create", "--name", "viewer", "--role", "viewer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	viewer = strings.TrimSpace(viewer)
+
+	// A second server goes: JetStream has no quorum. Writes are unavailable
+	// (503, try again), never internal errors.
+	testutil.StopNATS(t, srvs[1])
+	_, _, err = runArgs(t, "token", "create", "--name", "lost", "--role", "viewer")
+	if err == nil || !strings.Contains(err.Error(), "not reachable now") || strings.Contains(err.Error(), "internal") {
+		t.Fatalf("token create without a JetStream quorum: %v\n%s", err, errb.String())
+	}
+	if _, _, err := runArgs(t, "policy", "set", policy); err == nil || !strings.Contains(err.Error(), "not reachable now") {
+		t.Fatalf("policy set without a JetStream quorum: %v\n%s", err, errb.String())
+	}
+
+	// A controller started now serves (the bootstrap token works; a stored token
+	// is answered unavailable, not refused), and knows every token once JetStream
+	// is back.
+	data2 := t.TempDir()
+	copyKeys(t, filepath.Join(dir, "keys"), filepath.Join(data2, "keys"))
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	var out2, errb2 testutil.Buffer
+	done2 := make(chan error, 1)
+	go func() {
+		done2 <- run(ctx2, []string{"controller", "--name", "c2", "--data", data2, "--nats", srvs[0].ClientURL(), "--api-token-file", tokenFile,
+			"--http-listen", "127.0.0.1:0", "--gossip-listen", "127.0.0.1:0", "--ssh-listen", "off"}, &out2, &errb2)
+	}()
+	defer func() {
+		cancel2()
+		if err := <-done2; err != nil {
+			t.Errorf("controller c2: %v", err)
+		}
+	}()
+	testutil.Eventually(t, 60*time.Second, func() bool {
+		select {
+		case err := <-done2:
+			done2 <- err
+			t.Fatalf("controller c2 stopped: %v\n%s", err, errb2.String())
+		default:
+		}
+		return httpRe.MatchString(out2.String())
+	}, "controller c2 serving without JetStream")
+	t.Setenv(envAddr, httpRe.FindStringSubmatch(out2.String())[1])
+	if _, _, err := runArgs(t, "nodes"); err != nil {
+		t.Fatalf("bootstrap token on c2 without JetStream: %v", err)
+	}
+	t.Setenv(envToken, viewer)
+	if _, _, err := runArgs(t, "nodes"); err == nil || !strings.Contains(err.Error(), "not reachable yet") {
+		t.Fatalf("a stored token on c2 without JetStream: %v", err)
+	}
+	testutil.RestartNATS(t, srvs[1])
+	testutil.Eventually(t, 60*time.Second, func() bool {
+		_, _, err := runArgs(t, "nodes")
+		return err == nil
+	}, "the stored token on c2 once JetStream is back")
 }

@@ -150,7 +150,7 @@ func (o *nodeOptions) run(ctx context.Context, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("nats: %w", err)
 		}
-		err = ensureStreams(ctx, setup, o.prefix, 1, log)
+		err = ensureStreams(ctx, nil, setup, o.prefix, 1, 10*time.Second, log)
 		setup.Close()
 		if err != nil {
 			return err
@@ -182,20 +182,48 @@ func (o *nodeOptions) run(ctx context.Context, stderr io.Writer) error {
 	return n.Close()
 }
 
-// ensureStreams sets up (or raises to replicas copies) the JetStream streams.
-// A server without JetStream is an error naming the configuration it needs;
-// other failures are logged (a JetStream cluster may still be electing: the
-// streams are set up again at the next start).
-func ensureStreams(ctx context.Context, conn *transport.Conn, prefix string, replicas int, log *slog.Logger) error {
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	err := transport.EnsureStreams(sctx, conn.NC(), prefix, transport.StreamLimits{Replicas: replicas})
+// ensureStreams sets up (or raises to replicas copies) the JetStream streams,
+// waiting up to wait. A server without JetStream is an error naming the
+// configuration it needs. Other failures (a JetStream cluster still electing,
+// or without a quorum) are logged; with st, the setup then goes on in the
+// background until it succeeds or st closes, so that a controller serves while
+// JetStream is away.
+func ensureStreams(ctx context.Context, st *stack, conn *transport.Conn, prefix string, replicas int, wait time.Duration, log *slog.Logger) error {
+	setup := func(ctx context.Context, d time.Duration) error {
+		sctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		return transport.EnsureStreams(sctx, conn.NC(), prefix, transport.StreamLimits{Replicas: replicas})
+	}
+	err := setup(ctx, wait)
 	switch {
+	case err == nil:
+		return nil
 	case errors.Is(err, transport.ErrNoJetStream):
 		return fmt.Errorf("%w: fleetmux keeps output, events, tokens and policy in JetStream; add `jetstream {}` (with a store_dir) to the server's configuration", err)
-	case err != nil:
+	case st == nil:
 		log.Warn("jetstream streams not set up", "err", err)
+		return nil
 	}
+	log.Warn("jetstream streams not set up yet; retrying in the background", "err", err)
+	bctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { // owned by st: stops when it closes
+		defer close(done)
+		for {
+			if err := setup(bctx, 30*time.Second); err == nil {
+				log.Info("jetstream streams set up")
+				return
+			}
+			t := time.NewTimer(time.Second)
+			select {
+			case <-bctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	st.defer_(func() { cancel(); <-done })
 	return nil
 }
 
