@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -139,5 +141,117 @@ func TestClaudeAgentApproval(t *testing.T) {
 	}
 	if _, err := c.KillAgent(ctx, a.Node, a.ID); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestClaudeAgentSecretKey: an agent's model API key comes from a node secret
+// (`--secret ANTHROPIC_API_KEY=NAME`), allowed by the policy's secrets; the
+// agent uses it (the fake API sees it), and when the agent prints it, it is in
+// no reply, screen, output, recording, audit record or listing, nor in any file
+// of the data dir but the secret's own.
+func TestClaudeAgentSecretKey(t *testing.T) {
+	claude := testutil.NeedClaudeCode(t)
+	fake := testutil.StartFakeClaude(t)
+	addr := startDev(t)
+	key := "sk-ant-fake-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "0123456789abcdefKEYEND"
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var out, errb bytes.Buffer
+	if err := runIO(ctx, []string{"secret", "set", "here", "anthropic"}, strings.NewReader(key+"\n"), &out, &errb); err != nil {
+		t.Fatalf("secret set: %v %s", err, errb.String())
+	}
+	pol := filepath.Join(t.TempDir(), "policy.yaml")
+	doc := `version: 1
+rules:
+  - name: agents-may-echo
+    match: {agent: claude, tool: Bash, input: '^echo '}
+    action: allow
+secrets:
+  - {name: anthropic, roles: [admin], programs: ['agent:claude']}
+`
+	if err := os.WriteFile(pol, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, errs, err := runArgs(t, "policy", "set", pol); err != nil {
+		t.Fatalf("policy set: %v %s", err, errs)
+	}
+	c, err := client.New(client.Config{Addr: addr, Token: devAdminToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := testutil.ClaudeCodeEnvFor(fake)
+	delete(env, "ANTHROPIC_API_KEY")
+	env[envTestMain] = "1"
+	var a api.Agent
+	testutil.Eventually(t, 10*time.Second, func() bool { // the node applies the policy within a second
+		a, err = c.SpawnAgent(ctx, api.SpawnRequest{Node: "here", Driver: api.DriverClaude, Program: claude, Cwd: t.TempDir(), Env: env,
+			Secrets: map[string]string{"ANTHROPIC_API_KEY": "anthropic"}})
+		return err == nil
+	}, "the spawn with the secret: %v", err)
+	spawned, _ := json.Marshal(a)
+	if r, err := c.WaitAgent(ctx, a.Node, a.ID, []string{api.AgentReady}, 30000); err != nil || !r.OK {
+		t.Fatalf("ready: %v %+v", err, r)
+	}
+	if _, err := c.SendAgent(ctx, a.Node, a.ID, "bash: echo KEY=$ANTHROPIC_API_KEY"); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, func() bool {
+		for _, q := range fake.Requests() {
+			if q.Answer == "ran: echo KEY=$ANTHROPIC_API_KEY" {
+				return true
+			}
+		}
+		return false
+	}, "the agent to run echo")
+	if r, err := c.WaitAgent(ctx, a.Node, a.ID, []string{api.AgentReady}, 30000); err != nil || !r.OK {
+		t.Fatalf("ready: %v %+v", err, r)
+	}
+	used := false
+	for _, q := range fake.Requests() {
+		used = used || q.APIKey == key
+	}
+	if !used {
+		t.Fatal("the agent did not use the key from the secret")
+	}
+	sc, err := c.Screen(ctx, a.Node, a.ID)
+	if err != nil || !strings.Contains(sc.Text, "KEY=[REDACTED") {
+		t.Fatalf("the screen does not show the key redacted (%v):\n%s", err, sc.Text)
+	}
+	agents, _ := c.Agents(ctx, "")
+	agentsJSON, _ := json.Marshal(agents)
+	ls, _, _ := runArgs(t, "ls", "--json")
+	output, _ := c.AgentOutput(ctx, a.Node, a.ID, 0, 1<<20)
+	outputJSON, _ := json.Marshal(output)
+	var rec bytes.Buffer
+	if err := c.Recording(ctx, a.Node, a.ID, 0, &rec); err != nil {
+		t.Logf("recording: %v", err)
+	}
+	for what, b := range map[string][]byte{"the spawn's reply": spawned, "the screen": []byte(sc.Text), "the agents": agentsJSON,
+		"ls --json": []byte(ls), "the agent's output": outputJSON, "the recording": rec.Bytes()} {
+		if bytes.Contains(b, []byte(key)) {
+			t.Errorf("%s shows the key", what)
+		}
+	}
+	if _, err := c.KillAgent(ctx, a.Node, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	// Every file of the data dir (the audit log, JetStream's store of the
+	// streams, recordings, the agent's config dir) but the secret's own.
+	stored := 0
+	err = filepath.WalkDir("data", func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.Contains(p, "/secrets/") || d.Type()&os.ModeSocket != 0 {
+			return nil
+		}
+		b, _ := os.ReadFile(p)
+		if bytes.Contains(b, []byte(key)) {
+			t.Errorf("%s holds the key", p)
+		}
+		if bytes.Contains(b, []byte("KEY=[REDACTED")) {
+			stored++
+		}
+		return nil
+	})
+	if err != nil || stored == 0 {
+		t.Fatalf("walking the data dir: %v; %d files hold the agent's output", err, stored)
 	}
 }

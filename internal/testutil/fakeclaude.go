@@ -54,6 +54,8 @@ type FakeClaudeRequest struct {
 	ToolError bool
 	// Answer is what the fake answered: "tool_use: CMD", or its text.
 	Answer string
+	// APIKey is the request's x-api-key.
+	APIKey string
 	// Time is when the fake answered.
 	Time time.Time
 }
@@ -139,7 +141,7 @@ type contentBlock struct {
 
 func (f *FakeClaude) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(io.LimitReader(r.Body, 64<<20))
-	rec := FakeClaudeRequest{Method: r.Method, Path: r.URL.Path}
+	rec := FakeClaudeRequest{Method: r.Method, Path: r.URL.Path, APIKey: r.Header.Get("X-Api-Key")}
 	if r.Method != http.MethodPost || r.URL.Path != "/v1/messages" {
 		f.keep(rec)
 		w.Header().Set("Content-Type", "application/json")
