@@ -104,20 +104,31 @@ func (n *Node) recording(ctx context.Context, req request) (any, error) {
 			return nil, err
 		}
 	}
-	buf := make([]byte, max(0, min(int64(r.Max), r.End-r.From)))
-	k, err := f.ReadAt(buf, r.From)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
-	}
-	buf = buf[:k]
-	out, used, err := tc.Lines(out, buf, h, first)
-	if err != nil {
-		return nil, api.Errorf(api.CodeInternal, "recording of %s/%s: part %d at %d: %v", n.cfg.Name, r.Session, r.Part, r.From+int64(used), err)
+	var used int
+	var buf []byte
+	for size := r.Max; ; size = api.MaxReadBytes {
+		// Max is a wish: a piece holds at least one whole event (a line is at most a
+		// few hundred KiB, under MaxReadBytes).
+		buf = make([]byte, max(0, min(int64(size), r.End-r.From)))
+		k, err := f.ReadAt(buf, r.From)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, err
+		}
+		buf = buf[:k]
+		var lines []byte
+		lines, used, err = tc.Lines(out, buf, h, first)
+		if err != nil {
+			return nil, api.Errorf(api.CodeInternal, "recording of %s/%s: part %d at %d: %v", n.cfg.Name, r.Session, r.Part, r.From+int64(used), err)
+		}
+		if used > 0 || len(buf) == 0 || size == api.MaxReadBytes || int64(len(buf)) == r.End-r.From {
+			out = lines
+			break
+		}
 	}
 	next := r.From + int64(used)
 	if used == 0 && len(buf) > 0 {
 		if int64(len(buf)) < r.End-r.From {
-			return nil, api.Errorf(api.CodeTooLarge, "recording of %s/%s: a line at %d of part %d is longer than %d bytes", n.cfg.Name, r.Session, r.From, r.Part, r.Max)
+			return nil, api.Errorf(api.CodeTooLarge, "recording of %s/%s: a line at %d of part %d is longer than %d bytes", n.cfg.Name, r.Session, r.From, r.Part, api.MaxReadBytes)
 		}
 		next = r.End // the part ends with a line cut short (a crash): left out
 	}
