@@ -48,7 +48,7 @@ var errSlow = errors.New("slow consumer")
 // speaking the subprotocol the client offers of v1.alis (asciinema's binary live
 // protocol) and v3.asciicast (an asciicast v3 header, then one event per text
 // message). It starts from the current screen (ALiS: the reset frame's init;
-// asciicast: the first "o" event), then the session's live output, and at the
+// asciicast: the first "o" event), then the session's live output and resizes, and at the
 // session's end its exit status ("x"; ALiS then sends EOT) and a normal close. A
 // message from the client closes the stream (policy violation): it is read-only, and
 // a viewer's token suffices. A viewer that falls liveMaxBehind behind is closed with
@@ -113,15 +113,26 @@ func (s *Server) liveConn(rctx context.Context, ws *websocket.Conn, valid func()
 	start, err := s.fleet.Redraw(ctx, node, id, &screen)
 	var exitCode *int
 	var exited bool
+	out := &liveWriter{enc: enc, q: q, valid: valid}
 	if err == nil {
 		err = q.push(enc.start(sess.Cols, sess.Rows, screen.Bytes())...)
 	}
 	if err == nil {
-		out := liveWriter{enc: enc, q: q, valid: valid}
+		// Resizes: the session's size, looked at every liveResizeEvery while the
+		// stream runs (output is the stream's clock; a resize is rare).
+		pctx, stopPoll := context.WithCancel(ctx)
+		var polling sync.WaitGroup
+		polling.Add(1)
+		go func() {
+			defer polling.Done()
+			s.pollSize(pctx, node, id, sess.Cols, sess.Rows, out)
+		}()
 		exitCode, exited, err = s.fleet.Follow(ctx, node, id, start, out)
+		stopPoll()
+		polling.Wait()
 	}
 	if err == nil && exited {
-		err = q.push(enc.exit(exitCode)...)
+		err = out.push(enc.exit(exitCode))
 	}
 	// Let the writer send what is queued (all of it at the session's end), or drop
 	// it (a slow viewer, an error: only the close frame matters then).
@@ -163,21 +174,60 @@ func closeReason(err error) string {
 	return msg[:n]
 }
 
-// liveWriter turns the session's output into frames on the queue.
+// liveResizeEvery is how often a live stream looks at the session's size.
+const liveResizeEvery = time.Second
+
+// pollSize pushes a resize event whenever the session's size is no longer cols×rows,
+// until ctx ends.
+func (s *Server) pollSize(ctx context.Context, node, id string, cols, rows int, out *liveWriter) {
+	t := time.NewTicker(liveResizeEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		sess, err := s.fleet.Session(ctx, node, id)
+		if err != nil || sess.Cols < 1 || sess.Rows < 1 || sess.Cols == cols && sess.Rows == rows {
+			continue
+		}
+		cols, rows = sess.Cols, sess.Rows
+		out.mu.Lock()
+		err = out.q.push(out.enc.resize(cols, rows)...)
+		out.mu.Unlock()
+		if err != nil {
+			return
+		}
+	}
+}
+
+// liveWriter turns the session's output into frames on the queue. Its mutex orders
+// the encoder's use (output, resizes) with the frames' order on the queue.
 type liveWriter struct {
+	mu    sync.Mutex
 	enc   *liveEncoder
 	q     *liveQueue
 	valid func() bool
 }
 
-func (lw liveWriter) Write(p []byte) (int, error) {
+func (lw *liveWriter) Write(p []byte) (int, error) {
 	if !lw.valid() {
 		return 0, errRevoked
 	}
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
 	if err := lw.q.push(lw.enc.output(p)...); err != nil {
 		return 0, err
 	}
 	return len(p), nil
+}
+
+// push queues frames made apart from Write (the exit).
+func (lw *liveWriter) push(fs []frame) error {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	return lw.q.push(fs...)
 }
 
 // liveQueue holds the frames waiting for a viewer, at most max bytes of them.
@@ -332,6 +382,21 @@ func (e *liveEncoder) encodeOutput(p []byte) []frame {
 		return []frame{{typ: websocket.MessageBinary, data: bytes.Clone(e.buf)}}
 	}
 	return []frame{e.event(rel, "o", p)}
+}
+
+// resize is the frame of a resize to cols×rows.
+func (e *liveEncoder) resize(cols, rows int) []frame {
+	rel := e.tick()
+	if e.alis {
+		e.id++
+		b := append([]byte(nil), 'r')
+		b = binary.AppendUvarint(b, e.id)
+		b = binary.AppendUvarint(b, uint64(rel.Microseconds()))
+		b = binary.AppendUvarint(b, uint64(cols))
+		b = binary.AppendUvarint(b, uint64(rows))
+		return []frame{{typ: websocket.MessageBinary, data: b}}
+	}
+	return []frame{e.event(rel, "r", []byte(strconv.Itoa(cols)+"x"+strconv.Itoa(rows)))}
 }
 
 // exit is the frames of the session's end: the output held back (an incomplete
