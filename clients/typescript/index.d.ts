@@ -199,6 +199,67 @@ export interface Approval {
   done: boolean;
 }
 
+export type AgentState = "spawning" | "booting" | "ready" | "working" | "waiting_permission" | "waiting_input" | "done" | "error" | "exited";
+
+/** A coding agent (docs/agents.md): a session running a CLI its driver knows. */
+export interface Agent {
+  node: string;
+  id: string;
+  driver: "claude" | "codex" | "opencode" | "gemini" | "aider" | "generic";
+  state: AgentState;
+  state_source: "hook" | "stream" | "screen" | "process";
+  state_since: string;
+  /** What the source saw: a hook's event, or a screen rule and the line it matched. */
+  evidence?: string;
+  /** The parent agent (NODE/ID), or the principal that spawned a root agent. */
+  parent?: string;
+  depth: number;
+  children?: string[];
+  usage?: { input_tokens?: number; output_tokens?: number; cost_usd?: number; turns?: number };
+  prompt?: string;
+  workdir?: string;
+  labels?: Labels;
+  program?: string;
+  rules?: string;
+  owner?: string;
+  created_at: string;
+  exit_code?: number;
+}
+
+export interface AgentList {
+  agents: Agent[];
+  unavailable?: string[];
+}
+
+export interface AgentWait {
+  agent: Agent;
+  ok: boolean;
+}
+
+export interface AgentOutput {
+  agent: Agent;
+  text: string;
+  screen: string;
+  cursor: number;
+  omitted_bytes?: number;
+}
+
+export interface SpawnRequest {
+  driver: Agent["driver"];
+  node?: string;
+  cwd?: string;
+  prompt?: string;
+  parent?: string;
+  labels?: Labels;
+  env?: Record<string, string>;
+  /** ENVVAR to the name of a secret stored on the node. */
+  secrets?: Record<string, string>;
+  program?: string;
+  args?: string[];
+  /** The generic driver's rule file. */
+  rules?: string;
+}
+
 export interface ApprovalList {
   approvals: Approval[];
   unavailable?: string[];
@@ -328,6 +389,14 @@ export declare class Client {
   output(node: string, id: string, opts?: { from?: number; maxBytes?: number }): Promise<Chunk>;
   recording(node: string, id: string, opts?: { format?: "v3" | "v2" }): Promise<Uint8Array>;
   follow(node: string, id: string, opts?: FollowOptions): AsyncGenerator<Chunk, void, undefined>;
+  agents(opts?: { node?: string }): Promise<AgentList>;
+  spawnAgent(req: SpawnRequest): Promise<Agent>;
+  agent(node: string, id: string): Promise<Agent>;
+  killAgent(node: string, id: string): Promise<Agent>;
+  sendAgent(node: string, id: string, text: string): Promise<Agent>;
+  interruptAgent(node: string, id: string): Promise<Agent>;
+  waitAgent(node: string, id: string, opts?: { states?: AgentState[]; timeoutMs?: number; signal?: AbortSignal }): Promise<AgentWait>;
+  agentOutput(node: string, id: string, opts?: { cursor?: number; maxBytes?: number }): Promise<AgentOutput>;
   fanout(command: string, opts: FanoutOptions): Promise<Fanout>;
   policy(): Promise<PolicyInfo>;
   setPolicy(document: string): Promise<PolicyInfo>;

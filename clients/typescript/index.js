@@ -406,6 +406,52 @@ export class Client {
     }
   }
 
+  #apath(node, id, suffix = "") {
+    checkName("node", node);
+    checkName("agent", id);
+    return `/v1/agents/${node}/${id}${suffix}`;
+  }
+
+  /** Coding agents (docs/agents.md), of one node with opts.node. */
+  async agents(opts = {}) {
+    return this.#json("GET", "/v1/agents", { query: [["node", opts.node]] });
+  }
+
+  /** Starts a coding agent: req.driver is claude, codex, opencode, gemini, aider or generic (with req.rules). */
+  async spawnAgent(req) {
+    return this.#json("POST", "/v1/agents", { body: dropUndefined(req) });
+  }
+
+  async agent(node, id) {
+    return this.#json("GET", this.#apath(node, id));
+  }
+
+  /** Ends the agent, and its children first. */
+  async killAgent(node, id) {
+    return this.#json("DELETE", this.#apath(node, id));
+  }
+
+  /** Types a prompt into the agent and submits it. */
+  async sendAgent(node, id, text) {
+    return this.#json("POST", this.#apath(node, id, "/send"), { body: { text } });
+  }
+
+  async interruptAgent(node, id) {
+    return this.#json("POST", this.#apath(node, id, "/interrupt"));
+  }
+
+  /** Waits until the agent is in one of opts.states (default: ready or ended); ok false when opts.timeoutMs passed first. */
+  async waitAgent(node, id, opts = {}) {
+    const query = [["state", opts.states?.join(",")], ["timeout_ms", opts.timeoutMs]];
+    return this.#json("GET", this.#apath(node, id, "/wait"), { query, signal: opts.signal });
+  }
+
+  /** What the agent printed since opts.cursor, as text; pass the reply's cursor next time. */
+  async agentOutput(node, id, opts = {}) {
+    const query = [["cursor", opts.cursor || undefined], ["max_bytes", opts.maxBytes]];
+    return this.#json("GET", this.#apath(node, id, "/output"), { query });
+  }
+
   /**
    * Runs one command on many targets: selector.nodes and/or selector.labels (or
    * selector.all) select nodes; selector.sessions names NODE/ID sessions directly.

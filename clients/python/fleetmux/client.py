@@ -12,7 +12,8 @@ import urllib.request
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from .errors import FleetmuxError, Gone, NotFound, error_for
-from .types import (Approval, ApprovalList, Block, BlockResult, Chunk, Fanout, Health, NewToken, Node,
+from .types import (Agent, AgentList, AgentOutput, AgentWait, Approval, ApprovalList, Block, BlockResult, Chunk,
+                    Fanout, Health, NewToken, Node,
                     PolicyInfo, Screen, SecretInfo, Session, SessionList, TakeOver, Token, WaitResult,
                     from_json)
 
@@ -356,6 +357,55 @@ class Client:
                 backoff = min(2 * backoff, max_backoff)
 
     # -- fan-out
+
+    # -- coding agents (docs/agents.md)
+
+    @staticmethod
+    def _apath(node: str, id: str, suffix: str = "") -> str:
+        _check_name("node", node)
+        _check_name("agent", id)
+        return "/v1/agents/%s/%s%s" % (node, id, suffix)
+
+    def agents(self, node: Optional[str] = None) -> AgentList:
+        return from_json(AgentList, self._json("GET", "/v1/agents", [("node", node)]))
+
+    def spawn_agent(self, driver: str, node: Optional[str] = None, cwd: Optional[str] = None,
+                    prompt: Optional[str] = None, parent: Optional[str] = None,
+                    labels: Optional[Dict[str, str]] = None, env: Optional[Dict[str, str]] = None,
+                    secrets: Optional[Dict[str, str]] = None, program: Optional[str] = None,
+                    args: Optional[List[str]] = None, rules: Optional[str] = None) -> Agent:
+        """Starts a coding agent (driver claude, codex, opencode, gemini, aider, or
+        generic with a rule file) on node (default: the controller's choice)."""
+        body = _drop_none({"driver": driver, "node": node, "cwd": cwd, "prompt": prompt, "parent": parent,
+                           "labels": labels, "env": env, "secrets": secrets, "program": program,
+                           "args": args, "rules": rules})
+        return from_json(Agent, self._json("POST", "/v1/agents", body=body))
+
+    def agent(self, node: str, id: str) -> Agent:
+        return from_json(Agent, self._json("GET", self._apath(node, id)))
+
+    def kill_agent(self, node: str, id: str) -> Agent:
+        """Ends the agent, and its children first."""
+        return from_json(Agent, self._json("DELETE", self._apath(node, id)))
+
+    def send_agent(self, node: str, id: str, text: str) -> Agent:
+        """Types a prompt into the agent and submits it."""
+        return from_json(Agent, self._json("POST", self._apath(node, id, "/send"), body={"text": text}))
+
+    def interrupt_agent(self, node: str, id: str) -> Agent:
+        return from_json(Agent, self._json("POST", self._apath(node, id, "/interrupt")))
+
+    def wait_agent(self, node: str, id: str, states: Optional[Sequence[str]] = None,
+                   timeout_ms: Optional[int] = None) -> AgentWait:
+        """Waits until the agent is in one of states (default: ready or ended);
+        .ok is False when the timeout passed first."""
+        q = [("state", ",".join(states) if states else None), ("timeout_ms", timeout_ms)]
+        return from_json(AgentWait, self._json("GET", self._apath(node, id, "/wait"), q))
+
+    def agent_output(self, node: str, id: str, cursor: int = 0, max_bytes: Optional[int] = None) -> AgentOutput:
+        """What the agent printed since cursor, as text (pass .cursor next time)."""
+        q = [("cursor", cursor or None), ("max_bytes", max_bytes)]
+        return from_json(AgentOutput, self._json("GET", self._apath(node, id, "/output"), q))
 
     def fanout(self, command: str, nodes: Optional[List[str]] = None, labels: Optional[Dict[str, str]] = None,
                all: bool = False, sessions: Optional[List[str]] = None, session: Optional[str] = None,

@@ -270,3 +270,66 @@ class SecretInfo:
     node: str = ""
     name: str = ""
     updated_at: str = ""
+
+
+@dataclass
+class AgentUsage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    turns: int = 0
+
+
+@dataclass
+class Agent:
+    """A coding agent (docs/agents.md): a session running a CLI its driver knows.
+    state: spawning, booting, ready, working, waiting_permission, waiting_input,
+    done, error, exited; state_source: hook, stream, screen, process."""
+
+    node: str = ""
+    id: str = ""
+    driver: str = ""
+    state: str = ""
+    state_source: str = ""
+    state_since: str = ""
+    evidence: str = ""
+    parent: str = ""
+    depth: int = 0
+    children: List[str] = field(default_factory=list)
+    usage: Optional[AgentUsage] = None
+    prompt: str = ""
+    workdir: str = ""
+    labels: Dict[str, str] = field(default_factory=dict)
+    program: str = ""
+    rules: str = ""
+    owner: str = ""
+    created_at: str = ""
+    exit_code: Optional[int] = None
+
+    @property
+    def address(self) -> str:
+        """NODE/ID."""
+        return "%s/%s" % (self.node, self.id)
+
+
+@dataclass
+class AgentList:
+    agents: List[Agent] = field(default_factory=list)
+    unavailable: List[str] = field(default_factory=list)
+
+
+@dataclass
+class AgentWait:
+    agent: Agent = field(default_factory=Agent)
+    ok: bool = False
+
+
+@dataclass
+class AgentOutput:
+    """What an agent printed since a cursor, as text; its screen; the next cursor."""
+
+    agent: Agent = field(default_factory=Agent)
+    text: str = ""
+    screen: str = ""
+    cursor: int = 0
+    omitted_bytes: int = 0

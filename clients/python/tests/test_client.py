@@ -98,6 +98,28 @@ class ClientTest(unittest.TestCase):
         self.assertTrue(any(n.name == s.node and n.status == "alive" for n in self.c.nodes()))
         self.assertIn("openapi: 3.1", self.c.openapi())
 
+    def test_agent(self):
+        # A tiny TUI under the generic driver: ready from its screen, prompted,
+        # read, killed.
+        c = self.c
+        a = c.spawn_agent("generic", node=self.s.node, program="sh", args=["-c", "printf 'READY> '; exec cat"],
+                          rules="version 1\nrule prompt ready -- READY>\n")
+        self.assertEqual((a.driver, a.depth, a.rules), ("generic", 1, "generic"))
+        w = c.wait_agent(a.node, a.id, states=["ready"], timeout_ms=10000)
+        self.assertTrue(w.ok, w.agent)
+        self.assertEqual(w.agent.state_source, "screen")
+        self.assertIn(a.address, [x.address for x in c.agents().agents])
+        self.assertEqual(c.send_agent(a.node, a.id, "hello agent").id, a.id)
+        # The terminal echoes the line, then cat prints it: both on the screen.
+        out = eventually("the prompt echoed and printed",
+                         lambda: (lambda o: o if o.screen.count("hello agent") == 2 else None)(c.agent_output(a.node, a.id)))
+        self.assertIn("hello agent", out.text)
+        self.assertGreater(out.cursor, 0)
+        self.assertEqual(c.agent_output(a.node, a.id, cursor=out.cursor).text, "")
+        self.assertEqual(c.kill_agent(a.node, a.id).state, "exited")
+        with self.assertRaises(fleetmux.NotFound):
+            c.agent(a.node, a.id)
+
     def test_big_output_budget_and_paging(self):
         s = self.s
         # seq 1 700000 prints 4.8 MB (5 MB with the terminal's CRs).
@@ -514,7 +536,8 @@ class ErrorsTest(unittest.TestCase):
         # snake_case, or renamed here, or left out here with the reason.
         renamed = {"listNodes": "nodes", "listSessions": "sessions", "getSession": "session",
                    "listApprovals": "approvals", "getApproval": "approval", "decideApproval": "decide",
-                   "listTokens": "tokens", "getPolicy": "policy", "listSecrets": "secrets"}
+                   "listTokens": "tokens", "getPolicy": "policy", "listSecrets": "secrets",
+                   "listAgents": "agents", "getAgent": "agent"}
         left_out = {"attach": "a WebSocket", "live": "a WebSocket for players", "metrics": "Prometheus text", "mcpPost": "MCP's own clients",
                     "mcpGet": "MCP's own clients", "mcpDelete": "MCP's own clients"}
         doc = os.path.join(os.path.dirname(__file__), "..", "..", "..", "api", "openapi.yaml")

@@ -86,6 +86,28 @@ describe("fleetmux client", { skip, concurrency: 1 }, () => {
     assert.match(await c.openapi(), /openapi: 3\.1/);
   });
 
+  it("spawns an agent, prompts it, reads it and kills it", async () => {
+    const a = await c.spawnAgent({ driver: "generic", node: s.node, program: "sh", args: ["-c", "printf 'READY> '; exec cat"],
+      rules: "version 1\nrule prompt ready -- READY>\n" });
+    assert.equal(a.driver, "generic");
+    assert.equal(a.depth, 1);
+    const w = await c.waitAgent(a.node, a.id, { states: ["ready"], timeoutMs: 10000 });
+    assert.ok(w.ok, JSON.stringify(w.agent));
+    assert.equal(w.agent.state_source, "screen");
+    assert.ok((await c.agents()).agents.some((x) => x.id === a.id && x.node === a.node));
+    assert.equal((await c.sendAgent(a.node, a.id, "hello agent")).id, a.id);
+    // The terminal echoes the line, then cat prints it: both on the screen.
+    const out = await eventually("the prompt echoed and printed", async () => {
+      const o = await c.agentOutput(a.node, a.id);
+      return o.screen.split("hello agent").length === 3 ? o : null;
+    });
+    assert.ok(out.text.includes("hello agent"));
+    assert.ok(out.cursor > 0);
+    assert.equal((await c.agentOutput(a.node, a.id, { cursor: out.cursor })).text, "");
+    assert.equal((await c.killAgent(a.node, a.id)).state, "exited");
+    await assert.rejects(c.agent(a.node, a.id), fm.NotFound);
+  });
+
   it("budgets a 5 MB output and pages it", async () => {
     const r = await c.run(s.node, s.id, "seq 1 700000", { timeoutMs: 60000 });
     assert.equal(r.block.exit_code, 0);
@@ -435,6 +457,7 @@ describe("operations", () => {
     const renamed = {
       listNodes: "nodes", listSessions: "sessions", getSession: "session", listApprovals: "approvals",
       getApproval: "approval", decideApproval: "decide", listTokens: "tokens", getPolicy: "policy", listSecrets: "secrets",
+      listAgents: "agents", getAgent: "agent",
     };
     const leftOut = { attach: "a WebSocket", live: "a WebSocket for players", metrics: "Prometheus text", mcpPost: "MCP's own clients", mcpGet: "MCP's own clients", mcpDelete: "MCP's own clients" };
     const doc = readFileSync(new URL("../../../api/openapi.yaml", import.meta.url), "utf8");

@@ -1,5 +1,5 @@
 // A type check of index.d.ts (npm run check): the README's agent loop, typed.
-import { Client, Busy, Held, type Approval, type BlockResult, type Chunk } from "../index.js";
+import { Client, Busy, Held, type Agent, type AgentWait, type Approval, type BlockResult, type Chunk } from "../index.js";
 
 async function agent(): Promise<number | undefined> {
   const c = new Client();
@@ -23,6 +23,9 @@ async function agent(): Promise<number | undefined> {
       console.log(a.state, a.exit_code, e.rule);
     }
   }
+  const a: Agent = await c.spawnAgent({ driver: "claude", prompt: "fix the tests" });
+  const w: AgentWait = await c.waitAgent(a.node, a.id, { states: ["ready", "waiting_permission"], timeoutMs: 600_000 });
+  console.log(w.ok, w.agent.state, w.agent.evidence, (await c.agentOutput(a.node, a.id)).cursor);
   const f = await c.fanout("uptime", { selector: { labels: { role: "web" } } });
   return f.results[0]?.block?.exit_code;
 }
