@@ -79,7 +79,7 @@ func cliRoot() *cobra.Command {
 		RunE: func(c *cobra.Command, _ []string) error { return c.Help() },
 	}
 	root.AddCommand(versionCmd(), tryCmd())
-	root.AddCommand(replayCmd())
+	root.AddCommand(replayCmd(), streamCmd())
 	root.AddCommand(nodeCmd(), controllerCmd(), devCmd(), enrollCmd(), holderCmd(), agentHookCmd())
 	root.AddCommand(clientCmds()...)
 	root.AddCommand(mcpCmd(), tokenCmd(), policyCmd(), secretCmd(), uiCmd(), agentCmd())
