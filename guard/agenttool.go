@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"time"
 
@@ -75,6 +76,9 @@ func (g *Guard) holdTool(ctx context.Context, s *Session, w Writer, u ToolUse, d
 	if err != nil {
 		return err
 	}
+	if s != nil {
+		defer s.releaseTool(a.Addr()) // hold noted it
+	}
 	select {
 	case <-ap.decided:
 	case <-ctx.Done():
@@ -103,4 +107,39 @@ func (g *Guard) auditTool(s *Session, w Writer, u ToolUse, d policy.Decision, er
 		}
 	}
 	g.cfg.Audit.Audit(rec)
+}
+
+// holdTool notes that the agent in s waits for approval addr of a tool use.
+// Meanwhile no input or keys reach the session (toolHeld): the CLI shows its own
+// permission dialog beside the hook that waits, and a key typed into it (a "1",
+// an Enter) would answer it around the approval.
+func (s *Session) holdTool(addr string) {
+	s.mu.Lock()
+	s.heldTools = append(s.heldTools, addr)
+	s.mu.Unlock()
+}
+
+// releaseTool notes that approval addr is no longer waited for.
+func (s *Session) releaseTool(addr string) {
+	s.mu.Lock()
+	if i := slices.Index(s.heldTools, addr); i >= 0 {
+		s.heldTools = slices.Delete(s.heldTools, i, i+1)
+	}
+	s.mu.Unlock()
+}
+
+// toolHeld is the error for input into s while its agent waits for the approval
+// of a tool use (CodeBusy naming the approval); nil otherwise.
+func (s *Session) toolHeld() error {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.heldTools) == 0 {
+		return nil
+	}
+	addr := s.heldTools[0]
+	return &api.Error{Code: api.CodeBusy, Approval: addr,
+		Message: "the agent in " + s.addr() + " waits for approval " + addr + " of a tool use: input could answer its own dialog around it; decide the approval (fleetmux approve or deny " + addr + ")"}
 }

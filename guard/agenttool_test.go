@@ -117,6 +117,12 @@ rules:
 			t.Fatalf("CheckTool returned %v before anyone decided", err)
 		default:
 		}
+		// The attack: a key typed into the agent's own dialog ("1": Yes) while
+		// the approval waits would answer it around the approval.
+		typist := Writer{Principal: "token:op", Role: api.RoleOperator}
+		if err := g.Check(ctx, Request{Verb: VerbKeys, Session: s, Writer: typist, Data: []byte("1")}); !errors.As(err, &ae) || ae.Code != api.CodeBusy || ae.Approval != "n1/"+a.ID {
+			t.Fatalf("keys into the agent while its tool is held: %v, want busy naming the approval", err)
+		}
 		if err := decide(spawner, api.DecisionApprove); err == nil {
 			t.Fatal("who spawned the agent approved its tool request")
 		}
@@ -129,6 +135,9 @@ rules:
 		}
 		if !c.allowed && (!errors.As(err, &ae) || ae.Code != api.CodeDenied || ae.Approval != "n1/"+a.ID) {
 			t.Fatalf("denied: %v, want denied naming the approval", err)
+		}
+		if err := g.Check(ctx, Request{Verb: VerbKeys, Session: s, Writer: typist, Data: []byte("1")}); err != nil {
+			t.Fatalf("keys once decided: %v", err)
 		}
 	}
 

@@ -217,6 +217,9 @@ func (g *Guard) hold(s *Session, w Writer, command string, d policy.Decision, ki
 	}
 	if tool != nil {
 		ap.a.Agent, ap.a.Tool = tool.Agent, tool.Tool
+		if s != nil {
+			s.holdTool(ap.a.Addr()) // before anyone can see it: no input meanwhile
+		}
 	}
 	g.appr.byID[ap.a.ID] = ap
 	g.appr.order = append(g.appr.order, ap)

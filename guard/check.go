@@ -119,6 +119,9 @@ func (g *Guard) Check(ctx context.Context, req Request) error {
 		}
 		return nil
 	case VerbInput, VerbKeys:
+		if err := req.Session.toolHeld(); err != nil {
+			return err
+		}
 		return g.checkInput(ctx, req)
 	case VerbCreate:
 		return g.checkCreate(ctx, req)

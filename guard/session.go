@@ -62,6 +62,10 @@ type Session struct {
 	planters []string
 
 	sudo sudoState
+
+	// heldTools are the pending approvals of the agent's tool uses in this
+	// session (agenttool.go): no input reaches it meanwhile.
+	heldTools []string
 }
 
 // NewSession is the guard state of the node's session t.

@@ -95,6 +95,11 @@ func TestClaudeAgentApproval(t *testing.T) {
 	if _, err := os.Stat(marker); err == nil {
 		t.Fatal("the tool ran before anyone approved it")
 	}
+	// The agent's own dialog is on its screen too: a key typed into it ("1":
+	// Yes) would answer it around the approval. No input reaches it meanwhile.
+	if err := c.Keys(ctx, a.Node, a.ID, "1"); err == nil || !strings.Contains(err.Error(), ap.Addr()) {
+		t.Fatalf("keys into the agent while its tool waits for approval: %v, want refused naming %s", err, ap.Addr())
+	}
 	if _, _, err := runArgs(t, "approve", ap.Addr()); err == nil {
 		t.Fatal("the admin who spawned the agent approved its tool")
 	}
