@@ -89,6 +89,8 @@ var rules = []rule{
 	{dir: "internal/datadir", only: []string{}, depsToo: true},
 	{dir: "internal/reclaim", only: []string{}, depsToo: true},
 	{dir: "internal/netcap", only: []string{}, depsToo: true},
+	// kernel confinement of a session's program (Landlock, namespaces, cgroups)
+	{dir: "internal/sandbox", only: []string{"api", "golang.org/x/sys"}},
 	// one offset-addressed ring (holder's raw output, session's scrollback) and the
 	// PTY and child waits both use
 	{dir: "internal/ring", only: []string{}, depsToo: true},

@@ -1,0 +1,123 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fleetmux/fleetmux/api"
+)
+
+// run is the wrapper: it applies the Spec read from fd to this thread (and the
+// process's credentials) and execve's argv from this thread, whose Landlock
+// domain, namespace, seccomp filter and no_new_privs the program inherits. It
+// returns only on failure.
+func run(fd int, argv []string) error {
+	runtime.LockOSThread() // never unlocked: the exec happens on this thread
+	f := os.NewFile(uintptr(fd), "spec")
+	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("read spec: %w", err)
+	}
+	var spec Spec
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return fmt.Errorf("spec: %w", err)
+	}
+	p := spec.Profile
+	if p != nil {
+		if err := p.Validate(); err != nil {
+			return err
+		}
+		if lim := p.Limits; lim != (api.SandboxLimits{}) {
+			if err := joinCgroup(spec.Cgroup, lim); err != nil {
+				return err
+			}
+		}
+		if p.Network.Mode == api.NetworkNone {
+			if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+				return fmt.Errorf("%w: network namespace: %v", ErrUnsupported, err)
+			}
+		}
+	}
+	if err := restrict(&spec); err != nil {
+		return err
+	}
+	if p != nil {
+		if err := denyUserNS(); err != nil {
+			return err
+		}
+		// No capabilities survive the exec, even for root.
+		for c := 0; c <= 63; c++ {
+			if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err == unix.EINVAL {
+				break
+			}
+		}
+		_ = unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+	}
+	if spec.Cred {
+		groups := make([]int, len(spec.Groups))
+		for i, g := range spec.Groups {
+			groups[i] = int(g)
+		}
+		if err := syscall.Setgroups(groups); err != nil {
+			return fmt.Errorf("setgroups: %w", err)
+		}
+		if err := syscall.Setgid(int(spec.GID)); err != nil {
+			return fmt.Errorf("setgid: %w", err)
+		}
+		if err := syscall.Setuid(int(spec.UID)); err != nil {
+			return fmt.Errorf("setuid: %w", err)
+		}
+	}
+	return unix.Exec(argv[0], argv, os.Environ())
+}
+
+// denyUserNS installs a seccomp filter on this thread: creating a user namespace
+// (clone, unshare with CLONE_NEWUSER) fails with EPERM, clone3 with ENOSYS (its
+// flags are behind a pointer; libc falls back to clone). Another architecture's
+// system calls are refused.
+func denyUserNS() error {
+	if auditArch == 0 {
+		return fmt.Errorf("%w: no seccomp filter for %s", ErrUnsupported, runtime.GOARCH)
+	}
+	const (
+		ldW   = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
+		jeq   = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+		jset  = unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K
+		jge   = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
+		ret   = unix.BPF_RET | unix.BPF_K
+		allow = unix.SECCOMP_RET_ALLOW
+		eperm = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
+		enos  = unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)
+	)
+	prog := []unix.SockFilter{
+		{Code: ldW, K: 4}, // arch
+		{Code: jeq, K: auditArch, Jt: 1},
+		{Code: ret, K: unix.SECCOMP_RET_KILL_PROCESS},
+		{Code: ldW, K: 0},                 // nr
+		{Code: jge, K: 0x40000000, Jt: 6}, // x32's numbers: refused
+		{Code: jeq, K: uint32(unix.SYS_CLONE3), Jf: 1},
+		{Code: ret, K: enos},
+		{Code: jeq, K: uint32(unix.SYS_UNSHARE), Jt: 1},
+		{Code: jeq, K: uint32(unix.SYS_CLONE), Jf: 3},
+		{Code: ldW, K: 16}, // args[0], low 32 bits (little-endian)
+		{Code: jset, K: unix.CLONE_NEWUSER, Jf: 1},
+		{Code: ret, K: eperm},
+		{Code: ret, K: allow},
+	}
+	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	if err := unix.Prctl(unix.PR_SET_SECCOMP, unix.SECCOMP_MODE_FILTER, uintptr(unsafe.Pointer(&fprog)), 0, 0); err != nil {
+		return fmt.Errorf("%w: seccomp: %v", ErrUnsupported, err)
+	}
+	return nil
+}

@@ -1,0 +1,243 @@
+package sandbox_test
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/internal/sandbox"
+)
+
+// need skips unless this machine can enforce everything the tests use.
+func need(t *testing.T) {
+	t.Helper()
+	caps := sandbox.Probe()
+	if caps.Landlock < 4 || !caps.NetNS || caps.Cgroups == 0 {
+		t.Skipf("needs root, Landlock ABI >= 4 and cgroups: %+v", caps)
+	}
+}
+
+// run runs script with /bin/sh under spec (through this test binary as the
+// wrapper) and returns its combined output and exit code.
+func run(t *testing.T, spec sandbox.Spec, shell, script string) (string, int) {
+	t.Helper()
+	if spec.Cgroup == "" {
+		spec.Cgroup = "t" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	}
+	argv, r, err := sandbox.Wrap("", spec, []string{shell, "-c", script})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.ExtraFiles = []*os.File{nil, nil, r} // the child's fd 5
+	cmd.WaitDelay = 5 * time.Second
+	err = cmd.Start()
+	r.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+		if ws, ok := ee.Sys().(interface{ Signaled() bool }); ok && ws.Signaled() {
+			code = 128 + 9
+		}
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), code
+}
+
+// workonly is the profile of the issue: write only dir, network none, 64 pids,
+// 256 MiB.
+func workonly(dir string) *api.SandboxProfile {
+	return &api.SandboxProfile{Name: "workonly",
+		Files:   api.SandboxFiles{Write: []string{dir}},
+		Network: api.SandboxNetwork{Mode: api.NetworkNone},
+		Limits:  api.SandboxLimits{MemoryBytes: 256 << 20, Pids: 64},
+	}
+}
+
+func workdir(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "fm-sandbox-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestFilesWriteOnlyWorkdir(t *testing.T) {
+	need(t)
+	dir := workdir(t)
+	etc := workdir(t) // stands for /etc: a directory outside the profile's write list
+	out, code := run(t, sandbox.Spec{Profile: workonly(dir)}, "/bin/sh",
+		"touch "+etc+"/x; echo etc=$?; touch "+dir+"/x; echo work=$?; cat /etc/hostname >/dev/null; echo read=$?; touch /etc/fm-sandbox-x; echo etc2=$?")
+	if code != 0 || !strings.Contains(out, "Permission denied") || !strings.Contains(out, "etc=1") ||
+		!strings.Contains(out, "work=0") || !strings.Contains(out, "read=0") || !strings.Contains(out, "etc2=1") {
+		t.Fatalf("exit %d, output:\n%s", code, out)
+	}
+	if _, err := os.Stat(filepath.Join(etc, "x")); err == nil {
+		t.Fatal("the write outside the profile happened")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "x")); err != nil {
+		t.Fatalf("the write inside the profile did not happen: %v", err)
+	}
+}
+
+func listen(t *testing.T) (net.Listener, string) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return ln, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+}
+
+func TestNetworkNone(t *testing.T) {
+	need(t)
+	_, port := listen(t)
+	probe := "exec 3<>/dev/tcp/127.0.0.1/" + port + " && echo connected || echo refused"
+	if out, _ := run(t, sandbox.Spec{}, "/bin/bash", probe); !strings.Contains(out, "connected") {
+		t.Fatalf("without a profile the listener is not reachable: %s", out)
+	}
+	out, _ := run(t, sandbox.Spec{Profile: workonly(workdir(t))}, "/bin/bash", probe)
+	if !strings.Contains(out, "refused") || strings.Contains(out, "connected") {
+		t.Fatalf("network none reached the loopback listener: %s", out)
+	}
+}
+
+func TestConnectOnlyPort(t *testing.T) {
+	need(t)
+	_, p := listen(t)
+	_, q := listen(t)
+	pn, _ := strconv.Atoi(p)
+	prof := &api.SandboxProfile{Name: "onlyp", Network: api.SandboxNetwork{Mode: api.NetworkTCP, Ports: []int{pn}}}
+	out, _ := run(t, sandbox.Spec{Profile: prof}, "/bin/bash",
+		"exec 3<>/dev/tcp/127.0.0.1/"+p+" && echo P=ok || echo P=no; exec 4<>/dev/tcp/127.0.0.1/"+q+" && echo Q=ok || echo Q=no")
+	if !strings.Contains(out, "P=ok") || !strings.Contains(out, "Q=no") {
+		t.Fatalf("connect only to %s: %s", p, out)
+	}
+}
+
+func TestForkBombStopsAtPids(t *testing.T) {
+	need(t)
+	start := time.Now()
+	out, _ := run(t, sandbox.Spec{Profile: workonly(workdir(t))}, "/bin/sh",
+		`n=0; while [ $n -lt 200 ]; do sleep 1 & n=$((n+1)); done; wait; echo done`)
+	if !strings.Contains(out, "fork") && !strings.Contains(strings.ToLower(out), "resource temporarily unavailable") {
+		t.Fatalf("200 children under a 64 pids limit all started:\n%.2000s", out)
+	}
+	t.Logf("bomb stopped in %v", time.Since(start))
+	// The machine still forks outside the group.
+	if err := exec.Command("/bin/true").Run(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMemoryHogKilledInItsGroup(t *testing.T) {
+	need(t)
+	prof := workonly(workdir(t))
+	prof.Limits.MemoryBytes = 32 << 20
+	// tail keeps a line without a newline whole: it grows until the limit.
+	out, code := run(t, sandbox.Spec{Profile: prof}, "/bin/sh", "head -c 200000000 /dev/zero | tail -n 1 >/dev/null; echo tail=$?")
+	if !strings.Contains(out, "tail=137") {
+		t.Fatalf("exit %d; the hog was not killed:\n%s", code, out)
+	}
+}
+
+func TestEscapesFail(t *testing.T) {
+	need(t)
+	dir := workdir(t)
+	// A set-user-ID root copy of id: with no_new_privs it runs as the caller.
+	id, err := exec.LookPath("id")
+	if err != nil {
+		t.Skip(err)
+	}
+	b, err := os.ReadFile(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	suid := filepath.Join(dir, "suid-id")
+	if err := os.WriteFile(suid, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(suid, 0o4755); err != nil {
+		t.Fatal(err)
+	}
+	spec := sandbox.Spec{Profile: workonly(dir), Cred: true, UID: 65534, GID: 65534}
+	out, _ := run(t, spec, "/bin/sh", suid+" -u; unshare -U true && echo userns=ok || echo userns=no; unshare -Ur true && echo userns2=ok || echo userns2=no; ls /proc/1/root/ >/dev/null && echo root=ok || echo root=no")
+	lines := strings.Fields(out)
+	if len(lines) == 0 || lines[0] != "65534" {
+		t.Errorf("the set-user-ID binary ran as root: %s", out)
+	}
+	for _, w := range []string{"userns=no", "userns2=no", "root=no"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("want %s:\n%s", w, out)
+		}
+	}
+	// root in a profile keeps no capability: /proc/1/root stays shut.
+	out, _ = run(t, sandbox.Spec{Profile: workonly(dir)}, "/bin/sh", "ls /proc/1/root/ >/dev/null && echo root=ok || echo root=no; grep CapEff /proc/self/status")
+	if !strings.Contains(out, "root=no") || !strings.Contains(out, "0000000000000000") {
+		t.Errorf("root in a profile:\n%s", out)
+	}
+}
+
+func TestHideWithoutProfile(t *testing.T) {
+	if sandbox.Probe().Landlock < 1 {
+		t.Skip("no Landlock")
+	}
+	data := workdir(t)
+	if err := os.WriteFile(filepath.Join(data, "creds"), []byte("secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	other := workdir(t)
+	out, _ := run(t, sandbox.Spec{Hide: []string{data}}, "/bin/sh",
+		"cat "+data+"/creds && echo creds=ok || echo creds=no; touch "+other+"/y && echo other=ok || echo other=no")
+	if !strings.Contains(out, "creds=no") || strings.Contains(out, "secret") || !strings.Contains(out, "other=ok") {
+		t.Fatalf("%s", out)
+	}
+}
+
+func TestCheckFailsClosed(t *testing.T) {
+	p := &api.SandboxProfile{Name: "p", Network: api.SandboxNetwork{Mode: api.NetworkTCP, Ports: []int{443}}}
+	if err := sandbox.Check(p, api.SandboxCaps{Landlock: 3, NetNS: true, Cgroups: 1}); !errors.Is(err, sandbox.ErrUnsupported) {
+		t.Fatalf("TCP ports on ABI 3: %v", err)
+	}
+	p.Network = api.SandboxNetwork{Mode: api.NetworkNone}
+	if err := sandbox.Check(p, api.SandboxCaps{Landlock: 7}); !errors.Is(err, sandbox.ErrUnsupported) {
+		t.Fatalf("network none without namespaces: %v", err)
+	}
+	p.Limits.Pids = 5
+	if err := sandbox.Check(p, api.SandboxCaps{Landlock: 7, NetNS: true}); !errors.Is(err, sandbox.ErrUnsupported) {
+		t.Fatalf("limits without cgroups: %v", err)
+	}
+	if err := sandbox.Check(p, api.SandboxCaps{Landlock: 7, NetNS: true, Cgroups: 1}); err != nil {
+		t.Fatal(err)
+	}
+}
