@@ -262,6 +262,10 @@ try {
   const scr = await api(env.ADMIN, 'GET', `/v1/sessions/${node}/${sid}/screen`);
   if (/viewer-typed|forged/.test(scr.body.text)) fail(`a viewer typed into the session:\n${scr.body.text}`);
   await shot(vpage, 'viewer-session');
+  // The viewer sees what waits for approval, and nothing to decide it with.
+  await vpage.click('#nav a[href="/ui/approvals"]');
+  await vpage.waitForSelector('#pending .approval');
+  if (await vpage.$('#pending button')) fail('a viewer has approve or deny buttons');
   ok('viewer');
 
   // Sign-out ends the cookie: the page is back at sign-in, and the old cookie
