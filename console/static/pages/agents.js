@@ -20,6 +20,16 @@ export async function agentsPage(main, _params, ctx) {
       throw e;
     }
     const agents = (list && list.agents) || [];
+    // The permission prompts waiting on a person, by the agent (its session) that asked.
+    const asks = new Map();
+    try {
+      for (const a of (await api('GET', '/v1/approvals')).approvals || []) {
+        if (a.kind !== 'agent_tool') continue;
+        const k = `${a.node}/${a.session}`;
+        if (!asks.has(k)) asks.set(k, []);
+        asks.get(k).push(a);
+      }
+    } catch { /* the tree still shows */ }
     if (!agents.length) {
       tree.replaceChildren(el('p', { class: 'muted', id: 'no-agents' }, 'No agents are running.'));
       return;
@@ -40,6 +50,9 @@ export async function agentsPage(main, _params, ctx) {
       el('span', { class: 'muted' }, ` from ${a.state_source || '?'}${a.evidence ? ': ' + a.evidence : ''}${a.state_since ? ' since ' + fmtTime(a.state_since) : ''}`),
       a.usage ? el('span', { class: 'muted' }, ` · ${usage(a.usage)}`) : null,
       a.prompt ? el('div', { class: 'muted mono' }, a.prompt) : null,
+      (asks.get(key(a)) || []).map((p) => el('div', { class: 'warn', dataset: { approval: `${p.node}/${p.id}` } },
+        'asks to use ', el('code', {}, p.tool || '?'), ': ', el('code', {}, p.command || ''), ' — ',
+        el('a', { href: '/ui/approvals', 'data-nav': '' }, `decide ${p.node}/${p.id}`))),
       kids.has(key(a)) ? el('ul', {}, kids.get(key(a)).map(item)) : null);
     const roots = agents.filter((a) => !a.parent || !known.has(a.parent));
     tree.replaceChildren(el('ul', {}, roots.map(item)));
