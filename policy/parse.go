@@ -117,7 +117,7 @@ func (p *parser) document(root *yaml.Node) *Policy {
 	}
 	pol := &Policy{}
 	var haveVersion bool
-	for _, kv := range p.mapping(root.Content[0], "", "version", "rules", "redact", "secrets") {
+	for _, kv := range p.mapping(root.Content[0], "", "version", "rules", "redact", "secrets", "sandboxes") {
 		k, v := kv[0], kv[1]
 		switch k.Value {
 		case "version":
@@ -132,6 +132,8 @@ func (p *parser) document(root *yaml.Node) *Policy {
 			pol.Redacts = p.redacts(v)
 		case "secrets":
 			pol.Secrets = p.secrets(v)
+		case "sandboxes":
+			pol.Sandboxes = p.sandboxes(v)
 		}
 	}
 	if p.err == nil && !haveVersion {

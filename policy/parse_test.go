@@ -67,7 +67,7 @@ func TestParseErrors(t *testing.T) {
 		{"two docs", "version: 1\n---\nversion: 1\n", "line 2: more than one document"},
 		{"no version", "rules: []\n", "line 1: version: missing (want version: 1)"},
 		{"bad version", "version: 2\n", `line 1: version: unknown format version "2" (want 1)`},
-		{"unknown top", "version: 1\nrulez: []\n", "line 2: rulez: unknown field (want one of version, rules, redact, secrets)"},
+		{"unknown top", "version: 1\nrulez: []\n", "line 2: rulez: unknown field (want one of version, rules, redact, secrets, sandboxes)"},
 		{"dup key", "version: 1\nversion: 1\n", "line 2: version: given twice (first at line 1)"},
 		{"rules not list", "version: 1\nrules: {}\n", "line 2: rules: want a list, got a mapping"},
 		{"unknown rule field", rule("    action: deny\n    acton: deny\n"), "line 5: rules[0].acton: unknown field"},
@@ -123,6 +123,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{"version": 1, "rules": [{"name": "x", "action": "deny"}]}`))
 	f.Add([]byte("version: 1\nrules:\n  - &a {name: r, action: deny}\n  - *a\n"))
 	f.Add([]byte(secretsDoc))
+	f.Add([]byte(sandboxDoc))
 	f.Fuzz(func(t *testing.T, doc []byte) {
 		p, err := Parse(doc)
 		if err != nil {
@@ -141,5 +142,17 @@ func FuzzParse(f *testing.F) {
 		}
 		r := p.NewRedactor()
 		_ = append(r.Write(doc), r.Flush()...)
+		// A parsed policy's profiles are valid, and choosing one never panics.
+		if p.Sandboxes != nil {
+			for name, prof := range p.Sandboxes.Profiles {
+				if err := prof.Validate(); err != nil || prof.Name != name {
+					t.Fatalf("profile %s: %v", name, err)
+				}
+				if _, err := p.Sandbox(Request{Principal: "token:x", Agent: "claude"}, name); err != nil &&
+					!errors.Is(err, ErrLooser) {
+					t.Fatalf("ask %s: %v", name, err)
+				}
+			}
+		}
 	})
 }

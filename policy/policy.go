@@ -104,6 +104,9 @@ type Policy struct {
 	// Secrets say who may have a node type which stored secret, where and at
 	// which prompt (secret.go).
 	Secrets []Secret
+	// Sandboxes are the sandbox profiles and the rules that choose one for a
+	// new session (sandbox.go); nil without a sandboxes section.
+	Sandboxes *Sandboxes
 }
 
 // Rule is one rule of a policy.
