@@ -358,3 +358,32 @@ func TestLiveSlowViewer(t *testing.T) {
 		t.Errorf("the slow viewer got all %d bytes: nothing was cut", got)
 	}
 }
+
+// TestRecordingRoute: GET …/recording answers the whole recording as one asciicast
+// file to a viewer, also once the session is closed: v3 with a marker per block
+// carrying its exit code, or v2 with format=v2.
+func TestRecordingRoute(t *testing.T) {
+	f := newFixture(t, stack.Options{Nodes: map[string]map[string]string{"n1": nil}, Store: true})
+	s := f.NewSession("n1")
+	f.Run("n1", s.ID, "echo recorded; (exit 3)")
+	path := "/v1/sessions/n1/" + s.ID
+	viewer := f.newToken("watcher", api.RoleViewer, "")
+	var cast []byte
+	f.as(viewer, func() {
+		testutil.Eventually(t, 10*time.Second, func() bool {
+			var code int
+			code, cast = f.Do("GET", path+"/recording", nil)
+			return code == 200 && bytes.Contains(cast, []byte(`"m", "block 1: echo recorded; (exit 3) ⏎ exit 3"]`))
+		}, "the recording with block 1's marker and exit")
+	})
+	if !bytes.HasPrefix(cast, []byte(`{"version":3,"term":{"cols":`)) {
+		t.Errorf("recording: %.200s", cast)
+	}
+	f.Must(200, "DELETE", path, nil, nil)
+	f.as(viewer, func() {
+		code, v2 := f.Do("GET", path+"/recording?format=v2", nil)
+		if code != 200 || !bytes.HasPrefix(v2, []byte(`{"version":2,"width":`)) || !bytes.Contains(v2, []byte("recorded\\r\\n")) {
+			t.Errorf("a closed session's recording as v2: %d %.200s", code, v2)
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/fleetmux/fleetmux/api"
@@ -28,10 +29,14 @@ func (s *Server) recording(w http.ResponseWriter, r *http.Request) {
 		s.reply(w, r, nil, api.Errorf(api.CodeBadRequest, "format=%q: want v3 or v2", f))
 		return
 	}
+	// A long download ends when the server shuts down, as the output's streams do.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	defer context.AfterFunc(s.streamCtx, cancel)()
 	s.reqWG.Add(1)
 	defer s.reqWG.Done()
 	body := &recordingBody{w: w, node: node, id: id, valid: s.stillValid(r)}
-	err = s.fleet.Recording(r.Context(), node, id, format, body)
+	err = s.fleet.Recording(ctx, node, id, format, body)
 	switch {
 	case err != nil && !body.started:
 		s.reply(w, r, nil, err)
