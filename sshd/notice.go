@@ -71,6 +71,9 @@ func notice(ev api.ApprovalEvent) string {
 	a := ev.Approval
 	addr := trunc(a.Addr(), 80)
 	cmd := trunc(a.Command, 120)
+	if a.Kind == api.ApprovalAgentTool {
+		cmd = trunc(a.Agent+" "+a.Tool+": "+a.Command, 120) // an agent waits to use a tool
+	}
 	switch ev.Type {
 	case api.ApprovalEventHeld:
 		who := a.Principal

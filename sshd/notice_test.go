@@ -30,6 +30,10 @@ func TestNotice(t *testing.T) {
 			t.Errorf("%s notice carries control characters: %q", typ, n)
 		}
 	}
+	tool := api.Approval{ID: "a4", Node: "n1", Session: "s2", Kind: api.ApprovalAgentTool, Agent: "claude", Tool: "Bash\x1b[2J", Command: "touch MARKER", Rule: "ask"}
+	if n := notice(api.ApprovalEvent{Type: api.ApprovalEventHeld, Approval: tool}); !strings.Contains(n, ": claude Bash") || !strings.Contains(n, ": touch MARKER (asked") || strings.Contains(n, "\x1b") {
+		t.Errorf("an agent's tool held: notice %q", n)
+	}
 	if n := notice(api.ApprovalEvent{Type: api.ApprovalEventDone, Approval: a}); n != "" {
 		t.Errorf("done notice %q, want none", n)
 	}
