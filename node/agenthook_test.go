@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmux/fleetmux/agent"
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/fleetmux/fleetmux/node"
@@ -141,6 +143,18 @@ func TestClaudeHooksAndApprovals(t *testing.T) {
 		t.Fatalf("a denied request was held: %+v", list.Approvals)
 	}
 
+	// A hook event's way to the agent's state: the hook channel, the tracker.
+	dirs, _ := os.ReadDir(filepath.Join(f.data, "agents"))
+	if len(dirs) != 1 {
+		t.Fatalf("%d agent config dirs, want 1", len(dirs))
+	}
+	t0 := time.Now()
+	if _, err := agent.SendHook(context.Background(), filepath.Join(f.data, "agents", dirs[0].Name()), []byte(`{"hook_event_name":"UserPromptSubmit"}`)); err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Since(t0)
+	wk := f.waitAgent(a.ID, api.AgentWorking)
+	t.Logf("hook event → agent state: the hook's answer after %v, the state changed %v after it was sent", sent.Round(time.Microsecond), wk.StateSince.Sub(t0).Round(time.Microsecond))
 	f.mustCall(api.VerbAgentKill, api.AgentRequest{Agent: a.ID}, nil)
 	testutil.Eventually(t, 10*time.Second, func() bool {
 		entries, _ := os.ReadDir(filepath.Join(f.data, "agents"))
