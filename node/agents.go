@@ -266,6 +266,7 @@ func (n *Node) startAgent(ctx context.Context, hs *heldSpawn, cr api.CreateReque
 		hooks.abort()
 		return api.Agent{}, api.Errorf(api.CodeUnavailable, "node %s: %v", n.cfg.Name, err)
 	}
+	n.saveAgent(e, meta, r.Rules)
 	n.startHooks(hooks, e, d.Name, w)
 	a, _ := n.agents.Get(s.ID)
 	return a, nil

@@ -147,6 +147,8 @@ func (n *Node) reattachOne(id string) error {
 	n.mu.Unlock()
 	n.redactStarted(e, redFrom)
 	e.run() // the node's wg counts the entry until its end
+	// An agent's session: tracked as the agent again (agentsave.go).
+	n.reattachAgent(e)
 	n.log.Info("session reattached", "session", id, "offset", info.OutputOffset, "blocks", info.Blocks, "recorded", from)
 	return nil
 }

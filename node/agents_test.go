@@ -1,0 +1,45 @@
+package node_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/internal/testutil"
+	"github.com/fleetmux/fleetmux/node"
+)
+
+// tinyAgent is a generic-driver agent: sh printing a prompt, then cat.
+var tinyAgent = api.SpawnRequest{Driver: api.DriverGeneric, Program: "sh", Args: []string{"-c", "printf 'READY> '; exec cat"},
+	Rules: "version 1\nname tiny/1\nrule prompt ready -- READY>\n"}
+
+// TestAgentAcrossRestart: with a holder, an agent outlives its node agent as its
+// session does: the next node agent tracks it again (driver, rules, parent, the
+// time it was spawned), reads its state again from its screen, and prompts it.
+func TestAgentAcrossRestart(t *testing.T) {
+	client := startHolder(t)
+	f := newFixture(t, func(c *node.Config) { c.Holder = client() })
+	var a api.Agent
+	f.mustCall(api.VerbAgentSpawn, tinyAgent, &a)
+	var w api.AgentWaitReply
+	f.mustCall(api.VerbAgentWait, api.AgentWaitRequest{Agent: a.ID, States: []string{api.AgentReady}, TimeoutMS: 10000}, &w)
+	if !w.OK {
+		t.Fatalf("not ready before the restart: %+v", w.Agent)
+	}
+	f.restart(client(), 0, 1)
+	var b api.Agent
+	f.mustCall(api.VerbAgentGet, api.AgentRequest{Agent: a.ID}, &b)
+	if b.Driver != a.Driver || b.Rules != "tiny/1" || b.Parent != a.Parent || !b.CreatedAt.Equal(a.CreatedAt) || b.Owner != a.Owner {
+		t.Fatalf("after the restart %+v, before %+v", b, a)
+	}
+	f.mustCall(api.VerbAgentWait, api.AgentWaitRequest{Agent: a.ID, States: []string{api.AgentReady}, TimeoutMS: 10000}, &w)
+	if !w.OK || w.Agent.StateSource != api.SourceScreen {
+		t.Fatalf("not ready from its screen after the restart: %+v", w.Agent)
+	}
+	f.mustCall(api.VerbAgentSend, api.AgentSendRequest{Agent: a.ID, Text: "after the restart"}, nil)
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		var out api.AgentOutput
+		return f.call(api.VerbAgentOutput, api.AgentOutputRequest{Agent: a.ID}, &out) == nil && strings.Contains(out.Text, "after the restart")
+	}, "the prompt typed after the restart")
+}
