@@ -266,9 +266,23 @@ func (o *replayOptions) fetch(ctx context.Context, node, id, dir string) (string
 	if !o.blockSet {
 		return path, nil
 	}
-	bl, err := cl.Blocks(ctx, node, id)
+	// The block index, from the recording's markers: each sits at its block's first
+	// output byte (also for a closed session, whose blocks the API no longer lists).
+	rec, err := replay.Open(path)
 	if err != nil {
-		return "", o.cl.fail(err)
+		return "", err
+	}
+	defer rec.Close()
+	var entries []replay.IndexEntry
+	err = rec.Events(ctx, replay.Position{}, func(e replay.Event) error {
+		if n, cmd, exit, ok := replay.MarkerBlock(e.Data); ok && e.Kind == "m" {
+			off := rec.Header().Offset + e.Offset
+			entries = append(entries, replay.IndexEntry{N: n, Command: cmd, ExitCode: exit, Start: off, End: off})
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
 	}
 	idx, err := os.OpenFile(replay.IndexPath(path), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
@@ -276,8 +290,7 @@ func (o *replayOptions) fetch(ctx context.Context, node, id, dir string) (string
 	}
 	defer idx.Close()
 	iw := replay.NewIndexWriter(idx)
-	for _, b := range bl.Blocks {
-		e := replay.IndexEntry{N: b.N, Command: b.Command, Cwd: b.Cwd, ExitCode: b.ExitCode, Start: b.Start, End: max(b.End, b.Start)}
+	for _, e := range entries {
 		if err := iw.Append(e); err != nil {
 			return "", err
 		}

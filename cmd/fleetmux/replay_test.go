@@ -252,6 +252,18 @@ func TestReplaySession(t *testing.T) {
 			t.Errorf("asciinema cat of the v2 export: %q", cat)
 		}
 	}
+	// A closed session: its recording is still served, --from-block finds its blocks
+	// by their markers.
+	if _, errs, err := runArgs(t, "kill", s, "--addr", addr); err != nil {
+		t.Fatalf("kill: %v %s", err, errs)
+	}
+	out, errs, err = runArgs(t, "replay", s, "--addr", addr, "--from-block", "2", "--screen")
+	if err != nil || !strings.Contains(out, "second-block") {
+		t.Errorf("replay --from-block 2 --screen of a closed session: %v %s\n%s", err, errs, out)
+	}
+	if _, _, err := runArgs(t, "replay", s, "--addr", addr, "--from-block", "9"); exitCode(err) != 1 {
+		t.Errorf("--from-block 9: exit %d (%v), want 1", exitCode(err), err)
+	}
 	if _, _, err := runArgs(t, "replay", "here/s99", "--addr", addr); exitCode(err) != 1 {
 		t.Errorf("replay of an unknown session: exit %d (%v), want 1", exitCode(err), err)
 	}
