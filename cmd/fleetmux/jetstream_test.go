@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -102,30 +101,14 @@ func TestControllerJetStreamCluster(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte("fm_"+strings.Repeat("b", 40)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var out, errb testutil.Buffer
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"controller", "--name", "c1", "--data", dir, "--nats", srvs[0].ClientURL(), "--api-token-file", tokenFile,
-			"--http-listen", "127.0.0.1:0", "--gossip-listen", "127.0.0.1:0", "--ssh-listen", "off"}, &out, &errb)
-	}()
+	c1 := startInproc(t, "controller", "--name", "c1", "--data", dir, "--nats", srvs[0].ClientURL(), "--api-token-file", tokenFile,
+		"--http-listen", "127.0.0.1:0", "--gossip-listen", "127.0.0.1:0", "--ssh-listen", "off")
 	defer func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := c1.stop(); err != nil {
 			t.Errorf("controller: %v", err)
 		}
 	}()
-	httpRe := regexp.MustCompile(`HTTP API: (http://\S+)`)
-	testutil.Eventually(t, 30*time.Second, func() bool {
-		select {
-		case err := <-done:
-			done <- err
-			t.Fatalf("controller stopped: %v\n%s", err, errb.String())
-		default:
-		}
-		return httpRe.MatchString(out.String())
-	}, "the controller's HTTP API")
-	addr := httpRe.FindStringSubmatch(out.String())[1]
+	addr := c1.httpAPI(t, 30*time.Second)
 	t.Setenv(envAddr, addr)
 	t.Setenv(envToken, "fm_"+strings.Repeat("b", 40))
 
@@ -181,10 +164,10 @@ func TestControllerJetStreamCluster(t *testing.T) {
 	testutil.StopNATS(t, srvs[1])
 	_, _, err = runArgs(t, "token", "create", "--name", "lost", "--role", "viewer")
 	if err == nil || !strings.Contains(err.Error(), "not reachable now") || strings.Contains(err.Error(), "internal") {
-		t.Fatalf("token create without a JetStream quorum: %v\n%s", err, errb.String())
+		t.Fatalf("token create without a JetStream quorum: %v\n%s", err, c1.errb.String())
 	}
 	if _, _, err := runArgs(t, "policy", "set", policy); err == nil || !strings.Contains(err.Error(), "not reachable now") {
-		t.Fatalf("policy set without a JetStream quorum: %v\n%s", err, errb.String())
+		t.Fatalf("policy set without a JetStream quorum: %v\n%s", err, c1.errb.String())
 	}
 
 	// A controller started now serves (the bootstrap token works; a stored token
@@ -192,29 +175,14 @@ func TestControllerJetStreamCluster(t *testing.T) {
 	// is back.
 	data2 := t.TempDir()
 	copyKeys(t, filepath.Join(dir, "keys"), filepath.Join(data2, "keys"))
-	ctx2, cancel2 := context.WithCancel(context.Background())
-	var out2, errb2 testutil.Buffer
-	done2 := make(chan error, 1)
-	go func() {
-		done2 <- run(ctx2, []string{"controller", "--name", "c2", "--data", data2, "--nats", srvs[0].ClientURL(), "--api-token-file", tokenFile,
-			"--http-listen", "127.0.0.1:0", "--gossip-listen", "127.0.0.1:0", "--ssh-listen", "off"}, &out2, &errb2)
-	}()
+	c2 := startInproc(t, "controller", "--name", "c2", "--data", data2, "--nats", srvs[0].ClientURL(), "--api-token-file", tokenFile,
+		"--http-listen", "127.0.0.1:0", "--gossip-listen", "127.0.0.1:0", "--ssh-listen", "off")
 	defer func() {
-		cancel2()
-		if err := <-done2; err != nil {
+		if err := c2.stop(); err != nil {
 			t.Errorf("controller c2: %v", err)
 		}
 	}()
-	testutil.Eventually(t, 60*time.Second, func() bool {
-		select {
-		case err := <-done2:
-			done2 <- err
-			t.Fatalf("controller c2 stopped: %v\n%s", err, errb2.String())
-		default:
-		}
-		return httpRe.MatchString(out2.String())
-	}, "controller c2 serving without JetStream")
-	t.Setenv(envAddr, httpRe.FindStringSubmatch(out2.String())[1])
+	t.Setenv(envAddr, c2.httpAPI(t, 60*time.Second))
 	if _, _, err := runArgs(t, "nodes"); err != nil {
 		t.Fatalf("bootstrap token on c2 without JetStream: %v", err)
 	}

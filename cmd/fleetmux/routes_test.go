@@ -2,14 +2,12 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"testing"
 	"time"
 
@@ -90,53 +88,18 @@ func TestControllerNATSRoutes(t *testing.T) {
 		copyKeys(t, filepath.Join(dir, name+".keys"), filepath.Join(data, "keys"))
 	}
 	ad := freeAddrs(t, 6) // nats A, B; cluster A, B; gossip A, B
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	type proc struct {
-		out, errb testutil.Buffer
-		done      chan struct{} // closed when run returned, with err
-		err       error
-	}
-	start := func(args ...string) *proc {
-		p := &proc{done: make(chan struct{})}
-		go func() { p.err = run(ctx, args, &p.out, &p.errb); close(p.done) }()
-		t.Cleanup(func() {
-			cancel()
-			select {
-			case <-p.done:
-			case <-time.After(20 * time.Second):
-				t.Errorf("%v did not stop", args[:3])
-			}
-		})
-		return p
-	}
-	ctl := func(name, data, nats, cluster, route, gossip string) *proc {
-		return start("controller", "--name", name, "--data", data, "--nats-listen", nats, "--nats-cluster-listen", cluster,
+	ctl := func(name, data, nats, cluster, route, gossip string) *inproc {
+		return startInproc(t, "controller", "--name", name, "--data", data, "--nats-listen", nats, "--nats-cluster-listen", cluster,
 			"--nats-routes", "nats://"+route, "--http-listen", "127.0.0.1:0", "--gossip-listen", gossip, "--ssh-listen", "off")
 	}
 	a := ctl("ctl-a", dataA, ad[0], ad[2], ad[3], ad[4])
 	b := ctl("ctl-b", dataB, ad[1], ad[3], ad[2], ad[5])
 	endHolder(t, filepath.Join(dir, "node"))
-	start("node", "--name", "rn", "--data", filepath.Join(dir, "node"), "--nats", "nats://"+ad[1], "--nats-creds", nodeCreds,
+	startInproc(t, "node", "--name", "rn", "--data", filepath.Join(dir, "node"), "--nats", "nats://"+ad[1], "--nats-creds", nodeCreds,
 		"--trust-root", filepath.Join(dir, "n.keys", "fleet.pub"), // written by enroll next to the creds
 		"--gossip-listen", "127.0.0.1:0", "--join", ad[4])
-	httpRE := regexp.MustCompile(`HTTP API: (http://\S+)`)
-	var base string
-	testutil.Eventually(t, 60*time.Second, func() bool {
-		for _, p := range []*proc{a, b} {
-			select {
-			case <-p.done:
-				t.Fatalf("a controller stopped: %v\n%s", p.err, p.errb.String())
-			default:
-			}
-		}
-		m := httpRE.FindStringSubmatch(a.out.String())
-		if m == nil || !httpRE.MatchString(b.out.String()) {
-			return false
-		}
-		base = m[1]
-		return true
-	}, "both controllers up")
+	base := a.httpAPI(t, 60*time.Second)
+	b.httpAPI(t, 60*time.Second)
 	// A's request goes over A's NATS server, the route, and B's server to the node.
 	var last string
 	t.Cleanup(func() {
