@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -104,6 +105,15 @@ func checkAgent(node, id string) error {
 	return nil
 }
 
+// explainAgent is explain for the agent tools: an agent not found is named so.
+func (m *Server) explainAgent(err error, node, id string) error {
+	var ae *api.Error
+	if errors.As(err, &ae) && ae.Code == api.CodeNotFound && !strings.HasPrefix(ae.Message, "unknown node") {
+		return &toolError{msg: fmt.Sprintf("no agent %s: call list_agents to see the agents, or spawn_agent", addr(node, id)), code: api.CodeNotFound}
+	}
+	return m.explain(err, node, id)
+}
+
 func agentAudit[In any](f func(In) (string, string, string)) auditFn[In] { return sessionAudit(f) }
 
 func (m *Server) addAgentTools() {
@@ -167,7 +177,7 @@ func (m *Server) addAgentTools() {
 		}
 		a, err := af.SendAgent(ctx, in.Node, in.Agent, in.Text)
 		if err != nil {
-			return nil, Agent{}, m.explain(err, in.Node, in.Agent)
+			return nil, Agent{}, m.explainAgent(err, in.Node, in.Agent)
 		}
 		return textResult("sent to " + agentLine(a)), agentOut(a), nil
 	})
@@ -191,7 +201,7 @@ func (m *Server) addAgentTools() {
 		}
 		w, err := af.WaitAgent(ctx, in.Node, in.Agent, states, ms)
 		if err != nil {
-			return nil, Agent{}, m.explain(err, in.Node, in.Agent)
+			return nil, Agent{}, m.explainAgent(err, in.Node, in.Agent)
 		}
 		return textResult(fmt.Sprintf("ok %v: %s", w.OK, agentLine(w.Agent))), agentOut(w.Agent), nil
 	})
@@ -211,7 +221,7 @@ func (m *Server) addAgentTools() {
 		}
 		o, err := af.AgentOutput(ctx, in.Node, in.Agent, in.Cursor, min(budget, maxTextBytes))
 		if err != nil {
-			return nil, AgentText{}, m.explain(err, in.Node, in.Agent)
+			return nil, AgentText{}, m.explainAgent(err, in.Node, in.Agent)
 		}
 		text := fmt.Sprintf("%s, cursor %d\n%s\nscreen:\n%s", agentLine(o.Agent), o.Cursor, fence("output", o.Text), fence("screen", o.Screen))
 		return textResult(text), AgentText{Agent: agentOut(o.Agent), Cursor: o.Cursor}, nil
@@ -228,7 +238,7 @@ func (m *Server) addAgentTools() {
 			}
 			a, err := af.InterruptAgent(ctx, in.Node, in.Agent)
 			if err != nil {
-				return nil, Agent{}, m.explain(err, in.Node, in.Agent)
+				return nil, Agent{}, m.explainAgent(err, in.Node, in.Agent)
 			}
 			return textResult("interrupted " + agentLine(a)), agentOut(a), nil
 		})
@@ -244,7 +254,7 @@ func (m *Server) addAgentTools() {
 			}
 			a, err := af.KillAgent(ctx, in.Node, in.Agent)
 			if err != nil {
-				return nil, Agent{}, m.explain(err, in.Node, in.Agent)
+				return nil, Agent{}, m.explainAgent(err, in.Node, in.Agent)
 			}
 			return textResult("killed " + agentLine(a)), agentOut(a), nil
 		})
