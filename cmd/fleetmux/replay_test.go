@@ -271,3 +271,31 @@ func TestReplaySession(t *testing.T) {
 		t.Errorf("--export v4: exit %d, want 2", exitCode(err))
 	}
 }
+
+// TestReplayV2File: a v2 recording (the format before v3) plays, and exports to v3 and
+// back to v2 unchanged but for the exit code that the export adds to a marker from
+// the block index.
+func TestReplayV2File(t *testing.T) {
+	const golden = "../../replay/testdata/golden.cast"
+	v2, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, errs, err := runArgs(t, "replay", "--speed", "1000", "--max-idle", "1ms", golden)
+	if err != nil || !strings.Contains(out, "caf\u00e9 \x1b[31mred") || !strings.HasSuffix(out, "earlierend\xe2\x82") {
+		t.Errorf("replay of a v2 file: %v %s\n%q", err, errs, out)
+	}
+	v3, _, err := runArgs(t, "replay", "--export", "v3", golden)
+	if err != nil || !strings.HasPrefix(v3, `{"version":3,"term":{"cols":80,"rows":24,`) {
+		t.Fatalf("--export v3: %v\n%s", err, v3)
+	}
+	p := filepath.Join(t.TempDir(), "v3.cast")
+	if err := os.WriteFile(p, []byte(v3), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	back, _, err := runArgs(t, "replay", "--export", "v2", p)
+	want := strings.Replace(string(v2), `"block 1: ls"`, `"block 1: ls ⏎ exit 0"`, 1)
+	if err != nil || back != want {
+		t.Errorf("v2 → v3 → v2 (%v):\n%s\nwant\n%s", err, back, want)
+	}
+}
