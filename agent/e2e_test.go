@@ -131,6 +131,11 @@ func TestScreenRulesThroughAFleet(t *testing.T) {
 			if !scr.AltScreen || !strings.Contains(scr.Text, "touch") {
 				t.Fatalf("the agent's session screen: %+v", scr)
 			}
+			var ses api.Session
+			f.Must(http.StatusOK, "GET", "/v1/sessions/"+a.Node+"/"+a.ID, nil, &ses)
+			if ses.Agent != driver {
+				t.Fatalf("the agent's session says agent %q, want %q", ses.Agent, driver)
+			}
 			f.Must(http.StatusOK, "POST", "/v1/sessions/"+a.Node+"/"+a.ID+"/keys", api.KeysBody{Keys: []string{"Enter"}}, nil)
 			waitState(t, f, a, api.AgentWorking, time.Second)
 			waitState(t, f, a, api.AgentReady, busy+time.Second)

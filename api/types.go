@@ -37,6 +37,9 @@ type Session struct {
 	// ReapAt, on an exited session, is when the node removes it from its list
 	// (the node's --reap-exited); absent while it runs or when it is kept.
 	ReapAt *time.Time `json:"reap_at,omitempty"`
+	// Agent is the driver of the coding agent the session runs (api.Driver*);
+	// empty for a session that is no agent (GET /v1/agents/{node}/{id} tells more).
+	Agent string `json:"agent,omitempty"`
 }
 
 // Block is one command and its output range [Start, End).

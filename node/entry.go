@@ -120,6 +120,9 @@ func (e *entry) info() api.Session { return e.wire(e.s.Info()) }
 func (e *entry) wire(in session.Info) api.Session {
 	s := toSession(e.n.cfg.Name, e.id, in)
 	s.Owner = e.owner
+	if d, ok := e.n.agents.Driver(e.id); ok {
+		s.Agent = d.Name
+	}
 	if at := e.reapTime(); !at.IsZero() {
 		s.ReapAt = &at
 	}

@@ -40,6 +40,8 @@ export interface Session {
   echo: boolean;
   blocks: number;
   integration?: "ok" | "lost" | "none";
+  /** The driver, when the session runs a coding agent. */
+  agent?: string;
 }
 
 export interface SessionList {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/testutil"
 )
 
@@ -93,5 +94,34 @@ func TestAgentCLI(t *testing.T) {
 	}
 	if _, _, err := runArgs(t, "agent", "spawn", "here"); exitCode(err) != 2 {
 		t.Fatalf("spawn without --driver: %v, want exit 2", err)
+	}
+}
+
+// TestPrintAgentsTree: ls prints each child under its parent, indented, and an
+// agent whose parent is not listed (a principal, or an agent gone) as a root.
+func TestPrintAgentsTree(t *testing.T) {
+	now := time.Now()
+	ag := func(node, id, parent string) api.Agent {
+		return api.Agent{Node: node, ID: id, Parent: parent, Driver: "claude", State: api.AgentReady, StateSource: api.SourceScreen,
+			StateSince: now, Evidence: "rule ready-shortcuts: ? for shortcuts\x1b[31m"}
+	}
+	var b strings.Builder
+	err := printAgents(&b, api.AgentList{Agents: []api.Agent{
+		ag("a", "s1", "token:ci"), ag("a", "s2", "a/s1"), ag("b", "s1", "a/s1"), ag("b", "s2", "b/s9"), ag("b", "s3", "b/s1"),
+	}, Unavailable: []string{"c"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, l := range strings.Split(strings.TrimSpace(b.String()), "\n")[1:] {
+		if f := strings.Fields(l); len(f) > 0 && strings.Contains(f[0], "/") {
+			order = append(order, strings.Repeat(">", (len(l)-len(strings.TrimLeft(l, " ")))/2)+f[0])
+		}
+	}
+	if got := strings.Join(order, " "); got != "a/s1 >a/s2 >b/s1 >>b/s3 b/s2" {
+		t.Fatalf("tree %q:\n%s", got, b.String())
+	}
+	if strings.Contains(b.String(), "\x1b") || !strings.Contains(b.String(), "did not answer: [c]") {
+		t.Fatalf("ls output:\n%q", b.String())
 	}
 }

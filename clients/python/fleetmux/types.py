@@ -69,6 +69,7 @@ class Session:
     echo: bool = False
     blocks: int = 0
     integration: str = ""
+    agent: str = ""  # the driver, when the session runs a coding agent
 
     @property
     def address(self) -> str:
