@@ -17,6 +17,7 @@ var statuses = []struct {
 	{CodeUnauthorized, http.StatusUnauthorized},
 	{CodeForbidden, http.StatusForbidden},
 	{CodeDenied, http.StatusForbidden},
+	{CodeSandbox, http.StatusForbidden},
 	{CodeNotFound, http.StatusNotFound},
 	{CodeBusy, http.StatusConflict},
 	{CodeExited, http.StatusConflict},

@@ -40,6 +40,9 @@ type Session struct {
 	// Agent is the driver of the coding agent the session runs (api.Driver*);
 	// empty for a session that is no agent (GET /v1/agents/{node}/{id} tells more).
 	Agent string `json:"agent,omitempty"`
+	// Sandbox is the profile the session's program runs under (fixed at its
+	// creation); absent for none.
+	Sandbox *SandboxProfile `json:"sandbox,omitempty"`
 }
 
 // Block is one command and its output range [Start, End).
@@ -193,6 +196,10 @@ type (
 		// For untrusted workloads: processes of one user can read each other's
 		// memory where ptrace allows it, and with it a shell's nonce.
 		User string `json:"user,omitempty"`
+		// Sandbox names a profile of the policy's sandboxes to run under instead of
+		// the one its rules choose; it must be at least as strict ("none": no
+		// profile, only when the rules choose none).
+		Sandbox string `json:"sandbox,omitempty"`
 	}
 	// SessionRequest names a session (verbs get, close, screen, blocks).
 	SessionRequest struct {

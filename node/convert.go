@@ -20,6 +20,7 @@ func toSession(node, id string, in session.Info) api.Session {
 		Cwd: in.Cwd, LastExitCode: in.LastExitCode, ExitCode: in.ExitCode, Cols: in.Cols, Rows: in.Rows,
 		Pid: in.Pid, OutputOffset: in.OutputOffset, CreatedAt: in.CreatedAt,
 		WaitingInput: in.WaitingInput, Echo: in.Echo, Blocks: in.Blocks, Integration: string(in.Integration),
+		Sandbox: in.Sandbox,
 	}
 }
 
@@ -104,6 +105,9 @@ func (n *Node) auditRecord(req request, out any, aerr *api.Error) []byte {
 	}
 	if s, ok := out.(api.Session); ok && rec.Session == "" {
 		rec.Session = s.ID
+	}
+	if s, ok := out.(api.Session); ok && s.Sandbox != nil {
+		rec.Detail = strings.TrimSpace(rec.Detail + " sandbox " + s.Sandbox.Name)
 	}
 	if a, ok := out.(api.Agent); ok && rec.Session == "" {
 		rec.Session = a.ID

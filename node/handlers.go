@@ -191,6 +191,8 @@ func sessionErr(id string, err error) error {
 		code = api.CodeNotFound
 	case errors.Is(err, session.ErrTooLarge):
 		code = api.CodeTooLarge
+	case errors.Is(err, session.ErrSandbox):
+		return api.Errorf(api.CodeSandbox, "%v: nothing was started", err)
 	case errors.Is(err, session.ErrBadKey), errors.Is(err, session.ErrBadConfig),
 		errors.Is(err, session.ErrBadCwd), errors.Is(err, session.ErrUnknownShell),
 		errors.Is(err, session.ErrEmptyCommand), errors.Is(err, session.ErrStart):
@@ -226,6 +228,9 @@ func (n *Node) create(ctx context.Context, req request) (any, error) {
 		Held: &guard.Held{Writer: w, Verb: guard.VerbCreate, Create: &r}, Decision: req.decision}); err != nil {
 		return nil, err
 	}
+	if err := n.guard.Loaded(ctx); err != nil { // the sandbox is chosen by the policy in force
+		return nil, err
+	}
 	return n.startNew(r, w)
 }
 
@@ -248,6 +253,16 @@ func (c creator) CreateApproved(ctx context.Context, h guard.Held) (string, erro
 
 // startNew starts the session r asks for (checked) for w and registers it.
 func (n *Node) startNew(r api.CreateRequest, w guard.Writer) (api.Session, error) {
+	return n.startSandboxed(r, w, "")
+}
+
+// startSandboxed is startNew for an agent of driver ("" for none), whose
+// sandbox rules may single it out.
+func (n *Node) startSandboxed(r api.CreateRequest, w guard.Writer, driver string) (api.Session, error) {
+	prof, err := n.sandboxFor(r, w, driver) // sandbox.go
+	if err != nil {
+		return api.Session{}, err
+	}
 	env := make([]string, 0, len(r.Env))
 	for k, v := range r.Env {
 		env = append(env, k+"="+v)
@@ -279,7 +294,6 @@ func (n *Node) startNew(r api.CreateRequest, w guard.Writer) (api.Session, error
 	// A session in a holder is named there at its start: its id comes first.
 	var id string
 	var num int
-	var err error
 	if n.cfg.Holder != nil {
 		n.mu.Lock()
 		id, num, err = n.allocIDLocked()
@@ -294,6 +308,7 @@ func (n *Node) startNew(r api.CreateRequest, w guard.Writer) (api.Session, error
 		ScrollbackBytes: n.cfg.ScrollbackBytes, RuntimeDir: filepath.Join(n.cfg.DataDir, "run"),
 		Title: r.Title, Description: r.Description, Labels: r.Labels, Logger: n.log,
 		Redactor: red, Guard: shellCheck, Holder: n.cfg.Holder, Notify: e.kick,
+		Sandbox: prof,
 	})
 	if err != nil {
 		return api.Session{}, sessionErr("", err)

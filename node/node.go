@@ -111,6 +111,9 @@ type Config struct {
 	// forced GC of the whole process, once per burst). For a node that is a process
 	// of its own (cmd sets it); 0: never.
 	ReclaimAfter time.Duration
+	// SandboxCaps, when set, is what the node takes its kernel to enforce instead
+	// of what it probes (a test that simulates a kernel without a part).
+	SandboxCaps *api.SandboxCaps
 }
 
 // Node is a running node agent. Its methods are safe for concurrent use.

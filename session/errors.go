@@ -27,6 +27,9 @@ var (
 	ErrInputTimeout = errors.New("session: input not accepted in time")
 	// ErrNoBlock: there is no block with that number.
 	ErrNoBlock = errors.New("session: no such block")
+	// ErrSandbox: the sandbox could not confine the program (it never ran); it
+	// also wraps sandbox.ErrUnsupported when the kernel lacks a part.
+	ErrSandbox = errors.New("session: sandbox")
 	// ErrNotStarted: the shell did not reach its first prompt in time.
 	ErrNotStarted = errors.New("session: shell not ready")
 )

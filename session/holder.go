@@ -25,6 +25,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -32,7 +33,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/holder"
+	"github.com/fleetmux/fleetmux/internal/sandbox"
 )
 
 // holderTimeout bounds each request to the holder.
@@ -53,6 +56,8 @@ type holderMeta struct {
 	CreatedAt   time.Time         `json:"created_at"`
 	Cols        int               `json:"cols"`
 	Rows        int               `json:"rows"`
+	// Sandbox is the profile the program runs under.
+	Sandbox *api.SandboxProfile `json:"sandbox,omitempty"`
 	// Checkpoints are where a replay can begin (checkpoint.go), oldest first.
 	Checkpoints []checkpoint `json:"checkpoints,omitempty"`
 }
@@ -105,19 +110,19 @@ func (h *held) end() {
 
 // startInHolder is Start's second half for Config.Holder: the holder spawns the
 // program with the nonce and guard channels prepared here.
-func (s *Session) startInHolder(argv []string, dir string, env []string, as *runAs) (*Session, error) {
+func (s *Session) startInHolder(argv []string, dir string, env []string, as *runAs, wrap *sandbox.Wrapped) (*Session, error) {
 	cfg := s.cfg
 	if cfg.ID == "" {
 		s.integ.remove()
 		return nil, fmt.Errorf("%w: a session in a holder needs an ID", ErrBadConfig)
 	}
 	sp := holder.Spawn{ID: cfg.ID, Argv: argv, Dir: dir, Env: dedupEnv(env), Cols: s.cols, Rows: s.rows, Ring: s.ring.Size()}
-	if as != nil {
+	if as != nil && wrap == nil { // else the wrapper drops to the user once it confined itself
 		cr := as.credential()
 		sp.Cred, sp.UID, sp.GID, sp.Groups = true, cr.Uid, cr.Gid, cr.Groups
 	}
 	meta, _ := json.Marshal(holderMeta{Shell: s.shell, Argv: s.argv, Cwd: dir, Title: s.title, Description: s.description,
-		Labels: s.labels, CreatedAt: s.createdAt, Cols: s.cols, Rows: s.rows})
+		Labels: s.labels, CreatedAt: s.createdAt, Cols: s.cols, Rows: s.rows, Sandbox: s.sandbox})
 	sp.Meta = meta
 	var files []*os.File
 	var guardConn *net.UnixConn
@@ -125,6 +130,9 @@ func (s *Session) startInHolder(argv []string, dir string, env []string, as *run
 	fail := func(err error) (*Session, error) {
 		for _, f := range files {
 			f.Close()
+		}
+		if wrap != nil {
+			wrap.CloseChild()
 		}
 		if guardConn != nil {
 			guardConn.Close()
@@ -157,6 +165,15 @@ func (s *Session) startInHolder(argv []string, dir string, env []string, as *run
 			sp.Keep = true
 		}
 	}
+	if wrap != nil {
+		sp.ChildFDs = append(sp.ChildFDs, sandbox.FD, sandbox.FD+1)
+		if sp.Keep { // the kept file comes last
+			files = append(files[:len(files)-1], append(slices.Clone(wrap.Child), files[len(files)-1])...)
+		} else {
+			files = append(files, wrap.Child...)
+		}
+		wrap.Child = nil // closed with files
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), holderTimeout)
 	defer cancel()
 	info, master, err := cfg.Holder.Spawn(ctx, sp, files...)
@@ -165,7 +182,17 @@ func (s *Session) startInHolder(argv []string, dir string, env []string, as *run
 	}
 	files = nil
 	if err != nil {
+		if wrap != nil {
+			_ = wrap.Wait(0)
+		}
 		return fail(fmt.Errorf("%w: %v", ErrStart, err))
+	}
+	if wrap != nil {
+		if werr := wrap.Wait(sandboxWait); werr != nil {
+			master.Close()
+			_, _ = cfg.Holder.CloseSession(ctx, cfg.ID)
+			return fail(fmt.Errorf("%w: %w", ErrSandbox, werr))
+		}
 	}
 	master.Close() // the attach brings another copy
 	st, err := cfg.Holder.Attach(ctx, cfg.ID, 0, 0)
@@ -289,6 +316,7 @@ func Reattach(cfg Config, rec Recorded) (*Session, error) {
 	s.createdAt, s.argv, s.shell, s.integrated = m.CreatedAt, m.Argv, m.Shell, m.Shell != ""
 	s.cols, s.rows, s.cwd = m.Cols, m.Rows, m.Cwd
 	s.title, s.description, s.labels = m.Title, m.Description, m.Labels
+	s.sandbox = m.Sandbox
 	if ck != nil {
 		s.restoreLocked(ck, rec, sb)
 	} else {

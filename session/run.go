@@ -35,6 +35,8 @@ type Info struct {
 	WaitingInput bool        `json:"waiting_input"`
 	Echo         bool        `json:"echo"`
 	Blocks       int         `json:"blocks"`
+	// Sandbox is the profile the program runs under; nil for none.
+	Sandbox *api.SandboxProfile `json:"sandbox,omitempty"`
 }
 
 // Info returns a snapshot of the session.
@@ -50,7 +52,7 @@ func (s *Session) infoLocked() Info {
 		Shell: s.shell, Argv: s.redactArgvLocked(s.argv), Cwd: s.cwd, Cols: s.cols, Rows: s.rows,
 		State: s.state, CreatedAt: s.createdAt, OutputOffset: s.ring.End(), Pid: s.pid,
 		Integrated: s.integrated, WaitingInput: s.waiting && !s.exited, Echo: s.echo, Blocks: len(s.blocks),
-		Integration: IntegrationNone,
+		Integration: IntegrationNone, Sandbox: s.sandbox,
 	}
 	if s.integrated {
 		in.Integration = IntegrationOK

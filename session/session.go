@@ -38,6 +38,7 @@ import (
 	"github.com/fleetmux/fleetmux/holder"
 	"github.com/fleetmux/fleetmux/internal/ptyio"
 	"github.com/fleetmux/fleetmux/internal/ring"
+	"github.com/fleetmux/fleetmux/internal/sandbox"
 )
 
 // Defaults for zero Config fields.
@@ -109,6 +110,13 @@ type Config struct {
 	// checked. See guard.go for the channel and what it does not stop. Unaccepted(ctx)
 	// tells a command run before a line is accepted from a line.
 	Guard func(ctx context.Context, line string) GuardVerdict
+	// Sandbox, when set, confines the program with the kernel as the profile
+	// says (package internal/sandbox): it starts through the sandbox wrapper,
+	// and Start fails with ErrSandbox when that cannot confine it. Hide are
+	// paths the program may neither read nor write, with or without a profile
+	// (where the kernel has Landlock). Both are fixed for the session's life.
+	Sandbox *api.SandboxProfile
+	Hide    []string
 	// Holder, when set, runs the program in that holder process (package holder),
 	// so it outlives this one; ID is then required and names it there. See
 	// holder.go (here) for what differs, Detach and Reattach. nil: a local PTY.
@@ -136,7 +144,8 @@ type Session struct {
 	cmd        *exec.Cmd
 	pid        int
 	integ      *integrationDir
-	scanner    *markScanner // owned by the read loop
+	sandbox    *api.SandboxProfile // the profile it runs under, nil for none
+	scanner    *markScanner        // owned by the read loop
 	screen     *screen
 	createdAt  time.Time
 	integrated bool
@@ -317,8 +326,17 @@ func Start(cfg Config) (*Session, error) {
 		s.scanner.osc133, s.scanner.osc7 = nil, nil // no marks without integration, only modes
 	}
 
+	s.sandbox = cfg.Sandbox
+	var wrap *sandbox.Wrapped
+	if cfg.Sandbox != nil || len(cfg.Hide) > 0 {
+		if wrap, err = s.wrap(argv, as); err != nil {
+			s.integ.remove()
+			return nil, err
+		}
+		argv = wrap.Argv
+	}
 	if cfg.Holder != nil {
-		return s.startInHolder(argv, dir, env, as)
+		return s.startInHolder(argv, dir, env, as, wrap)
 	}
 	ptmx, tty, err := pty.Open()
 	if err != nil {
@@ -337,7 +355,9 @@ func Start(cfg Config) (*Session, error) {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
 	if as != nil {
-		cmd.SysProcAttr.Credential = as.credential()
+		if wrap == nil { // else the wrapper drops to the user once it confined itself
+			cmd.SysProcAttr.Credential = as.credential()
+		}
 		if err := as.give(s.tty); err != nil {
 			ptmx.Close()
 			tty.Close()
@@ -369,7 +389,23 @@ func Start(cfg Config) (*Session, error) {
 			cmd.ExtraFiles[guardFD-3] = guardFile
 		}
 	}
+	if wrap != nil {
+		for len(cmd.ExtraFiles) < sandbox.FD-3 {
+			cmd.ExtraFiles = append(cmd.ExtraFiles, nil)
+		}
+		cmd.ExtraFiles = append(cmd.ExtraFiles, wrap.Child...)
+	}
 	err = cmd.Start()
+	if wrap != nil {
+		wrap.CloseChild()
+		if err == nil {
+			if werr := wrap.Wait(sandboxWait); werr != nil {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+				err = fmt.Errorf("%w: %w", ErrSandbox, werr)
+			}
+		}
+	}
 	if nonceFile != nil {
 		nonceFile.Close()
 	}
@@ -384,6 +420,9 @@ func Start(cfg Config) (*Session, error) {
 		ptmx.Close()
 		tty.Close()
 		s.integ.remove()
+		if errors.Is(err, ErrSandbox) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("%w: %s: %v", ErrStart, argv[0], err)
 	}
 	tty.Close()

@@ -175,6 +175,7 @@ func cmdOrExit(s api.Session) string {
 type newOptions struct {
 	clientOptions
 	node, title, description, shell, cwd, user string
+	sandbox                                    string
 	labels, env                                []string
 	cols, rows                                 int
 }
@@ -182,7 +183,7 @@ type newOptions struct {
 func newCmd() *cobra.Command {
 	var o newOptions
 	c := &cobra.Command{
-		Use:   "new [--node NODE] [--title T] [--shell bash|zsh] [--cwd DIR] [--user NAME] [--label k=v]... [--env K=V]... [-- ARGV...]",
+		Use:   "new [--node NODE] [--title T] [--shell bash|zsh] [--cwd DIR] [--user NAME] [--sandbox PROFILE] [--label k=v]... [--env K=V]... [-- ARGV...]",
 		Short: "Create a session; prints its address NODE/ID",
 		Long: "new starts a session and prints its address NODE/ID alone on stdout, for scripts:\n" +
 			"  s=$(fleetmux new --title build)\n\n" +
@@ -214,6 +215,7 @@ func newCmd() *cobra.Command {
 	f.StringVar(&o.shell, "shell", "", "shell with integration: bash or zsh (default: the node's)")
 	f.StringVar(&o.cwd, "cwd", "", "working directory on the node")
 	f.StringVar(&o.user, "user", "", "run the session as this user of the node (the node agent must run as root): for untrusted workloads")
+	f.StringVar(&o.sandbox, "sandbox", "", "run under this sandbox profile of the policy, at least as strict as the one its rules choose (docs/sandbox.md)")
 	f.StringArrayVar(&o.labels, "label", nil, "label k=v (repeatable)")
 	f.StringArrayVar(&o.env, "env", nil, "environment variable K=V (repeatable)")
 	f.IntVar(&o.cols, "cols", 0, "terminal columns (default: the node's)")
@@ -249,7 +251,7 @@ func (o *newOptions) request(argv []string) (api.NewSession, error) {
 	req.Node = o.node
 	req.CreateRequest = api.CreateRequest{
 		Title: o.title, Description: o.description, Labels: labels, Shell: o.shell,
-		Argv: argv, Cwd: o.cwd, Env: env, Cols: o.cols, Rows: o.rows, User: o.user,
+		Argv: argv, Cwd: o.cwd, Env: env, Cols: o.cols, Rows: o.rows, User: o.user, Sandbox: o.sandbox,
 	}
 	return req, nil
 }

@@ -43,7 +43,7 @@ type rule struct {
 var rules = []rule{
 	{dir: "api", only: []string{}, depsToo: true},
 	{dir: "session", only: []string{
-		"api", "holder", "internal/delay", "internal/ptyio", "internal/ring", "github.com/creack/pty", "golang.org/x/term", "golang.org/x/sys", "github.com/charmbracelet/x/vt",
+		"api", "holder", "internal/delay", "internal/ptyio", "internal/ring", "internal/sandbox", "github.com/creack/pty", "golang.org/x/term", "golang.org/x/sys", "github.com/charmbracelet/x/vt",
 	}},
 	{dir: "replay", only: []string{"api"}},
 	// the session holder (sessions that outlive the agent): the process that keeps
@@ -63,7 +63,7 @@ var rules = []rule{
 	// approvals, secrets, redaction settings; it reaches the node only through
 	// interfaces of its own.
 	{dir: "guard", ours: []string{"api", "policy", "internal/datadir"}, never: []string{"session", "node", "controller", "transport"}},
-	{dir: "node", ours: []string{"api", "agent", "session", "holder", "replay", "guard", "trust", "policy", "internal/datadir", "internal/delay", "internal/reclaim"}, never: []string{"controller", "transport"}},
+	{dir: "node", ours: []string{"api", "agent", "session", "holder", "replay", "guard", "trust", "policy", "internal/datadir", "internal/delay", "internal/reclaim", "internal/sandbox"}, never: []string{"controller", "transport"}},
 	// coding agents: drivers, screen rules, the state machine and the node's
 	// tracker; it reaches sessions only through an interface of its own.
 	{dir: "agent", ours: []string{"api", "internal/datadir"}, never: []string{"session", "node", "controller", "transport", "guard"}},

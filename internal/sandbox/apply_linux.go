@@ -20,6 +20,7 @@ import (
 // returns only on failure.
 func run(fd int, argv []string) error {
 	runtime.LockOSThread() // never unlocked: the exec happens on this thread
+	unix.CloseOnExec(FD + 1)
 	f := os.NewFile(uintptr(fd), "spec")
 	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
 	f.Close()
@@ -62,6 +63,7 @@ func run(fd int, argv []string) error {
 		_ = unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
 	}
 	if spec.Cred {
+		_ = unix.Fchown(0, int(spec.UID), -1) // its terminal, when stdin is one
 		groups := make([]int, len(spec.Groups))
 		for i, g := range spec.Groups {
 			groups[i] = int(g)

@@ -32,20 +32,22 @@ func run(t *testing.T, spec sandbox.Spec, shell, script string) (string, int) {
 	if spec.Cgroup == "" {
 		spec.Cgroup = "t" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	}
-	argv, r, err := sandbox.Wrap("", spec, []string{shell, "-c", script})
+	w, err := sandbox.Wrap("", spec, []string{shell, "-c", script})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd := exec.Command(w.Argv[0], w.Argv[1:]...)
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.ExtraFiles = []*os.File{nil, nil, r} // the child's fd 5
+	cmd.ExtraFiles = append([]*os.File{nil, nil}, w.Child...) // the child's fds 5, 6
 	cmd.WaitDelay = 5 * time.Second
-	err = cmd.Start()
-	r.Close()
-	if err != nil {
+	if err := cmd.Start(); err != nil {
+		w.CloseChild()
 		t.Fatal(err)
+	}
+	if err := w.Wait(5 * time.Second); err != nil {
+		t.Errorf("wrapper: %v", err)
 	}
 	err = cmd.Wait()
 	code := 0

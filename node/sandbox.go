@@ -1,0 +1,34 @@
+package node
+
+import (
+	"sync"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/guard"
+	"github.com/fleetmux/fleetmux/internal/sandbox"
+)
+
+// probed is what this machine's kernel can enforce, probed once.
+var probed = sync.OnceValue(sandbox.Probe)
+
+// SandboxCaps is what the node can enforce of a sandbox profile.
+func (n *Node) SandboxCaps() api.SandboxCaps {
+	if n.cfg.SandboxCaps != nil {
+		return *n.cfg.SandboxCaps
+	}
+	return probed()
+}
+
+// sandboxFor is the profile a new session of r by w (an agent's of driver)
+// runs under: the guard's choice, which the node must be able to enforce in
+// full (fail closed: CodeSandbox, nothing runs unconfined).
+func (n *Node) sandboxFor(r api.CreateRequest, w guard.Writer, driver string) (*api.SandboxProfile, error) {
+	prof, err := n.guard.Sandbox(w, r.Labels, driver, r.Sandbox)
+	if err != nil || prof == nil {
+		return nil, err
+	}
+	if err := sandbox.Check(prof, n.SandboxCaps()); err != nil {
+		return nil, api.Errorf(api.CodeSandbox, "node %s cannot confine a session as sandbox profile %s asks: %v: nothing was started", n.cfg.Name, prof.Name, err)
+	}
+	return prof, nil
+}

@@ -1,0 +1,99 @@
+package node_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/internal/sandbox"
+	"github.com/fleetmux/fleetmux/internal/testutil"
+	"github.com/fleetmux/fleetmux/node"
+)
+
+// sandboxPolicy: sessions labelled box=yes write only work, without network,
+// with 64 pids and 256 MiB; "web" may connect to port 443 only.
+func sandboxPolicy(work string) string {
+	return fmt.Sprintf(`version: 1
+rules:
+  - name: default
+    action: allow
+sandboxes:
+  profiles:
+    workonly:
+      files: {write: [%s]}
+      network: none
+      limits: {memory: 256MiB, pids: 64}
+    web:
+      network: {connect_tcp: [443]}
+  rules:
+    - match: {session_labels: {box: 'yes'}}
+      profile: workonly
+  default: none
+`, work)
+}
+
+func TestSandboxChosenByPolicy(t *testing.T) {
+	if c := sandbox.Probe(); c.Landlock < 4 || !c.NetNS || c.Cgroups == 0 {
+		t.Skipf("needs root, Landlock ABI >= 4 and cgroups: %+v", c)
+	}
+	work := t.TempDir()
+	f, _ := guardFixture(t, sandboxPolicy(work), 3)
+	_, audits := testutil.AuditSub(t, f.srv.ClientURL(), "n1")
+	s := f.create(api.CreateRequest{Shell: "bash", Cwd: work, Labels: map[string]string{"box": "yes"}})
+	if s.Sandbox == nil || s.Sandbox.Name != "workonly" {
+		t.Fatalf("session %+v, want sandbox workonly", s.Sandbox)
+	}
+	if r := testutil.NextAudit(t, audits, "create"); !strings.Contains(r.Detail, "sandbox workonly") {
+		t.Fatalf("create audit %+v does not name the sandbox", r)
+	}
+	outside := t.TempDir()
+	if r := f.run(s.ID, "touch "+outside+"/x"); r.Block.ExitCode == nil || *r.Block.ExitCode != 1 || !strings.Contains(r.Text, "Permission denied") {
+		t.Fatalf("write outside the profile: %+v %q", r.Block.ExitCode, r.Text)
+	}
+	if r := f.run(s.ID, "touch "+work+"/x"); r.Block.ExitCode == nil || *r.Block.ExitCode != 0 {
+		t.Fatalf("write inside the profile: %+v %q", r.Block.ExitCode, r.Text)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "x")); err == nil {
+		t.Fatal("the write outside happened")
+	}
+	var got api.Session
+	f.mustCall("get", api.SessionRequest{Session: s.ID}, &got)
+	if got.Sandbox == nil || got.Sandbox.Name != "workonly" {
+		t.Fatalf("get: sandbox %+v", got.Sandbox)
+	}
+
+	// Asking: stricter is taken, looser refused, unknown a bad request.
+	plain := f.create(api.CreateRequest{Shell: "bash", Cwd: work, Sandbox: "web"})
+	if plain.Sandbox == nil || plain.Sandbox.Name != "web" {
+		t.Fatalf("asked web: %+v", plain.Sandbox)
+	}
+	if err := f.call("create", api.CreateRequest{Shell: "bash", Labels: map[string]string{"box": "yes"}, Sandbox: "web"}, nil); code(err) != api.CodeSandbox {
+		t.Fatalf("a looser profile: %v", err)
+	}
+	if err := f.call("create", api.CreateRequest{Shell: "bash", Labels: map[string]string{"box": "yes"}, Sandbox: "none"}, nil); code(err) != api.CodeBadRequest {
+		t.Fatalf("no profile under a choice: %v", err)
+	}
+}
+
+// TestSandboxFailsClosed: a node whose kernel (simulated) lacks Landlock ABI 4
+// refuses a session whose profile limits TCP ports; nothing starts.
+func TestSandboxFailsClosed(t *testing.T) {
+	work := t.TempDir()
+	src := &docSource{rev: 1, doc: []byte(sandboxPolicy(work))}
+	f := newFixture(t, func(c *node.Config) {
+		c.Policy = src
+		c.SandboxCaps = &api.SandboxCaps{Landlock: 3, NetNS: true, Cgroups: 1}
+	})
+	err := f.call("create", api.CreateRequest{Shell: "bash", Cwd: work, Sandbox: "web"}, nil)
+	if code(err) != api.CodeSandbox || !strings.Contains(err.Error(), "ABI 4") {
+		t.Fatalf("create on a kernel without TCP rules: %v", err)
+	}
+	if n := len(f.listSessions()); n != 0 {
+		t.Fatalf("%d sessions started", n)
+	}
+	// Without the profile the create works.
+	f.create(api.CreateRequest{Shell: "bash", Cwd: work})
+}
