@@ -154,19 +154,50 @@ func (t *Tracker) Signal(ctx context.Context, id string, sig api.AgentSignal) er
 	return t.apply(id, sig)
 }
 
-// SetUsage records what agent id's CLI reported of its consumption.
-func (t *Tracker) SetUsage(id string, u api.AgentUsage) error {
+// SetUsage records what agent id's CLI reported of its consumption through a
+// structured source (api.SourceHook, api.SourceStream). Past one of the agent's
+// caps the agent is marked error with the reason (from that source) and its
+// driver's interrupt keys are typed, so it stops spending.
+func (t *Tracker) SetUsage(id, source string, u api.AgentUsage) error {
+	if source != api.SourceHook && source != api.SourceStream {
+		return errors.New("agent usage: source must be hook or stream, not " + strconv.Quote(source))
+	}
+	now := time.Now().UTC()
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	a := t.agents[id]
 	if a == nil {
+		t.mu.Unlock()
 		return ErrNoAgent
 	}
 	a.meta.Usage = &u
-	ev := api.AgentEvent{Type: api.AgentEventUsage, Node: t.cfg.Node, Agent: id, Time: time.Now().UTC(), Usage: &u}
-	t.cfg.Publish(ev)
+	t.cfg.Publish(api.AgentEvent{Type: api.AgentEventUsage, Node: t.cfg.Node, Agent: id, Time: now, Usage: &u})
 	t.notifyLocked(a)
+	reason := capReached(a.meta.Caps, u)
+	prev := a.m.State().State
+	capped := reason != "" && !api.AgentFinal(prev) &&
+		a.m.Apply(api.AgentSignal{Source: source, State: api.AgentError, Evidence: reason, Time: now}, now)
+	if capped {
+		t.eventLocked(a, api.AgentEventState, prev)
+	}
+	t.mu.Unlock()
+	if capped {
+		if err := a.s.Type(context.Background(), "", 0, a.d.Interrupt...); err != nil {
+			t.log.Warn("agent past its cap not interrupted", "agent", id, "err", err)
+		}
+	}
 	return nil
+}
+
+// capReached says which of caps u is past ("" for none).
+func capReached(caps *api.AgentCaps, u api.AgentUsage) string {
+	switch {
+	case caps == nil:
+	case caps.MaxCostUSD > 0 && u.CostUSD > caps.MaxCostUSD:
+		return "cap: cost $" + strconv.FormatFloat(u.CostUSD, 'f', 2, 64) + " is past max_cost_usd $" + strconv.FormatFloat(caps.MaxCostUSD, 'f', 2, 64)
+	case caps.MaxTurns > 0 && u.Turns > caps.MaxTurns:
+		return "cap: " + strconv.Itoa(u.Turns) + " turns are past max_turns " + strconv.Itoa(caps.MaxTurns)
+	}
+	return ""
 }
 
 func (t *Tracker) apply(id string, sig api.AgentSignal) error {

@@ -109,6 +109,9 @@ func (n *Node) agentSpawn(ctx context.Context, req request) (any, error) {
 	if err := checkDriverKeys(d); err != nil {
 		return nil, err
 	}
+	if r.Caps != nil && (r.Caps.MaxCostUSD < 0 || r.Caps.MaxTurns < 0) {
+		return nil, api.Errorf(api.CodeBadRequest, "caps must not be negative")
+	}
 	if len(r.Prompt) > api.MaxPromptBytes {
 		return nil, api.Errorf(api.CodeTooLarge, "prompt of %d bytes (limit %d)", len(r.Prompt), api.MaxPromptBytes)
 	}

@@ -43,3 +43,48 @@ func TestAgentAcrossRestart(t *testing.T) {
 		return f.call(api.VerbAgentOutput, api.AgentOutputRequest{Agent: a.ID}, &out) == nil && strings.Contains(out.Text, "after the restart")
 	}, "the prompt typed after the restart")
 }
+
+// TestAgentCap: usage a hook reports past the agent's cap marks it error with
+// the reason (from the hook) and interrupts it (the generic driver's C-c ends
+// cat, and with it the session); error stays.
+func TestAgentCap(t *testing.T) {
+	f := newFixture(t)
+	req := tinyAgent
+	req.Caps = &api.AgentCaps{MaxTurns: 2}
+	var a api.Agent
+	f.mustCall(api.VerbAgentSpawn, req, &a)
+	var w api.AgentWaitReply
+	f.mustCall(api.VerbAgentWait, api.AgentWaitRequest{Agent: a.ID, States: []string{api.AgentReady}, TimeoutMS: 10000}, &w)
+	if !w.OK {
+		t.Fatalf("not ready: %+v", w.Agent)
+	}
+	tr := f.node.Agents()
+	if err := tr.SetUsage(a.ID, api.SourceHook, api.AgentUsage{Turns: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := tr.Get(a.ID); got.State != api.AgentReady || got.Usage == nil || got.Usage.Turns != 2 {
+		t.Fatalf("at its cap: %+v", got)
+	}
+	if err := tr.SetUsage(a.ID, api.SourceHook, api.AgentUsage{Turns: 3}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := tr.Get(a.ID)
+	if got.State != api.AgentError || got.StateSource != api.SourceHook || !strings.Contains(got.Evidence, "max_turns 2") {
+		t.Fatalf("past its cap: %+v", got)
+	}
+	var s api.WaitReply
+	f.mustCall("wait", api.WaitRequest{Session: a.ID, Until: api.UntilExited, TimeoutMS: 10000}, &s)
+	if !s.OK {
+		t.Fatalf("the agent past its cap was not interrupted: %+v", s.Session)
+	}
+	f.mustCall(api.VerbAgentGet, api.AgentRequest{Agent: a.ID}, &got)
+	if got.State != api.AgentError {
+		t.Fatalf("after its exit: %s (%s)", got.State, got.Evidence)
+	}
+	var e api.Agent
+	bad := tinyAgent
+	bad.Caps = &api.AgentCaps{MaxTurns: -1}
+	if err := f.call(api.VerbAgentSpawn, bad, &e); err == nil {
+		t.Fatal("negative caps taken")
+	}
+}
