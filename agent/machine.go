@@ -81,6 +81,12 @@ func (m *Machine) Reconcile(now time.Time) bool {
 		if next != nil && next.State == m.cur.State && next.Source == m.cur.Source {
 			m.cur.Evidence = next.Evidence
 		}
+		if next != nil && next.State == m.cur.State && m.cur.Source == api.SourceScreen &&
+			(next.Source == api.SourceHook || next.Source == api.SourceStream) {
+			// The CLI's own signal confirms what the screen said first: the state
+			// (still since the screen saw it) is now the signal's.
+			m.cur.Source, m.cur.Evidence = next.Source, next.Evidence
+		}
 		return false
 	}
 	m.cur = api.AgentSignal{Source: next.Source, State: next.State, Evidence: next.Evidence, Time: now}

@@ -31,6 +31,10 @@ func TestMachineReconciles(t *testing.T) {
 			s(sig(api.SourceScreen, api.AgentWorking, 400), 600, api.AgentWorking, api.SourceScreen),
 			s(sig(api.SourceScreen, api.AgentWaitingPermission, 700), 900, api.AgentWaitingPermission, api.SourceScreen),
 		}},
+		{"a hook confirms what the screen said first", []step{
+			s(sig(api.SourceScreen, api.AgentReady, 100), 300, api.AgentReady, api.SourceScreen),
+			s(sig(api.SourceHook, api.AgentReady, 350), 350, api.AgentReady, api.SourceHook),
+		}},
 		{"the hook wins over an older screen", []step{
 			s(sig(api.SourceScreen, api.AgentReady, 100), 300, api.AgentReady, api.SourceScreen),
 			s(sig(api.SourceHook, api.AgentWorking, 400), 400, api.AgentWorking, api.SourceHook),

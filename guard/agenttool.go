@@ -128,10 +128,12 @@ func (s *Session) releaseTool(addr string) {
 	s.mu.Unlock()
 }
 
-// toolHeld is the error for input into s while its agent waits for the approval
-// of a tool use (CodeBusy naming the approval); nil otherwise.
-func (s *Session) toolHeld() error {
-	if s == nil {
+// toolHeld is the error for input data into s while its agent waits for the
+// approval of a tool use (CodeBusy naming the approval); nil otherwise. An
+// interrupt alone (Esc, C-c: the agent's interrupt keys) passes: it cancels the
+// dialog, never answers yes, and the agent stops waiting (the approval expires).
+func (s *Session) toolHeld(data []byte) error {
+	if s == nil || string(data) == "\x1b" || string(data) == "\x03" {
 		return nil
 	}
 	s.mu.Lock()

@@ -123,6 +123,9 @@ rules:
 		if err := g.Check(ctx, Request{Verb: VerbKeys, Session: s, Writer: typist, Data: []byte("1")}); !errors.As(err, &ae) || ae.Code != api.CodeBusy || ae.Approval != "n1/"+a.ID {
 			t.Fatalf("keys into the agent while its tool is held: %v, want busy naming the approval", err)
 		}
+		if err := g.Check(ctx, Request{Verb: VerbKeys, Session: s, Writer: typist, Data: []byte("\x1b")}); err != nil {
+			t.Fatalf("the interrupt key while its tool is held: %v", err)
+		}
 		if err := decide(spawner, api.DecisionApprove); err == nil {
 			t.Fatal("who spawned the agent approved its tool request")
 		}

@@ -119,7 +119,7 @@ func (g *Guard) Check(ctx context.Context, req Request) error {
 		}
 		return nil
 	case VerbInput, VerbKeys:
-		if err := req.Session.toolHeld(); err != nil {
+		if err := req.Session.toolHeld(req.Data); err != nil {
 			return err
 		}
 		return g.checkInput(ctx, req)

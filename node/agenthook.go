@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fleetmux/fleetmux/agent"
@@ -32,10 +33,61 @@ const agentHooksDir = "agents"
 // EnvClaudeConfig is Claude Code's config directory variable.
 const EnvClaudeConfig = "CLAUDE_CONFIG_DIR"
 
-// agentHooks are the node's open hook channels, by session id.
+// agentHooks are the node's open hook channels, by session id, and the
+// permission requests their agents wait on.
 type agentHooks struct {
-	mu sync.Mutex
-	m  map[string]*agent.HookChannel
+	mu    sync.Mutex
+	m     map[string]*agent.HookChannel
+	waits map[string]map[*toolWaiting]bool // by session id
+}
+
+// toolWaiting is one permission request an agent waits on.
+type toolWaiting struct {
+	cancel context.CancelFunc
+	// interrupted: the agent was interrupted while it waited (agent_interrupt);
+	// set before cancel.
+	interrupted atomic.Bool
+}
+
+// turnEvents end whatever permission request the agent still had pending: a new
+// turn, the end of one, a new or ended session. (Claude Code does not stop the
+// hook when its own dialog is cancelled.)
+var turnEvents = map[string]bool{"UserPromptSubmit": true, "Stop": true, "SessionStart": true, "SessionEnd": true}
+
+// toolWait registers a permission request of agent id that waits; toolWaitsEnd
+// ends it. The returned func unregisters it.
+func (n *Node) toolWait(id string, w *toolWaiting) func() {
+	n.hooks.mu.Lock()
+	if n.hooks.waits == nil {
+		n.hooks.waits = map[string]map[*toolWaiting]bool{}
+	}
+	if n.hooks.waits[id] == nil {
+		n.hooks.waits[id] = map[*toolWaiting]bool{}
+	}
+	n.hooks.waits[id][w] = true
+	n.hooks.mu.Unlock()
+	return func() {
+		n.hooks.mu.Lock()
+		delete(n.hooks.waits[id], w)
+		if len(n.hooks.waits[id]) == 0 {
+			delete(n.hooks.waits, id)
+		}
+		n.hooks.mu.Unlock()
+	}
+}
+
+// toolWaitsEnd ends the permission requests agent id waits on: it was
+// interrupted, or moved on (a new turn); their approvals expire, nothing of them
+// runs.
+func (n *Node) toolWaitsEnd(id string, interrupted bool) {
+	n.hooks.mu.Lock()
+	waits := n.hooks.waits[id]
+	delete(n.hooks.waits, id)
+	n.hooks.mu.Unlock()
+	for w := range waits {
+		w.interrupted.Store(interrupted)
+		w.cancel()
+	}
 }
 
 // hookPrep is a hook channel made for an agent about to start.
@@ -161,19 +213,37 @@ func (n *Node) hookHandler(e *entry, driver string, w guard.Writer) agent.HookHa
 		}
 	}
 	return func(ctx context.Context, ev agent.HookEvent, raw []byte) []byte {
+		if turnEvents[ev.Name] {
+			n.toolWaitsEnd(e.id, false)
+		}
 		if state, evidence, ok := agent.HookState(ev); ok {
 			signal(ctx, state, evidence)
 		}
 		if ev.Name != "PermissionRequest" {
 			return nil
 		}
+		hookCtx := ctx
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		waiting := &toolWaiting{cancel: cancel}
+		defer n.toolWait(e.id, waiting)()
 		u := guard.ToolUse{Agent: driver, Tool: agent.Cut(ev.ToolName, 128), Input: agent.ToolInputText(ev.ToolName, ev.ToolInput)}
 		err := n.guard.CheckTool(ctx, e.guard, w, u)
 		switch {
 		case errors.Is(err, guard.ErrToolUndecided):
 			return nil // the CLI asks at its own dialog
-		case ctx.Err() != nil:
+		case hookCtx.Err() != nil:
 			return nil // the hook gave up: nobody reads the answer
+		case ctx.Err() != nil:
+			// Interrupted, or the agent moved on, while it waited: denied. No
+			// answer would leave the CLI's own dialog up, where any Enter typed
+			// into the session (the next prompt's) says yes.
+			signal(hookCtx, api.AgentWorking, "PermissionRequest "+u.Tool+" given up")
+			why := "the agent moved on while this waited for approval"
+			if waiting.interrupted.Load() {
+				why = "the agent was interrupted while this waited for approval"
+			}
+			return agent.PermissionAnswer(false, "fleetmux: "+why)
 		case err == nil:
 			signal(ctx, api.AgentWorking, "PermissionRequest "+u.Tool+" allowed")
 			return agent.PermissionAnswer(true, "")

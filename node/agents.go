@@ -407,6 +407,7 @@ func (n *Node) agentInterrupt(ctx context.Context, req request) (any, error) {
 	if err := n.typeKeys(ctx, e, req, d.Interrupt); err != nil {
 		return nil, err
 	}
+	n.toolWaitsEnd(e.id, true) // agenthook.go: its permission requests are moot
 	a, _ := n.agents.Get(e.id)
 	return a, nil
 }

@@ -38,7 +38,7 @@ type FakeClaude struct {
 	mu    sync.Mutex
 	reqs  []FakeClaudeRequest
 	seq   int
-	asked map[string]bool // prompts answered with a tool_use
+	asked map[string]bool // commands asked for with a tool_use
 }
 
 // FakeClaudeRequest is one request the fake answered.
@@ -162,14 +162,17 @@ func (f *FakeClaude) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	var blocks []map[string]any
 	stop := "end_turn"
-	m := bashLine.FindStringSubmatch(rec.Prompt)
+	var m []string // the last scripted line: the CLI may send earlier prompts along
+	if all := bashLine.FindAllStringSubmatch(rec.Prompt, -1); len(all) > 0 {
+		m = all[len(all)-1]
+	}
 	f.mu.Lock()
-	// A prompt is asked about once: the CLI may send the next prompt in the
+	// A command is asked for once: the CLI may send the next prompt in the
 	// message that carries the last tool_result, and the tool_result of this
 	// prompt's tool in a message that still carries the prompt.
-	ask := m != nil && len(req.Tools) > 0 && !f.asked[rec.Prompt]
+	ask := m != nil && len(req.Tools) > 0 && !f.asked[m[1]]
 	if ask {
-		f.asked[rec.Prompt] = true
+		f.asked[m[1]] = true
 	}
 	f.mu.Unlock()
 	switch {
