@@ -55,7 +55,6 @@ func TestClaudeAgentApproval(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	env := testutil.ClaudeCodeEnvFor(fake)
-	env[envTestMain] = "1" // its hooks run this test binary as fleetmux
 	start := time.Now()
 	a, err := c.SpawnAgent(ctx, api.SpawnRequest{Node: "here", Driver: api.DriverClaude, Program: claude, Cwd: work, Env: env})
 	if err != nil {
@@ -201,7 +200,6 @@ secrets:
 	}
 	env := testutil.ClaudeCodeEnvFor(fake)
 	delete(env, "ANTHROPIC_API_KEY")
-	env[envTestMain] = "1"
 	var a api.Agent
 	testutil.Eventually(t, 10*time.Second, func() bool { // the node applies the policy within a second
 		a, err = c.SpawnAgent(ctx, api.SpawnRequest{Node: "here", Driver: api.DriverClaude, Program: claude, Cwd: t.TempDir(), Env: env,

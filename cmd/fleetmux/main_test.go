@@ -21,7 +21,9 @@ import (
 // holders that dev and node launch run it as `holder`); TestMain sets that for
 // every process the tests start.
 func TestMain(m *testing.M) {
-	if os.Getenv(envTestMain) == "1" {
+	// A claude agent's hooks run this binary as `agent-hook DIR` from the
+	// agent's environment, which keeps no FLEETMUX_ variable: never the tests.
+	if os.Getenv(envTestMain) == "1" || len(os.Args) > 1 && os.Args[1] == "agent-hook" {
 		main()
 	}
 	if err := os.Setenv(envTestMain, "1"); err != nil {
