@@ -132,7 +132,7 @@ func (n *Node) agentSpawn(ctx context.Context, req request) (any, error) {
 	w := writerOf(req)
 	cr := api.CreateRequest{
 		Title: "agent " + d.Name, Labels: r.Labels, Argv: append(append([]string{path}, d.Args...), r.Args...),
-		Cwd: r.Cwd, Env: r.Env, Cols: r.Cols, Rows: r.Rows,
+		Cwd: r.Cwd, Env: r.Env, Cols: r.Cols, Rows: r.Rows, Sandbox: r.Sandbox,
 	}
 	if cr.Cols <= 0 {
 		cr.Cols = agentCols

@@ -88,3 +88,18 @@ func TestAgentCap(t *testing.T) {
 		t.Fatal("negative caps taken")
 	}
 }
+
+// TestAgentSandboxAsked: a spawn's sandbox is asked for as a create's is: a
+// profile the policy does not have is refused, and nothing starts.
+func TestAgentSandboxAsked(t *testing.T) {
+	f := newFixture(t)
+	req := tinyAgent
+	req.Sandbox = "no-such-profile"
+	var a api.Agent
+	err := f.call(api.VerbAgentSpawn, req, &a)
+	var l api.AgentList
+	f.mustCall(api.VerbAgentList, nil, &l)
+	if err == nil || !strings.Contains(err.Error(), "no-such-profile") || len(l.Agents) != 0 {
+		t.Fatalf("spawn with an unknown sandbox: %v, agents %+v", err, l.Agents)
+	}
+}
