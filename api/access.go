@@ -29,6 +29,8 @@ var Tools = map[string]string{
 	"send_to_agent":     RoleOperator,
 	"interrupt_agent":   RoleOperator,
 	"kill_agent":        RoleOperator, // the node checks the owner (or admin)
+	"exec":              RoleOperator,
+	"catch_up":          RoleViewer,
 }
 
 // Roles lists the roles from the least to the most able.

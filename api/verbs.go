@@ -90,6 +90,12 @@ var NodeVerbs = []VerbSpec{
 	{Name: VerbAgentInterrupt, Mutating: true, Role: RoleOperator},
 	{Name: VerbAgentWait, Long: true, Role: RoleViewer},
 	{Name: VerbAgentOutput, Role: RoleViewer},
+	{Name: VerbExec, Long: true, Mutating: true, Role: RoleOperator},
+	{Name: VerbExecGet, Role: RoleViewer},
+	{Name: VerbExecWait, Long: true, Role: RoleViewer},
+	{Name: VerbExecOutput, Role: RoleViewer},
+	// exec_kill: the node lets an operator end only the execs it started.
+	{Name: VerbExecKill, Mutating: true, Role: RoleOperator},
 }
 
 var nodeVerbs = func() map[string]VerbSpec {

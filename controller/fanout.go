@@ -30,12 +30,8 @@ func (c *Controller) fanTargets(req api.FanoutRequest) ([]fanTarget, error) {
 		return nil, api.Errorf(api.CodeBadRequest, "session title over 256 bytes")
 	}
 	sel := req.Selector
-	if len(sel.Labels) > 0 {
-		for k := range sel.Labels {
-			if api.ValidName(k) != nil {
-				return nil, api.Errorf(api.CodeBadRequest, "selector label %q: keys are A-Z a-z 0-9 _ -", k)
-			}
-		}
+	if err := checkSelectorLabels(sel); err != nil {
+		return nil, err
 	}
 	if len(sel.Sessions) > 0 {
 		if sel.All || len(sel.Nodes) > 0 || len(sel.Labels) > 0 {
@@ -59,6 +55,12 @@ func (c *Controller) fanTargets(req api.FanoutRequest) ([]fanTarget, error) {
 		}
 		return out, nil
 	}
+	return c.nodeTargets(sel)
+}
+
+// nodeTargets resolves a selector without sessions to one target per node
+// (all, nodes, labels, or nodes that match the labels too).
+func (c *Controller) nodeTargets(sel api.Selector) ([]fanTarget, error) {
 	var names []string
 	switch {
 	case len(sel.Nodes) > 0:
@@ -101,6 +103,16 @@ func (c *Controller) fanTargets(req api.FanoutRequest) ([]fanTarget, error) {
 		out = append(out, c.checkTarget(fanTarget{node: n}))
 	}
 	return out, nil
+}
+
+// checkSelectorLabels checks a selector's label keys.
+func checkSelectorLabels(sel api.Selector) error {
+	for k := range sel.Labels {
+		if api.ValidName(k) != nil {
+			return api.Errorf(api.CodeBadRequest, "selector label %q: keys are A-Z a-z 0-9 _ -", k)
+		}
+	}
+	return nil
 }
 
 // checkTarget marks a target on an unknown or dead node as failed up front.

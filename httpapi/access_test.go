@@ -177,6 +177,8 @@ func TestAccessTools(t *testing.T) {
 		"send_to_agent":     {"node": "n1", "agent": "s999", "text": "hi"},
 		"interrupt_agent":   {"node": "n1", "agent": "s999"},
 		"kill_agent":        {"node": "n1", "agent": "s999"},
+		"exec":              {"node": "nope", "argv": []string{"true"}},
+		"catch_up":          {"node": "nope"},
 	}
 	for _, role := range api.Roles {
 		token := f.newToken("t-"+role, role, "")

@@ -263,6 +263,15 @@ func (f *fixture) exerciseAll(t *testing.T) {
 	f.APIErr(404, api.CodeNotFound, "DELETE", "/v1/nodes/n1/secrets/sudo-x", nil)
 	f.APIErr(400, api.CodeBadRequest, "PUT", "/v1/nodes/n1/secrets/sudo-x", api.SecretBody{Value: "two\nlines"})
 	f.Must(200, "GET", p+"/output?from=0&max_bytes=10", nil, nil)
+	var x api.ExecResult
+	f.Must(200, "POST", "/v1/exec", api.ExecRequest{Node: "n1", Command: "echo out; echo err >&2; sleep 30", Background: true, TimeoutMS: 1}, &x)
+	xp := "/v1/exec/n1/" + x.ExecID
+	f.Must(200, "GET", xp+"?max_output_bytes=100", nil, nil)
+	f.Must(200, "GET", xp+"/output?stream=stderr&from=0&max=10", nil, nil)
+	f.Must(200, "DELETE", xp, nil, nil)
+	f.Must(200, "GET", xp+"/wait?timeout_ms=5000&max_output_bytes=10", nil, nil)
+	f.Must(200, "POST", "/v1/exec", api.ExecRequest{Selector: &api.Selector{All: true}, Argv: []string{"true"}}, nil)
+	f.Must(200, "GET", "/v1/digest?scope=fleet&budget_tokens=500", nil, nil)
 	f.APIErr(400, api.CodeBadRequest, "GET", p+"/attach", nil) // not a WebSocket upgrade
 	f.APIErr(400, api.CodeBadRequest, "GET", p+"/live", nil)
 	f.Must(200, "POST", "/v1/run", api.FanoutRequest{Selector: api.Selector{Nodes: []string{"n1"}}, Command: "echo fan", TimeoutMS: 20000}, nil)

@@ -61,6 +61,12 @@ var table = []Route{
 	{"GET", session + "/live", api.RoleViewer, (*Server).live},     // read-only: players (v1.alis, v3.asciicast)
 	{"GET", session + "/recording", api.RoleViewer, (*Server).recording},
 	{"POST", "/v1/run", api.RoleOperator, (*Server).fanout},
+	{"POST", "/v1/exec", api.RoleOperator, (*Server).execRun},
+	{"GET", execPath, api.RoleViewer, (*Server).getExec},
+	{"DELETE", execPath, api.RoleOperator, (*Server).killExec}, // the node checks the owner (or admin)
+	{"GET", execPath + "/wait", api.RoleViewer, (*Server).waitExec},
+	{"GET", execPath + "/output", api.RoleViewer, (*Server).execOutput},
+	{"GET", "/v1/digest", api.RoleViewer, (*Server).digest},
 	{"GET", "/v1/agents", api.RoleViewer, (*Server).listAgents},
 	{"POST", "/v1/agents", api.RoleOperator, (*Server).spawnAgent},
 	{"GET", agentPath, api.RoleViewer, (*Server).getAgent},

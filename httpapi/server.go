@@ -96,6 +96,17 @@ type Fleet interface {
 	InterruptAgent(ctx context.Context, node, id string) (api.Agent, error)
 	WaitAgent(ctx context.Context, node, id string, states []string, timeoutMS int) (api.AgentWaitReply, error)
 	AgentOutput(ctx context.Context, node, id string, cursor int64, maxBytes int) (api.AgentOutput, error)
+
+	// Exec (DESIGN "Exec"): one node's, or a selector's nodes' (ExecFanout).
+	Exec(ctx context.Context, req api.ExecRequest) (api.ExecResult, error)
+	ExecFanout(ctx context.Context, req api.ExecRequest) (api.ExecFanout, error)
+	ExecGet(ctx context.Context, node, id string, maxBytes int) (api.ExecResult, error)
+	ExecWait(ctx context.Context, node, id string, timeoutMS, maxBytes int) (api.ExecResult, error)
+	ExecOutput(ctx context.Context, node, id, stream string, from int64, max int) (api.ExecOutput, error)
+	ExecKill(ctx context.Context, node, id string) (api.ExecResult, error)
+
+	// Digest is what happened since a cursor, within a token budget (DESIGN "Digest").
+	Digest(ctx context.Context, q api.DigestQuery) (api.Digest, error)
 }
 
 // MCPServer is the MCP server mounted at /mcp, as Server ends it: first its

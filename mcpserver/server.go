@@ -55,6 +55,10 @@ type Fleet interface {
 	Approval(ctx context.Context, node, id string, waitMS int) (api.Approval, error)
 	// The agents (agents.go).
 	AgentFleet
+	// One-shot processes (exec.go).
+	ExecFleet
+	// The catch-up digest (digest.go).
+	DigestFleet
 }
 
 // DefaultTextBytes is the default text budget of one tool result.
@@ -164,6 +168,8 @@ func New(f Fleet, opts Options) *Server {
 	})
 	m.addTools()
 	m.addAgentTools()
+	m.addExecTool()
+	m.addDigestTool()
 	m.addResources()
 	return m
 }

@@ -236,7 +236,7 @@ func TestTools(t *testing.T) {
 		byName[tl.Name] = tl
 	}
 	slices.Sort(names)
-	want := []string{"close_session", "create_session", "fanout_run", "interrupt_agent", "kill_agent", "list_agents", "list_nodes", "list_sessions",
+	want := []string{"catch_up", "close_session", "create_session", "exec", "fanout_run", "interrupt_agent", "kill_agent", "list_agents", "list_nodes", "list_sessions",
 		"read_agent_output", "read_block", "read_screen", "run_command", "send_input", "send_keys", "send_to_agent", "set_session_info", "spawn_agent",
 		"wait_for", "wait_for_agent"}
 	if !slices.Equal(names, want) {

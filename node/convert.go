@@ -109,6 +109,9 @@ func (n *Node) auditRecord(req request, out any, aerr *api.Error) []byte {
 	if s, ok := out.(api.Session); ok && s.Sandbox != nil {
 		rec.Detail = strings.TrimSpace(rec.Detail + " sandbox " + s.Sandbox.Name)
 	}
+	if x, ok := out.(api.ExecResult); ok {
+		rec.Detail = truncate("exec "+x.ExecID+" "+rec.Detail, 512)
+	}
 	if a, ok := out.(api.Agent); ok && rec.Session == "" {
 		rec.Session = a.ID
 	}

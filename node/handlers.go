@@ -75,6 +75,12 @@ var verbs = map[string]handler{
 	api.VerbAgentInterrupt: (*Node).agentInterrupt,
 	api.VerbAgentWait:      (*Node).agentWait,
 	api.VerbAgentOutput:    (*Node).agentOutput,
+
+	api.VerbExec:       (*Node).exec,
+	api.VerbExecGet:    (*Node).execGet,
+	api.VerbExecWait:   (*Node).execWait,
+	api.VerbExecOutput: (*Node).execOutput,
+	api.VerbExecKill:   (*Node).execKill,
 }
 
 // handle is the bus callback: it runs on its own goroutine per request. The

@@ -142,6 +142,7 @@ type Node struct {
 	heldSpawns map[*api.CreateRequest]*heldSpawn
 	heldOrder  []*api.CreateRequest
 	redaction  redaction // redact.go
+	execs      execTable // one-shot processes (exec.go)
 
 	mu       sync.Mutex // guards the fields below
 	sessions map[string]*entry
@@ -353,6 +354,7 @@ func (n *Node) Close() error {
 		}()
 	}
 	wg.Wait()
+	n.execs.close()  // running execs end with the agent
 	n.guard.Close()  // pending approvals expire; what an approval typed has ended
 	n.audits.Close() // every request has returned: its record is queued
 	n.agentEvs.Close()

@@ -400,6 +400,12 @@ export declare class Client {
   waitAgent(node: string, id: string, opts?: { states?: AgentState[]; timeoutMs?: number; signal?: AbortSignal }): Promise<AgentWait>;
   agentOutput(node: string, id: string, opts?: { cursor?: number; maxBytes?: number }): Promise<AgentOutput>;
   fanout(command: string, opts: FanoutOptions): Promise<Fanout>;
+  exec(req: ExecRequest): Promise<ExecResult | ExecFanout>;
+  getExec(node: string, id: string, opts?: { maxOutputBytes?: number }): Promise<ExecResult>;
+  waitExec(node: string, id: string, opts?: { timeoutMs?: number; maxOutputBytes?: number }): Promise<ExecResult>;
+  execOutput(node: string, id: string, opts?: { stream?: "stdout" | "stderr"; from?: number; max?: number }): Promise<ExecOutput>;
+  killExec(node: string, id: string): Promise<ExecResult>;
+  digest(opts?: { since?: string; scope?: "fleet" | "node" | "session"; node?: string; session?: string; budgetTokens?: number }): Promise<Digest>;
   policy(): Promise<PolicyInfo>;
   setPolicy(document: string): Promise<PolicyInfo>;
   deletePolicy(): Promise<PolicyInfo>;
@@ -417,4 +423,74 @@ export declare class Client {
   revokeToken(name: string): Promise<Token>;
   health(): Promise<Health>;
   openapi(): Promise<string>;
+}
+
+/** A one-shot process to run (POST /v1/exec): node, or selector for one result per node. */
+export interface ExecRequest {
+  node?: string;
+  selector?: { all?: boolean; nodes?: string[]; labels?: Record<string, string> };
+  argv?: string[];
+  command?: string;
+  cwd?: string;
+  env?: Record<string, string>;
+  stdin?: string;
+  timeoutMs?: number;
+  maxOutputBytes?: number;
+  background?: boolean;
+}
+
+/** An exec: stdout and stderr apart, each cut to head and tail (*_omitted). */
+export interface ExecResult {
+  node: string;
+  exec_id: string;
+  argv?: string[];
+  state: "running" | "done";
+  exit_code?: number;
+  signal?: string;
+  stdout: string;
+  stderr: string;
+  stdout_omitted: number;
+  stderr_omitted: number;
+  stdout_bytes: number;
+  stderr_bytes: number;
+  timed_out: boolean;
+  background?: boolean;
+  duration_ms: number;
+  started_at: string;
+  error?: { code: string; message: string; rule?: string; approval?: string };
+}
+
+export interface ExecFanout {
+  results: ExecResult[];
+  ok: number;
+  failed: number;
+}
+
+export interface ExecOutput {
+  stream: string;
+  offset: number;
+  next: number;
+  data: string;
+  end: number;
+  oldest: number;
+  done: boolean;
+}
+
+/** What happened since a cursor, within a token budget; pass next as since next time. */
+export interface Digest {
+  scope: string;
+  since: string;
+  next: string;
+  budget_tokens: number;
+  tokens: number;
+  text: string;
+  failed: number;
+  succeeded: number;
+  running: number;
+  waiting: number;
+  pending: number;
+  decided: number;
+  omitted: number;
+  read_block: string[];
+  unavailable?: string[];
 }

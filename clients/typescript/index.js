@@ -465,6 +465,58 @@ export class Client {
     return this.#json("POST", "/v1/run", { body });
   }
 
+  /**
+   * Runs a one-shot process without a terminal: req.argv as it is, or req.command
+   * under sh -c. With req.node: an ExecResult; with req.selector (nodes, labels,
+   * all): an ExecFanout, one result per node.
+   */
+  async exec(req) {
+    if (req.node !== undefined) checkName("node", req.node);
+    const body = dropUndefined({
+      node: req.node, selector: req.selector && dropUndefined(req.selector), argv: req.argv, command: req.command,
+      cwd: req.cwd, env: req.env, stdin: req.stdin, timeout_ms: req.timeoutMs, max_output_bytes: req.maxOutputBytes,
+      background: req.background,
+    });
+    return this.#json("POST", "/v1/exec", { body });
+  }
+
+  #execPath(node, id) {
+    checkName("node", node);
+    checkName("exec id", id);
+    return `/v1/exec/${node}/${id}`;
+  }
+
+  /** One exec, running or ended, with its output so far. */
+  async getExec(node, id, opts = {}) {
+    return this.#json("GET", this.#execPath(node, id), { query: [["max_output_bytes", opts.maxOutputBytes]] });
+  }
+
+  /** Waits up to opts.timeoutMs for an exec to end; the exec as it is then. */
+  async waitExec(node, id, opts = {}) {
+    return this.#json("GET", this.#execPath(node, id) + "/wait", {
+      query: [["timeout_ms", opts.timeoutMs], ["max_output_bytes", opts.maxOutputBytes]],
+    });
+  }
+
+  /** One stream of an exec (opts.stream: stdout or stderr) from opts.from. */
+  async execOutput(node, id, opts = {}) {
+    return this.#json("GET", this.#execPath(node, id) + "/output", {
+      query: [["stream", opts.stream], ["from", opts.from], ["max", opts.max]],
+    });
+  }
+
+  /** Ends a running exec with its process group (its owner or an admin). */
+  async killExec(node, id) {
+    return this.#json("DELETE", this.#execPath(node, id));
+  }
+
+  /** What happened since opts.since (the next of the last digest), within opts.budgetTokens (4 bytes a token). */
+  async digest(opts = {}) {
+    return this.#json("GET", "/v1/digest", {
+      query: [["since", opts.since], ["scope", opts.scope], ["node", opts.node], ["session", opts.session], ["budget_tokens", opts.budgetTokens]],
+    });
+  }
+
   /** The guardrail policy in force (version 0: none is set, everything is allowed). */
   async policy() {
     return this.#json("GET", "/v1/policy");

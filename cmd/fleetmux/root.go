@@ -83,6 +83,7 @@ func cliRoot() *cobra.Command {
 	root.AddCommand(nodeCmd(), controllerCmd(), devCmd(), enrollCmd(), holderCmd(), agentHookCmd())
 	root.AddCommand(clientCmds()...)
 	root.AddCommand(mcpCmd(), tokenCmd(), policyCmd(), secretCmd(), uiCmd(), agentCmd())
+	root.AddCommand(execCmd(), digestCmd())
 	root.AddCommand(genDocsCmd(), completionCmd())
 	return root
 }

@@ -63,13 +63,18 @@ var rules = []rule{
 	// approvals, secrets, redaction settings; it reaches the node only through
 	// interfaces of its own.
 	{dir: "guard", ours: []string{"api", "policy", "internal/datadir"}, never: []string{"session", "node", "controller", "transport"}},
-	{dir: "node", ours: []string{"api", "agent", "session", "holder", "replay", "guard", "trust", "policy", "internal/datadir", "internal/delay", "internal/reclaim", "internal/sandbox"}, never: []string{"controller", "transport"}},
+	{dir: "node", ours: []string{"api", "agent", "session", "holder", "replay", "guard", "trust", "policy", "proc", "internal/datadir", "internal/delay", "internal/reclaim", "internal/sandbox"}, never: []string{"controller", "transport"}},
 	// coding agents: drivers, screen rules, the state machine and the node's
 	// tracker; it reaches sessions only through an interface of its own.
 	{dir: "agent", ours: []string{"api", "internal/datadir"}, never: []string{"session", "node", "controller", "transport", "guard"}},
+	// one-shot processes without a terminal (exec): start, capture, kill; the
+	// node decides whether one may run before it asks for it.
+	{dir: "proc", only: []string{"api", "internal/ring"}},
+	// the catch-up digest: a snapshot in, text within a token budget out (pure)
+	{dir: "digest", only: []string{"api"}},
 	// the fleet core: the front doors are packages of their own, over interfaces
 	// the controller satisfies; it serves no HTTP itself.
-	{dir: "controller", ours: []string{"api", "replay", "trust", "policy", "internal/datadir", "internal/delay"},
+	{dir: "controller", ours: []string{"api", "digest", "replay", "trust", "policy", "internal/datadir", "internal/delay"},
 		never: []string{"node", "transport", "sshd", "httpapi", "mcpserver"}, notDirect: []string{"net/http"}},
 	// the HTTP front door: it drives the controller through its own Fleet
 	// interface; cmd builds /mcp's handler and passes it in.

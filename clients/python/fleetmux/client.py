@@ -12,7 +12,7 @@ import urllib.request
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from .errors import FleetmuxError, Gone, NotFound, error_for
-from .types import (Agent, AgentList, AgentOutput, AgentWait, Approval, ApprovalList, Block, BlockResult, Chunk,
+from .types import (Agent, AgentList, AgentOutput, AgentWait, Approval, ApprovalList, Block, BlockResult, Chunk, Digest, ExecFanout, ExecOutput, ExecResult,
                     Fanout, Health, NewToken, Node,
                     PolicyInfo, Screen, SecretInfo, Session, SessionList, TakeOver, Token, WaitResult,
                     from_json)
@@ -419,6 +419,55 @@ class Client:
                                timeout_ms=timeout_ms, max_output_bytes=max_output_bytes, batch=batch,
                                stop_on_failure=stop_on_failure or None, idempotency_key=idempotency_key))
         return from_json(Fanout, self._json("POST", "/v1/run", body=body))
+
+    # -- exec and digest
+
+    def exec(self, node: Optional[str] = None, argv: Optional[List[str]] = None, command: Optional[str] = None,
+             cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None, stdin: Optional[str] = None,
+             timeout_ms: Optional[int] = None, max_output_bytes: Optional[int] = None, background: bool = False,
+             nodes: Optional[List[str]] = None, labels: Optional[Dict[str, str]] = None, all: bool = False) -> Any:
+        """Runs a one-shot process without a terminal: argv as it is, or command under
+        sh -c. On node: an ExecResult; on the nodes nodes/labels/all select: an
+        ExecFanout, one result per node."""
+        body = _drop_none(dict(argv=argv, command=command, cwd=cwd, env=env, stdin=stdin, timeout_ms=timeout_ms,
+                               max_output_bytes=max_output_bytes, background=background or None))
+        if node is not None:
+            _check_name("node", node)
+            body["node"] = node
+            return from_json(ExecResult, self._json("POST", "/v1/exec", body=body))
+        body["selector"] = _drop_none(dict(nodes=nodes, labels=labels, all=all or None))
+        return from_json(ExecFanout, self._json("POST", "/v1/exec", body=body))
+
+    def _exec_path(self, node: str, id: str) -> str:
+        _check_name("node", node)
+        _check_name("exec id", id)
+        return "/v1/exec/%s/%s" % (node, id)
+
+    def get_exec(self, node: str, id: str, max_output_bytes: Optional[int] = None) -> ExecResult:
+        """One exec, running or ended, with its output so far."""
+        return from_json(ExecResult, self._json("GET", self._exec_path(node, id), [("max_output_bytes", max_output_bytes)]))
+
+    def wait_exec(self, node: str, id: str, timeout_ms: Optional[int] = None,
+                  max_output_bytes: Optional[int] = None) -> ExecResult:
+        """Waits up to timeout_ms for an exec to end; the exec as it is then."""
+        return from_json(ExecResult, self._json("GET", self._exec_path(node, id) + "/wait",
+                                                [("timeout_ms", timeout_ms), ("max_output_bytes", max_output_bytes)]))
+
+    def exec_output(self, node: str, id: str, stream: str = "stdout", from_: int = 0, max: Optional[int] = None) -> ExecOutput:
+        """One stream of an exec from offset from_."""
+        return from_json(ExecOutput, self._json("GET", self._exec_path(node, id) + "/output",
+                                                [("stream", stream), ("from", from_), ("max", max)]))
+
+    def kill_exec(self, node: str, id: str) -> ExecResult:
+        """Ends a running exec with its process group (its owner or an admin)."""
+        return from_json(ExecResult, self._json("DELETE", self._exec_path(node, id)))
+
+    def digest(self, since: Optional[str] = None, scope: Optional[str] = None, node: Optional[str] = None,
+               session: Optional[str] = None, budget_tokens: Optional[int] = None) -> Digest:
+        """What happened since the cursor since (the next of the last digest), within
+        budget_tokens (a token counted as 4 bytes)."""
+        return from_json(Digest, self._json("GET", "/v1/digest", [("since", since), ("scope", scope), ("node", node),
+                                                                   ("session", session), ("budget_tokens", budget_tokens)]))
 
     # -- guardrails
 

@@ -334,3 +334,70 @@ class AgentOutput:
     screen: str = ""
     cursor: int = 0
     omitted_bytes: int = 0
+
+
+@dataclass
+class ExecResult:
+    """A one-shot process (exec): stdout and stderr apart, each cut to head and
+    tail (*_omitted counts what was left out); exit_code is None while it runs
+    (128+N when signal N ended it, named in signal)."""
+
+    node: str = ""
+    exec_id: str = ""
+    argv: List[str] = field(default_factory=list)
+    state: str = ""  # running, done
+    exit_code: Optional[int] = None
+    signal: str = ""
+    stdout: str = ""
+    stderr: str = ""
+    stdout_omitted: int = 0
+    stderr_omitted: int = 0
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+    timed_out: bool = False
+    background: bool = False
+    duration_ms: int = 0
+    started_at: str = ""
+    error: Optional[ErrorInfo] = None
+
+
+@dataclass
+class ExecFanout:
+    results: List[ExecResult] = field(default_factory=list)
+    ok: int = 0
+    failed: int = 0
+
+
+@dataclass
+class ExecOutput:
+    """One stream of an exec from offset; next is where to read on."""
+
+    stream: str = ""
+    offset: int = 0
+    next: int = 0
+    data: str = ""
+    end: int = 0
+    oldest: int = 0
+    done: bool = False
+
+
+@dataclass
+class Digest:
+    """What happened since a cursor, within a token budget; pass next as since
+    next time."""
+
+    scope: str = ""
+    since: str = ""
+    next: str = ""
+    budget_tokens: int = 0
+    tokens: int = 0
+    text: str = ""
+    failed: int = 0
+    succeeded: int = 0
+    running: int = 0
+    waiting: int = 0
+    pending: int = 0
+    decided: int = 0
+    omitted: int = 0
+    read_block: List[str] = field(default_factory=list)
+    unavailable: List[str] = field(default_factory=list)

@@ -193,6 +193,22 @@ class ClientTest(unittest.TestCase):
         self.assertEqual((f.ok, f.failed), (0, 1))
         self.assertEqual(f.results[0].error.code, "exit_status")
 
+    def test_exec_and_digest(self):
+        s = self.s
+        r = self.c.exec(s.node, command="echo out; echo err >&2; exit 4")
+        self.assertEqual((r.stdout, r.stderr, r.exit_code, r.state), ("out\n", "err\n", 4, "done"))
+        f = self.c.exec(argv=["true"], all=True)
+        self.assertGreaterEqual(f.ok, 1)
+        b = self.c.exec(s.node, command="echo bg; sleep 30", background=True, timeout_ms=1)
+        self.assertEqual(b.state, "running")
+        self.assertEqual(self.c.get_exec(s.node, b.exec_id).exec_id, b.exec_id)
+        self.assertEqual(self.c.kill_exec(s.node, b.exec_id).signal, "SIGKILL")
+        self.assertEqual(self.c.wait_exec(s.node, b.exec_id, timeout_ms=1000).state, "done")
+        self.assertEqual(self.c.exec_output(s.node, b.exec_id).data, "bg\n")
+        d = self.c.digest(budget_tokens=500)
+        self.assertLessEqual(d.tokens, 500)
+        self.assertTrue(d.next.startswith("c"))
+
     def test_follow_across_restart(self):
         if not CONTROL:
             self.skipTest("FLEETMUX_TEST_CONTROL not set")

@@ -158,6 +158,19 @@ describe("fleetmux client", { skip, concurrency: 1 }, () => {
     assert.ok((await c.wait(s.node, s.id, { until: "idle", timeoutMs: 15000 })).ok);
   });
 
+  it("execs a process with stdout and stderr apart, and digests", async () => {
+    const r = await c.exec({ node: s.node, command: "echo out; echo err >&2; exit 4" });
+    assert.deepEqual([r.stdout, r.stderr, r.exit_code, r.state], ["out\n", "err\n", 4, "done"]);
+    const b = await c.exec({ node: s.node, command: "echo bg; sleep 30", background: true, timeoutMs: 1 });
+    assert.equal(b.state, "running");
+    assert.equal((await c.getExec(s.node, b.exec_id)).exec_id, b.exec_id);
+    assert.equal((await c.killExec(s.node, b.exec_id)).signal, "SIGKILL");
+    assert.equal((await c.waitExec(s.node, b.exec_id, { timeoutMs: 1000 })).state, "done");
+    assert.equal((await c.execOutput(s.node, b.exec_id, { stream: "stdout" })).data, "bg\n");
+    const d = await c.digest({ budgetTokens: 500 });
+    assert.ok(d.tokens <= 500 && d.next.startsWith("c"));
+  });
+
   it("fans out", async () => {
     const addr = `${s.node}/${s.id}`;
     let f = await c.fanout("echo fan-$((40+2))", { selector: { sessions: [addr] }, timeoutMs: 20000 });

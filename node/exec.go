@@ -1,0 +1,358 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/proc"
+)
+
+// The exec verbs (DESIGN "Exec"): a one-shot process without a PTY (package
+// proc), decided by the guard before it starts (guard.CheckExec: argv as the
+// command line it is; approve is refused, approvals are for sessions), audited as
+// every mutating verb is, its output redacted under the node's redaction when it
+// leaves the node. The node keeps its execs, running and ended, to be found by
+// exec_id: an ended one for api.ExecKeep, at most maxKeptExecs of them. They
+// live in this node agent: a restart of the agent ends the running ones and
+// forgets them all (sessions survive in the holder; execs do not yet).
+
+// Exec bounds of a node.
+const (
+	// maxRunningExecs is how many execs a node runs at once.
+	maxRunningExecs = 64
+	// maxKeptExecs is how many ended execs a node keeps (the oldest go first).
+	maxKeptExecs = 256
+	// execHead and execTail are how much of each stream the node keeps: its first
+	// and its newest bytes (a reply cuts from them).
+	execHead = api.MaxExecOutputBytes / 2
+	execTail = 1 << 20
+)
+
+// execEntry is one exec the node ran or runs.
+type execEntry struct {
+	id         string
+	argv       []string
+	owner      string // the principal that started it
+	background bool
+	p          *proc.Proc
+	timedOut   bool // guarded by execTable.mu
+}
+
+// execTable is the node's execs.
+type execTable struct {
+	mu     sync.Mutex // guards the fields below and execEntry.timedOut
+	m      map[string]*execEntry
+	order  []string // ids, oldest first
+	closed bool
+}
+
+// add registers x; refused past maxRunningExecs running or once closed.
+func (t *execTable) add(node string, x *execEntry) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return api.Errorf(api.CodeUnavailable, "node %s is shutting down", node)
+	}
+	if t.m == nil {
+		t.m = map[string]*execEntry{}
+	}
+	running, ended := 0, 0
+	for _, e := range t.m {
+		if _, done := e.p.Exit(); done {
+			ended++
+		} else {
+			running++
+		}
+	}
+	if running >= maxRunningExecs {
+		return api.Errorf(api.CodeLimit, "node %s runs %d execs (limit %d): wait for one or end it", node, running, maxRunningExecs)
+	}
+	// Forget the oldest ended execs past the bound, and those kept past ExecKeep.
+	kept := t.order[:0]
+	for _, id := range t.order {
+		e := t.m[id]
+		ex, done := e.p.Exit()
+		if done && (ended > maxKeptExecs-1 || time.Since(e.p.Started().Add(ex.Duration)) > api.ExecKeep) {
+			delete(t.m, id)
+			ended--
+			continue
+		}
+		kept = append(kept, id)
+	}
+	t.order = append(kept, x.id)
+	t.m[x.id] = x
+	return nil
+}
+
+func (t *execTable) get(node, id string) (*execEntry, error) {
+	if err := api.ValidName(id); err != nil {
+		return nil, api.Errorf(api.CodeBadRequest, "exec id: %v", err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	x := t.m[id]
+	if x == nil {
+		return nil, api.Errorf(api.CodeNotFound, "no exec %s/%s (ended execs are kept %s, at most %d)", node, id, api.ExecKeep, maxKeptExecs)
+	}
+	return x, nil
+}
+
+// close kills every running exec and waits until they have ended.
+func (t *execTable) close() {
+	t.mu.Lock()
+	t.closed = true
+	all := make([]*execEntry, 0, len(t.m))
+	for _, x := range t.m {
+		all = append(all, x)
+	}
+	t.mu.Unlock()
+	for _, x := range all {
+		x.p.Kill()
+	}
+	for _, x := range all {
+		<-x.p.Done()
+	}
+}
+
+// newExecID is a fresh exec id: "x" and 12 random hex digits.
+func newExecID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "x" + hex.EncodeToString(b[:])
+}
+
+// execArgv checks r's program and returns its argv (a command: sh -c).
+func execArgv(r api.ExecRequest) ([]string, error) {
+	switch {
+	case len(r.Argv) > 0 && r.Command != "":
+		return nil, api.Errorf(api.CodeBadRequest, "give argv or command, not both")
+	case len(r.Argv) == 0 && strings.TrimSpace(r.Command) == "":
+		return nil, api.Errorf(api.CodeBadRequest, "give argv or command")
+	}
+	argv := r.Argv
+	if len(argv) == 0 {
+		argv = []string{"/bin/sh", "-c", r.Command}
+	}
+	total := 0
+	for _, a := range argv {
+		total += len(a) + 1
+		if strings.IndexByte(a, 0) >= 0 {
+			return nil, api.Errorf(api.CodeBadRequest, "argv holds a NUL byte")
+		}
+	}
+	if argv[0] == "" {
+		return nil, api.Errorf(api.CodeBadRequest, "argv[0] is empty")
+	}
+	if total > api.MaxCommandBytes {
+		return nil, api.Errorf(api.CodeTooLarge, "argv of %d bytes (limit %d)", total, api.MaxCommandBytes)
+	}
+	return argv, nil
+}
+
+// checkExecRequest checks the bounds of r beside its program.
+func checkExecRequest(r *api.ExecRequest) error {
+	switch {
+	case r.TimeoutMS < 0 || r.MaxOutputBytes < 0:
+		return api.Errorf(api.CodeBadRequest, "timeout_ms and max_output_bytes must not be negative")
+	case r.Stdin != nil && len(*r.Stdin) > api.MaxExecStdinBytes:
+		return api.Errorf(api.CodeTooLarge, "stdin of %d bytes (limit %d)", len(*r.Stdin), api.MaxExecStdinBytes)
+	case len(r.Env) > 256:
+		return api.Errorf(api.CodeTooLarge, "%d environment variables (limit 256)", len(r.Env))
+	}
+	for k, v := range r.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 || len(k)+len(v) > 32<<10 {
+			return api.Errorf(api.CodeBadRequest, "environment variable %q: a name without = or NUL, a value without NUL, under 32 KiB", api.OneLine(k, 64))
+		}
+	}
+	if r.MaxOutputBytes == 0 {
+		r.MaxOutputBytes = api.DefaultExecOutputBytes
+	}
+	r.MaxOutputBytes = min(r.MaxOutputBytes, api.MaxExecOutputBytes)
+	return nil
+}
+
+// execTimeout is an exec's timeout.
+func execTimeout(ms int) time.Duration {
+	if ms <= 0 {
+		return api.DefaultExecTimeout
+	}
+	return min(time.Duration(ms)*time.Millisecond, api.MaxWait)
+}
+
+func (n *Node) exec(ctx context.Context, req request) (any, error) {
+	var r api.ExecRequest
+	if err := decode(req, &r); err != nil {
+		return nil, err
+	}
+	argv, err := execArgv(r)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkExecRequest(&r); err != nil {
+		return nil, err
+	}
+	w := writerOf(req)
+	if err := n.guard.CheckExec(ctx, w, argv, r.Env, req.decision); err != nil {
+		return nil, err // decided before anything starts
+	}
+	dir := r.Cwd
+	if dir == "" {
+		dir, _ = os.UserHomeDir()
+	}
+	if fi, err := os.Stat(dir); dir != "" && (err != nil || !fi.IsDir()) {
+		return nil, api.Errorf(api.CodeBadRequest, "cwd %q is not a directory on node %s", api.OneLine(dir, 256), n.cfg.Name)
+	}
+	spec := proc.Spec{Argv: argv, Dir: dir, Env: proc.Environ(os.Environ(), r.Env), HeadBytes: execHead, TailBytes: execTail}
+	if r.Stdin != nil {
+		spec.Stdin = []byte(*r.Stdin)
+	}
+	x := &execEntry{id: newExecID(), argv: argv, owner: w.Principal, background: r.Background}
+	p, err := n.startExec(x, spec)
+	if err != nil {
+		return nil, err
+	}
+	tctx, cancel := context.WithTimeout(ctx, execTimeout(r.TimeoutMS))
+	defer cancel()
+	if _, done := p.Wait(tctx); !done && !r.Background {
+		// Its timeout passed, or its caller left: it ends with its process group.
+		n.execs.mu.Lock()
+		x.timedOut = true
+		n.execs.mu.Unlock()
+		p.Kill()
+		<-p.Done()
+	}
+	return n.execResult(x, r.MaxOutputBytes), nil
+}
+
+// startExec starts x's process and registers x (a table that is full or closed
+// ends it again at once).
+func (n *Node) startExec(x *execEntry, spec proc.Spec) (*proc.Proc, error) {
+	p, err := proc.Start(spec)
+	if err != nil {
+		if errors.Is(err, proc.ErrStart) {
+			return nil, api.Errorf(api.CodeBadRequest, "exec on node %s: %v", n.cfg.Name, err)
+		}
+		return nil, err
+	}
+	x.p = p
+	if err := n.execs.add(n.cfg.Name, x); err != nil {
+		p.Kill()
+		<-p.Done()
+		return nil, err
+	}
+	return p, nil
+}
+
+// execResult is x as the API shows it, each stream cut to budget bytes and
+// redacted.
+func (n *Node) execResult(x *execEntry, budget int) api.ExecResult {
+	p := x.p
+	res := api.ExecResult{Node: n.cfg.Name, ExecID: x.id, Argv: slices.Clone(x.argv), State: api.ExecRunning,
+		Background: x.background, StartedAt: p.Started().UTC()}
+	if ex, done := p.Exit(); done {
+		res.State = api.ExecDone
+		code := ex.Code
+		res.ExitCode, res.Signal = &code, ex.Signal
+	}
+	res.DurationMS = p.Duration().Milliseconds()
+	out, omitted, length := p.Cut(api.StreamStdout, budget)
+	res.Stdout, res.StdoutOmitted, res.StdoutBytes = n.redactText(string(out)), omitted, length
+	out, omitted, length = p.Cut(api.StreamStderr, budget)
+	res.Stderr, res.StderrOmitted, res.StderrBytes = n.redactText(string(out)), omitted, length
+	n.execs.mu.Lock()
+	res.TimedOut = x.timedOut
+	n.execs.mu.Unlock()
+	return res
+}
+
+func (n *Node) execGet(ctx context.Context, req request) (any, error) {
+	var r api.ExecTarget
+	if err := decode(req, &r); err != nil {
+		return nil, err
+	}
+	x, err := n.execs.get(n.cfg.Name, r.ExecID)
+	if err != nil {
+		return nil, err
+	}
+	return n.execResult(x, execBudget(r.MaxOutputBytes)), nil
+}
+
+func execBudget(b int) int {
+	if b <= 0 {
+		return api.DefaultExecOutputBytes
+	}
+	return min(b, api.MaxExecOutputBytes)
+}
+
+func (n *Node) execWait(ctx context.Context, req request) (any, error) {
+	var r api.ExecTarget
+	if err := decode(req, &r); err != nil {
+		return nil, err
+	}
+	if r.TimeoutMS < 0 {
+		return nil, api.Errorf(api.CodeBadRequest, "timeout_ms must not be negative")
+	}
+	x, err := n.execs.get(n.cfg.Name, r.ExecID)
+	if err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, waitTimeout(r.TimeoutMS))
+	defer cancel()
+	x.p.Wait(wctx)
+	return n.execResult(x, execBudget(r.MaxOutputBytes)), nil
+}
+
+func (n *Node) execOutput(ctx context.Context, req request) (any, error) {
+	var r api.ExecOutputRequest
+	if err := decode(req, &r); err != nil {
+		return nil, err
+	}
+	if r.From < 0 || r.Max < 0 {
+		return nil, api.Errorf(api.CodeBadRequest, "from and max must not be negative")
+	}
+	if r.Stream == "" {
+		r.Stream = api.StreamStdout
+	}
+	if r.Max == 0 || r.Max > api.MaxExecOutputBytes {
+		r.Max = api.MaxExecOutputBytes
+	}
+	x, err := n.execs.get(n.cfg.Name, r.ExecID)
+	if err != nil {
+		return nil, err
+	}
+	_, done := x.p.Exit()
+	data, off, end, oldest, err := x.p.ReadAt(r.Stream, r.From, r.Max)
+	if err != nil {
+		return nil, api.Errorf(api.CodeBadRequest, "%v", err)
+	}
+	return api.ExecOutput{Stream: r.Stream, Offset: off, Next: off + int64(len(data)), Data: n.redactText(string(data)),
+		End: end, Oldest: oldest, Done: done}, nil
+}
+
+func (n *Node) execKill(ctx context.Context, req request) (any, error) {
+	var r api.ExecTarget
+	if err := decode(req, &r); err != nil {
+		return nil, err
+	}
+	x, err := n.execs.get(n.cfg.Name, r.ExecID)
+	if err != nil {
+		return nil, err
+	}
+	w := writerOf(req)
+	if w.Role != api.RoleAdmin && (x.owner == "" || x.owner != w.Principal) {
+		return nil, api.Errorf(api.CodeForbidden, "exec %s/%s belongs to %s: only its owner or an admin may end it", n.cfg.Name, x.id, x.owner)
+	}
+	x.p.Kill()
+	kctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	x.p.Wait(kctx)
+	return n.execResult(x, execBudget(r.MaxOutputBytes)), nil
+}

@@ -1,0 +1,290 @@
+// Package proc runs one-shot processes without a terminal (DESIGN "Exec"): the
+// process gets its own process group, stdin from the caller or /dev/null, and
+// its stdout and stderr each go to a capture that keeps the first and the newest
+// bytes and counts them all. Nothing here decides whether a process may run:
+// the node asks its guard first.
+package proc
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+)
+
+// ErrStart is the cause of a process that could not be started (no such
+// program, a cwd that is not a directory, …).
+var ErrStart = errors.New("not started")
+
+// Spec is one process to start.
+type Spec struct {
+	// Argv is the program and its arguments; Argv[0] is looked up in the node's PATH.
+	Argv []string
+	// Dir is the working directory ("": the node's).
+	Dir string
+	// Env is the whole environment (Environ builds it).
+	Env []string
+	// Stdin, when not nil, is the process's standard input; nil: /dev/null.
+	Stdin []byte
+	// HeadBytes and TailBytes are how much of each stream is kept: its first
+	// HeadBytes and its newest TailBytes bytes.
+	HeadBytes, TailBytes int
+}
+
+// Exit is how a process ended.
+type Exit struct {
+	// Code is the exit status; for a process ended by a signal, 128+N (as a
+	// shell reports it), and Signal names it ("SIGKILL").
+	Code   int
+	Signal string
+	// Killed: Kill ended it (a timeout, a DELETE).
+	Killed   bool
+	Duration time.Duration
+}
+
+// Proc is one running (or ended) process. Its methods are safe for concurrent use.
+type Proc struct {
+	cmd            *exec.Cmd
+	stdout, stderr *capture
+	started        time.Time
+	done           chan struct{} // closed once the process has ended and its output is read
+
+	mu     sync.Mutex // guards exit and killed
+	exit   Exit
+	killed bool
+}
+
+// readGrace bounds the wait for a stream's end once the process and its process
+// group are gone: a process that left the group (setsid) may hold the pipe.
+const readGrace = time.Second
+
+// Start starts spec's process. Its error wraps ErrStart when the program could
+// not be started.
+func Start(spec Spec) (*Proc, error) {
+	if len(spec.Argv) == 0 || spec.Argv[0] == "" {
+		return nil, fmt.Errorf("%w: empty argv", ErrStart)
+	}
+	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
+	cmd.Dir, cmd.Env = spec.Dir, spec.Env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if spec.Stdin != nil {
+		cmd.Stdin = bytes.NewReader(spec.Stdin)
+	}
+	p := &Proc{cmd: cmd, stdout: newCapture(spec.HeadBytes, spec.TailBytes), stderr: newCapture(spec.HeadBytes, spec.TailBytes), done: make(chan struct{})}
+	// The process writes to pipes of our own, so Wait returns when it exits and
+	// not when the last holder of a pipe closes it.
+	var readers []*os.File
+	for _, c := range []*capture{p.stdout, p.stderr} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			closeAll(readers)
+			return nil, fmt.Errorf("proc: pipe: %w", err)
+		}
+		readers = append(readers, r)
+		if c == p.stdout {
+			cmd.Stdout = w
+		} else {
+			cmd.Stderr = w
+		}
+	}
+	p.started = time.Now()
+	err := cmd.Start()
+	cmd.Stdout.(*os.File).Close()
+	cmd.Stderr.(*os.File).Close()
+	if err != nil {
+		closeAll(readers)
+		return nil, fmt.Errorf("%w: %v", ErrStart, err)
+	}
+	var copies sync.WaitGroup
+	for i, c := range []*capture{p.stdout, p.stderr} {
+		copies.Add(1)
+		go func() { // owned by p: waited for before done closes
+			defer copies.Done()
+			_, _ = io.Copy(c, readers[i])
+		}()
+	}
+	go p.reap(readers, &copies) // owned by p: ends with the process (done)
+	return p, nil
+}
+
+func closeAll(fs []*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
+}
+
+// reap waits for the process, ends what it left in its process group, reads
+// its streams to their end (or readGrace) and closes done.
+func (p *Proc) reap(readers []*os.File, copies *sync.WaitGroup) {
+	err := p.cmd.Wait()
+	dur := time.Since(p.started)
+	// A process the command left behind in its group ends with it: the group id
+	// stays reserved while any member lives, so this reaches only them.
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	read := make(chan struct{})
+	go func() { copies.Wait(); close(read) }() // ends when the copies do: closed readers end them
+	t := time.NewTimer(readGrace)
+	select {
+	case <-read:
+	case <-t.C:
+		closeAll(readers)
+		<-read
+	}
+	t.Stop()
+	closeAll(readers)
+	ex := Exit{Duration: dur, Code: -1}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) || err == nil {
+		st := p.cmd.ProcessState
+		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			ex.Code, ex.Signal = 128+int(ws.Signal()), SignalName(ws.Signal())
+		} else {
+			ex.Code = st.ExitCode()
+		}
+	}
+	p.mu.Lock()
+	ex.Killed = p.killed
+	p.exit = ex
+	p.mu.Unlock()
+	close(p.done)
+}
+
+// Done is closed once the process has ended and its output is read.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Exit is how the process ended; ok is false while it runs.
+func (p *Proc) Exit() (ex Exit, ok bool) {
+	select {
+	case <-p.done:
+	default:
+		return Exit{}, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.exit, true
+}
+
+// Wait waits until the process ends or ctx does (ok false).
+func (p *Proc) Wait(ctx context.Context) (Exit, bool) {
+	select {
+	case <-p.done:
+		return p.Exit()
+	case <-ctx.Done():
+		return Exit{}, false
+	}
+}
+
+// Kill ends the process and its process group with SIGKILL (nothing once it
+// has ended). Its Exit says Killed.
+func (p *Proc) Kill() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	p.mu.Lock()
+	p.killed = true
+	p.mu.Unlock()
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+}
+
+// Started is when the process started.
+func (p *Proc) Started() time.Time { return p.started }
+
+// Pid is the process's id (its process group's too).
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// Duration is how long it ran (so far, while it runs).
+func (p *Proc) Duration() time.Duration {
+	if ex, ok := p.Exit(); ok {
+		return ex.Duration
+	}
+	return time.Since(p.started)
+}
+
+func (p *Proc) stream(name string) (*capture, error) {
+	switch name {
+	case api.StreamStdout:
+		return p.stdout, nil
+	case api.StreamStderr:
+		return p.stderr, nil
+	}
+	return nil, fmt.Errorf("stream %q: want stdout or stderr", name)
+}
+
+// Cut returns a stream cut to at most budget bytes (head and tail around a
+// marker line) and how many bytes it leaves out, and the stream's length.
+func (p *Proc) Cut(stream string, budget int) (text []byte, omitted, length int64) {
+	c, err := p.stream(stream)
+	if err != nil {
+		return nil, 0, 0
+	}
+	text, omitted = c.Cut(budget)
+	return text, omitted, c.Len()
+}
+
+// ReadAt returns up to limit bytes of a stream from offset from (see
+// capture.ReadAt).
+func (p *Proc) ReadAt(stream string, from int64, limit int) (data []byte, off, end, oldest int64, err error) {
+	c, err := p.stream(stream)
+	if err != nil {
+		return nil, 0, 0, 0, err
+	}
+	data, off, end, oldest = c.ReadAt(from, limit)
+	return data, off, end, oldest, nil
+}
+
+// Environ is a process's environment: base (the node's own) without the
+// variables that hold fleetmux or NATS secrets (api.SecretEnv), with those that
+// keep a program from acting as if a terminal were there (TERM=dumb, NO_COLOR=1,
+// PAGER=cat, GIT_PAGER=cat), then extra over them; sorted.
+func Environ(base []string, extra map[string]string) []string {
+	m := map[string]string{}
+	for _, kv := range base {
+		k, v, ok := strings.Cut(kv, "=")
+		if ok && k != "" && !api.SecretEnv(k) {
+			m[k] = v
+		}
+	}
+	for k, v := range map[string]string{"TERM": "dumb", "NO_COLOR": "1", "PAGER": "cat", "GIT_PAGER": "cat"} {
+		m[k] = v
+	}
+	for k, v := range extra {
+		m[k] = v
+	}
+	out := make([]string, 0, len(m))
+	for k, v := range m {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// signalNames are the signals' usual names.
+var signalNames = map[syscall.Signal]string{
+	syscall.SIGHUP: "SIGHUP", syscall.SIGINT: "SIGINT", syscall.SIGQUIT: "SIGQUIT", syscall.SIGILL: "SIGILL",
+	syscall.SIGTRAP: "SIGTRAP", syscall.SIGABRT: "SIGABRT", syscall.SIGBUS: "SIGBUS", syscall.SIGFPE: "SIGFPE",
+	syscall.SIGKILL: "SIGKILL", syscall.SIGUSR1: "SIGUSR1", syscall.SIGSEGV: "SIGSEGV", syscall.SIGUSR2: "SIGUSR2",
+	syscall.SIGPIPE: "SIGPIPE", syscall.SIGALRM: "SIGALRM", syscall.SIGTERM: "SIGTERM", syscall.SIGCHLD: "SIGCHLD",
+	syscall.SIGCONT: "SIGCONT", syscall.SIGSTOP: "SIGSTOP", syscall.SIGTSTP: "SIGTSTP", syscall.SIGTTIN: "SIGTTIN",
+	syscall.SIGTTOU: "SIGTTOU", syscall.SIGXCPU: "SIGXCPU", syscall.SIGXFSZ: "SIGXFSZ", syscall.SIGSYS: "SIGSYS",
+}
+
+// SignalName is a signal's usual name ("SIGKILL"), or "SIG" and its number.
+func SignalName(s syscall.Signal) string {
+	if n, ok := signalNames[s]; ok {
+		return n
+	}
+	return "SIG" + strconv.Itoa(int(s))
+}
