@@ -3,17 +3,23 @@ package controller
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/fleetmux/fleetmux/api"
 )
 
 // Learning nodes from NATS. A controller whose gossip seeds are all gone (or not
-// joined yet) still sees every node's NATS connection (Presence): such a node is
-// added to the table at once (table.present), and the learner asks it, with a
-// list request, for what gossip would have said of it (labels, version,
-// sessions), so that selectors match it too.
+// joined yet) still sees every node's NATS connection (Presence). Such a node is
+// heard of (table.present); the learner asks it, with a list request, what it
+// is (labels, version, sessions), and once it answers it is in the table, alive
+// while connected, so that it is listed, routed to and matched by selectors. A
+// node connects before it serves: the learner asks again every learnRetry while
+// the node stays connected and unanswered.
 
-// learner asks nodes known from NATS alone what they are. Its one goroutine is
+// learnRetry is how soon the learner asks a node that did not answer again.
+const learnRetry = 500 * time.Millisecond
+
+// learner asks nodes heard of from NATS what they are. Its one goroutine is
 // started by startLearning and stopped by the func it returns.
 type learner struct {
 	mu      sync.Mutex // guards pending
@@ -30,27 +36,41 @@ func (c *Controller) startLearning() (stop func()) {
 	go func() { // owned by the controller: stop waits for it
 		defer close(done)
 		who := principal{actor: "controller:" + c.cfg.Name, id: "controller:" + c.cfg.Name, role: api.RoleViewer}
+		var retry []string
 		for {
+			var timer *time.Timer
+			var tick <-chan time.Time
+			if len(retry) > 0 {
+				timer = time.NewTimer(learnRetry)
+				tick = timer.C
+			}
 			select {
 			case <-ctx.Done():
-				return
 			case <-l.wake:
+			case <-tick:
+			}
+			if timer != nil {
+				timer.Stop()
+			}
+			if ctx.Err() != nil {
+				return
 			}
 			l.mu.Lock()
-			names := l.pending
-			l.pending = nil
+			names := append(retry, l.pending...)
+			l.pending, retry = nil, nil
 			l.mu.Unlock()
 			for _, name := range names {
+				if !c.nodes.stillHeard(name) || ctx.Err() != nil {
+					continue
+				}
 				var list api.SessionList
-				err := c.call(ctx, who, name, api.VerbList, api.Empty{}, &list, c.cfg.RequestTimeout)
+				err := c.send(ctx, who, name, api.VerbList, api.Empty{}, &list, c.cfg.RequestTimeout, ctx)
 				if err != nil || list.Node == nil || list.Node.Name != name {
-					if ctx.Err() == nil {
-						c.log.Debug("node known from NATS did not say what it is", "node", name, "err", err)
-					}
+					retry = append(retry, name)
 					continue
 				}
 				meta := *list.Node
-				meta.Role = "" // a node; controllers do not answer list
+				meta.Role = "" // a node: controllers do not answer list
 				c.nodes.learned(meta)
 			}
 		}
@@ -61,7 +81,7 @@ func (c *Controller) startLearning() (stop func()) {
 	}
 }
 
-// learn hands the names of nodes known from NATS alone to the learner. It never
+// learn hands the names of nodes heard of from NATS to the learner. It never
 // blocks: it runs on the presence watch's goroutine.
 func (c *Controller) learn(names []string) {
 	l := c.learning.Load()

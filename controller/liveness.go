@@ -80,36 +80,62 @@ func (t *table) statusOf(e *nodeEntry) string {
 }
 
 // present applies the NATS signal: the nodes holding a connection now, or known
-// false when that cannot be told. A connected node the table does not hold yet
-// (gossip has not told of it) is added; its names are returned, for the
-// controller to ask those nodes what gossip would have said (learn.go).
-func (t *table) present(connected map[string]bool, known bool) (added []string) {
+// false when that cannot be told. A connected node the table does not hold
+// (gossip has not told of it) is only heard of: it is added once it answers
+// (learned), since alive means answering and a node connects before it serves.
+// The names heard of for the first time are returned, for the learner.
+func (t *table) present(connected map[string]bool, known bool) (heard []string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.known = known
 	t.connected = connected
+	for name := range t.heard {
+		if !known || !connected[name] || t.nodes[name] != nil {
+			delete(t.heard, name)
+		}
+	}
 	if known {
 		for name, on := range connected {
-			if on && t.nodes[name] == nil && api.ValidName(name) == nil {
-				e := &nodeEntry{name: name, meta: api.NodeMeta{Name: name}}
-				e.down, e.downDone = context.WithCancel(context.Background())
-				t.nodes[name] = e
-				added = append(added, name)
+			if on && t.nodes[name] == nil && !t.heard[name] && api.ValidName(name) == nil {
+				t.heard[name] = true
+				heard = append(heard, name)
 			}
 		}
 	}
 	for name, e := range t.nodes {
 		t.setConn(e, known && connected[name])
 	}
-	return added
+	return heard
 }
 
-// learned applies what a node known from NATS alone said of itself, unless
-// gossip has spoken of it since (gossip's word is fresher then).
+// stillHeard reports whether a node heard of from NATS alone is still connected
+// and not yet in the table.
+func (t *table) stillHeard(name string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.heard[name]
+}
+
+// learned applies what a node known from NATS said of itself when it answered:
+// a node heard of is added (alive while connected), one gossip has not spoken of
+// gets the node's own word; gossip's word, when there is one, stays.
 func (t *table) learned(meta api.NodeMeta) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if e := t.nodes[meta.Name]; e != nil && e.gossip == "" {
+	e := t.nodes[meta.Name]
+	if e == nil {
+		if !t.heard[meta.Name] {
+			return // gone meanwhile
+		}
+		delete(t.heard, meta.Name)
+		e = &nodeEntry{name: meta.Name}
+		e.down, e.downDone = context.WithCancel(context.Background())
+		t.nodes[meta.Name] = e
+		e.meta = meta
+		t.setConn(e, t.known && t.connected[meta.Name])
+		return
+	}
+	if e.gossip == "" {
 		e.meta = meta
 	}
 }

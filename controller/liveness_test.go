@@ -167,27 +167,31 @@ func TestLivenessGraceSurvivesOtherChanges(t *testing.T) {
 }
 
 // TestLivenessFromNATSAlone: a node gossip never told of (every seed of this
-// controller is gone) but connected to NATS under its own identity is in the
-// table and alive; what it says of itself fills its labels until gossip speaks;
-// when its connection closes it is dead; gossip takes over once it speaks.
+// controller is gone) but connected to NATS under its own identity is heard of,
+// not listed, until it answers (a node connects before it serves); then it is
+// in the table and alive, with the labels it gave; when its connection closes it
+// is dead; gossip's word wins once it speaks.
 func TestLivenessFromNATSAlone(t *testing.T) {
 	tb := newTable(downGrace)
 	tb.grace, tb.connGrace = 0, 0
-	if added := tb.present(conns("n1", "bad name"), true); len(added) != 1 || added[0] != "n1" {
-		t.Fatalf("added %v, want [n1]", added)
+	if heard := tb.present(conns("n1", "bad name"), true); len(heard) != 1 || heard[0] != "n1" {
+		t.Fatalf("heard %v, want [n1]", heard)
 	}
+	if _, _, ok := tb.lookup("n1"); ok || !tb.stillHeard("n1") {
+		t.Fatalf("n1 in the table before it answered (heard %v)", tb.stillHeard("n1"))
+	}
+	if heard := tb.present(conns("n1"), true); len(heard) != 0 {
+		t.Fatalf("heard again: %v", heard)
+	}
+	tb.learned(api.NodeMeta{Name: "n1", Labels: map[string]string{"env": "ci"}, Version: "v1"})
 	if st, _, ok := tb.lookup("n1"); !ok || st != api.NodeAlive {
-		t.Fatalf("n1 from NATS alone: %q %v, want alive", st, ok)
+		t.Fatalf("n1 after it answered: %q %v, want alive", st, ok)
 	}
 	if _, ok := tb.pick(); !ok {
 		t.Fatal("n1 not picked for a new session")
 	}
-	tb.learned(api.NodeMeta{Name: "n1", Labels: map[string]string{"env": "ci"}, Version: "v1"})
 	if sel := tb.selectNodes(map[string]string{"env": "ci"}); len(sel) != 1 {
 		t.Fatalf("n1 not selected by its labels: %v", sel)
-	}
-	if added := tb.present(conns("n1"), true); len(added) != 0 {
-		t.Fatalf("added again: %v", added)
 	}
 	tb.present(conns(), true)
 	if st, _, _ := tb.lookup("n1"); st != api.NodeDead {
@@ -198,5 +202,12 @@ func TestLivenessFromNATSAlone(t *testing.T) {
 	tb.learned(api.NodeMeta{Name: "n1", Labels: map[string]string{"env": "stale"}})
 	if sel := tb.selectNodes(map[string]string{"env": "prod"}); len(sel) != 1 {
 		t.Fatalf("gossip's labels did not win: %v", sel)
+	}
+	// A node heard of that goes before it answers is never added.
+	tb.present(conns("n1", "n2"), true)
+	tb.present(conns("n1"), true)
+	tb.learned(api.NodeMeta{Name: "n2"})
+	if _, _, ok := tb.lookup("n2"); ok {
+		t.Fatal("n2 added after it went")
 	}
 }

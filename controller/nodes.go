@@ -60,10 +60,13 @@ type table struct {
 	known     bool
 	connected map[string]bool
 	connGrace time.Duration
+	// heard: nodes connected to NATS that the table does not hold yet, until
+	// they answer (learned) or go.
+	heard map[string]bool
 }
 
 func newTable(grace time.Duration) *table {
-	return &table{nodes: map[string]*nodeEntry{}, now: time.Now, grace: grace, connGrace: connGrace}
+	return &table{nodes: map[string]*nodeEntry{}, heard: map[string]bool{}, now: time.Now, grace: grace, connGrace: connGrace}
 }
 
 // downGrace is how long a node reported dead or gone stays suspect before the

@@ -57,6 +57,13 @@ func (c *Controller) doCall(ctx context.Context, who principal, node, verb strin
 	if !usable(status) {
 		return api.Errorf(api.CodeUnavailable, "node %s is %s", node, status)
 	}
+	return c.send(ctx, who, node, verb, req, out, timeout, down)
+}
+
+// send signs and sends one verb to a node and decodes its reply, whether or not
+// the node table holds the node (the learner asks nodes it does not hold yet);
+// the request is cancelled when down is.
+func (c *Controller) send(ctx context.Context, who principal, node, verb string, req, out any, timeout time.Duration, down context.Context) error {
 	data, err := json.Marshal(req)
 	if err != nil {
 		return fmt.Errorf("controller: encode %s request: %w", verb, err)
