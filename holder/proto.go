@@ -54,7 +54,7 @@ const (
 	// is the largest).
 	maxMessage = 256 << 10
 	// maxFDs bounds the fds one message may carry.
-	maxFDs = 4
+	maxFDs = 6
 )
 
 // Errors callers match.

@@ -251,7 +251,7 @@ func (n *Node) startAgent(ctx context.Context, hs *heldSpawn, cr api.CreateReque
 	if err != nil {
 		return api.Agent{}, api.Errorf(api.CodeUnavailable, "node %s: the agent's hooks: %v", n.cfg.Name, err)
 	}
-	s, err := n.startSandboxed(cr, w, d.Name)
+	s, err := n.startSandboxed(cr, w, d.Name, hooks.dirs()...)
 	clear(secrets)
 	if err != nil {
 		hooks.abort()

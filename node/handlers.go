@@ -263,8 +263,9 @@ func (n *Node) startNew(r api.CreateRequest, w guard.Writer) (api.Session, error
 }
 
 // startSandboxed is startNew for an agent of driver ("" for none), whose
-// sandbox rules may single it out.
-func (n *Node) startSandboxed(r api.CreateRequest, w guard.Writer, driver string) (api.Session, error) {
+// sandbox rules may single it out, and which may use write (its own config
+// directory) below the data dir every session is kept out of.
+func (n *Node) startSandboxed(r api.CreateRequest, w guard.Writer, driver string, write ...string) (api.Session, error) {
 	prof, err := n.sandboxFor(r, w, driver) // sandbox.go
 	if err != nil {
 		return api.Session{}, err
@@ -314,7 +315,7 @@ func (n *Node) startSandboxed(r api.CreateRequest, w guard.Writer, driver string
 		ScrollbackBytes: n.cfg.ScrollbackBytes, RuntimeDir: filepath.Join(n.cfg.DataDir, "run"),
 		Title: r.Title, Description: r.Description, Labels: r.Labels, Logger: n.log,
 		Redactor: red, Guard: shellCheck, Holder: n.cfg.Holder, Notify: e.kick,
-		Sandbox: prof,
+		Sandbox: prof, Hide: n.hidden(), Write: write,
 	})
 	if err != nil {
 		return api.Session{}, sessionErr("", err)

@@ -114,6 +114,15 @@ type Config struct {
 	// SandboxCaps, when set, is what the node takes its kernel to enforce instead
 	// of what it probes (a test that simulates a kernel without a part).
 	SandboxCaps *api.SandboxCaps
+	// HideDataDir keeps every session, with a sandbox profile or without, out of
+	// DataDir and Hide where the kernel has Landlock (docs/sandbox.md): the
+	// directories on the way to DataDir are then granted entry by entry as they
+	// are at each session's start, so DataDir belongs in a directory of its own
+	// (e.g. /var/lib/fleetmux), never directly in /tmp.
+	HideDataDir bool
+	// Hide are paths beside DataDir that no session may read or write with
+	// HideDataDir (e.g. the node's NATS .creds file).
+	Hide []string
 }
 
 // Node is a running node agent. Its methods are safe for concurrent use.

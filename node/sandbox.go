@@ -1,6 +1,7 @@
 package node
 
 import (
+	"path/filepath"
 	"sync"
 
 	"github.com/fleetmux/fleetmux/api"
@@ -31,4 +32,42 @@ func (n *Node) sandboxFor(r api.CreateRequest, w guard.Writer, driver string) (*
 		return nil, api.Errorf(api.CodeSandbox, "node %s cannot confine a session as sandbox profile %s asks: %v: nothing was started", n.cfg.Name, prof.Name, err)
 	}
 	return prof, nil
+}
+
+// hidden is what every session of the node is kept out of with
+// Config.HideDataDir: its data dir (creds, keys, the holder socket's directory,
+// other sessions' files) and Config.Hide, where the kernel has Landlock
+// (docs/sandbox.md says what that does not cover).
+func (n *Node) hidden() []string {
+	if !n.cfg.HideDataDir || n.SandboxCaps().Landlock < 1 {
+		return nil
+	}
+	var out []string
+	for _, p := range append([]string{n.cfg.DataDir}, n.cfg.Hide...) {
+		if p == "" {
+			continue
+		}
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			continue
+		}
+		if real, err := filepath.EvalSymlinks(abs); err == nil {
+			abs = real
+		}
+		out = append(out, abs)
+	}
+	return out
+}
+
+// dirs is the directory a prepared hook channel's agent must still read and
+// write below the hidden data dir: its own config directory.
+func (p *hookPrep) dirs() []string {
+	if p == nil {
+		return nil
+	}
+	dir := p.ch.Dir()
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
+	return []string{dir}
 }

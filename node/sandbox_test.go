@@ -97,3 +97,52 @@ func TestSandboxFailsClosed(t *testing.T) {
 	// Without the profile the create works.
 	f.create(api.CreateRequest{Shell: "bash", Cwd: work})
 }
+
+// TestSessionsKeptOutOfDataDir performs the attack of a session reading the
+// node's credentials: a session without a profile, as root, cats
+// <data>/creds/node.creds and lists the data dir. On the old code it read them.
+func TestSessionsKeptOutOfDataDir(t *testing.T) {
+	if sandbox.Probe().Landlock < 1 {
+		t.Skip("no Landlock")
+	}
+	f := newFixture(t, func(c *node.Config) { c.HideDataDir = true })
+	creds := filepath.Join(f.data, "creds")
+	if err := os.MkdirAll(creds, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(creds, "node.creds"), []byte("SECRET-NKEY-SEED"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	s := f.create(api.CreateRequest{Shell: "bash", Cwd: work})
+	if s.Sandbox != nil {
+		t.Fatalf("a session without a profile: %+v", s.Sandbox)
+	}
+	r := f.run(s.ID, "cat "+filepath.Join(creds, "node.creds")+"; ls "+f.data+"; echo x > "+work+"/ok && cat "+work+"/ok")
+	if strings.Contains(r.Text, "SECRET") || !strings.Contains(r.Text, "Permission denied") || !strings.Contains(r.Text, "x") {
+		t.Fatalf("the session read the data dir, or could not write its own: %q", r.Text)
+	}
+}
+
+// TestSandboxInHolderWithGuard: a profile's session in a holder under a policy
+// passes the nonce, the guard channel (and its kept end) and the sandbox's two
+// pipes in one message.
+func TestSandboxInHolderWithGuard(t *testing.T) {
+	if c := sandbox.Probe(); c.Landlock < 4 || !c.NetNS || c.Cgroups == 0 {
+		t.Skipf("needs root, Landlock ABI >= 4 and cgroups: %+v", c)
+	}
+	work := t.TempDir()
+	client := startHolder(t)
+	src := &docSource{rev: 1, doc: []byte(sandboxPolicy(work))}
+	f := newFixture(t, func(c *node.Config) { c.Holder = client(); c.Policy = src; c.HideDataDir = true })
+	s := f.create(api.CreateRequest{Shell: "bash", Cwd: work, Labels: map[string]string{"box": "yes"}})
+	if s.Sandbox == nil || s.Sandbox.Name != "workonly" {
+		t.Fatalf("sandbox %+v", s.Sandbox)
+	}
+	if r := f.run(s.ID, "touch /etc/fm-sandbox-x"); r.Block.ExitCode == nil || *r.Block.ExitCode != 1 {
+		t.Fatalf("touch /etc: %+v %q", r.Block.ExitCode, r.Text)
+	}
+	if r := f.run(s.ID, "cat "+f.data+"/next-session-id"); !strings.Contains(r.Text, "Permission denied") {
+		t.Fatalf("the data dir: %q", r.Text)
+	}
+}

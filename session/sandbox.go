@@ -19,6 +19,7 @@ func (s *Session) wrap(argv []string, as *runAs) (*sandbox.Wrapped, error) {
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
 	spec := sandbox.Spec{Profile: s.cfg.Sandbox, Hide: s.cfg.Hide, Cgroup: "s-" + hex.EncodeToString(rnd[:])}
+	spec.Write = append(spec.Write, s.cfg.Write...)
 	if s.integ != nil {
 		spec.Write = append(spec.Write, s.integ.dir)
 	}

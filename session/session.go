@@ -117,6 +117,9 @@ type Config struct {
 	// (where the kernel has Landlock). Both are fixed for the session's life.
 	Sandbox *api.SandboxProfile
 	Hide    []string
+	// Write are more paths the program may read and write even below a Hide
+	// path or outside the profile's (e.g. an agent's own config directory).
+	Write []string
 	// Holder, when set, runs the program in that holder process (package holder),
 	// so it outlives this one; ID is then required and names it there. See
 	// holder.go (here) for what differs, Detach and Reattach. nil: a local PTY.

@@ -43,6 +43,7 @@ type nodeOptions struct {
 	recording     recordingFlags
 	verbose       bool
 	holder        bool
+	hideData      bool
 }
 
 func nodeCmd() *cobra.Command {
@@ -81,6 +82,7 @@ func nodeCmd() *cobra.Command {
 	f.IntVar(&o.maxSessions, "max-sessions", api.DefaultMaxSessions, "sessions alive at once")
 	o.recording.add(f)
 	f.BoolVar(&o.verbose, "verbose", false, "debug logs")
+	f.BoolVar(&o.hideData, "hide-data-dir", false, "keep every session out of DIR and the --nats-creds file with Landlock, whatever its user (docs/sandbox.md: DIR then belongs in a directory of its own, e.g. /var/lib/fleetmux)")
 	f.BoolVar(&o.holder, "holder", true, "keep the sessions in a holder process (DIR/holder/holder.sock; started detached when none runs) so they outlive this agent: a stop or crash of the agent leaves them running and the next agent reattaches; --holder=false keeps them in the agent (they end with it)")
 	return c
 }
@@ -172,7 +174,7 @@ func (o *nodeOptions) run(ctx context.Context, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	n, err := startNode(ctx, &st, conn, o.recording.apply(node.Config{Name: o.name, Labels: labels, DataDir: o.data, Prefix: o.prefix, MaxSessions: o.maxSessions, Verifier: verifier, Logger: log, Exposed: exposed, Holder: hc, ReclaimAfter: reclaimAfter}),
+	n, err := startNode(ctx, &st, conn, o.recording.apply(node.Config{Name: o.name, Labels: labels, DataDir: o.data, Prefix: o.prefix, MaxSessions: o.maxSessions, Verifier: verifier, Logger: log, Exposed: exposed, Holder: hc, ReclaimAfter: reclaimAfter, HideDataDir: o.hideData, Hide: []string{natsCfg.CredsFile}}),
 		gossipOptions{listen: o.gossipListen, key: gkey, join: o.join})
 	if err != nil {
 		return err

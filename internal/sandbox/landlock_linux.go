@@ -136,7 +136,10 @@ func restrict(spec *Spec) error {
 		}
 	}
 	var flags uintptr
-	if p != nil {
+	// Without CAP_SYS_ADMIN Landlock needs no_new_privs; a root wrapper leaves
+	// it off without a profile, so set-user-ID programs (sudo) keep working in
+	// sessions that only have the data dir hidden (they stay in the domain).
+	if p != nil || unix.Geteuid() != 0 {
 		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 			return fmt.Errorf("no_new_privs: %w", err)
 		}
