@@ -356,6 +356,7 @@ export declare class Unavailable extends FleetmuxError {}
 export declare class Timeout extends FleetmuxError {}
 export declare class Internal extends FleetmuxError {}
 export declare class Denied extends Forbidden {}
+export declare class Sandbox extends Forbidden {}
 export declare class Held extends FleetmuxError {}
 export declare const ERRORS: Record<string, typeof FleetmuxError>;
 export declare function errorFor(status: number, code: string | undefined, message: string, extra?: { rule?: string; approval?: string }): FleetmuxError;

@@ -41,6 +41,8 @@ export class Timeout extends FleetmuxError {}
 export class Internal extends FleetmuxError {}
 /** A guardrail denied the command: .rule names the rule. */
 export class Denied extends Forbidden {}
+/** The node cannot confine the session as its sandbox profile asks (nothing ran). */
+export class Sandbox extends Forbidden {}
 /** A guardrail holds the command until a person approves it: .approval is its address (NODE/aN). */
 export class Held extends FleetmuxError {}
 
@@ -48,7 +50,7 @@ export class Held extends FleetmuxError {}
 export const ERRORS = {
   bad_request: BadRequest, unauthorized: Unauthorized, forbidden: Forbidden, not_found: NotFound,
   busy: Busy, exited: Exited, exists: Exists, gone: Gone, too_large: TooLarge, limit: Limit,
-  unavailable: Unavailable, timeout: Timeout, internal: Internal, denied: Denied, held: Held,
+  unavailable: Unavailable, timeout: Timeout, internal: Internal, denied: Denied, sandbox: Sandbox, held: Held,
 };
 
 const STATUS_CODES = {

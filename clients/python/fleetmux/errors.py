@@ -80,6 +80,13 @@ class Denied(Forbidden):
     code = "denied"
 
 
+class Sandbox(Forbidden):
+    """The node cannot confine the session as the sandbox profile asks (it fails
+    closed: nothing ran)."""
+
+    code = "sandbox"
+
+
 class Held(FleetmuxError):
     """A guardrail holds the command until a person approves it: approval is its
     address ("NODE/aN"), rule the rule that holds it."""
@@ -90,7 +97,7 @@ class Held(FleetmuxError):
 ERRORS: Dict[str, Type[FleetmuxError]] = {
     c.code: c
     for c in (BadRequest, Unauthorized, Forbidden, NotFound, Busy, Exited, Exists, Gone,
-              TooLarge, Limit, Unavailable, Timeout, Internal, Denied, Held)
+              TooLarge, Limit, Unavailable, Timeout, Internal, Denied, Sandbox, Held)
 }
 
 _STATUS_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
