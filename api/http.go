@@ -15,6 +15,8 @@ type Node struct {
 	Proto    int               `json:"proto,omitempty"`
 	// Since is when the controller last saw the status change (RFC 3339).
 	Since string `json:"since,omitempty"`
+	// Sandbox is what the node can enforce of a sandbox profile (NodeMeta.Sandbox).
+	Sandbox string `json:"sandbox,omitempty"`
 }
 
 // Node statuses: from two signals, gossip and the node's NATS connection (the

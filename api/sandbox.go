@@ -76,6 +76,25 @@ type SandboxCaps struct {
 	Cgroups  int  `json:"cgroups"`  // cgroup version with pids and memory usable (1, 2), 0 for none
 }
 
+// String is caps in a short form for node metadata and listings:
+// "landlock=7 netns cgroup=1" (a part the node lacks is left out; "none").
+func (c SandboxCaps) String() string {
+	var parts []string
+	if c.Landlock > 0 {
+		parts = append(parts, fmt.Sprintf("landlock=%d", c.Landlock))
+	}
+	if c.NetNS {
+		parts = append(parts, "netns")
+	}
+	if c.Cgroups > 0 {
+		parts = append(parts, fmt.Sprintf("cgroup=%d", c.Cgroups))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, " ")
+}
+
 // Validate checks a profile's words, paths and numbers.
 func (p *SandboxProfile) Validate() error {
 	if err := ValidName(p.Name); err != nil {

@@ -173,6 +173,9 @@ type NodeMeta struct {
 	// Published is the output bytes the node has published since it started
 	// (refreshed every few seconds at most).
 	Published int64 `json:"pub,omitempty"`
+	// Sandbox is what the node's kernel can enforce of a sandbox profile
+	// (SandboxCaps.String: "landlock=7 netns cgroup=1"); "" when unknown.
+	Sandbox string `json:"sbx,omitempty"`
 }
 
 // RoleController is NodeMeta.Role of a controller.

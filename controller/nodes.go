@@ -226,6 +226,7 @@ func (e *nodeEntry) apiNode() api.Node {
 	n := api.Node{
 		Name: e.name, Status: e.status, Labels: maps.Clone(e.meta.Labels), Addr: e.addr,
 		Version: e.meta.Version, Sessions: e.meta.Sessions + e.created, Proto: e.meta.Proto,
+		Sandbox: e.meta.Sandbox,
 	}
 	if !e.since.IsZero() {
 		n.Since = e.since.UTC().Format(time.RFC3339)

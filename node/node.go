@@ -451,7 +451,7 @@ func (n *Node) gossipPublished() {
 // metaLocked is what the node says of itself: in gossip, and in its list reply
 // (a controller that learned of it from NATS alone reads it there).
 func (n *Node) metaLocked() api.NodeMeta {
-	return api.NodeMeta{Name: n.cfg.Name, Labels: n.cfg.Labels, Version: n.cfg.Version, Sessions: len(n.sessions), Proto: api.ProtocolVersion, Published: n.published.Load()}
+	return api.NodeMeta{Name: n.cfg.Name, Labels: n.cfg.Labels, Version: n.cfg.Version, Sessions: len(n.sessions), Proto: api.ProtocolVersion, Published: n.published.Load(), Sandbox: n.SandboxCaps().String()}
 }
 
 // gossipLocked tells the cluster the node's current metadata.

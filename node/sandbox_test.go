@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/sandbox"
@@ -144,5 +146,37 @@ func TestSandboxInHolderWithGuard(t *testing.T) {
 	}
 	if r := f.run(s.ID, "cat "+f.data+"/next-session-id"); !strings.Contains(r.Text, "Permission denied") {
 		t.Fatalf("the data dir: %q", r.Text)
+	}
+}
+
+// metaSink is a Gossip that keeps the last metadata.
+type metaSink struct {
+	mu   sync.Mutex
+	last api.NodeMeta
+}
+
+func (m *metaSink) UpdateMeta(meta api.NodeMeta) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.last = meta
+	return nil
+}
+
+// TestMetaSaysWhatTheNodeEnforces: the node's gossiped metadata (what `fleetmux
+// nodes` shows) names what its kernel can enforce.
+func TestMetaSaysWhatTheNodeEnforces(t *testing.T) {
+	g := &metaSink{}
+	f := newFixture(t, func(c *node.Config) {
+		c.Gossip = g
+		c.SandboxCaps = &api.SandboxCaps{Landlock: 3, Cgroups: 2}
+	})
+	f.create(api.CreateRequest{Shell: "bash"})
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.last.Sandbox == "landlock=3 cgroup=2"
+	}, "the metadata to name the sandbox caps")
+	if s := (api.SandboxCaps{}).String(); s != "none" {
+		t.Fatalf("no caps: %q", s)
 	}
 }
