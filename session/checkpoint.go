@@ -26,7 +26,9 @@ package session
 // the replay rebuilds the rest exactly as the live session built them. Only the
 // output between the checkpoint and the recording's end is derived twice (under
 // the policy in force at the replay): after a block's start or end it is empty
-// unless the output went on.
+// unless the output went on. When the ring wrapped past every checkpoint that fits
+// (output while no agent read it), the replay begins at the ring's oldest byte in
+// the state of the newest one (lostBase): a block running there is not lost.
 
 import (
 	"slices"
@@ -241,15 +243,28 @@ func pickCheckpoint(cs []checkpoint, start int64, rec Recorded) *checkpoint {
 	return nil
 }
 
+// lostBase is the offset a replay begins at when the holder's ring, beginning at
+// raw offset oldest, no longer holds checkpoint c: the output it lost after c
+// counts as output (at most its raw size), and the replay's offsets come after
+// everything the recording has, so no offset names two different bytes.
+func lostBase(c *checkpoint, oldest int64, rec Recorded) int64 {
+	return max(c.Off+oldest-c.Raw, rec.End, c.Off)
+}
+
 // restoreLocked makes the session's scrollback of scrollback bytes and puts the
 // session in the state of checkpoint c: its earlier blocks from the recording
 // (pickCheckpoint checked they are all there), the scrollback before c from the
 // recording's output as far as it has it (otherwise the scrollback begins at c,
-// and older output is read from the recording).
-func (s *Session) restoreLocked(c *checkpoint, rec Recorded, scrollback int) {
+// and older output is read from the recording). base < 0: the replay begins at c;
+// otherwise the holder's ring lost the output after c (lostBase): the replay
+// begins at base, in c's state (a running block goes on, and ends at the first end
+// the replay sees), with the scrollback beginning there.
+func (s *Session) restoreLocked(c *checkpoint, rec Recorded, scrollback int, base int64) {
 	from := c.Off
 	var prior []byte
-	if rec.Output != nil {
+	if base >= 0 {
+		from = base
+	} else if rec.Output != nil {
 		want := max(c.Off-int64(scrollback), rec.Start, 0)
 		b, err := rec.Output(want, c.Off)
 		switch {
@@ -264,7 +279,7 @@ func (s *Session) restoreLocked(c *checkpoint, rec Recorded, scrollback int) {
 	s.initLocked(scrollback, from)
 	s.fillLocked(prior)
 	if s.altOnLocked() != c.Alt {
-		s.alt = append(s.alt, altToggle{off: c.Off, on: c.Alt})
+		s.alt = append(s.alt, altToggle{off: s.ring.End(), on: c.Alt})
 	}
 	byN := make(map[int]Block, len(rec.Blocks))
 	for _, b := range rec.Blocks {
@@ -276,7 +291,7 @@ func (s *Session) restoreLocked(c *checkpoint, rec Recorded, scrollback int) {
 	for n := 1; n <= c.Blocks; n++ {
 		if c.Cur != nil && n == c.Cur.N {
 			b := &Block{N: n, Command: c.Cur.Command, Cwd: c.Cur.Cwd, State: BlockRunning, StartedAt: c.Cur.StartedAt,
-				Start: c.Cur.Start, End: c.Off}
+				Start: c.Cur.Start, End: s.ring.End()}
 			s.blocks = append(s.blocks, b)
 			s.cur = b
 			continue

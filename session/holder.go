@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"slices"
@@ -254,7 +255,9 @@ func (s *Session) startGuard(conn *net.UnixConn, keep int, nonce string) {
 // newest checkpoint (checkpoint.go) the holder's ring and the recording both cover:
 // blocks before it, their numbers, commands, exit codes and offsets, are the
 // recording's, and so is the scrollback before it (redacted as it was produced);
-// offsets, block numbers and events go on exactly from there. Without one (an
+// offsets, block numbers and events go on exactly from there; when the ring lost
+// the output after it, from the ring's oldest byte, after the recording's end.
+// Without one (an
 // agent that died before its first block, or a recording that lags), the replay
 // begins at the holder's oldest byte: from the session's first byte the rebuilt
 // blocks, offsets, state and screen are those the output makes, and a rebuilt
@@ -293,14 +296,25 @@ func Reattach(cfg Config, rec Recorded) (*Session, error) {
 	// Begin at a checkpoint when one fits (checkpoint.go): the recording is the
 	// truth for what came before it.
 	ck := pickCheckpoint(m.Checkpoints, st.From, rec)
-	if ck != nil && ck.Raw != st.From {
+	base := int64(-1) // the offset the replay begins at (restoreLocked)
+	if ck == nil {
+		// The ring wrapped past every checkpoint that fits while no agent read
+		// it (a slow or dead agent, a flood): begin in the state of the newest
+		// one before the ring, with what the ring lost counted as lost output.
+		if ck = pickCheckpoint(m.Checkpoints, math.MinInt64, rec); ck != nil {
+			base = lostBase(ck, st.From, rec)
+		}
+	} else if ck.Raw != st.From {
 		st2, err := cfg.Holder.Attach(ctx, cfg.ID, ck.Raw, st.Epoch)
 		switch {
 		case err != nil:
 			ck = nil
-		case st2.From != ck.Raw: // the ring moved on meanwhile
-			closeStream(st2)
-			ck = nil
+		case st2.From != ck.Raw:
+			// The ring moved past it meanwhile (st is ended by the newer
+			// attach): as above, from the oldest byte the ring has.
+			closeStream(st)
+			st = st2
+			base = lostBase(ck, st.From, rec)
 		default:
 			closeStream(st) // ended by the newer attach anyway
 			st = st2
@@ -318,7 +332,7 @@ func Reattach(cfg Config, rec Recorded) (*Session, error) {
 	s.title, s.description, s.labels = m.Title, m.Description, m.Labels
 	s.sandbox = m.Sandbox
 	if ck != nil {
-		s.restoreLocked(ck, rec, sb)
+		s.restoreLocked(ck, rec, sb, base)
 	} else {
 		s.initLocked(sb, st.From)
 	}
@@ -375,9 +389,15 @@ func Reattach(cfg Config, rec Recorded) (*Session, error) {
 	s.mu.Lock()
 	s.adoptKnownLocked(rec.Blocks)
 	s.mu.Unlock()
+	s.mu.Lock()
+	scrollback := s.ring.Start()
+	s.mu.Unlock()
 	switch {
+	case ck != nil && base >= 0:
+		s.log.Warn("the holder's ring lost output after the newest checkpoint while no agent read it: replayed from its oldest byte in the checkpoint's state",
+			"raw", ck.Raw, "offset", ck.Off, "blocks", ck.Blocks, "oldest", st.From, "resumed", base)
 	case ck != nil:
-		s.log.Info("replayed from a checkpoint, the output before it from the recording", "raw", ck.Raw, "offset", ck.Off, "blocks", ck.Blocks, "scrollback", s.ring.Start())
+		s.log.Info("replayed from a checkpoint, the output before it from the recording", "raw", ck.Raw, "offset", ck.Off, "blocks", ck.Blocks, "scrollback", scrollback)
 	case st.From > 0:
 		s.log.Warn("the holder's ring no longer holds the session's first output and no checkpoint fits: offsets and blocks restart at its oldest byte", "oldest", st.From)
 	}

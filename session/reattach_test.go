@@ -2,9 +2,14 @@ package session
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestReattachTypedBlocks: blocks of commands typed into a program (a nested sh:
@@ -88,4 +93,106 @@ func blocksJSON(t *testing.T, bs []Block) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestReattachRingLostCheckpoints: the agent stops reading (Detach) right after a
+// block starts, and the block's output then outgrows the holder's ring before the
+// next agent attaches: the ring no longer holds any checkpoint. The block is not
+// lost: the next agent begins in the state of the newest checkpoint (before the
+// ring) and replays the ring from its oldest byte, so the earlier blocks keep
+// their numbers, the running block its number and start and ends with its own
+// exit code, offsets never go back and numbering goes on. Before, the replay
+// began at the ring's oldest byte with nothing known: no block at all.
+func TestReattachRingLostCheckpoints(t *testing.T) {
+	forEachShell(t, func(t *testing.T, shell string) {
+		const ring = 16 << 10
+		dir := startHolder(t)
+		gate := filepath.Join(t.TempDir(), "gate")
+		if err := unix.Mkfifo(gate, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s := startShell(t, shell, func(c *Config) { c.Holder = dialHolder(t, dir); c.ScrollbackBytes = ring })
+		run(t, s, "echo first")
+		if r := run(t, s, "echo second; (exit 3)"); exitCode(r) != 3 {
+			t.Fatalf("second block: exit %d %q", exitCode(r), r.Text)
+		}
+		res, err := s.Run(ctxT(t), "read -r x < "+gate+"; seq 1 5000; echo done; (exit 7)", RunOptions{Timeout: 50 * time.Millisecond})
+		if err != nil || res.Block.State != BlockRunning {
+			t.Fatalf("long command: %+v, %v", res.Block, err)
+		}
+		long := res.Block.N
+		// The checkpoint at the block's start is the newest the holder will have.
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			s.mu.Lock()
+			started := slices.ContainsFunc(s.ckpts, func(c checkpoint) bool { return c.Cur != nil && c.Cur.N == long })
+			s.mu.Unlock()
+			if started {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("no checkpoint of the running block")
+			}
+			ch := s.Changed()
+			select {
+			case <-ch:
+			case <-time.After(10 * time.Millisecond): // the sampler may take it, with no broadcast
+			}
+		}
+		before := s.Blocks()
+		_, end := s.Offsets()
+		if err := s.Detach(); err != nil {
+			t.Fatal(err)
+		}
+		// No agent reads: the block's output (about 29 KB) wraps the ring.
+		f, err := os.OpenFile(gate, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		c := dialHolder(t, dir)
+		for {
+			st, err := c.Attach(ctxT(t), "t1", 0, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wrapped := st.From > 0 && st.Info.End > st.From+ring/2
+			closeStream(st)
+			if wrapped {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the holder's ring did not wrap")
+			}
+			time.Sleep(20 * time.Millisecond) // polling the holder: it tells no one
+		}
+		s2, err := Reattach(Config{ID: "t1", Holder: dialHolder(t, dir), ScrollbackBytes: ring}, recordedOf(before, end))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s2.Close()
+		after := s2.Blocks()
+		if len(after) != len(before) {
+			t.Fatalf("blocks after reattach: %d, before %d: %+v", len(after), len(before), after)
+		}
+		for i, b := range before[:len(before)-1] {
+			if a := after[i]; a.N != b.N || a.Command != b.Command || a.Start != b.Start || a.End != b.End || exitOf(a) != exitOf(b) {
+				t.Fatalf("block %d differs after reattach:\n%+v\n%+v", b.N, a, b)
+			}
+		}
+		r, err := s2.WaitBlock(ctxT(t), long, RunOptions{Timeout: 20 * time.Second})
+		if err != nil || r.Block.State != BlockDone || exitCode(r) != 7 || r.Block.Start != before[len(before)-1].Start {
+			t.Fatalf("long block after reattach: %+v, %v (before: %+v)", r.Block, err, before[len(before)-1])
+		}
+		if oldest, end2 := s2.Offsets(); oldest < end || end2 <= oldest {
+			t.Fatalf("reattached output [%d, %d), the recording ends at %d", oldest, end2, end)
+		}
+		if out, err := s2.Read(r.Block.End-100, 100); err != nil || !strings.Contains(string(out), "done") {
+			t.Fatalf("the long block's end: %q, %v", out, err)
+		}
+		r = run(t, s2, "echo two")
+		if r.Block.N != long+1 || strings.TrimSpace(r.Text) != "two" {
+			t.Fatalf("next block %d %q, want %d", r.Block.N, r.Text, long+1)
+		}
+	})
 }
