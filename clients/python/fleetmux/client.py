@@ -199,10 +199,12 @@ class Client:
                        description: Optional[str] = None, labels: Optional[Dict[str, str]] = None,
                        shell: Optional[str] = None, argv: Optional[List[str]] = None,
                        cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None,
-                       cols: Optional[int] = None, rows: Optional[int] = None) -> Session:
-        """Creates a session; without node the controller picks one."""
+                       cols: Optional[int] = None, rows: Optional[int] = None,
+                       sandbox: Optional[str] = None) -> Session:
+        """Creates a session; without node the controller picks one. sandbox asks
+        for a profile of the policy at least as strict as the one it chooses."""
         body = _drop_none(dict(node=node, title=title, description=description, labels=labels, shell=shell,
-                               argv=argv, cwd=cwd, env=env, cols=cols, rows=rows))
+                               argv=argv, cwd=cwd, env=env, cols=cols, rows=rows, sandbox=sandbox))
         return from_json(Session, self._json("POST", "/v1/sessions", body=body))
 
     def session(self, node: str, id: str) -> Session:

@@ -410,6 +410,34 @@ class ClientTest(unittest.TestCase):
         eventually("the node to drop the policy", lambda: self._denied(
             lambda: c.run(s.node, s.id, "echo fm-deny-py", timeout_ms=20000)) is None, timeout=10)
 
+    def test_sandbox_looser_refused(self):
+        # The policy chooses a profile; asking for a looser one is refused with
+        # code sandbox, and nothing starts.
+        c, s = self.c, self.s
+        doc = ("version: 1\n"
+               "rules:\n"
+               "  - name: default\n"
+               "    action: allow\n"
+               "sandboxes:\n"
+               "  profiles:\n"
+               "    tight: {network: none}\n"
+               "    open: {network: full}\n"
+               "  default: tight\n")
+        c.set_policy(doc)
+        try:
+            def refused():
+                try:
+                    made = c.create_session(node=s.node, argv=["sleep", "60"], sandbox="open")
+                except fleetmux.Sandbox as e:
+                    return e
+                c.close_session(made.node, made.id)  # the node had not applied the policy yet
+                return None
+            e = eventually("the node to apply the sandbox policy", refused, timeout=10)
+            self.assertEqual((e.code, e.status), ("sandbox", 403))
+            self.assertIsInstance(e, fleetmux.Forbidden)
+        finally:
+            c.delete_policy()
+
     def test_policy_holds_for_a_person(self):
         c, s = self.c, self.s
         doc = ("version: 1\n"

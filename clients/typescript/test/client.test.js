@@ -353,6 +353,27 @@ describe("fleetmux client", { skip, concurrency: 1 }, () => {
     await eventually("the node to drop the policy", async () => (await denied(() => c.run(s.node, s.id, "echo fm-deny-ts", { timeoutMs: 20000 }))) === null, 10000);
   });
 
+  it("refuses a looser sandbox than the policy's with code sandbox", async () => {
+    const doc = "version: 1\nrules:\n  - name: default\n    action: allow\nsandboxes:\n  profiles:\n    tight: {network: none}\n    open: {network: full}\n  default: tight\n";
+    await c.setPolicy(doc);
+    try {
+      const e = await eventually("the node to apply the sandbox policy", async () => {
+        try {
+          const made = await c.createSession({ node: s.node, argv: ["sleep", "60"], sandbox: "open" });
+          await c.closeSession(made.node, made.id); // the node had not applied the policy yet
+          return null;
+        } catch (x) {
+          if (x instanceof fm.Sandbox) return x;
+          throw x;
+        }
+      }, 10000);
+      assert.deepEqual([e.code, e.status], ["sandbox", 403]);
+      assert.ok(e instanceof fm.Forbidden);
+    } finally {
+      await c.deletePolicy();
+    }
+  });
+
   it("holds a command for a person, who approves or denies it", async () => {
     const doc = "version: 1\nrules:\n  - name: ts-needs-a-human\n    match: {command: 'fm-hold-ts'}\n    action: approve\n    approve_within: 1m\n";
     // The one who asked may not approve: a second admin decides.
