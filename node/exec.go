@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/guard"
+	"github.com/fleetmux/fleetmux/internal/sandbox"
 	"github.com/fleetmux/fleetmux/proc"
 )
 
@@ -34,6 +36,8 @@ const (
 	// and its newest bytes (a reply cuts from them).
 	execHead = api.MaxExecOutputBytes / 2
 	execTail = 1 << 20
+	// execSandboxWait bounds the wait for the sandbox wrapper to confine itself.
+	execSandboxWait = 10 * time.Second
 )
 
 // execEntry is one exec the node ran or runs.
@@ -215,7 +219,7 @@ func (n *Node) exec(ctx context.Context, req request) (any, error) {
 		spec.Stdin = []byte(*r.Stdin)
 	}
 	x := &execEntry{id: newExecID(), argv: argv, owner: w.Principal, background: r.Background}
-	p, err := n.startExec(x, spec)
+	p, err := n.startExec(ctx, x, spec, w)
 	if err != nil {
 		return nil, err
 	}
@@ -232,15 +236,45 @@ func (n *Node) exec(ctx context.Context, req request) (any, error) {
 	return n.execResult(x, r.MaxOutputBytes), nil
 }
 
-// startExec starts x's process and registers x (a table that is full or closed
-// ends it again at once).
-func (n *Node) startExec(x *execEntry, spec proc.Spec) (*proc.Proc, error) {
+// startExec starts x's process for w, under the sandbox profile the policy
+// chooses for w as it would for a session of w's (fail closed: a profile the
+// kernel cannot enforce, or a wrapper that cannot confine itself, starts
+// nothing), and registers x (a table that is full or closed ends it at once).
+func (n *Node) startExec(ctx context.Context, x *execEntry, spec proc.Spec, w guard.Writer) (*proc.Proc, error) {
+	if err := n.guard.Loaded(ctx); err != nil { // the sandbox is chosen by the policy in force
+		return nil, err
+	}
+	prof, err := n.sandboxFor(api.CreateRequest{}, w, "")
+	if err != nil {
+		return nil, err
+	}
+	var wrapped *sandbox.Wrapped
+	if prof != nil {
+		var rnd [8]byte
+		_, _ = rand.Read(rnd[:])
+		if wrapped, err = sandbox.Wrap("", sandbox.Spec{Profile: prof, Cgroup: "x-" + hex.EncodeToString(rnd[:])}, spec.Argv); err != nil {
+			return nil, api.Errorf(api.CodeSandbox, "exec on node %s: %v: nothing was started", n.cfg.Name, err)
+		}
+		spec.Argv = wrapped.Argv
+		spec.ExtraFiles = make([]*os.File, sandbox.FD-3, sandbox.FD-3+len(wrapped.Child))
+		spec.ExtraFiles = append(spec.ExtraFiles, wrapped.Child...)
+	}
 	p, err := proc.Start(spec)
 	if err != nil {
+		if wrapped != nil {
+			wrapped.CloseChild()
+		}
 		if errors.Is(err, proc.ErrStart) {
 			return nil, api.Errorf(api.CodeBadRequest, "exec on node %s: %v", n.cfg.Name, err)
 		}
 		return nil, err
+	}
+	if wrapped != nil {
+		if err := wrapped.Wait(execSandboxWait); err != nil {
+			p.Kill()
+			<-p.Done()
+			return nil, api.Errorf(api.CodeSandbox, "exec on node %s: sandbox profile %s: %v: nothing was started", n.cfg.Name, prof.Name, err)
+		}
 	}
 	x.p = p
 	if err := n.execs.add(n.cfg.Name, x); err != nil {

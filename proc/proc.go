@@ -37,6 +37,8 @@ type Spec struct {
 	Env []string
 	// Stdin, when not nil, is the process's standard input; nil: /dev/null.
 	Stdin []byte
+	// ExtraFiles are given to the process as its fds 3, 4, … (nil: closed).
+	ExtraFiles []*os.File
 	// HeadBytes and TailBytes are how much of each stream is kept: its first
 	// HeadBytes and its newest TailBytes bytes.
 	HeadBytes, TailBytes int
@@ -76,7 +78,7 @@ func Start(spec Spec) (*Proc, error) {
 		return nil, fmt.Errorf("%w: empty argv", ErrStart)
 	}
 	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
-	cmd.Dir, cmd.Env = spec.Dir, spec.Env
+	cmd.Dir, cmd.Env, cmd.ExtraFiles = spec.Dir, spec.Env, spec.ExtraFiles
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if spec.Stdin != nil {
 		cmd.Stdin = bytes.NewReader(spec.Stdin)
