@@ -237,8 +237,9 @@ func (n *Node) exec(ctx context.Context, req request) (any, error) {
 }
 
 // startExec starts x's process for w, under the sandbox profile the policy
-// chooses for w as it would for a session of w's (fail closed: a profile the
-// kernel cannot enforce, or a wrapper that cannot confine itself, starts
+// chooses for w as it would for a session of w's, and kept out of the node's
+// data dir as every session is with Config.HideDataDir (fail closed: a profile
+// the kernel cannot enforce, or a wrapper that cannot confine itself, starts
 // nothing), and registers x (a table that is full or closed ends it at once).
 func (n *Node) startExec(ctx context.Context, x *execEntry, spec proc.Spec, w guard.Writer) (*proc.Proc, error) {
 	if err := n.guard.Loaded(ctx); err != nil { // the sandbox is chosen by the policy in force
@@ -249,10 +250,10 @@ func (n *Node) startExec(ctx context.Context, x *execEntry, spec proc.Spec, w gu
 		return nil, err
 	}
 	var wrapped *sandbox.Wrapped
-	if prof != nil {
+	if hide := n.hidden(); prof != nil || len(hide) > 0 {
 		var rnd [8]byte
 		_, _ = rand.Read(rnd[:])
-		if wrapped, err = sandbox.Wrap("", sandbox.Spec{Profile: prof, Cgroup: "x-" + hex.EncodeToString(rnd[:])}, spec.Argv); err != nil {
+		if wrapped, err = sandbox.Wrap("", sandbox.Spec{Profile: prof, Hide: hide, Cgroup: "x-" + hex.EncodeToString(rnd[:])}, spec.Argv); err != nil {
 			return nil, api.Errorf(api.CodeSandbox, "exec on node %s: %v: nothing was started", n.cfg.Name, err)
 		}
 		spec.Argv = wrapped.Argv
@@ -273,7 +274,7 @@ func (n *Node) startExec(ctx context.Context, x *execEntry, spec proc.Spec, w gu
 		if err := wrapped.Wait(execSandboxWait); err != nil {
 			p.Kill()
 			<-p.Done()
-			return nil, api.Errorf(api.CodeSandbox, "exec on node %s: sandbox profile %s: %v: nothing was started", n.cfg.Name, prof.Name, err)
+			return nil, api.Errorf(api.CodeSandbox, "exec on node %s: the sandbox did not confine it: %v: nothing was started", n.cfg.Name, err)
 		}
 	}
 	x.p = p

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/sandbox"
+	"github.com/fleetmux/fleetmux/node"
 )
 
 // TestExecSandboxed: an exec runs under the sandbox profile the policy chooses
@@ -53,5 +54,28 @@ sandboxes:
 	}
 	if r := exec("free", "touch "+outside+"/y"); r.ExitCode == nil || *r.ExitCode != 0 {
 		t.Fatalf("an unconfined principal's exec: %+v", r)
+	}
+}
+
+// TestExecKeptOutOfDataDir performs the attack of an exec reading the node's
+// credentials with HideDataDir: it is kept out as a session is. On the code
+// without it the exec read them.
+func TestExecKeptOutOfDataDir(t *testing.T) {
+	if sandbox.Probe().Landlock < 1 {
+		t.Skip("no Landlock")
+	}
+	f := newFixture(t, func(c *node.Config) { c.HideDataDir = true })
+	creds := filepath.Join(f.data, "creds")
+	if err := os.MkdirAll(creds, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(creds, "node.creds"), []byte("SECRET-NKEY-SEED"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	var r api.ExecResult
+	f.mustCall(api.VerbExec, api.ExecRequest{Command: "cat " + filepath.Join(creds, "node.creds") + "; echo x > " + work + "/ok && cat " + work + "/ok", Cwd: work}, &r)
+	if strings.Contains(r.Stdout, "SECRET") || !strings.Contains(r.Stderr, "Permission denied") || !strings.Contains(r.Stdout, "x") {
+		t.Fatalf("the exec read the data dir, or could not write its own: %+v", r)
 	}
 }
