@@ -232,7 +232,7 @@ func (s *Session) sample() bool {
 	}
 	s.mu.Lock()
 	queued := -1
-	if (s.fallback != nil || s.pending != nil) && waiting {
+	if (s.fallback != nil || s.pending != nil || s.inputStale) && waiting {
 		s.mu.Unlock()
 		if n, err := inputQueued(s.tty); err == nil {
 			queued = n
@@ -240,10 +240,11 @@ func (s *Session) sample() bool {
 		s.mu.Lock()
 	}
 	defer s.mu.Unlock()
-	if s.waitGen != gen || s.pending != nil && queued != 0 {
-		// Taken before the shell was given something to do; or the shell has not
-		// read all of the command typed at its prompt yet (it is not waiting: once
-		// it has read all of it and still reads, e.g. a PS2 continuation, it is).
+	if s.waitGen != gen || (s.pending != nil || s.inputStale) && queued != 0 {
+		// Taken before the shell was given something to do; or the shell (or the
+		// program input was typed into) has not read all of it yet: it is not
+		// waiting, whatever its read call says (once it has read all of it and
+		// still reads, e.g. a PS2 continuation, it is).
 		waiting = false
 	}
 	confirm := false
