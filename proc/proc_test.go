@@ -196,7 +196,7 @@ func FuzzCut(f *testing.F) {
 	f.Add([]byte("hello world"), 4, 8, 6)
 	f.Fuzz(func(t *testing.T, data []byte, head, tailSize, budget int) {
 		head, tailSize, budget = head%64+1, tailSize%64+1, budget%128+1
-		if head < 0 || tailSize < 0 || budget < 0 {
+		if head < 0 || tailSize < 0 || budget <= 0 {
 			return
 		}
 		c := newCapture(head, tailSize)

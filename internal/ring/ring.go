@@ -65,6 +65,10 @@ func (r *Ring) Write(p []byte) {
 	}
 	n := len(r.buf)
 	r.end += int64(len(p))
+	if n == 0 { // a ring of size 0 holds nothing: it only counts
+		r.base = r.end
+		return
+	}
 	if len(p) > n {
 		p = p[len(p)-n:]
 	}

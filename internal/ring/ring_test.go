@@ -116,3 +116,17 @@ func FuzzRing(f *testing.F) {
 		testAgainstReference(t, int(size), base%(1<<20), 40, rand.New(rand.NewPCG(seed, uint64(size))))
 	})
 }
+
+// TestSizeZero: a ring of size 0 holds nothing and counts what was written (it
+// divided by zero on its second write, found by proc's FuzzCut).
+func TestSizeZero(t *testing.T) {
+	r := New(0)
+	r.Write([]byte("abc"))
+	r.Write([]byte("de"))
+	if r.Start() != 5 || r.End() != 5 {
+		t.Fatalf("start %d end %d, want 5 5", r.Start(), r.End())
+	}
+	if a, b := r.Slices(5, 5); len(a)+len(b) != 0 {
+		t.Fatalf("slices %q %q", a, b)
+	}
+}
