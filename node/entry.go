@@ -91,6 +91,11 @@ type entry struct {
 	indexF    *os.File
 	rec       *replay.Recording // opened lazily to serve reads older than the scrollback
 	recErr    error             // the recording stopped being exact (see recorder)
+	// recTo is the end offset of the output recorded so far; exitPending is the
+	// exit status waiting for the output before it to be recorded (the exit is
+	// the recording's last event: see writeExitLocked).
+	recTo       int64
+	exitPending *int
 
 	// guard is the session's guardrail state: writer lease, typed lines, password
 	// prompts (package guard; the entry is its Target and Prompt: guard.go).
@@ -223,6 +228,7 @@ func (e *entry) end(stop func() error) {
 		e.closePublished()
 		e.recMu.Lock()
 		if e.cast != nil {
+			_ = e.writeExitLocked(true)
 			_ = e.cast.Close()
 			_ = e.castF.Close()
 			_ = e.indexF.Close()
@@ -342,7 +348,27 @@ func (e *entry) recordLocked(c session.Chunk) error {
 		}
 		e.nextMark++
 	}
-	return e.cast.Output(t, data)
+	if err := e.cast.Output(t, data); err != nil {
+		return err
+	}
+	e.recTo = max(e.recTo, off+int64(len(data)))
+	return e.writeExitLocked(false)
+}
+
+// writeExitLocked writes the pending exit status once the output before it is
+// recorded (or at once with force, as the recording closes): the exit event
+// reaches the entry apart from the output, and may come before the recorder
+// has written the last chunks (and their blocks' markers). recMu is held.
+func (e *entry) writeExitLocked(force bool) error {
+	if e.exitPending == nil || e.cast == nil {
+		return nil
+	}
+	if _, end := e.s.Offsets(); !force && max(e.recTo, e.resumeFrom) < end {
+		return nil
+	}
+	code := *e.exitPending
+	e.exitPending = nil
+	return e.cast.Exit(time.Since(e.started), code)
 }
 
 func (e *entry) flushLocked() error {
@@ -397,7 +423,9 @@ func (e *entry) handleEvent(node, id string, ev session.Event) {
 	if ev.Kind == session.EventExited {
 		if ev.ExitCode != nil {
 			e.recMu.Lock()
-			_ = e.cast.Exit(time.Since(e.started), *ev.ExitCode)
+			code := *ev.ExitCode
+			e.exitPending = &code
+			_ = e.writeExitLocked(false) // else the recorder writes it after the last output, or the close
 			e.recMu.Unlock()
 		}
 		e.n.kickReaper()
