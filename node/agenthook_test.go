@@ -174,7 +174,19 @@ func TestClaudeHooksAndApprovals(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(work, "LATER")); err == nil {
 		t.Fatal("the tool of an interrupted agent ran")
 	}
-	f.waitAgent(a.ID, api.AgentReady)
+	// Back to ready: after an interrupt no hook fires, and the screen rules take
+	// over once the hook's word is stale (15 s), so this may take longer than a
+	// turn does.
+	for deadline := time.Now().Add(75 * time.Second); ; {
+		var r api.AgentWaitReply
+		err := f.call(api.VerbAgentWait, api.AgentWaitRequest{Agent: a.ID, States: []string{api.AgentReady}, TimeoutMS: 20000}, &r)
+		if err == nil && r.OK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the interrupted agent is not ready: %s from %s (%q), %v", r.Agent.State, r.Agent.StateSource, r.Agent.Evidence, err)
+		}
+	}
 
 	// A deny rule: the command never runs, the agent is told, and goes on.
 	if err := f.callAs("bob", api.RoleAdmin, api.VerbAgentSend, api.AgentSendRequest{Agent: a.ID, Text: "bash: touch DENIED"}, nil); err != nil {
