@@ -430,6 +430,8 @@ class ClientTest(unittest.TestCase):
                     made = c.create_session(node=s.node, argv=["sleep", "60"], sandbox="open")
                 except fleetmux.Sandbox as e:
                     return e
+                except fleetmux.BadRequest:
+                    return None  # no such profile yet: the node has not applied the policy
                 c.close_session(made.node, made.id)  # the node had not applied the policy yet
                 return None
             e = eventually("the node to apply the sandbox policy", refused, timeout=10)
