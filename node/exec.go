@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -215,6 +214,11 @@ func (n *Node) exec(ctx context.Context, req request) (any, error) {
 		return nil, api.Errorf(api.CodeBadRequest, "cwd %q is not a directory on node %s", api.OneLine(dir, 256), n.cfg.Name)
 	}
 	spec := proc.Spec{Argv: argv, Dir: dir, Env: proc.Environ(os.Environ(), r.Env), HeadBytes: execHead, TailBytes: execTail}
+	if p := n.guard.Redaction(); p != nil && len(p.Redacts) > 0 {
+		// kept redacted, as a session's output is: a read at any offset sees
+		// no piece of a secret (reads are redacted again, for a newer policy)
+		spec.Redact = func() proc.Redactor { return p.NewRedactor() }
+	}
 	if r.Stdin != nil {
 		spec.Stdin = []byte(*r.Stdin)
 	}
@@ -290,7 +294,11 @@ func (n *Node) startExec(ctx context.Context, x *execEntry, spec proc.Spec, w gu
 // redacted.
 func (n *Node) execResult(x *execEntry, budget int) api.ExecResult {
 	p := x.p
-	res := api.ExecResult{Node: n.cfg.Name, ExecID: x.id, Argv: slices.Clone(x.argv), State: api.ExecRunning,
+	argv := make([]string, len(x.argv))
+	for i, a := range x.argv {
+		argv[i] = n.redactText(a) // a secret in an argument is no viewer's
+	}
+	res := api.ExecResult{Node: n.cfg.Name, ExecID: x.id, Argv: argv, State: api.ExecRunning,
 		Background: x.background, StartedAt: p.Started().UTC()}
 	if ex, done := p.Exit(); done {
 		res.State = api.ExecDone

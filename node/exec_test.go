@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -77,5 +78,52 @@ func TestExecKeptOutOfDataDir(t *testing.T) {
 	f.mustCall(api.VerbExec, api.ExecRequest{Command: "cat " + filepath.Join(creds, "node.creds") + "; echo x > " + work + "/ok && cat " + work + "/ok", Cwd: work}, &r)
 	if strings.Contains(r.Stdout, "SECRET") || !strings.Contains(r.Stderr, "Permission denied") || !strings.Contains(r.Stdout, "x") {
 		t.Fatalf("the exec read the data dir, or could not write its own: %+v", r)
+	}
+}
+
+// TestExecRedactedAtAnyOffset performs a viewer's attack on an exec's output: a
+// secret the policy redacts, read back in windows of one byte (exec_output
+// from/max) or cut by a small budget (exec_get max_output_bytes), so that no
+// window holds enough of it for the pattern to match; and the secret as it
+// stands in the exec's argv. On the code that redacted each read on its own,
+// the windows put the secret back together and the argv showed it.
+func TestExecRedactedAtAnyOffset(t *testing.T) {
+	const secret = "AKIAABCDEFGHIJKLMNOP"
+	f, _ := guardFixture(t, `version: 1
+rules:
+  - name: default
+    action: allow
+redact:
+  - {name: aws-key, pattern: 'AKIA[0-9A-Z]{16}'}
+`, 3)
+	var r api.ExecResult
+	f.mustCall(api.VerbExec, api.ExecRequest{Command: "printf 'AKIA%s\\n' ABCDEFGHIJKLMNOP; printf 'AKIA%s\\n' ABCDEFGHIJKLMNOP >&2 # " + secret}, &r)
+	if r.ExitCode == nil || *r.ExitCode != 0 {
+		t.Fatalf("exec: %+v", r)
+	}
+	if b, _ := json.Marshal(r); strings.Contains(string(b), secret) {
+		t.Errorf("the exec's result holds the secret: %s", b)
+	}
+	for _, stream := range []string{api.StreamStdout, api.StreamStderr} {
+		var pieces strings.Builder
+		for from := int64(0); ; {
+			var out api.ExecOutput
+			f.mustCall(api.VerbExecOutput, api.ExecOutputRequest{ExecID: r.ExecID, Stream: stream, From: from, Max: 1}, &out)
+			if out.Next <= from {
+				break
+			}
+			pieces.WriteString(out.Data)
+			from = out.Next
+		}
+		if strings.Contains(pieces.String(), "ABCDEFGHIJKLMNOP") {
+			t.Errorf("%s read a byte at a time puts the secret together: %q", stream, pieces.String())
+		}
+	}
+	for budget := 1; budget <= 24; budget++ {
+		var got api.ExecResult
+		f.mustCall(api.VerbExecGet, api.ExecTarget{ExecID: r.ExecID, MaxOutputBytes: budget}, &got)
+		if strings.Contains(got.Stdout, "EFGHIJKLMNOP") || strings.Contains(got.Stdout, "AKIAABCD") {
+			t.Errorf("cut to %d bytes, stdout shows part of the secret: %q", budget, got.Stdout)
+		}
 	}
 }

@@ -42,6 +42,21 @@ type Spec struct {
 	// HeadBytes and TailBytes are how much of each stream is kept: its first
 	// HeadBytes and its newest TailBytes bytes.
 	HeadBytes, TailBytes int
+	// Redact, when not nil, makes a redactor for each stream: what the process
+	// writes passes through it before it is kept, so every read (a cut, a
+	// window at any offset) sees only redacted bytes, at offsets of the
+	// redacted stream. Redacting on read instead would let a reader choose
+	// windows that split a secret so no pattern matches either piece.
+	Redact func() Redactor
+}
+
+// Redactor redacts one stream (policy.Redactor): Write takes the next bytes and
+// returns what may be kept (it may hold back the start of a possible match);
+// Flush returns what it holds at the stream's end. A result is valid until the
+// next call.
+type Redactor interface {
+	Write(p []byte) []byte
+	Flush() []byte
 }
 
 // Exit is how a process ended.
@@ -111,13 +126,31 @@ func Start(spec Spec) (*Proc, error) {
 	var copies sync.WaitGroup
 	for i, c := range []*capture{p.stdout, p.stderr} {
 		copies.Add(1)
+		var w io.Writer = c
+		if spec.Redact != nil {
+			w = &redacting{c: c, r: spec.Redact()}
+		}
 		go func() { // owned by p: waited for before done closes
 			defer copies.Done()
-			_, _ = io.Copy(c, readers[i])
+			_, _ = io.Copy(w, readers[i])
+			if rw, ok := w.(*redacting); ok {
+				c.Write(rw.r.Flush())
+			}
 		}()
 	}
 	go p.reap(readers, &copies) // owned by p: ends with the process (done)
 	return p, nil
+}
+
+// redacting keeps what its redactor releases of a stream.
+type redacting struct {
+	c *capture
+	r Redactor
+}
+
+func (w *redacting) Write(p []byte) (int, error) {
+	w.c.Write(w.r.Write(p))
+	return len(p), nil
 }
 
 func closeAll(fs []*os.File) {
