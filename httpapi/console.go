@@ -40,8 +40,11 @@ const (
 	// __Host- prefix: Secure, no Domain, Path=/).
 	cookieName    = "fleetmux_session"
 	cookieNameTLS = "__Host-fleetmux_session"
-	// maxCookieSessions and maxLinks bound what sign-ins can make the server hold.
+	// maxCookieSessions and maxLinks bound what sign-ins can make the server
+	// hold; maxTokenSessions bounds one token's share, so that one token (a
+	// viewer's) cannot fill the store and keep everyone else out of the console.
 	maxCookieSessions = 4096
+	maxTokenSessions  = 32
 	maxLinks          = 256
 	maxSignInBytes    = 8 << 10
 )
@@ -123,6 +126,21 @@ func (c *consoleStore) add(token string) (string, *cookieSession, *api.Error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
+	// A token at its share gives up its oldest sign-in for the new one.
+	var oldest [32]byte
+	var oldestAt time.Time
+	mine := 0
+	for k, cs := range c.sessions {
+		if cs.token != token {
+			continue
+		}
+		if mine++; oldestAt.IsZero() || cs.expires.Before(oldestAt) {
+			oldest, oldestAt = k, cs.expires
+		}
+	}
+	if mine >= maxTokenSessions {
+		delete(c.sessions, oldest)
+	}
 	if len(c.sessions) >= maxCookieSessions {
 		for k, cs := range c.sessions {
 			if !now.Before(cs.expires) {
