@@ -29,8 +29,9 @@ import (
 	"github.com/fleetmux/fleetmux/trust"
 )
 
-// fleetmuxBin is the fleetmux binary TestMain builds.
-var fleetmuxBin string
+// fleetmuxBin is the fleetmux binary TestMain builds; binDir is the directory it
+// removes when the tests end (other built programs go there too).
+var fleetmuxBin, binDir string
 
 // TestMain builds the fleetmux binary once (FLEETMUX_TEST_BIN names a prebuilt one
 // instead), runs the tests, then checks for leaked
@@ -53,7 +54,7 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
-	fleetmuxBin = bin
+	fleetmuxBin, binDir = bin, dir
 	code := m.Run()
 	if code == 0 {
 		if leaked := testutil.LeakCheck(5 * time.Second); len(leaked) > 0 {
@@ -214,10 +215,6 @@ func installKeys(t *testing.T, bundle, keysDir string) {
 // ns when ns is not empty.
 func (f *fleet) start(name, ns string, args ...string) *proc {
 	f.t.Helper()
-	f.mu.Lock()
-	f.runs[name]++
-	label := fmt.Sprintf("%s#%d", name, f.runs[name])
-	f.mu.Unlock()
 	if len(args) > 0 && args[0] == "controller" && !slices.Contains(args, "--ssh-listen") {
 		// No SSH front door: its default port is fixed (and the test homes have no keys).
 		args = append(slices.Clone(args), "--ssh-listen", "off")
@@ -235,7 +232,18 @@ func (f *fleet) start(name, ns string, args ...string) *proc {
 	if len(args) > 0 && args[0] == "node" && !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--holder") }) {
 		args = append(slices.Clone(args), "--holder=false")
 	}
-	argv := append([]string{fleetmuxBin}, args...)
+	return f.spawn(name, ns, append([]string{fleetmuxBin}, args...)...)
+}
+
+// spawn starts argv (any program: fleetmux, nats-server) as the process called
+// name, in network namespace ns when ns is not empty, with the hermetic
+// environment of env.
+func (f *fleet) spawn(name, ns string, argv ...string) *proc {
+	f.t.Helper()
+	f.mu.Lock()
+	f.runs[name]++
+	label := fmt.Sprintf("%s#%d", name, f.runs[name])
+	f.mu.Unlock()
 	if ns != "" {
 		argv = append([]string{"ip", "netns", "exec", ns}, argv...)
 	}
@@ -247,7 +255,7 @@ func (f *fleet) start(name, ns string, args ...string) *proc {
 	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
 	cmd.WaitDelay = 5 * time.Second
 	// Dies with the test binary even when it is killed before its cleanups run (a
-	// -timeout panic, Ctrl-C). `ip netns exec` execs fleetmux, which keeps this.
+	// -timeout panic, Ctrl-C). `ip netns exec` execs the program, which keeps this.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		cancel()
@@ -525,8 +533,9 @@ func randomHex(nbytes int) string {
 
 // apiClient talks to one controller's HTTP API with plain net/http.
 type apiClient struct {
-	f    *fleet
-	base string // http://127.0.0.1:PORT
+	f     *fleet
+	base  string // http://127.0.0.1:PORT
+	token string // the API token it sends; "" is the controllers' bootstrap token
 }
 
 // reply is one HTTP reply, read whole.
@@ -569,12 +578,14 @@ func (c *apiClient) send(ctx context.Context, method, path string, body any) (re
 		rd = bytes.NewReader(data)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
-	if err == nil {
-		req.Header.Set("Authorization", "Bearer "+fleetToken)
-	}
 	if err != nil {
 		return reply{}, err
 	}
+	token := c.token
+	if token == "" {
+		token = fleetToken
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
 	if rd != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}

@@ -28,6 +28,7 @@ type outCollector struct {
 	mu       sync.Mutex
 	chunks   map[string]map[int64][]byte
 	repeated map[string]int64
+	times    map[string]map[int64]string // Fleetmux-Time of each chunk, when kept (newCollector)
 }
 
 func (c *outCollector) take(m *nats.Msg) {
@@ -47,6 +48,12 @@ func (c *outCollector) take(m *nats.Msg) {
 		}
 	}
 	c.chunks[id][off] = append([]byte(nil), m.Data...)
+	if c.times != nil {
+		if c.times[id] == nil {
+			c.times[id] = map[int64]string{}
+		}
+		c.times[id][off] = m.Header.Get(api.HeaderTime)
+	}
 }
 
 // assemble is what the subscriber has of session id's output [0, len(full)), its
