@@ -75,8 +75,11 @@ func (tc *tokenCache) apply(log func(msg string, args ...any)) func(key string, 
 		}
 		rec, err := trust.DecodeRecord(key, value)
 		if err != nil {
-			delete(tc.recs, key) // a record we cannot read accepts nothing
-			log("token record ignored", "token", key, "err", err)
+			// No controller writes a record it cannot read back, but whoever may
+			// use JetStream's API can make the server answer onto the bucket's
+			// subjects: such a value neither adds a token nor revokes one (a
+			// revocation is a delete). A key with no good record accepts nothing.
+			log("token record ignored: the last readable one stays", "token", key, "err", err)
 			return
 		}
 		tc.recs[key] = rec

@@ -47,7 +47,10 @@ func (c *Conn) ServeConsumers(prefix string) (stop func() error, err error) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, maxConsumerWorkers)
 	sub, err := c.nc.QueueSubscribe(root+".>", consumerQueue, func(m *nats.Msg) {
-		if m.Reply == "" {
+		if !subscriberReply(strings.TrimPrefix(m.Subject, root+"."), m.Reply) {
+			// No reply, or one aimed elsewhere: a controller may publish on
+			// every subject of the account (the KV buckets' among them), so
+			// it answers only into the asker's own inbox.
 			return
 		}
 		select {
@@ -92,6 +95,16 @@ func (c *Conn) ServeConsumers(prefix string) (stop func() error, err error) {
 		})
 		return stopErr
 	}, nil
+}
+
+// subscriberReply reports whether reply lies in the inbox of the subscriber that
+// a consumer request's subject (<stream>.<name>[.<filter>]) names:
+// _INBOX.subscriber.<name>. (natsauth.Identity.Inbox; the server lets the
+// subscriber publish only on subjects naming itself, but not choose its reply).
+func subscriberReply(rest, reply string) bool {
+	_, rest, _ = strings.Cut(rest, ".")
+	name, _, _ := strings.Cut(rest, ".")
+	return name != "" && strings.HasPrefix(reply, "_INBOX.subscriber."+name+".")
 }
 
 // makeConsumer makes the consumer rest (<stream>.<name>[.<filter>]) asks for.
