@@ -421,6 +421,7 @@ func (g *guard) frame(frame []byte) {
 	g.s.mu.Lock()
 	req.marks = g.s.guardMarks
 	g.s.guarding++
+	g.s.guardAsked = time.Now()
 	if g.s.guardKey < req.key && !req.unaccepted || g.s.guardAbortAny {
 		// The shell asks about a newer line, or asks again while an unaccepted
 		// command waits: the one still being decided was abandoned (Ctrl-C while it
@@ -519,6 +520,11 @@ func (g *guard) answer(req guardRequest) {
 		g.s.denied = &denial{note: deniedNote(v), line: req.line, block: g.s.openBlockLocked()}
 	}
 	g.s.guarding--
+	g.s.guardAnswered = time.Now()
+	if g.s.guarding == 0 {
+		// The sampler let the shell be while it waited for us (needsPoll).
+		g.s.kickPollerLocked(true)
+	}
 	// Unless the shell already moved on (it gave up on this answer), it acts
 	// on it next: not idle until it does.
 	// (An unaccepted command is no line: no mark follows.)

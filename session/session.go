@@ -179,6 +179,8 @@ type Session struct {
 	integRemoved  bool
 	guard         *guard             // nil without Config.Guard
 	guarding      int                // guard requests received and not answered yet
+	guardAsked    time.Time          // when the latest guard request came
+	guardAnswered time.Time          // when the latest guard answer was decided
 	guardAwait    bool               // the shell was answered and has not said yet what it made of it (C, D, N or R)
 	guardMarks    uint64             // counts the C, D, N and R marks (a shell that moved on since it asked)
 	guardKey      uint64             // the newest line the shell asked the guard about

@@ -169,6 +169,17 @@ const blockGrace = 10 * time.Millisecond
 // sampling all of them then only makes the host busier.
 const pendingGrace = 150 * time.Millisecond
 
+// guardQuiet is how long the sampler lets a shell be while it waits for the
+// guard's answer about a line.
+const guardQuiet = 250 * time.Millisecond
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
 func (s *Session) needsPoll() (need, fallback bool, notBefore time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -187,7 +198,19 @@ func (s *Session) needsPoll() (need, fallback bool, notBefore time.Time) {
 			// Between a command's end (D) and the next prompt (A): the prompt
 			// comes by itself, and a sample would only find the shell busy with its
 			// prompt hooks (this is where every Run would otherwise pay for one).
-			notBefore = s.blocks[len(s.blocks)-1].FinishedAt.Add(blockGrace)
+			// Only a prompt without our wrapper needs one, and nothing hurries to
+			// learn that: on a busy host the hooks take longer than blockGrace.
+			notBefore = s.blocks[len(s.blocks)-1].FinishedAt.Add(pendingGrace)
+		}
+		switch {
+		case s.guarding > 0 && time.Since(s.guardAsked) < guardQuiet:
+			// The shell waits for the guard's answer on its guard socket, not at
+			// the terminal: a sample would find nothing. The answer kicks the
+			// sampler; a decision that takes long (an approval) is sampled as usual.
+			notBefore = later(notBefore, s.guardAsked.Add(guardQuiet))
+		case s.guarding == 0 && !s.guardAnswered.IsZero():
+			// Answered: the line runs now, and gets the grace of a block's start.
+			notBefore = later(notBefore, s.guardAnswered.Add(blockGrace))
 		}
 	}
 	return s.state != StateIdle || s.fallback != nil, s.fallback != nil, notBefore
