@@ -166,13 +166,21 @@ func fgWaitingForInput(root, pgid int, tty string) (waiting, byRoot bool) {
 
 func procWaitingForInput(pid int, tty string) bool {
 	base := "/proc/" + strconv.Itoa(pid)
-	ttyFDs := terminalFDs(base, tty)
-	if len(ttyFDs) == 0 {
-		return false
-	}
 	tasks, err := os.ReadDir(base + "/task")
 	if err != nil {
 		return false
+	}
+	// The process's terminal descriptors, read only for a task asleep in a
+	// select, poll or epoll (a read names its one descriptor): a sample finds
+	// most processes running or in another call (a shell in wait4), and listing
+	// every descriptor is most of a sample's cost.
+	var ttyFDs map[int]bool
+	listed := false
+	fds := func() map[int]bool {
+		if !listed {
+			ttyFDs, listed = terminalFDs(base, tty), true
+		}
+		return ttyFDs
 	}
 	for _, t := range tasks {
 		b, err := os.ReadFile(base + "/task/" + t.Name() + "/syscall")
@@ -197,13 +205,13 @@ func procWaitingForInput(pid int, tty string) bool {
 		on := false
 		switch syscallClass(nr) {
 		case sysRead:
-			on = ttyFDs[int(arg(0))]
+			on = isTerminalFD(base, int(arg(0)), tty)
 		case sysSelect:
-			on = selectWaitsOn(base, int(arg(0)), arg(1), ttyFDs)
+			on = len(fds()) > 0 && selectWaitsOn(base, int(arg(0)), arg(1), fds())
 		case sysPoll:
-			on = pollWaitsOn(base, arg(0), int(arg(1)), ttyFDs)
+			on = len(fds()) > 0 && pollWaitsOn(base, arg(0), int(arg(1)), fds())
 		case sysEpoll:
-			on = epollWaitsOn(base, int(arg(0)), ttyFDs)
+			on = len(fds()) > 0 && epollWaitsOn(base, int(arg(0)), fds())
 		}
 		// Still asleep in it, read after the syscall: a task that input woke shows
 		// the same syscall until it runs again, which a loaded machine can delay.
@@ -226,6 +234,15 @@ func taskSleeping(dir string) bool {
 }
 
 // terminalFDs lists the fds of a process that refer to the terminal.
+// isTerminalFD reports whether the process's descriptor fd is the terminal tty.
+func isTerminalFD(base string, fd int, tty string) bool {
+	if fd < 0 {
+		return false
+	}
+	link, err := os.Readlink(base + "/fd/" + strconv.Itoa(fd))
+	return err == nil && (link == tty || link == "/dev/tty")
+}
+
 func terminalFDs(base, tty string) map[int]bool {
 	ents, err := os.ReadDir(base + "/fd")
 	if err != nil {
