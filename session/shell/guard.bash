@@ -78,9 +78,11 @@ __fm_accrec='${__fm_nil[__fm_acc=0]}'
 # trap to run, goes on without a function call; anything else (a new line, a command
 # while no line is accepted, the call of __fm_garm, a denial, a user's trap) is
 # __fm_dbg's. [[ ]] leaves $_ as it was. @K@ and @H@: the prompt's command and history
-# numbers, put in by __fm_garm at each prompt.
+# numbers, put in by __fm_garm at each prompt. The prompt's own phase ($__fm_acc p)
+# is tested first: most commands the trap sees are the prompt hooks', and the two
+# prompt expansions of the other test are most of the trap's cost.
 # shellcheck disable=SC2016
-__fm_gtrap='[[ ( ${__fm_hash@P} == "$__fm_gkey" && ${__fm_hash@P} != @K@ && $HISTCMD == @H@ && -z $__fm_gdeny || $__fm_acc == p ) && $__fm_udbg == - && $BASH_COMMAND != __fm_garm ]] || __fm_dbg "$_" @K@ @H@'
+__fm_gtrap='[[ ( $__fm_acc == p || ${__fm_hash@P} == "$__fm_gkey" && ${__fm_hash@P} != @K@ && $HISTCMD == @H@ && -z $__fm_gdeny ) && $__fm_udbg == - && $BASH_COMMAND != __fm_garm ]] || __fm_dbg "$_" @K@ @H@'
 __fm_gsay() { builtin printf 'fleetmux: %s\n' "$1" >&2; }
 # __fm_dbg $_ K H: K and H, the command and history numbers at the prompt.
 __fm_dbg() {
