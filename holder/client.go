@@ -5,12 +5,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/fleetmux/fleetmux/internal/datadir"
 )
 
 // Client is an agent's connection to its holder for requests (spawn, list, signal,
@@ -36,6 +39,12 @@ func Dial(ctx context.Context, dir string) (*Client, error) {
 }
 
 func dial(ctx context.Context, path string) (*conn, hello, error) {
+	// The key of the holder at path; none (a holder from before keys) is sent
+	// as none.
+	key, err := datadir.ReadFile(filepath.Join(filepath.Dir(path), KeyName))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, hello{}, fmt.Errorf("holder: key: %w", err)
+	}
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "unixpacket", path)
 	if err != nil {
@@ -49,7 +58,7 @@ func dial(ctx context.Context, path string) (*conn, hello, error) {
 	c := newConn(uc)
 	stop := context.AfterFunc(ctx, func() { uc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	if err := c.sendJSON(kindHello, hello{Proto: Proto, PID: os.Getpid()}); err != nil {
+	if err := c.sendJSON(kindHello, hello{Proto: Proto, Key: string(key), PID: os.Getpid()}); err != nil {
 		c.close()
 		return nil, hello{}, fmt.Errorf("holder: hello: %w", err)
 	}
@@ -67,6 +76,9 @@ func dial(ctx context.Context, path string) (*conn, hello, error) {
 		if r.Error == "" {
 			r.Error = "refused"
 		}
+		if r.Denied {
+			return nil, hello{}, fmt.Errorf("%w: %s", ErrDenied, r.Error)
+		}
 		return nil, hello{}, fmt.Errorf("%w: %s", ErrVersion, r.Error)
 	}
 	if kind != kindHello || jsonUnmarshal(body, &peer) != nil {
@@ -82,6 +94,9 @@ func dial(ctx context.Context, path string) (*conn, hello, error) {
 
 // HolderVersion is the holder binary's version and PID, as it said in its hello.
 func (c *Client) HolderVersion() (version string, pid int) { return c.peer.Version, c.peer.PID }
+
+// Dir is the holder's directory (its socket and key).
+func (c *Client) Dir() string { return filepath.Dir(c.path) }
 
 // Close closes the request connection; the holder and its sessions stay.
 func (c *Client) Close() error { return c.c.close() }

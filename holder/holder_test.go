@@ -663,3 +663,38 @@ func TestExitedPidStaysTheSessions(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyRequired performs the attack of a process of the holder's own user
+// that reaches the socket but cannot read the holder's directory (a session,
+// kept out of the node's data dir): it connects, says hello without the key,
+// or with a wrong one, and asks for the sessions. The holder refuses it; on the
+// code without the key it was served.
+func TestKeyRequired(t *testing.T) {
+	srv, dir := startHolder(t)
+	for _, key := range []string{"", strings.Repeat("0", 64)} {
+		nc, err := net.Dial("unixpacket", srv.Path())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := newConn(nc.(*net.UnixConn))
+		_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
+		if err := c.sendJSON(kindHello, hello{Proto: Proto, Key: key}); err != nil {
+			t.Fatal(err)
+		}
+		kind, body, _, err := c.recv()
+		if err == nil && kind == kindHello {
+			_ = c.sendJSON(kindRequest, request{Op: "list"})
+			kind, body, _, _ = c.recv()
+			t.Fatalf("key %q: served: %c %s", key, kind, body)
+		}
+		var r reply
+		if err != nil || kind != kindReply || jsonUnmarshal(body, &r) != nil || !r.Denied {
+			t.Fatalf("key %q: %v %c %s", key, err, kind, body)
+		}
+		nc.Close()
+	}
+	// The agent, which reads the key, is served.
+	if _, err := dialT(t, dir).List(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}

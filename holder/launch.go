@@ -25,7 +25,7 @@ const LogName = "holder.log"
 // Ensure waits for the new holder until ctx ends.
 func Ensure(ctx context.Context, dir string, argv []string) (*Client, error) {
 	c, err := Dial(ctx, dir)
-	if err == nil || errors.Is(err, ErrVersion) || errors.Is(err, ErrPeer) {
+	if err == nil || errors.Is(err, ErrVersion) || errors.Is(err, ErrPeer) || errors.Is(err, ErrDenied) {
 		return c, err
 	}
 	if len(argv) == 0 {
@@ -59,7 +59,7 @@ func Ensure(ctx context.Context, dir string, argv []string) (*Client, error) {
 	defer tick.Stop()
 	for {
 		c, err := Dial(ctx, dir)
-		if err == nil || errors.Is(err, ErrVersion) || errors.Is(err, ErrPeer) {
+		if err == nil || errors.Is(err, ErrVersion) || errors.Is(err, ErrPeer) || errors.Is(err, ErrDenied) {
 			return c, err
 		}
 		select {

@@ -5,7 +5,11 @@ package holder
 // Transport: a Unix SOCK_SEQPACKET socket (holder.sock in the holder's directory,
 // 0600, in a 0700 directory). Each message is one packet, so a message never splits
 // and the file descriptors passed with it (SCM_RIGHTS) arrive with it. Both sides
-// check the peer's uid (SO_PEERCRED): only the holder's own user gets in.
+// check the peer's uid (SO_PEERCRED): only the holder's own user gets in. The
+// agent's hello also carries the holder's key (KeyName in the holder's
+// directory, 0600, new at each holder start): a process of the same user that
+// cannot read the holder's directory (a session, kept out of the node's data
+// dir) is refused even when it can reach the socket.
 //
 // A message is one kind byte and a body:
 //
@@ -65,6 +69,8 @@ var (
 	ErrNoSession = errors.New("holder: no such session")
 	// ErrPeer: the other end of the socket is another user.
 	ErrPeer = errors.New("holder: peer is another user")
+	// ErrDenied: the holder refused the agent's key (KeyName).
+	ErrDenied = errors.New("holder: refused: wrong key")
 	// ErrProtocol: a malformed or unexpected message.
 	ErrProtocol = errors.New("holder: protocol error")
 	// ErrClosed: the holder or the connection is closed.
@@ -77,6 +83,7 @@ var (
 
 type hello struct {
 	Proto   int    `json:"proto"`
+	Key     string `json:"key,omitempty"`     // the agent's: the holder's key file
 	Version string `json:"version,omitempty"` // the binary's version, for logs
 	PID     int    `json:"pid,omitempty"`
 }
@@ -101,10 +108,11 @@ type reply struct {
 	FDs      int    `json:"fds,omitempty"` // how many fds came with the reply
 	Info     *Info  `json:"info,omitempty"`
 	List     []Info `json:"list,omitempty"`
-	Nonce    string `json:"nonce,omitempty"` // attach
-	From     int64  `json:"from,omitempty"`  // attach: where the stream starts
-	Epoch    uint64 `json:"epoch,omitempty"` // attach: the stream's epoch
-	Stale    bool   `json:"stale,omitempty"` // attach: refused, see ErrStale
+	Nonce    string `json:"nonce,omitempty"`  // attach
+	From     int64  `json:"from,omitempty"`   // attach: where the stream starts
+	Epoch    uint64 `json:"epoch,omitempty"`  // attach: the stream's epoch
+	Stale    bool   `json:"stale,omitempty"`  // attach: refused, see ErrStale
+	Denied   bool   `json:"denied,omitempty"` // hello: refused, see ErrDenied
 }
 
 type exitInfo struct {

@@ -14,6 +14,9 @@ package holder
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -31,6 +34,10 @@ import (
 
 // SocketName is the holder's socket in its directory.
 const SocketName = "holder.sock"
+
+// KeyName is the file in the holder's directory with the key an agent shows in
+// its hello (proto.go): whoever cannot read the directory cannot use the holder.
+const KeyName = "holder.key"
 
 // maxMeta bounds an agent's description of a session.
 const maxMeta = 64 << 10
@@ -72,6 +79,7 @@ type Server struct {
 	log  *slog.Logger
 	ln   *net.UnixListener
 	path string
+	key  string // what an agent's hello must carry (KeyName)
 
 	reap *reaper // the children's exits, for every session
 
@@ -103,6 +111,14 @@ func Listen(cfg Config) (*Server, error) {
 		c.Close()
 		return nil, fmt.Errorf("holder: another holder listens on %s", path)
 	}
+	var rnd [32]byte
+	_, _ = rand.Read(rnd[:])
+	key := hex.EncodeToString(rnd[:])
+	// Written before the socket exists: an agent that reaches the new socket
+	// reads this key (one that read an older key is refused and dials again).
+	if err := datadir.WriteFile(filepath.Join(cfg.Dir, KeyName), []byte(key), 0o600); err != nil {
+		return nil, fmt.Errorf("holder: key: %w", err)
+	}
 	_ = os.Remove(path)
 	old := syscall.Umask(0o177)
 	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
@@ -115,7 +131,7 @@ func Listen(cfg Config) (*Server, error) {
 		ln.Close()
 		return nil, fmt.Errorf("holder: %w", err)
 	}
-	s := &Server{cfg: cfg, log: log, ln: ln, path: path, reap: newReaper(), sessions: map[string]*held{}, conns: map[*conn]struct{}{}}
+	s := &Server{cfg: cfg, log: log, ln: ln, path: path, key: key, reap: newReaper(), sessions: map[string]*held{}, conns: map[*conn]struct{}{}}
 	s.settle = reclaim.New(settleAfter)
 	switch {
 	case cfg.IdleExit == 0:
@@ -264,6 +280,11 @@ func (s *Server) serveConn(c *conn) {
 	}
 	if hi.Proto != Proto {
 		_ = c.sendJSON(kindReply, reply{Error: fmt.Sprintf("%v: this holder speaks protocol %d, the agent %d: run an agent that speaks %d, or restart the holder with the new binary (that ends its sessions)", ErrVersion, Proto, hi.Proto, Proto)})
+		return
+	}
+	if subtle.ConstantTimeCompare([]byte(hi.Key), []byte(s.key)) != 1 {
+		s.log.Warn("holder refused a connection: wrong key", "pid", hi.PID)
+		_ = c.sendJSON(kindReply, reply{Error: ErrDenied.Error() + " (not the holder's agent: it reads " + KeyName + " in the holder's directory)", Denied: true})
 		return
 	}
 	if err := c.sendJSON(kindHello, hello{Proto: Proto, Version: s.cfg.Version, PID: os.Getpid()}); err != nil {
