@@ -242,7 +242,7 @@ func (n *Node) exec(ctx context.Context, req request) (any, error) {
 
 // startExec starts x's process for w, under the sandbox profile the policy
 // chooses for w as it would for a session of w's, and kept out of the node's
-// data dir as every session is with Config.HideDataDir (fail closed: a profile
+// data dir as every session is (fail closed: a profile
 // the kernel cannot enforce, or a wrapper that cannot confine itself, starts
 // nothing), and registers x (a table that is full or closed ends it at once).
 func (n *Node) startExec(ctx context.Context, x *execEntry, spec proc.Spec, w guard.Writer) (*proc.Proc, error) {

@@ -23,7 +23,12 @@ import (
 // startHolder runs a holder in this process and returns a client maker.
 func startHolder(t *testing.T) func() *holder.Client {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "holder")
+	return startHolderIn(t, filepath.Join(t.TempDir(), "holder"))
+}
+
+// startHolderIn is startHolder with the holder's directory dir.
+func startHolderIn(t *testing.T, dir string) func() *holder.Client {
+	t.Helper()
 	srv, err := holder.Listen(holder.Config{Dir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"os"
 	"path/filepath"
 	"sync"
 
@@ -34,16 +35,21 @@ func (n *Node) sandboxFor(r api.CreateRequest, w guard.Writer, driver string) (*
 	return prof, nil
 }
 
-// hidden is what every session of the node is kept out of with
-// Config.HideDataDir: its data dir (creds, keys, the holder socket's directory,
-// other sessions' files) and Config.Hide, where the kernel has Landlock
-// (docs/sandbox.md says what that does not cover).
+// hidden is what every session of the node is kept out of: its data dir
+// (creds, keys, the holder's directory and socket, other sessions' files),
+// the holder's directory wherever it is, and Config.Hide, where the kernel has Landlock and the node runs as root (by
+// mounts; Config.HideDataDir: also without root, by Landlock alone).
+// docs/sandbox.md says what that does not cover.
 func (n *Node) hidden() []string {
-	if !n.cfg.HideDataDir || n.SandboxCaps().Landlock < 1 {
+	if n.SandboxCaps().Landlock < 1 || (os.Geteuid() != 0 && !n.cfg.HideDataDir) {
 		return nil
 	}
 	var out []string
-	for _, p := range append([]string{n.cfg.DataDir}, n.cfg.Hide...) {
+	paths := append([]string{n.cfg.DataDir}, n.cfg.Hide...)
+	if n.cfg.Holder != nil { // its directory is in DataDir, unless put elsewhere
+		paths = append(paths, n.cfg.Holder.Dir())
+	}
+	for _, p := range paths {
 		if p == "" {
 			continue
 		}

@@ -1,8 +1,10 @@
 package node_test
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/holder"
 	"github.com/fleetmux/fleetmux/internal/sandbox"
 	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/fleetmux/fleetmux/node"
@@ -100,14 +103,46 @@ func TestSandboxFailsClosed(t *testing.T) {
 	f.create(api.CreateRequest{Shell: "bash", Cwd: work})
 }
 
-// TestSessionsKeptOutOfDataDir performs the attack of a session reading the
-// node's credentials: a session without a profile, as root, cats
-// <data>/creds/node.creds and lists the data dir. On the old code it read them.
-func TestSessionsKeptOutOfDataDir(t *testing.T) {
-	if sandbox.Probe().Landlock < 1 {
-		t.Skip("no Landlock")
+// holderAttackEnv makes this test binary, run from a session, the attacker of
+// the holder: it dials the holder in the directory the variable names with
+// fleetmux's own client (which reads the holder's key there, when it can) and
+// asks for the sessions; it prints HOLDER-SERVED or HOLDER-REFUSED.
+const holderAttackEnv = "FM_NODE_TEST_HOLDER_ATTACK"
+
+func init() {
+	dir := os.Getenv(holderAttackEnv)
+	if dir == "" {
+		return
 	}
-	f := newFixture(t, func(c *node.Config) { c.HideDataDir = true })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := holder.Dial(ctx, dir)
+	if err == nil {
+		var l []holder.Info
+		if l, err = c.List(ctx); err == nil {
+			fmt.Printf("HOLDER-SERVED %d sessions\n", len(l))
+			os.Exit(0)
+		}
+	}
+	fmt.Printf("HOLDER-REFUSED %v\n", err)
+	os.Exit(0)
+}
+
+// TestSessionsKeptOutOfDataDir performs the attacks of a session without a
+// profile, as the node's own user (root), on the node's secrets: it cats
+// <data>/creds/node.creds, lists the data dir, and dials the holder (in
+// <data>/holder) to list every session. Each fails, by default, while the
+// session keeps writing outside the data dir and the node keeps using its
+// holder. On the old code (hiding opt-in) it read the creds and was served.
+func TestSessionsKeptOutOfDataDir(t *testing.T) {
+	if sandbox.Probe().Landlock < 1 || os.Geteuid() != 0 {
+		t.Skip("needs Landlock and root")
+	}
+	var hdir string
+	f := newFixture(t, func(c *node.Config) {
+		hdir = filepath.Join(c.DataDir, "holder")
+		c.Holder = startHolderIn(t, hdir)()
+	})
 	creds := filepath.Join(f.data, "creds")
 	if err := os.MkdirAll(creds, 0o700); err != nil {
 		t.Fatal(err)
@@ -115,14 +150,31 @@ func TestSessionsKeptOutOfDataDir(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(creds, "node.creds"), []byte("SECRET-NKEY-SEED"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
 	work := t.TempDir()
 	s := f.create(api.CreateRequest{Shell: "bash", Cwd: work})
 	if s.Sandbox != nil {
 		t.Fatalf("a session without a profile: %+v", s.Sandbox)
 	}
-	r := f.run(s.ID, "cat "+filepath.Join(creds, "node.creds")+"; ls "+f.data+"; echo x > "+work+"/ok && cat "+work+"/ok")
-	if strings.Contains(r.Text, "SECRET") || !strings.Contains(r.Text, "Permission denied") || !strings.Contains(r.Text, "x") {
-		t.Fatalf("the session read the data dir, or could not write its own: %q", r.Text)
+	r := f.run(s.ID, "cat "+filepath.Join(creds, "node.creds")+" && echo creds=read; ls -A "+f.data+"; "+holderAttackEnv+"="+hdir+" "+self+"; echo x > "+work+"/ok && cat "+work+"/ok")
+	if strings.Contains(r.Text, "SECRET") || strings.Contains(r.Text, "creds=read") || strings.Contains(r.Text, "HOLDER-SERVED") ||
+		!strings.Contains(r.Text, "HOLDER-REFUSED") || !strings.HasSuffix(r.Text, "x") {
+		t.Fatalf("the session read the data dir or reached the holder, or could not write its own: %q", r.Text)
+	}
+	t.Logf("the attacks from a plain session: %q", r.Text)
+	// The same attacker outside a session is served: the attack is real.
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), holderAttackEnv+"="+hdir)
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "HOLDER-SERVED 1 sessions") {
+		t.Fatalf("the attacker outside a session: %v %s", err, out)
+	}
+	// The node still spawns in its holder.
+	s2 := f.create(api.CreateRequest{Shell: "bash", Cwd: work})
+	if r := f.run(s2.ID, "echo fine"); r.Text != "fine" {
+		t.Fatalf("a second session: %q", r.Text)
 	}
 }
 
@@ -134,9 +186,10 @@ func TestSandboxInHolderWithGuard(t *testing.T) {
 		t.Skipf("needs root, Landlock ABI >= 4 and cgroups: %+v", c)
 	}
 	work := t.TempDir()
-	client := startHolder(t)
+	hdir := filepath.Join(t.TempDir(), "holder")
+	client := startHolderIn(t, hdir)
 	src := &docSource{rev: 1, doc: []byte(sandboxPolicy(work))}
-	f := newFixture(t, func(c *node.Config) { c.Holder = client(); c.Policy = src; c.HideDataDir = true })
+	f := newFixture(t, func(c *node.Config) { c.Holder = client(); c.Policy = src })
 	s := f.create(api.CreateRequest{Shell: "bash", Cwd: work, Labels: map[string]string{"box": "yes"}})
 	if s.Sandbox == nil || s.Sandbox.Name != "workonly" {
 		t.Fatalf("sandbox %+v", s.Sandbox)
@@ -144,9 +197,20 @@ func TestSandboxInHolderWithGuard(t *testing.T) {
 	if r := f.run(s.ID, "touch /etc/fm-sandbox-x"); r.Block.ExitCode == nil || *r.Block.ExitCode != 1 {
 		t.Fatalf("touch /etc: %+v %q", r.Block.ExitCode, r.Text)
 	}
-	if r := f.run(s.ID, "cat "+f.data+"/next-session-id"); !strings.Contains(r.Text, "Permission denied") {
+	if r := f.run(s.ID, "cat "+f.data+"/next-session-id && echo read"); strings.Contains(r.Text, "read") || !strings.Contains(r.Text, "No such file") {
 		t.Fatalf("the data dir: %q", r.Text)
 	}
+	// The holder from inside the sandbox (its directory is not in the data
+	// dir here): refused.
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := f.run(s.ID, holderAttackEnv+"="+hdir+" "+self)
+	if !strings.Contains(r.Text, "HOLDER-REFUSED") {
+		t.Fatalf("the holder from a sandboxed session: %q", r.Text)
+	}
+	t.Logf("the attack from a sandboxed session: %q", r.Text)
 }
 
 // metaSink is a Gossip that keeps the last metadata.

@@ -47,7 +47,14 @@ func run(fd int, argv []string) error {
 			}
 		}
 	}
-	if err := restrict(&spec); err != nil {
+	masked := false
+	if len(spec.Hide) > 0 && canMask() && ABI() > 0 {
+		if err := mask(spec.Hide, spec.Write); err != nil {
+			return err
+		}
+		masked = true
+	}
+	if err := restrict(&spec, masked); err != nil {
 		return err
 	}
 	if p != nil {

@@ -61,8 +61,10 @@ func fsAll(abi int) uint64 {
 // restrict builds spec's ruleset and enforces it on this thread. Without a
 // profile and without Hide it does nothing; without Landlock, a profile is
 // ErrUnsupported and Hide alone is skipped (the caller refuses to start such a
-// session where that matters).
-func restrict(spec *Spec) error {
+// session where that matters). masked says Hide is already covered by mounts
+// (mask): the domain then only has to keep them in place, and the rest of the
+// filesystem is not expanded around the hidden paths.
+func restrict(spec *Spec, masked bool) error {
 	p := spec.Profile
 	if p == nil && len(spec.Hide) == 0 {
 		return nil
@@ -78,7 +80,9 @@ func restrict(spec *Spec) error {
 	attr := rulesetAttr{fs: all}
 	size := unsafe.Sizeof(uint64(0)) * 2
 	var reads, writes, hide []string
-	hide = append(hide, spec.Hide...)
+	if !masked {
+		hide = append(hide, spec.Hide...)
+	}
 	writes = append(writes, spec.Write...)
 	if p == nil {
 		writes = append(writes, "/") // everything but Hide

@@ -3,14 +3,18 @@ package sandbox_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/sandbox"
@@ -241,5 +245,106 @@ func TestCheckFailsClosed(t *testing.T) {
 	}
 	if err := sandbox.Check(p, api.SandboxCaps{Landlock: 7, NetNS: true, Cgroups: 1}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// attackEnv makes this test binary, run from inside a sandbox, the attacker:
+// "ptrace:PID" attaches to PID with ptrace(2) and prints ptrace=ok or
+// ptrace=no.
+const attackEnv = "FM_SANDBOX_TEST_ATTACK"
+
+func init() {
+	a := os.Getenv(attackEnv)
+	if a == "" {
+		return
+	}
+	if pid, ok := strings.CutPrefix(a, "ptrace:"); ok {
+		runtime.LockOSThread()
+		n, _ := strconv.Atoi(pid)
+		if err := unix.PtraceAttach(n); err != nil {
+			fmt.Printf("ptrace=no (%v)\n", err)
+			os.Exit(0)
+		}
+		fmt.Println("ptrace=ok")
+		os.Exit(0)
+	}
+	fmt.Println("unknown attack", a)
+	os.Exit(2)
+}
+
+// TestPtraceOutsideFails performs the attack of a session tracing a process
+// outside its sandbox (of the same user, which ptrace alone would allow): it
+// works from an unconfined program and fails from a profile's session and
+// from a session with only a hidden path.
+func TestPtraceOutsideFails(t *testing.T) {
+	need(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	attack := func(spec sandbox.Spec) string {
+		target := exec.Command("sleep", "60")
+		if err := target.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { target.Process.Kill(); target.Wait() }()
+		out, _ := run(t, spec, "/bin/sh", attackEnv+"=ptrace:"+strconv.Itoa(target.Process.Pid)+" "+self)
+		return out
+	}
+	if out := attack(sandbox.Spec{}); !strings.Contains(out, "ptrace=ok") {
+		t.Fatalf("unconfined, the attack does not work: %s", out)
+	}
+	if out := attack(sandbox.Spec{Profile: workonly(workdir(t))}); !strings.Contains(out, "ptrace=no") {
+		t.Errorf("a profile's session traced a process outside: %s", out)
+	}
+	if out := attack(sandbox.Spec{Hide: []string{workdir(t)}}); !strings.Contains(out, "ptrace=no") {
+		t.Errorf("a session with the data dir hidden traced a process outside: %s", out)
+	}
+}
+
+// TestHideByMountKeepsTheRest: hiding a directory of a busy one (a data dir in
+// /tmp) leaves the busy one as it was: files made there after the session
+// started, by the session or by others, are usable; a kept path below the
+// hidden one stays writable; unmounting the mask and going round it through
+// /proc/PID/root of a process outside fail. The Landlock allow-list made the
+// parent unwritable.
+func TestHideByMountKeepsTheRest(t *testing.T) {
+	need(t)
+	parent := workdir(t)
+	data := filepath.Join(parent, "data")
+	keep := filepath.Join(data, "sessions", "s1")
+	if err := os.MkdirAll(keep, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(data, "creds"), []byte("SECRET"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	later := filepath.Join(parent, "later")
+	script := strings.Join([]string{
+		"cat " + data + "/creds && echo creds=ok || echo creds=no",
+		"echo ls=$(ls " + data + ")",
+		"echo k > " + keep + "/f && cat " + keep + "/f >/dev/null && echo keep=ok || echo keep=no",
+		"echo n > " + parent + "/new && cat " + parent + "/new >/dev/null && echo new=ok || echo new=no",
+		"while [ ! -e " + later + " ]; do sleep 0.05; done; cat " + later,
+		"umount " + data + " 2>/dev/null && echo umount=ok || echo umount=no",
+		"umount -l " + data + " 2>/dev/null && echo umount=ok || echo umount=no",
+		"cat /proc/" + strconv.Itoa(os.Getpid()) + "/root" + data + "/creds && echo proc=ok || echo proc=no",
+		"cat /proc/1/root" + data + "/creds && echo proc1=ok || echo proc1=no",
+	}, "; ")
+	go func() {
+		time.Sleep(200 * time.Millisecond) // made after the session started (the loop waits for it)
+		os.WriteFile(later, []byte("later=ok\n"), 0o644)
+	}()
+	out, _ := run(t, sandbox.Spec{Hide: []string{data}, Write: []string{keep}}, "/bin/sh", script)
+	for _, w := range []string{"creds=no", "ls=sessions\n", "keep=ok", "new=ok", "later=ok", "umount=no", "proc=no", "proc1=no"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("want %q:\n%s", w, out)
+		}
+	}
+	if strings.Contains(out, "SECRET") || strings.Contains(out, "umount=ok") {
+		t.Errorf("the hidden file was read or the mask lifted:\n%s", out)
+	}
+	if b, err := os.ReadFile(filepath.Join(keep, "f")); err != nil || string(b) != "k\n" {
+		t.Errorf("the kept path's file: %q %v", b, err)
 	}
 }
