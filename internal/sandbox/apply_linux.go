@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"runtime"
+	"strings"
 	"syscall"
 	"unsafe"
 
@@ -85,7 +87,17 @@ func run(fd int, argv []string) error {
 			return fmt.Errorf("setuid: %w", err)
 		}
 	}
-	return unix.Exec(argv[0], argv, os.Environ())
+	// A bare name is looked up in the program's PATH, as execvp does.
+	path := argv[0]
+	if !strings.Contains(path, "/") {
+		if p, err := exec.LookPath(path); err == nil {
+			path = p
+		}
+	}
+	if err := unix.Exec(path, argv, os.Environ()); err != nil {
+		return fmt.Errorf("exec %s: %w", argv[0], err)
+	}
+	return nil
 }
 
 // denyUserNS installs a seccomp filter on this thread: creating a user namespace

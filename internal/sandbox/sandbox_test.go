@@ -348,3 +348,15 @@ func TestHideByMountKeepsTheRest(t *testing.T) {
 		t.Errorf("the kept path's file: %q %v", b, err)
 	}
 }
+
+// TestBareName: a program named without a path is looked up in its PATH, as
+// exec(3p) does; the wrapper ran only paths and an exec of "sh" failed.
+func TestBareName(t *testing.T) {
+	if sandbox.Probe().Landlock < 1 {
+		t.Skip("no Landlock")
+	}
+	out, code := run(t, sandbox.Spec{Hide: []string{workdir(t)}}, "sh", "echo bare=ok")
+	if code != 0 || !strings.Contains(out, "bare=ok") {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+}
