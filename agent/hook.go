@@ -51,8 +51,8 @@ func ParseHookEvent(b []byte) (HookEvent, error) {
 
 // HookState is the agent state a hook event says, with the event as evidence
 // ("PermissionRequest Bash"); ok is false for an event that says nothing of the
-// state (a Notification of another type, a SessionEnd for /clear, which a
-// SessionStart follows).
+// state (a Notification of another type, a SessionEnd: exited comes from the
+// process).
 func HookState(ev HookEvent) (state, evidence string, ok bool) {
 	evidence = ev.Name
 	switch ev.Name {
@@ -77,10 +77,11 @@ func HookState(ev HookEvent) (state, evidence string, ok bool) {
 	case "Stop":
 		state = api.AgentReady
 	case "SessionEnd":
-		if ev.Reason == "clear" {
-			return "", "", false
-		}
-		state, evidence = api.AgentExited, ev.Name+" "+ev.Reason
+		// Says nothing: exited comes from the process alone. A hook event is
+		// also what a program the agent runs can send (it may read the
+		// channel's token), and a final state is final: a forged end would
+		// leave a working agent past its caps and out of its parent's count.
+		return "", "", false
 	default:
 		return "", "", false
 	}

@@ -150,7 +150,7 @@ func TestHookState(t *testing.T) {
 		{HookEvent{Name: "Notification", NotificationType: "auth_success"}, "", false},
 		{HookEvent{Name: "Stop"}, api.AgentReady, true},
 		{HookEvent{Name: "SessionEnd", Reason: "clear"}, "", false},
-		{HookEvent{Name: "SessionEnd", Reason: "prompt_input_exit"}, api.AgentExited, true},
+		{HookEvent{Name: "SessionEnd", Reason: "prompt_input_exit"}, "", false}, // exited comes from the process
 		{HookEvent{Name: "PreCompact"}, "", false},
 	} {
 		state, evidence, ok := HookState(c.ev)
