@@ -22,6 +22,12 @@ type Driver struct {
 	// text and a carriage return that arrive together as a paste, and do not
 	// submit it.
 	SubmitDelay time.Duration
+	// Clear are the keys that empty the CLI's composer, typed (then a pause of
+	// SubmitDelay) before each prompt sent to it: a CLI may put an interrupted
+	// prompt back there, and a prompt typed after it would be glued to it. They
+	// must do nothing else, whatever the CLI shows: no interrupt, no exit.
+	// Empty: not known for this CLI.
+	Clear []string
 }
 
 const defaultSubmitDelay = 80 * time.Millisecond
@@ -37,7 +43,7 @@ func Lookup(name, rules string) (*Driver, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &Driver{Name: name, Program: f.Program, Rules: &f.Rules, Interrupt: f.Interrupt, SubmitDelay: f.SubmitDelay}, nil
+		return &Driver{Name: name, Program: f.Program, Rules: &f.Rules, Interrupt: f.Interrupt, Clear: f.Clear, SubmitDelay: f.SubmitDelay}, nil
 	}
 	mk, ok := builtin[name]
 	if !ok {
@@ -48,6 +54,22 @@ func Lookup(name, rules string) (*Driver, error) {
 	}
 	return mk(), nil
 }
+
+// repeat is n copies of keys, in order.
+func repeat(n int, keys ...string) []string {
+	out := make([]string, 0, n*len(keys))
+	for range n {
+		out = append(out, keys...)
+	}
+	return out
+}
+
+// claudeClear empties Claude Code's composer of up to 6 lines on either side
+// of its cursor: C-u deletes to the line's start (at the start, the line
+// break before), C-k to its end (at the end, the line break after), as in
+// Emacs; in an empty composer, and over a dialog, they do nothing. More keys in
+// one write (past about 32 bytes) it takes for a paste, and inserts them.
+var claudeClear = append(repeat(12, "C-u"), repeat(12, "C-k")...)
 
 // rule builds a built-in rule (its patterns must compile: they are ours).
 func rule(name, state string, bottom int, patterns ...string) *Rule {
@@ -69,14 +91,23 @@ func answer(name string, keys []string, patterns ...string) *Rule {
 // changes its screens gets a new version, never an edited old one.
 var builtin = map[string]func() *Driver{
 	// Claude Code 2.1: dialog "Do you want to proceed?" with "❯ 1. Yes" …
-	// "3. No"; busy "esc to interrupt"; ready footer "? for shortcuts".
+	// "3. No"; busy "esc to interrupt" in the footer and a spinner line
+	// "✻ Wrangling… (3s · ↑ 18 tokens)"; ready: the footer "? for shortcuts",
+	// or, with text in the composer (the footer then has no such hint), the
+	// composer "❯ text" between two rules. (claude/1 had no busy-spinner and
+	// no ready-composer: an interrupted agent whose prompt the CLI put back in
+	// the composer matched no rule.)
 	api.DriverClaude: func() *Driver {
-		return &Driver{Name: api.DriverClaude, Program: "claude", Interrupt: []string{"Esc"}, SubmitDelay: defaultSubmitDelay,
-			Rules: &Rules{Version: "claude/1",
+		return &Driver{Name: api.DriverClaude, Program: "claude", Interrupt: []string{"Esc"}, SubmitDelay: defaultSubmitDelay, Clear: claudeClear,
+			Rules: &Rules{Version: "claude/2",
 				States: []*Rule{
 					rule("permission-dialog", api.AgentWaitingPermission, 0, `Do you want to (proceed|make this edit|create)`, `^\s*(❯\s*)?1\. Yes`),
 					rule("busy-interrupt", api.AgentWorking, 6, `(?i)esc to interrupt`),
+					rule("busy-spinner", api.AgentWorking, 12, `^\s*[✻✽✶✳✢·*]\s+\S+…\s+\(`),
 					rule("ready-shortcuts", api.AgentReady, 4, `\? for shortcuts`),
+					// "❯" at the line's start (a dialog's is indented), not
+					// followed by a numbered choice (a first-run dialog's).
+					rule("ready-composer", api.AgentReady, 20, `^❯\s*($|[^\s\d]|\d+[^.\d])`, `^─{20,}\s*$`),
 				},
 				Answers: []*Rule{
 					answer("trust-folder", []string{"Enter"}, `(?i)do you trust the files in this folder`),

@@ -110,7 +110,7 @@ func TestScreenRulesThroughAFleet(t *testing.T) {
 			}
 			var a api.Agent
 			f.Must(http.StatusCreated, "POST", "/v1/agents", api.SpawnRequest{Node: "n1", Driver: driver, Program: bin, Args: args}, &a)
-			if a.Driver != driver || a.Rules != driver+"/1" || a.Depth != 1 || a.Parent == "" || strings.Contains(a.Parent, "/") {
+			if a.Driver != driver || !strings.HasPrefix(a.Rules, driver+"/") || a.Depth != 1 || a.Parent == "" || strings.Contains(a.Parent, "/") {
 				t.Fatalf("spawned %+v", a)
 			}
 			r := waitState(t, f, a, api.AgentReady, 5*time.Second)
@@ -140,11 +140,18 @@ func TestScreenRulesThroughAFleet(t *testing.T) {
 			waitState(t, f, a, api.AgentWorking, time.Second)
 			waitState(t, f, a, api.AgentReady, busy+time.Second)
 
-			// Interrupted while it works: ready again at once.
+			// Interrupted while it works: ready again at once (claude with the
+			// prompt back in its composer, which the next prompt is not glued to).
 			f.Must(http.StatusOK, "POST", p+"/send", api.AgentSendBody{Text: "a long task"}, nil)
 			waitState(t, f, a, api.AgentWorking, time.Second)
 			f.Must(http.StatusOK, "POST", p+"/interrupt", nil, nil)
 			waitState(t, f, a, api.AgentReady, time.Second)
+			if driver == api.DriverClaude {
+				f.Must(http.StatusOK, "GET", "/v1/sessions/"+a.Node+"/"+a.ID+"/screen", nil, &scr)
+				if !strings.Contains(scr.Text, "❯ a long task") {
+					t.Fatalf("the interrupted prompt is not back in the composer:\n%s", scr.Text)
+				}
+			}
 
 			var out api.AgentOutput
 			f.Must(http.StatusOK, "GET", p+"/output", nil, &out)

@@ -20,8 +20,11 @@ const DefaultFresh = 15 * time.Second
 //   - the last structured signal (hook or stream) is the state, unless the
 //     screen showed something else since that signal arrived, and either the
 //     screen shows a dialog (waiting_permission, waiting_input) over a working
-//     signal — the dialog beats a stale working — or the signal is older than
-//     the freshness window (a hook silent past it falls back to the screen).
+//     signal — the dialog beats a stale working —, or the agent was
+//     interrupted after the signal and the screen's state is from after the
+//     interrupt (a CLI interrupted fires no hook: Claude Code no Stop), or the
+//     signal is older than the freshness window (a hook silent past it falls
+//     back to the screen).
 //   - without structured signals, the screen's held state is the state.
 //   - before any source said anything, the agent is spawning, then booting once
 //     its process runs.
@@ -32,6 +35,7 @@ type Machine struct {
 	hook *api.AgentSignal // the last structured signal
 	scr  *api.AgentSignal // the screen's held state; Time: when it was first seen
 	proc *api.AgentSignal // the process's (booting, exited)
+	intr time.Time        // when the agent was last interrupted
 }
 
 // NewMachine returns a machine in state spawning at time at.
@@ -66,6 +70,17 @@ func (m *Machine) Apply(sig api.AgentSignal, now time.Time) bool {
 		}
 	case api.SourceProcess:
 		m.proc = &sig
+	}
+	return m.Reconcile(now)
+}
+
+// Interrupt notes that the agent's interrupt keys were typed at time at (they
+// were typed by then): what a structured source said before it is stale as soon
+// as the screen shows a state it first showed after at. It reports whether the
+// state changed.
+func (m *Machine) Interrupt(at, now time.Time) bool {
+	if at.After(m.intr) {
+		m.intr = at
 	}
 	return m.Reconcile(now)
 }
@@ -108,6 +123,9 @@ func (m *Machine) pick(now time.Time) *api.AgentSignal {
 		dialog := m.scr.State == api.AgentWaitingPermission || m.scr.State == api.AgentWaitingInput
 		if dialog && m.hook.State == api.AgentWorking {
 			return m.scr // a dialog on the screen beats a stale working
+		}
+		if m.hook.Time.Before(m.intr) && m.scr.Time.After(m.intr) {
+			return m.scr // interrupted: the screen since says what came of it
 		}
 		if now.Sub(m.hook.Time) > m.fresh {
 			return m.scr // the hook went silent: the screen knows better

@@ -18,9 +18,11 @@ func TestMachineReconciles(t *testing.T) {
 		now  int
 		want string
 		src  string
+		intr bool // an interrupt typed at now
 	}
-	s := func(sg api.AgentSignal, now int, want, src string) step { return step{&sg, now, want, src} }
-	tick := func(now int, want, src string) step { return step{nil, now, want, src} }
+	s := func(sg api.AgentSignal, now int, want, src string) step { return step{&sg, now, want, src, false} }
+	tick := func(now int, want, src string) step { return step{nil, now, want, src, false} }
+	interrupt := func(now int, want, src string) step { return step{nil, now, want, src, true} }
 	cases := []struct {
 		name  string
 		steps []step
@@ -55,6 +57,21 @@ func TestMachineReconciles(t *testing.T) {
 			s(sig(api.SourceScreen, api.AgentReady, 500), 700, api.AgentWorking, api.SourceHook),
 			tick(100+int(DefaultFresh/time.Millisecond)+1, api.AgentReady, api.SourceScreen),
 		}},
+		{"interrupted: the screen since the interrupt wins over a fresh hook", []step{
+			s(sig(api.SourceScreen, api.AgentWorking, 100), 300, api.AgentWorking, api.SourceScreen),
+			s(sig(api.SourceHook, api.AgentWaitingPermission, 400), 400, api.AgentWaitingPermission, api.SourceHook),
+			s(sig(api.SourceScreen, api.AgentWaitingPermission, 500), 700, api.AgentWaitingPermission, api.SourceHook),
+			interrupt(800, api.AgentWaitingPermission, api.SourceHook), // the screen has not changed yet
+			s(sig(api.SourceScreen, api.AgentReady, 900), 1100, api.AgentReady, api.SourceScreen),
+			// a hook after the interrupt is believed again
+			s(sig(api.SourceHook, api.AgentWorking, 1200), 1200, api.AgentWorking, api.SourceHook),
+		}},
+		{"interrupted, the screen unchanged: the hook stays", []step{
+			s(sig(api.SourceScreen, api.AgentReady, 100), 300, api.AgentReady, api.SourceScreen),
+			s(sig(api.SourceHook, api.AgentWorking, 400), 400, api.AgentWorking, api.SourceHook),
+			interrupt(500, api.AgentWorking, api.SourceHook),
+			s(sig(api.SourceScreen, api.AgentReady, 100), 700, api.AgentWorking, api.SourceHook), // still since 100
+		}},
 		{"exited from the process wins and stays", []step{
 			s(sig(api.SourceHook, api.AgentWorking, 100), 100, api.AgentWorking, api.SourceHook),
 			s(sig(api.SourceProcess, api.AgentExited, 200), 200, api.AgentExited, api.SourceProcess),
@@ -70,9 +87,12 @@ func TestMachineReconciles(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			m := NewMachine(t0, 0)
 			for i, st := range c.steps {
-				if st.sig != nil {
+				switch {
+				case st.intr:
+					m.Interrupt(at(st.now), at(st.now))
+				case st.sig != nil:
 					m.Apply(*st.sig, at(st.now))
-				} else {
+				default:
 					m.Reconcile(at(st.now))
 				}
 				if got := m.State(); got.State != st.want || got.Source != st.src {

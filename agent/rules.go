@@ -124,6 +124,7 @@ var ErrRules = errors.New("agent rules")
 //	name mytui/3                    # the rule set's version, shown with the agent
 //	program mytui                   # the CLI (a name on PATH or a path)
 //	interrupt Esc                   # keys that interrupt it (default C-c)
+//	clear C-u,C-k                   # keys that empty its composer (default none)
 //	submit-delay 100ms              # pause between a prompt's text and its Enter
 //	rule NAME STATE [hold=N] [bottom=N] -- REGEX
 //	also -- REGEX                   # one more pattern the rule above needs
@@ -135,6 +136,7 @@ type RuleFile struct {
 	Rules       Rules
 	Program     string
 	Interrupt   []string
+	Clear       []string
 	SubmitDelay time.Duration
 }
 
@@ -173,7 +175,7 @@ func ParseRules(src string) (*RuleFile, error) {
 			continue
 		}
 		switch kw := fields[0]; kw {
-		case "name", "program", "interrupt", "submit-delay":
+		case "name", "program", "interrupt", "clear", "submit-delay":
 			if len(fields) != 2 || hasPattern {
 				return nil, bad("%s takes one value", kw)
 			}
@@ -191,6 +193,10 @@ func ParseRules(src string) (*RuleFile, error) {
 				f.Program = v
 			case "interrupt":
 				f.Interrupt = strings.Split(v, ",")
+			case "clear":
+				if f.Clear = strings.Split(v, ","); len(f.Clear) > 128 {
+					return nil, bad("more than 128 clear keys")
+				}
 			case "submit-delay":
 				d, err := time.ParseDuration(v)
 				if err != nil || d < 0 || d > 5*time.Second {

@@ -52,6 +52,45 @@ func TestBuiltinRules(t *testing.T) {
 	}
 }
 
+// claudeScreens are the bottoms of Claude Code 2.1.197's screens, as fleetmux's
+// screen model renders them, with the rule that must read each.
+var claudeScreens = func() []struct{ name, screen, rule string } {
+	rule := strings.Repeat("─", 120)
+	composer := func(text, footer string) string {
+		return "● Running it.\n\n" + rule + "\n❯ " + text + "\n" + rule + "\n" + footer
+	}
+	return []struct{ name, screen, rule string }{
+		{"idle", composer("", "  ? for shortcuts · ← for agents                 ● high · /effort"), "ready-shortcuts"},
+		{"idle, text in the composer", composer("bash: touch LATER", "                                                   ● high · /effort"), "ready-composer"},
+		{"idle, text, Esc once", composer("again text", "                                                  Esc again to clear"), "ready-composer"},
+		{"idle, two lines", "x\n" + rule + "\n❯ line one\n  line two\n" + rule + "\n                ctrl+g to edit in Vim", "ready-composer"},
+		{"interrupted", "● Bash(touch LATER1)\n  ⎿  Interrupted · What should Claude do instead?\n\n" + rule + "\n❯ \n" + rule + "\n  ? for shortcuts · ← for agents", "ready-shortcuts"},
+		{"busy", "✽ Newspapering… (0s · ↓ 4 tokens)\n  ⎿  Tip: Use Plan Mode\n\n" + rule + "\n❯ \n" + rule + "\n  esc to interrupt · ← for agents", "busy-interrupt"},
+		{"busy, text typed, no footer", "✽ Newspapering… (3s · ↓ 4 tokens)\n  ⎿  Tip: Use Plan Mode\n\n" + rule + "\n❯ next thing\n" + rule + "\n", "busy-spinner"},
+		{"busy, stop hook", "* Doodling… (running stop hook · 1s · ↓ 19 tokens)\n" + rule + "\n❯ \n" + rule + "\n", "busy-spinner"},
+		{"done line", "● FAKE-ANSWER: hello\n\n✻ Brewed for 0s\n" + rule + "\n❯ \n" + rule + "\n  ? for shortcuts", "ready-shortcuts"},
+		{"dialog", rule + "\n Bash command\n\n   touch LATER1\n\n Do you want to proceed?\n ❯ 1. Yes\n   2. Yes, and always allow\n   3. No\n\n Esc to cancel · Tab to amend", "permission-dialog"},
+		{"first-run choice", rule + "\n Accessing workspace:\n\n" + rule + "\n❯ 1. Yes, I trust this folder\n  2. No, exit\n" + rule, ""},
+	}
+}()
+
+func TestClaudeScreens(t *testing.T) {
+	d, err := Lookup(api.DriverClaude, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range claudeScreens {
+		m, ok := d.Rules.Evaluate(strings.Split(c.screen, "\n"))
+		got := ""
+		if ok {
+			got = m.Rule.Name
+		}
+		if got != c.rule {
+			t.Errorf("%s: read by rule %q, want %q; screen:\n%s", c.name, got, c.rule, c.screen)
+		}
+	}
+}
+
 func TestEveryDriverLooksUp(t *testing.T) {
 	for _, name := range api.Drivers {
 		if name == api.DriverGeneric {
@@ -78,6 +117,7 @@ version 1
 name mytui/2
 program /usr/bin/mytui
 interrupt Esc,C-c
+clear C-u,C-k
 submit-delay 50ms
 rule asks waiting_permission -- Allow\?
 also -- \[y/n\]
@@ -91,7 +131,7 @@ func TestParseRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.Program != "/usr/bin/mytui" || f.Rules.Version != "mytui/2" || strings.Join(f.Interrupt, " ") != "Esc C-c" || f.SubmitDelay.Milliseconds() != 50 {
+	if f.Program != "/usr/bin/mytui" || f.Rules.Version != "mytui/2" || strings.Join(f.Interrupt, " ") != "Esc C-c" || strings.Join(f.Clear, " ") != "C-u C-k" || f.SubmitDelay.Milliseconds() != 50 {
 		t.Fatalf("%+v", f)
 	}
 	if len(f.Rules.States) != 3 || len(f.Rules.States[0].Patterns) != 2 || f.Rules.States[1].Hold != 3 || f.Rules.States[1].Bottom != 2 {
@@ -129,6 +169,7 @@ func TestParseRules(t *testing.T) {
 		"version 1\nalso -- x\nrule a ready -- x", // also first
 		"version 1\nfrobnicate 3\nrule a ready -- x",
 		"version 1\nsubmit-delay 1h\nrule a ready -- x",
+		"version 1\nclear " + strings.Repeat("C-u,", 128) + "C-u\nrule a ready -- x",
 		"version 1\nrule a ready x",
 		"version 1\nname a\x1bb\nrule a ready -- x",
 		"version 1\n" + strings.Repeat("rule a ready -- x\n", maxRules+1),

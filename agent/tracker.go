@@ -154,6 +154,26 @@ func (t *Tracker) Signal(ctx context.Context, id string, sig api.AgentSignal) er
 	return t.apply(id, sig)
 }
 
+// Interrupted notes that agent id's interrupt keys were typed at time at: the
+// structured sources' word from before it yields to the screen as soon as the
+// screen shows a state it first showed after at (Machine.Interrupt), since a
+// CLI interrupted may report nothing (Claude Code fires no Stop). ErrNoAgent
+// for an agent it does not track.
+func (t *Tracker) Interrupted(id string, at time.Time) error {
+	now := time.Now().UTC()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	a := t.agents[id]
+	if a == nil {
+		return ErrNoAgent
+	}
+	prev := a.m.State().State
+	if a.m.Interrupt(at.UTC(), now) {
+		t.eventLocked(a, api.AgentEventState, prev)
+	}
+	return nil
+}
+
 // SetUsage records what agent id's CLI reported of its consumption through a
 // structured source (api.SourceHook, api.SourceStream). Past one of the agent's
 // caps the agent is marked error with the reason (from that source) and its

@@ -237,8 +237,10 @@ func (n *Node) hookHandler(e *entry, driver string, w guard.Writer) agent.HookHa
 		case ctx.Err() != nil:
 			// Interrupted, or the agent moved on, while it waited: denied. No
 			// answer would leave the CLI's own dialog up, where any Enter typed
-			// into the session (the next prompt's) says yes.
-			signal(hookCtx, api.AgentWorking, "PermissionRequest "+u.Tool+" given up")
+			// into the session (the next prompt's) says yes. No state either:
+			// what moved it on said its own (a new turn's hook; the interrupt
+			// hands over to the screen, Tracker.Interrupted), and a "working"
+			// here, after it, would be stale at once.
 			why := "the agent moved on while this waited for approval"
 			if waiting.interrupted.Load() {
 				why = "the agent was interrupted while this waited for approval"

@@ -307,7 +307,7 @@ func (n *Node) spawnParent(r api.SpawnRequest, w guard.Writer) (string, int, err
 // checkDriverKeys checks that a driver's keys are keys the session knows (a
 // generic driver's come from its rule file).
 func checkDriverKeys(d *agent.Driver) error {
-	keys := append([]string{}, d.Interrupt...)
+	keys := append(append([]string{}, d.Interrupt...), d.Clear...)
 	for _, r := range d.Rules.Answers {
 		keys = append(keys, r.Keys...)
 	}
@@ -369,7 +369,9 @@ func (n *Node) killTree(addr string, level int) {
 	}
 }
 
-// agentSend types a prompt and submits it (the driver's Enter after its pause).
+// agentSend types a prompt and submits it (the driver's Enter after its pause),
+// after the driver's keys that empty the composer: text left there (a prompt
+// the CLI put back when it was interrupted, a person's) is not sent with it.
 func (n *Node) agentSend(ctx context.Context, req request) (any, error) {
 	var r api.AgentSendRequest
 	e, d, err := n.agentTarget(req, &r, &r.Agent)
@@ -384,6 +386,14 @@ func (n *Node) agentSend(ctx context.Context, req request) (any, error) {
 	}
 	if err := api.ValidText("prompt", r.Text, true); err != nil {
 		return nil, api.Errorf(api.CodeBadRequest, "%v", err)
+	}
+	if len(d.Clear) > 0 {
+		if err := n.typeKeys(ctx, e, req, d.Clear); err != nil {
+			return nil, err
+		}
+		if err := pause(ctx, d.SubmitDelay); err != nil { // not read with the text as one paste
+			return nil, sessionErr(e.id, err)
+		}
 	}
 	if err := n.typeData(ctx, e, req, []byte(r.Text), false); err != nil {
 		return nil, err
@@ -404,8 +414,14 @@ func (n *Node) agentInterrupt(ctx context.Context, req request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	at := time.Now()
 	if err := n.typeKeys(ctx, e, req, d.Interrupt); err != nil {
 		return nil, err
+	}
+	// The hooks' word from before is stale once the screen shows what came of
+	// it: Claude Code fires no hook when interrupted.
+	if err := n.agents.Interrupted(e.id, at); err != nil && !errors.Is(err, agent.ErrNoAgent) {
+		return nil, sessionErr(e.id, err)
 	}
 	n.toolWaitsEnd(e.id, true) // agenthook.go: its permission requests are moot
 	a, _ := n.agents.Get(e.id)

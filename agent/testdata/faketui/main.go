@@ -7,7 +7,10 @@
 //	ready  a prompt line and Enter: working for -busy; a prompt containing "perm"
 //	       then shows the permission dialog, where "1", "y" or Enter allow (working
 //	       for -busy, then ready) and Esc refuses (ready); "/exit" exits with code
-//	       0, "/fail" with code 3; Esc or C-c while working interrupt it (ready)
+//	       0, "/fail" with code 3; Esc or C-c while working interrupt it (ready;
+//	       claude puts the prompt back into its composer, and hides its footer's
+//	       hint while the composer has text, as Claude Code does); C-u empties
+//	       the composer
 package main
 
 import (
@@ -22,13 +25,21 @@ import (
 
 type screens struct {
 	ready, busy, dialog []string
+	// hint is a line of ready hidden while the composer has text; restore: an
+	// interrupted prompt goes back into the composer.
+	hint    string
+	restore bool
 }
 
+var rule = strings.Repeat("─", 60)
+
 var drivers = map[string]screens{
-	"claude": {
-		ready:  []string{"╭────────────────────────────────────╮", "│ > %s", "╰────────────────────────────────────╯", "  ? for shortcuts"},
-		busy:   []string{"✻ Working… (2s · esc to interrupt)", "╭────────────────────────────────────╮", "│ >", "╰────────────────────────────────────╯", "  ? for shortcuts"},
-		dialog: []string{"Bash command", "  touch marker", "Do you want to proceed?", "❯ 1. Yes", "  2. Yes, and don't ask again for touch commands", "  3. No, and tell Claude what to do differently (esc)"},
+	"claude": { // Claude Code 2.1
+		ready:   []string{"", rule, "❯ %s", rule, "  ? for shortcuts · ← for agents"},
+		busy:    []string{"✻ Working… (2s · ↓ 4 tokens)", "", rule, "❯ ", rule, "  esc to interrupt · ← for agents"},
+		dialog:  []string{rule, " Bash command", "   touch marker", " Do you want to proceed?", " ❯ 1. Yes", "   2. Yes, and always allow", "   3. No", "", " Esc to cancel · Tab to amend"},
+		hint:    "  ? for shortcuts · ← for agents",
+		restore: true,
 	},
 	"codex": {
 		ready:  []string{"▌ %s", "⏎ send   ⌃J newline   ⌃T transcript   ⌃C quit"},
@@ -87,6 +98,9 @@ func main() {
 			if i > 0 {
 				b.WriteString("\r\n")
 			}
+			if line != "" && l == sc.hint {
+				continue
+			}
 			if strings.Contains(l, "%s") {
 				l = fmt.Sprintf(l, line)
 			}
@@ -121,21 +135,22 @@ func main() {
 			}
 		}
 	}
-	// work shows the busy screen for -busy; an Esc or C-c ends it early.
-	work := func() {
+	// work shows the busy screen for -busy; an Esc or C-c ends it early (it
+	// reports whether one did).
+	work := func() bool {
 		draw(sc.busy, "")
 		deadline := time.Now().Add(*busy)
 		for {
 			left := time.Until(deadline)
 			if left <= 0 {
-				return
+				return false
 			}
 			c, ok := wait(left)
 			if !ok {
 				os.Exit(0)
 			}
 			if c == 0x1b || c == 0x03 {
-				return
+				return true
 			}
 		}
 	}
@@ -158,7 +173,10 @@ func main() {
 			case strings.TrimSpace(prompt) == "":
 				continue
 			}
-			work()
+			if work() && sc.restore {
+				line = append(line, prompt...)
+				continue
+			}
 			if strings.Contains(prompt, "perm") {
 				draw(sc.dialog, "")
 				for {
@@ -175,6 +193,8 @@ func main() {
 					}
 				}
 			}
+		case c == 0x15:
+			line = line[:0]
 		case c == 0x7f || c == 0x08:
 			if len(line) > 0 {
 				line = line[:len(line)-1]
