@@ -148,6 +148,8 @@ type Controller struct {
 	// spoofs rate-limits the warnings about nodes that answer for other nodes.
 	spoofs *warnLimiter
 	tokens *tokenCache
+	// share gives streams one bus subscription per subject (share.go).
+	share *shared
 	// stopTokens ends the token store's watch (set by Start, called by Shutdown).
 	stopTokens func()
 	// stopPresence ends the Presence watch and the learner (set by Start, called
@@ -232,6 +234,7 @@ func New(cfg Config) (*Controller, error) {
 		longs:  newLongs(),
 		spoofs: newWarnLimiter(time.Minute),
 		tokens: newTokenCache(),
+		share:  newShared(cfg.Bus),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	var err error

@@ -198,7 +198,7 @@ func (c *Controller) WatchEvents(node, id string, fn func(api.SessionEvent)) (st
 	if err := api.ValidName(id); err != nil {
 		return nil, api.Errorf(api.CodeBadRequest, "session id: %v", err)
 	}
-	unsub, err := c.cfg.Bus.Subscribe(c.subj.Event(node, id), func(_ string, _ map[string]string, data []byte) {
+	unsub, err := c.share.Subscribe(c.subj.Event(node, id), func(_ string, _ map[string]string, data []byte) {
 		var ev api.SessionEvent
 		if json.Unmarshal(data, &ev) == nil {
 			fn(ev)

@@ -38,7 +38,7 @@ func (c *Controller) follow(ctx context.Context, who principal, node, id string,
 	kick := make(chan struct{}, 1) // live messages were dropped
 	exited := make(chan *int, 1)   // the session exited or was closed
 	var overflow atomic.Bool
-	stopOut, err := c.cfg.Bus.Subscribe(c.subj.Out(node, id), func(_ string, h map[string]string, data []byte) {
+	stopOut, err := c.share.Subscribe(c.subj.Out(node, id), func(_ string, h map[string]string, data []byte) {
 		off, err := strconv.ParseInt(h[api.HeaderOffset], 10, 64)
 		if err != nil {
 			return
@@ -57,7 +57,7 @@ func (c *Controller) follow(ctx context.Context, who principal, node, id string,
 		return end, api.Errorf(api.CodeUnavailable, "cannot subscribe to the output of %s/%s", node, id)
 	}
 	defer stopOut()
-	stopEv, err := c.cfg.Bus.Subscribe(c.subj.Event(node, id), func(_ string, _ map[string]string, data []byte) {
+	stopEv, err := c.share.Subscribe(c.subj.Event(node, id), func(_ string, _ map[string]string, data []byte) {
 		var ev api.SessionEvent
 		if json.Unmarshal(data, &ev) != nil || ev.Type != api.EventExited && ev.Type != api.EventClosed {
 			return

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -123,7 +124,7 @@ func (s *Server) attachConn(rctx context.Context, ws *websocket.Conn, valid func
 		}
 	}()
 
-	out := binaryWriter{send: send, valid: valid}
+	var out io.Writer = binaryWriter{send: send, valid: valid}
 	var start int64
 	var err error
 	if from != nil {
@@ -131,10 +132,31 @@ func (s *Server) attachConn(rctx context.Context, ws *websocket.Conn, valid func
 	} else {
 		start, err = s.fleet.Redraw(ctx, node, id, binaryWriter{send: send, valid: func() bool { return true }})
 	}
+	var view *viewQueue
+	viewDone := make(chan error, 1)
+	if err == nil && from == nil {
+		// A terminal's view (view.go): a bounded queue, written out by its own
+		// goroutine (waited for below), redrawn when it falls behind.
+		view = newViewQueue(start, viewMaxBehind, valid)
+		out = view
+		go func() {
+			err := s.writeView(ctx, view, send, node, id)
+			if err != nil {
+				cancel()
+			}
+			viewDone <- err
+		}()
+	}
 	if err == nil {
 		var exitCode *int
 		var exited bool
 		exitCode, exited, err = s.fleet.Follow(ctx, node, id, start, out)
+		if view != nil {
+			view.finish()
+			if werr := <-viewDone; err == nil {
+				err = werr
+			}
+		}
 		if err == nil && exited {
 			sendMsg(api.AttachMsg{Type: api.AttachExit, ExitCode: exitCode})
 		}

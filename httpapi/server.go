@@ -191,6 +191,8 @@ type Server struct {
 	closed  bool
 	serveWG sync.WaitGroup // the HTTP serve goroutine
 	reqWG   sync.WaitGroup // what requests leave running (hijacked connections, MCP's close)
+
+	redraws *redraws // terminal views' redraws, shared (view.go)
 }
 
 // New validates cfg and builds the API. It does not listen yet.
@@ -210,7 +212,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, fleet: cfg.Fleet, ui: newConsoleStore()}
+	s := &Server{cfg: cfg, log: cfg.Logger, fleet: cfg.Fleet, ui: newConsoleStore(), redraws: newRedraws()}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.streamCtx, s.streamCancel = context.WithCancel(s.ctx)
 	var err error
