@@ -94,8 +94,9 @@ func (s *shared) leave(subject string, sub *sharedSub, id uint64) error {
 	}
 	s.mu.Unlock()
 	if !last {
-		sub.delivering.Lock() // a delivery in progress still has the old list
-		sub.delivering.Unlock()
+		// A barrier: a delivery in progress may still call the follower's fn.
+		sub.delivering.Lock()
+		sub.delivering.Unlock() //lint:ignore SA2001 the barrier above
 		return nil
 	}
 	if sub.stop == nil {
