@@ -698,3 +698,44 @@ func TestKeyRequired(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestListenLeavesUmask: Listen does not change the process's umask, not even
+// for a moment: a directory another goroutine makes meanwhile gets its mode.
+// It set umask 0177 around its bind, so a session's integration directory made
+// then was 0600, which a sandboxed root shell (no capabilities) cannot enter:
+// bash could not read its rc file and never prompted.
+func TestListenLeavesUmask(t *testing.T) {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			srv, err := Listen(Config{Dir: filepath.Join(t.TempDir(), "holder"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), IdleExit: -1})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			srv.Close()
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	parent := t.TempDir()
+	for i := range 3000 {
+		d, err := os.MkdirTemp(parent, "d")
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := os.Stat(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm() != 0o700 {
+			t.Fatalf("directory %d made while Listen ran: mode %v", i, st.Mode().Perm())
+		}
+	}
+}

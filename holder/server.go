@@ -120,9 +120,12 @@ func Listen(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("holder: key: %w", err)
 	}
 	_ = os.Remove(path)
-	old := syscall.Umask(0o177)
+	// Not umask: it is the whole process's, and a file or directory another
+	// goroutine makes meanwhile would get it (a session's integration directory
+	// made 0600 is one a sandboxed shell without capabilities cannot enter).
+	// Until the chmod the socket has the process's umask; the directory is the
+	// user's alone, and the peer check and the key hold anyway.
 	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
-	syscall.Umask(old)
 	if err != nil {
 		return nil, fmt.Errorf("holder: listen: %w", err)
 	}
