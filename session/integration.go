@@ -79,6 +79,12 @@ func writeIntegration(parent, shell string, guarded bool) (*integrationDir, erro
 	if err != nil {
 		return nil, fmt.Errorf("session: integration dir: %w", err)
 	}
+	// 0700 whatever the umask: a sandboxed shell, root or not, has no
+	// capability to enter a directory without its search bit.
+	if err := os.Chmod(dir, 0o700); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("session: integration dir: %w", err)
+	}
 	files := integrationFiles(shell, guarded)
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
