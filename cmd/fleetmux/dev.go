@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/client"
 	"github.com/fleetmux/fleetmux/controller"
 	"github.com/fleetmux/fleetmux/httpapi"
 	"github.com/fleetmux/fleetmux/internal/datadir"
@@ -156,7 +158,17 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	n, err := startNode(ctx, &st, nodeConn, o.recording.apply(node.Config{Name: o.name, DataDir: o.data, Prefix: o.prefix, MaxSessions: o.maxSessions, Verifier: verifier, Logger: log, Holder: hc, ReclaimAfter: reclaimAfter}),
+	// dev.json holds the admin token too: its directory is kept out of every
+	// session as the data dir is (it must exist before the first session).
+	devPath, err := client.DevConfigPath()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(devPath), 0o700); err != nil {
+		return fmt.Errorf("dev config: %w", err)
+	}
+	n, err := startNode(ctx, &st, nodeConn, o.recording.apply(node.Config{Name: o.name, DataDir: o.data, Prefix: o.prefix, MaxSessions: o.maxSessions, Verifier: verifier, Logger: log, Holder: hc, ReclaimAfter: reclaimAfter,
+		Hide: []string{filepath.Dir(devPath)}}),
 		gossipOptions{listen: "127.0.0.1:0", key: gkey, join: []string{g.Addr()}})
 	if err != nil {
 		return err

@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/fleetmux/fleetmux/client"
+	"github.com/fleetmux/fleetmux/internal/sandbox"
 )
 
 // TestSubscriberCannotRevokeTokens performs a subscriber's attack on the API
@@ -97,4 +100,39 @@ func TestSubscriberCannotRevokeTokens(t *testing.T) {
 			t.Fatal("a subscriber's requests revoked an API token")
 		}
 	}
+}
+
+// TestDevConfigKeptFromSessions performs a session program's attack on
+// `fleetmux dev`'s admin token: the data dir is hidden from sessions, but the
+// same token sits in $XDG_CONFIG_HOME/fleetmux/dev.json, which a session
+// (an agent under a policy that holds its commands for a person, say) read to
+// act as the admin. Now that directory is hidden as the data dir is.
+func TestDevConfigKeptFromSessions(t *testing.T) {
+	if sandbox.Probe().Landlock < 1 || os.Geteuid() != 0 {
+		t.Skip("needs Landlock and root (sessions are kept out of the data dir by mounts)")
+	}
+	addr := startDev(t)
+	if out, errs, err := runArgs(t, "new", "--addr", addr); err != nil {
+		t.Fatalf("new: %q %q %v", out, errs, err)
+	}
+	cfg, err := client.DevConfigPath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, errs, _ := runArgs(t, "run", "--addr", addr, "here/s1", "--", "cat "+cfg+"; cat "+filepath.Join(wd(t), "data", "token")+"; echo done")
+	if !strings.Contains(out, "done") {
+		t.Fatalf("run: %q %q", out, errs)
+	}
+	if strings.Contains(out, devAdminToken) || strings.Contains(out, "fmx1.") {
+		t.Fatalf("a session read dev's admin token: %q", out)
+	}
+}
+
+func wd(t *testing.T) string {
+	t.Helper()
+	d, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
