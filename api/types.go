@@ -158,6 +158,9 @@ type AuditRecord struct {
 	Decision      string `json:"decision,omitempty"`
 	Rule          string `json:"rule,omitempty"`
 	PolicyVersion uint64 `json:"policy_version,omitempty"`
+	// TraceID is the OpenTelemetry trace (32 hex digits) the request was part of,
+	// when it was traced (docs/observability.md): the key from a record to its spans.
+	TraceID string `json:"trace_id,omitempty"`
 }
 
 // NodeMeta is what a node gossips about itself (memberlist metadata, ≤ 512 bytes).

@@ -9,7 +9,10 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/tracing"
 	"github.com/fleetmux/fleetmux/trust"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // rawJSON is a node's reply kept as it came (a JSON object): decodeReply fills it.
@@ -32,7 +35,7 @@ type principal struct{ actor, id, role string }
 // reply into out (nil: ignore it). It fails fast for unknown, dead and unserved
 // nodes, and is cancelled when the node goes dead while it waits. Errors are
 // *api.Error, or ctx's error when the caller gave up.
-func (c *Controller) call(ctx context.Context, who principal, node, verb string, req, out any, timeout time.Duration) error {
+func (c *Controller) call(ctx context.Context, who principal, node, verb string, req, out any, timeout time.Duration) (err error) {
 	if api.LongVerb(verb) {
 		release, err := c.longs.acquire(ctx, who.id, node, timeout)
 		if err != nil {
@@ -41,7 +44,15 @@ func (c *Controller) call(ctx context.Context, who principal, node, verb string,
 		defer release()
 	}
 	start := time.Now()
-	err := c.doCall(ctx, who, node, verb, req, out, timeout)
+	if tracing.On() {
+		var span trace.Span
+		ctx, span = tracing.Start(ctx, "fleetmux.node "+verb, trace.SpanKindClient,
+			attribute.String("fleetmux.node", node), attribute.String("rpc.method", verb),
+			attribute.String("messaging.system", "nats"), attribute.String("messaging.destination.name", c.subj.RPC(node, verb)))
+		defer span.End()
+		defer func() { tracing.Fail(span, err) }()
+	}
+	err = c.doCall(ctx, who, node, verb, req, out, timeout)
 	c.metrics.nodeRequest(verb, err, time.Since(start))
 	return err
 }
@@ -79,7 +90,9 @@ func (c *Controller) send(ctx context.Context, who principal, node, verb string,
 	tctx, tcancel := context.WithTimeoutCause(cctx, timeout, errRequestTimeout)
 	defer tcancel()
 	defer context.AfterFunc(down, func() { cancel(errNodeDown) })()
-	reply, err := c.cfg.Bus.Request(tctx, subject, map[string]string{api.HeaderAuth: auth}, data)
+	header := map[string]string{api.HeaderAuth: auth}
+	tracing.Inject(ctx, header) // the node's span continues this trace (nothing while tracing is off)
+	reply, err := c.cfg.Bus.Request(tctx, subject, header, data)
 	if err != nil {
 		var aerr *api.Error
 		switch {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/tracing"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -82,7 +83,7 @@ func (s *Server) audit(next http.Handler) http.Handler {
 		}
 		ar := api.AuditRecord{
 			Time: time.Now().UTC(), Session: r.PathValue("id"), Actor: actor(r), Principal: callerOf(r.Context()).principal,
-			Action: r.Pattern, Detail: r.URL.Path, Result: result,
+			Action: r.Pattern, Detail: r.URL.Path, Result: result, TraceID: tracing.TraceID(r.Context()),
 		}
 		if n := r.PathValue("node"); n != "" && ar.Session != "" {
 			ar.Session = n + "/" + ar.Session

@@ -141,7 +141,7 @@ func (s *Server) build() (http.Handler, error) {
 	}
 	s.promH = promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{ErrorLog: slogPrinter{s.log}})
 	s.mcpH = s.mountMCP()
-	return s.guard(mux, s.audit(s.metrics.middleware(mux))), nil
+	return traced(mux, s.guard(mux, s.audit(s.metrics.middleware(mux)))), nil
 }
 
 func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) { s.promH.ServeHTTP(w, r) }

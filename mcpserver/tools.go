@@ -9,8 +9,11 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/tracing"
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // The MCP tools. Each takes typed arguments (their JSON schema comes from the Go
@@ -263,12 +266,15 @@ func addTool[In, Out any](m *Server, t *mcp.Tool, audit auditFn[In], h func(cont
 	mcp.AddTool(m.srv, t, func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
 		ctx, done := m.callCtx(ctx, req)
 		defer done()
+		ctx, span := toolSpan(ctx, t.Name)
+		defer span.End()
 		var res *mcp.CallToolResult
 		var out Out
 		err := allowed(ctx, t.Name)
 		if err == nil {
 			res, out, err = h(ctx, in)
 		}
+		tracing.Fail(span, err)
 		var te *toolError
 		if err != nil && !errors.As(err, &te) {
 			m.log.Warn("mcp tool failed", "tool", t.Name, "err", err)
@@ -276,7 +282,7 @@ func addTool[In, Out any](m *Server, t *mcp.Tool, audit auditFn[In], h func(cont
 		}
 		if audit != nil && m.opts.Audit != nil {
 			target, detail := audit(in)
-			rec := api.AuditRecord{Actor: actorOf(ctx), Principal: callOf(ctx).principal, Action: "mcp " + t.Name, Session: target, Detail: detail, Result: "ok"}
+			rec := api.AuditRecord{Actor: actorOf(ctx), Principal: callOf(ctx).principal, Action: "mcp " + t.Name, Session: target, Detail: detail, Result: "ok", TraceID: tracing.TraceID(ctx)}
 			if err != nil {
 				rec.Result, rec.Error = errCode(err), err.Error()
 			}
@@ -460,4 +466,17 @@ func (m *Server) addTools() {
 			minimum(p, 0, "batch", "timeout_ms", "max_output_bytes")
 		}),
 	}, func(in fanoutRunIn) (string, string) { return "", api.OneLine(in.Command, 200) }, m.fanoutRun)
+}
+
+// toolSpan starts the span of one tool call (GenAI conventions: execute_tool, the
+// tool's name); the controller's and the nodes' spans of the call hang under it.
+// Off, ctx and a no-op span.
+func toolSpan(ctx context.Context, name string) (context.Context, trace.Span) {
+	if !tracing.On() {
+		return ctx, trace.SpanFromContext(ctx)
+	}
+	return tracing.Start(ctx, "execute_tool "+name, trace.SpanKindInternal,
+		attribute.String("gen_ai.operation.name", "execute_tool"), attribute.String("gen_ai.tool.name", name),
+		attribute.String("gen_ai.tool.type", "function"), attribute.String("mcp.method.name", "tools/call"),
+		attribute.String("fleetmux.principal", callOf(ctx).principal))
 }

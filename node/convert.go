@@ -56,7 +56,7 @@ func publishJSON(bus Bus, subject string, v any) {
 // auditRecord encodes the record of a mutating request (nil if it cannot).
 func (n *Node) auditRecord(req request, out any, aerr *api.Error) []byte {
 	rec := api.AuditRecord{Time: req.at, Node: n.cfg.Name, Actor: req.actor, Principal: req.principal, Role: req.role, Controller: req.controller,
-		Claimed: truncate(req.label, 256), Action: req.verb, Result: "ok"}
+		Claimed: truncate(req.label, 256), Action: req.verb, Result: "ok", TraceID: req.traceID}
 	var probe struct {
 		Session string            `json:"session"`
 		Command string            `json:"command"`

@@ -237,7 +237,9 @@ func (n *Node) exec(ctx context.Context, req request) (any, error) {
 		p.Kill()
 		<-p.Done()
 	}
-	return n.execResult(x, r.MaxOutputBytes), nil
+	res := n.execResult(x, r.MaxOutputBytes)
+	n.traceExec(ctx, res)
+	return res, nil
 }
 
 // startExec starts x's process for w, under the sandbox profile the policy

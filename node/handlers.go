@@ -38,6 +38,9 @@ type request struct {
 	// decision is what the guard decided for a mutating request (its audit record
 	// names it).
 	decision *guard.Decision
+	// traceID is the trace the request is part of ("" untraced): its audit
+	// record names it.
+	traceID string
 }
 
 // verbs are the handlers of the node API, one per row of api.NodeVerbs (a test
@@ -89,17 +92,22 @@ var verbs = map[string]handler{
 // micro's error headers, never as a body.
 func (n *Node) handle(ctx context.Context, verb, subject string, header map[string]string, data []byte) ([]byte, *api.Error) {
 	req := request{verb: verb, data: data, at: time.Now().UTC()}
+	ctx, span := n.traceRequest(ctx, verb, header)
+	req.traceID = traceID(ctx, header)
 	if aerr := n.authorize(subject, header, &req); aerr != nil {
 		if !req.verified {
 			req.label = header[api.HeaderActor]
 		}
 		n.audits.Add(func() []byte { return n.auditRecord(req, nil, aerr) })
+		endRequest(span, req, aerr)
 		return nil, aerr
 	}
 	h, ok := verbs[verb]
 	spec, _ := api.NodeVerb(verb)
 	if !ok {
-		return nil, api.Errorf(api.CodeBadRequest, "unknown verb %q", verb)
+		aerr := api.Errorf(api.CodeBadRequest, "unknown verb %q", verb)
+		endRequest(span, req, aerr)
+		return nil, aerr
 	}
 	if spec.Mutating {
 		req.decision = &guard.Decision{}
@@ -115,6 +123,7 @@ func (n *Node) handle(ctx context.Context, verb, subject string, header map[stri
 		// replies; made and published within AuditDelay, off the request path.
 		n.audits.Add(func() []byte { return n.auditRecord(req, out, aerr) })
 	}
+	endRequest(span, req, aerr)
 	if aerr != nil {
 		return nil, aerr
 	}
@@ -473,6 +482,7 @@ func (n *Node) run(ctx context.Context, req request) (any, error) {
 	}
 	res, err := n.runLeased(ctx, e, req, r, opts)
 	ran(res.Block.N, res.Block.State == session.BlockDone)
+	n.traceBlock(ctx, e, res.Block)
 	if err != nil {
 		return nil, err
 	}

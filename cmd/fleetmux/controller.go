@@ -165,6 +165,9 @@ func (o *controllerOptions) run(ctx context.Context, stdout, stderr io.Writer) e
 	}
 	var st stack
 	defer st.close()
+	if err := startTracing(ctx, &st, "fleetmux-controller", log); err != nil {
+		return err
+	}
 	url := o.natsURL
 	natsCfg := transport.NATSConfig{CredsFile: o.natsCreds, CAFile: o.natsCA, Name: "fleetmux-controller " + o.name, Logger: log}
 	var auth *natsauth.Authority

@@ -115,6 +115,9 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	defer func() { fmt.Fprint(stderr, exitNote.String()) }()
 	var st stack
 	defer st.close()
+	if err := startTracing(ctx, &st, "fleetmux", log); err != nil {
+		return err
+	}
 	auth, err := openAuthority(o.data)
 	if err != nil {
 		return err

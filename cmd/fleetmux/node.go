@@ -117,6 +117,9 @@ func (o *nodeOptions) run(ctx context.Context, stderr io.Writer) error {
 	}
 	var st stack
 	defer st.close()
+	if err := startTracing(ctx, &st, "fleetmux-node", log); err != nil {
+		return err
+	}
 	if o.natsCreds == "" { // read here, not as the flag's default (see TestNoSecretInFlagDefaults)
 		o.natsCreds = os.Getenv(api.EnvNATSCreds)
 	}

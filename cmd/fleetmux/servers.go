@@ -15,6 +15,7 @@ import (
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/controller"
 	"github.com/fleetmux/fleetmux/internal/datadir"
+	"github.com/fleetmux/fleetmux/tracing"
 	"github.com/fleetmux/fleetmux/transport"
 	"github.com/fleetmux/fleetmux/transport/gossip"
 	"github.com/fleetmux/fleetmux/transport/natsauth"
@@ -43,6 +44,28 @@ func (s *stack) close() {
 	for _, f := range slices.Backward(fns) {
 		f()
 	}
+}
+
+// startTracing installs OpenTelemetry tracing as the OTEL_* variables ask (off
+// unless they do: docs/observability.md) and registers its flush on st first, so it
+// runs after everything else stopped and their last spans go out too.
+func startTracing(ctx context.Context, st *stack, service string, log *slog.Logger) error {
+	tr, err := tracing.New(ctx, tracing.Config{Service: service, Version: version, Logger: log})
+	if err != nil {
+		return err
+	}
+	if !tr.Enabled() {
+		return nil
+	}
+	log.Info("exporting traces over OTLP/HTTP", "service", service)
+	st.defer_(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tr.Shutdown(sctx); err != nil {
+			log.Warn("traces not flushed", "err", err)
+		}
+	})
+	return nil
 }
 
 func newLogger(w io.Writer, verbose bool) *slog.Logger {

@@ -63,7 +63,7 @@ var rules = []rule{
 	// approvals, secrets, redaction settings; it reaches the node only through
 	// interfaces of its own.
 	{dir: "guard", ours: []string{"api", "policy", "internal/datadir"}, never: []string{"session", "node", "controller", "transport"}},
-	{dir: "node", ours: []string{"api", "agent", "session", "holder", "replay", "guard", "trust", "policy", "proc", "internal/datadir", "internal/delay", "internal/reclaim", "internal/sandbox"}, never: []string{"controller", "transport"}},
+	{dir: "node", ours: []string{"api", "agent", "session", "holder", "replay", "guard", "trust", "policy", "proc", "internal/datadir", "internal/delay", "internal/reclaim", "internal/sandbox", "tracing"}, never: []string{"controller", "transport"}},
 	// coding agents: drivers, screen rules, the state machine and the node's
 	// tracker; it reaches sessions only through an interface of its own.
 	{dir: "agent", ours: []string{"api", "internal/datadir"}, never: []string{"session", "node", "controller", "transport", "guard"}},
@@ -72,15 +72,18 @@ var rules = []rule{
 	{dir: "proc", only: []string{"api", "internal/ring"}},
 	// the catch-up digest: a snapshot in, text within a token budget out (pure)
 	{dir: "digest", only: []string{"api"}},
+	// OpenTelemetry traces: the OTEL_* configuration, the SDK and exporter, the
+	// trace context in NATS headers; off unless configured
+	{dir: "tracing", only: []string{"api", "go.opentelemetry.io/otel"}},
 	// the fleet core: the front doors are packages of their own, over interfaces
 	// the controller satisfies; it serves no HTTP itself.
-	{dir: "controller", ours: []string{"api", "digest", "replay", "trust", "policy", "internal/datadir", "internal/delay"},
+	{dir: "controller", ours: []string{"api", "digest", "replay", "trust", "policy", "internal/datadir", "internal/delay", "tracing"},
 		never: []string{"node", "transport", "sshd", "httpapi", "mcpserver"}, notDirect: []string{"net/http"}},
 	// the HTTP front door: it drives the controller through its own Fleet
 	// interface; cmd builds /mcp's handler and passes it in.
-	{dir: "httpapi", only: []string{"api", "console", "internal/netcap", "github.com/prometheus/client_golang", "github.com/coder/websocket"},
+	{dir: "httpapi", only: []string{"api", "console", "internal/netcap", "tracing", "github.com/prometheus/client_golang", "github.com/coder/websocket", "go.opentelemetry.io/otel"},
 		never: []string{"controller", "node", "transport", "sshd", "mcpserver"}},
-	{dir: "mcpserver", only: []string{"api", "github.com/modelcontextprotocol/go-sdk", "github.com/google/jsonschema-go"},
+	{dir: "mcpserver", only: []string{"api", "tracing", "github.com/modelcontextprotocol/go-sdk", "github.com/google/jsonschema-go", "go.opentelemetry.io/otel"},
 		never: []string{"controller", "node", "transport"}},
 	// the SSH front door: it drives the controller through its own Fleet
 	// interface, which cmd wires the controller into.
