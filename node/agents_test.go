@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/internal/sandbox"
 	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/fleetmux/fleetmux/node"
 )
@@ -101,5 +102,39 @@ func TestAgentSandboxAsked(t *testing.T) {
 	f.mustCall(api.VerbAgentList, nil, &l)
 	if err == nil || !strings.Contains(err.Error(), "no-such-profile") || len(l.Agents) != 0 {
 		t.Fatalf("spawn with an unknown sandbox: %v, agents %+v", err, l.Agents)
+	}
+}
+
+// TestAgentDefaultSandbox: an agent spawned without a profile gets the policy's
+// agent_default; a plain session of the same principal gets none.
+func TestAgentDefaultSandbox(t *testing.T) {
+	if sandbox.Probe().Landlock < 4 {
+		t.Skip("needs Landlock ABI >= 4")
+	}
+	work := t.TempDir()
+	src := &docSource{rev: 1, doc: []byte(`version: 1
+rules:
+  - name: default
+    action: allow
+sandboxes:
+  profiles:
+    agentbox:
+      files: {write: [` + work + `]}
+      network: {connect_tcp: [443]}
+  default: none
+  agent_default: agentbox
+`)}
+	f := newFixture(t, func(c *node.Config) { c.Policy = src })
+	req := tinyAgent
+	req.Cwd = work
+	var a api.Agent
+	f.mustCall(api.VerbAgentSpawn, req, &a)
+	var s api.Session
+	f.mustCall("get", api.SessionRequest{Session: a.ID}, &s)
+	if s.Sandbox == nil || s.Sandbox.Name != "agentbox" {
+		t.Fatalf("the agent's session: sandbox %+v", s.Sandbox)
+	}
+	if p := f.create(api.CreateRequest{Shell: "bash", Cwd: work}); p.Sandbox != nil {
+		t.Fatalf("a plain session: sandbox %+v", p.Sandbox)
 	}
 }

@@ -13,6 +13,7 @@ package policy
 //	    - match: {principal: 'token:ci*'}
 //	      profile: workonly
 //	  default: none                 # no rule fits: no profile
+//	  agent_default: workonly       # no rule fits an agent's session: this one
 //
 // A rule's match takes principal, role, node, node_labels, session_labels and
 // agent (the driver of an agent's session; such a rule fits no other session).
@@ -52,6 +53,9 @@ type Sandboxes struct {
 	Rules    []SandboxRule
 	// Default names the profile when no rule fits ("" for none).
 	Default string
+	// AgentDefault, when set, names the profile of an agent's session when no
+	// rule fits, instead of Default (NoProfile: none).
+	AgentDefault string
 }
 
 // SandboxRule picks Profile ("" for none) for the sessions its match fits.
@@ -75,6 +79,9 @@ func (p *Policy) Sandbox(req Request, asked string) (*api.SandboxProfile, error)
 	var chosen *api.SandboxProfile
 	if s != nil {
 		name := s.Default
+		if req.Agent != "" && s.AgentDefault != "" {
+			name = s.AgentDefault
+		}
 		for i := range s.Rules {
 			if s.Rules[i].Match.fitsSession(req) {
 				name = s.Rules[i].Profile
@@ -120,7 +127,7 @@ func (m *Match) fitsSession(req Request) bool {
 func (p *parser) sandboxes(n *yaml.Node) *Sandboxes {
 	s := &Sandboxes{Profiles: map[string]*api.SandboxProfile{}}
 	var rules *yaml.Node
-	for _, kv := range p.mapping(n, "sandboxes", "profiles", "rules", "default") {
+	for _, kv := range p.mapping(n, "sandboxes", "profiles", "rules", "default", "agent_default") {
 		k, v := kv[0], kv[1]
 		switch k.Value {
 		case "profiles":
@@ -142,6 +149,8 @@ func (p *parser) sandboxes(n *yaml.Node) *Sandboxes {
 			rules = v
 		case "default":
 			s.Default = p.str(v, "sandboxes.default")
+		case "agent_default":
+			s.AgentDefault = p.str(v, "sandboxes.agent_default")
 		}
 	}
 	if p.err != nil {
@@ -158,6 +167,13 @@ func (p *parser) sandboxes(n *yaml.Node) *Sandboxes {
 	}
 	if n := findKey(n, "default"); n != nil {
 		s.Default = known(n, "sandboxes.default", s.Default)
+	}
+	if n := findKey(n, "agent_default"); n != nil {
+		if s.AgentDefault == NoProfile {
+			s.AgentDefault = NoProfile // none, not the default
+		} else {
+			s.AgentDefault = known(n, "sandboxes.agent_default", s.AgentDefault)
+		}
 	}
 	for i, rn := range p.seq(orNull(rules), "sandboxes.rules", MaxSandboxRules) {
 		field := fmt.Sprintf("sandboxes.rules[%d]", i)

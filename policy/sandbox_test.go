@@ -125,3 +125,50 @@ func TestSandboxParseErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestSandboxAgentDefault: with agent_default, an agent's session that no rule
+// fits gets that profile, any other session the default; a rule that fits
+// still decides; agent_default names a known profile or none.
+func TestSandboxAgentDefault(t *testing.T) {
+	doc := `version: 1
+sandboxes:
+  profiles:
+    agentbox:
+      files: {write: [/srv/agents]}
+      network: {connect_tcp: [443]}
+    workonly:
+      files: {write: [/srv/work]}
+  rules:
+    - match: {principal: 'token:ci*'}
+      profile: workonly
+  default: none
+  agent_default: agentbox
+`
+	p, err := Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		req  Request
+		want string
+	}{
+		{Request{Principal: "token:bob", Agent: "claude"}, "agentbox"},
+		{Request{Principal: "token:bob"}, ""},
+		{Request{Principal: "token:ci-1", Agent: "claude"}, "workonly"},
+	} {
+		got, err := p.Sandbox(c.req, "")
+		if err != nil || (got == nil) != (c.want == "") || got != nil && got.Name != c.want {
+			t.Errorf("%+v: %+v %v, want %q", c.req, got, err, c.want)
+		}
+	}
+	if _, err := Parse([]byte(strings.Replace(doc, "agent_default: agentbox", "agent_default: nope", 1))); err == nil || !strings.Contains(err.Error(), "agent_default") {
+		t.Errorf("an unknown agent_default: %v", err)
+	}
+	p, err = Parse([]byte(strings.Replace(doc, "agent_default: agentbox", "agent_default: none", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := p.Sandbox(Request{Principal: "token:bob", Agent: "claude"}, ""); got != nil || err != nil {
+		t.Errorf("agent_default none: %+v %v", got, err)
+	}
+}
