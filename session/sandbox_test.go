@@ -74,12 +74,21 @@ func TestSandboxForkBombSparesOthers(t *testing.T) {
 	if !strings.Contains(out(), "fork") {
 		t.Fatalf("the bomb did not hit the pids limit: %q", out())
 	}
-	start := time.Now()
-	r := run(t, other, "echo alive")
-	took := time.Since(start)
-	t.Logf("another session's run took %v during the bomb", took)
-	if !strings.Contains(r.Text, "alive") || took > 2*time.Second {
-		t.Fatalf("the other session: %v %q", took, r.Text)
+	// Another session answers a run in under 100 ms (the best of five, on a
+	// machine shared with other work; none over 2 s).
+	best := time.Hour
+	for range 5 {
+		start := time.Now()
+		r := run(t, other, "echo alive")
+		took := time.Since(start)
+		if !strings.Contains(r.Text, "alive") || took > 2*time.Second {
+			t.Fatalf("the other session: %v %q", took, r.Text)
+		}
+		best = min(best, took)
+	}
+	t.Logf("another session's run took %v (best of 5) during the bomb", best)
+	if best > 100*time.Millisecond {
+		t.Fatalf("the other session's best run took %v during the bomb", best)
 	}
 }
 
