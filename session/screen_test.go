@@ -148,7 +148,7 @@ func TestScreenRenderedOnDemandOnMainScreen(t *testing.T) {
 }
 
 // Between a command's end (D) and its next prompt (A) the poller leaves the kernel
-// alone for blockGrace: the prompt comes by itself (every Run used to pay for a
+// alone for pendingGrace: the prompt comes by itself (every Run used to pay for a
 // /proc sample here). Before the first prompt, and when the prompt is late, it
 // samples.
 func TestNoSampleBetweenEndAndPrompt(t *testing.T) {

@@ -162,6 +162,23 @@ func (s *Session) pollStep() {
 // marks end quick commands on their own, so they never pay for reading /proc.
 const blockGrace = 10 * time.Millisecond
 
+// maxBlockGrace bounds blockGraceLocked.
+const maxBlockGrace = 100 * time.Millisecond
+
+// blockGraceLocked is how long after a shell block starts the kernel is first
+// sampled: blockGrace, or as long as the block before it took (at most
+// maxBlockGrace). A loaded host runs even `echo` for longer than blockGrace, and
+// sampling every block of a session whose blocks all take 40 ms only makes the
+// host busier; a block that turns out to wait for input is found that much later.
+func (s *Session) blockGraceLocked() time.Duration {
+	for i := len(s.blocks) - 1; i >= 0 && i >= len(s.blocks)-2; i-- {
+		if b := s.blocks[i]; b != s.cur && b.State == BlockDone && !b.StartedAt.IsZero() {
+			return min(max(b.FinishedAt.Sub(b.StartedAt), blockGrace), maxBlockGrace)
+		}
+	}
+	return blockGrace
+}
+
 // pendingGrace is how long after a submission the kernel is first sampled while the
 // command has not started (no C mark): a shell waiting for the rest of an incomplete
 // line is rare and nothing hurries to learn it, while a busy host (a fan-out to many
@@ -193,7 +210,7 @@ func (s *Session) needsPoll() (need, fallback bool, notBefore time.Time) {
 			// an incomplete line (`if true; then`), which pendingGrace finds.
 			notBefore = s.pending.StartedAt.Add(pendingGrace)
 		case s.cur != nil:
-			notBefore = s.cur.StartedAt.Add(blockGrace)
+			notBefore = s.cur.StartedAt.Add(s.blockGraceLocked())
 		case s.seenPrompt && !s.atPrompt && len(s.blocks) > 0:
 			// Between a command's end (D) and the next prompt (A): the prompt
 			// comes by itself, and a sample would only find the shell busy with its
