@@ -219,7 +219,8 @@ type Session struct {
 	ckptWant     bool         // a block started or ended since the last checkpoint (checkpoint.go)
 	rawIn        int64        // a session in a holder: the holder's offset of the output ingested so far
 	metaDirty    bool         // the holder's copy of the metadata is older than ours
-	metaSending  bool         // metaSender runs
+	metaSending  bool         // metaTimer is set or its step (metaSender) runs
+	metaTimer    *time.Timer  // runs metaSender; made at the first send
 	redact       Redactor     // nil: none; see redact.go
 	releaseArmed bool         // the release timer was set for held-back bytes (redact.go)
 

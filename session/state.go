@@ -101,6 +101,7 @@ func (s *Session) stopPollLocked() {
 	if s.guard != nil {
 		s.guard.stopLapseLocked()
 	}
+	s.stopMetaLocked()
 	p := &s.poll
 	if p.armed && p.timer.Stop() {
 		p.armed = false
