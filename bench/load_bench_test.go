@@ -443,6 +443,9 @@ func loadRun(t *testing.T, b loadBuild, clients, runs, idle int) loadResult {
 	t.Helper()
 	f := startLoadFleet(t, b)
 	defer f.stop()
+	if os.Getenv("FLEETMUX_BENCH_LOAD_LOGS") != "" {
+		defer func() { t.Logf("%s: the processes' logs:\n%s", b.name, f.logs()) }()
+	}
 	addrs := f.sessions(t, clients)
 	if b.trust {
 		f.policyInForce(t, addrs)
