@@ -166,8 +166,9 @@ func TestClaudeAgentApproval(t *testing.T) {
 // TestClaudeAgentSecretKey: an agent's model API key comes from a node secret
 // (`--secret ANTHROPIC_API_KEY=NAME`), allowed by the policy's secrets; the
 // agent uses it (the fake API sees it), and when the agent prints it, it is in
-// no reply, screen, output, recording, audit record or listing, nor in any file
-// of the data dir but the secret's own.
+// no reply, screen, output, live stream, recording, audit record or listing
+// (ls --json, agent ls --json), nor in any file of the data dir but the
+// secret's own (the audit log, JetStream's streams, recordings).
 func TestClaudeAgentSecretKey(t *testing.T) {
 	claude := testutil.NeedClaudeCode(t)
 	fake := testutil.StartFakeClaude(t)
@@ -210,6 +211,14 @@ secrets:
 	if r, err := c.WaitAgent(ctx, a.Node, a.ID, []string{api.AgentReady}, 30000); err != nil || !r.OK {
 		t.Fatalf("ready: %v %+v", err, r)
 	}
+	// The session's live stream, as `fleetmux logs -f` reads it.
+	var stream testutil.Buffer
+	fctx, stopFollow := context.WithCancel(ctx)
+	followed := make(chan struct{})
+	go func() {
+		defer close(followed)
+		_, _ = c.Follow(fctx, a.Node, a.ID, 0, &stream)
+	}()
 	if _, err := c.SendAgent(ctx, a.Node, a.ID, "bash: echo KEY=$ANTHROPIC_API_KEY"); err != nil {
 		t.Fatal(err)
 	}
@@ -235,9 +244,16 @@ secrets:
 	if err != nil || !strings.Contains(sc.Text, "KEY=[REDACTED") {
 		t.Fatalf("the screen does not show the key redacted (%v):\n%s", err, sc.Text)
 	}
+	testutil.Eventually(t, 10*time.Second, func() bool { return strings.Contains(stream.String(), "KEY=[REDACTED") }, "the live stream to show the key redacted")
+	stopFollow()
+	<-followed
 	agents, _ := c.Agents(ctx, "")
 	agentsJSON, _ := json.Marshal(agents)
 	ls, _, _ := runArgs(t, "ls", "--json")
+	agentLs, _, _ := runArgs(t, "agent", "ls", "--json")
+	if !strings.Contains(agentLs, `"claude"`) || !strings.Contains(agentLs, `"`+a.ID+`"`) || !strings.Contains(ls, `"`+a.ID+`"`) {
+		t.Fatalf("the listings do not show the agent:\n%s\n%s", agentLs, ls)
+	}
 	output, _ := c.AgentOutput(ctx, a.Node, a.ID, 0, 1<<20)
 	outputJSON, _ := json.Marshal(output)
 	var rec bytes.Buffer
@@ -245,7 +261,8 @@ secrets:
 		t.Logf("recording: %v", err)
 	}
 	for what, b := range map[string][]byte{"the spawn's reply": spawned, "the screen": []byte(sc.Text), "the agents": agentsJSON,
-		"ls --json": []byte(ls), "the agent's output": outputJSON, "the recording": rec.Bytes()} {
+		"ls --json": []byte(ls), "agent ls --json": []byte(agentLs), "the agent's output": outputJSON, "the recording": rec.Bytes(),
+		"the live stream": []byte(stream.String())} {
 		if bytes.Contains(b, []byte(key)) {
 			t.Errorf("%s shows the key", what)
 		}
@@ -271,5 +288,11 @@ secrets:
 	})
 	if err != nil || stored == 0 {
 		t.Fatalf("walking the data dir: %v; %d files hold the agent's output", err, stored)
+	}
+	// The audit log (walked above) has the spawn and the prompt.
+	audit, err := os.ReadFile(filepath.Join("data", "audit.jsonl"))
+	if err != nil || !bytes.Contains(audit, []byte(`"action":"POST /v1/agents","detail":"/v1/agents","result":"ok"`)) ||
+		!bytes.Contains(audit, []byte(`"detail":"/v1/agents/here/`+a.ID+`/send","result":"ok"`)) {
+		t.Fatalf("the audit log has not the spawn and the prompt (%v):\n%s", err, audit)
 	}
 }
