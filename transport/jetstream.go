@@ -156,6 +156,9 @@ func ensureStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 			if err == nil {
 				return nil
 			}
+			if noStorage(err) {
+				return fmt.Errorf("%w: stream %s (%d bytes on each of %d servers): %w", ErrNoStorage, cfg.Name, cfg.MaxBytes, cfg.Replicas, err)
+			}
 			if !transientJSError(err) {
 				return fmt.Errorf("transport: stream %s: %w", cfg.Name, err)
 			}
@@ -214,6 +217,17 @@ func Replicas(nc *nats.Conn, want int) int {
 		return 1
 	}
 	return min(max(len(nc.Servers()), 1), MaxReplicas)
+}
+
+// noStorage reports whether a JetStream API failure is the servers' lack of
+// storage for the limits asked (JSStorageResourcesExceededErr).
+func noStorage(err error) bool {
+	var ae *jetstream.APIError
+	if errors.As(err, &ae) {
+		return ae.ErrorCode == 10047
+	}
+	var je jetstream.JetStreamError
+	return errors.As(err, &je) && je.APIError() != nil && je.APIError().ErrorCode == 10047
 }
 
 // transientJSError reports whether a JetStream API failure may go away by itself.

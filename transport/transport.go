@@ -31,6 +31,9 @@ var (
 	ErrClosed = errors.New("transport: closed")
 	// ErrNoJetStream: the NATS server has no JetStream.
 	ErrNoJetStream = errors.New("transport: the nats server has no jetstream")
+	// ErrNoStorage: the JetStream servers have too little storage left for a
+	// stream's or bucket's limits (each server that keeps a copy reserves them).
+	ErrNoStorage = errors.New("transport: the jetstream servers have too little storage")
 	// ErrNotReady: the embedded server did not become ready in time.
 	ErrNotReady = errors.New("transport: nats server not ready")
 )

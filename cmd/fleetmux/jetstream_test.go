@@ -15,6 +15,7 @@ import (
 	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/fleetmux/fleetmux/transport"
 	"github.com/fleetmux/fleetmux/transport/natsauth"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -195,4 +196,44 @@ func TestControllerJetStreamCluster(t *testing.T) {
 		_, _, err := runArgs(t, "nodes")
 		return err == nil
 	}, "the stored token on c2 once JetStream is back")
+}
+
+// TestControllerNeedsStorage: a controller on a JetStream server with less
+// storage than its streams reserve exits at once, saying what to raise (it
+// retried in the background and then stopped with "token store: …
+// insufficient storage resources available").
+func TestControllerNeedsStorage(t *testing.T) {
+	dir := t.TempDir()
+	if _, _, err := runArgs(t, "controller", "init", "--data", dir); err != nil {
+		t.Fatal(err)
+	}
+	auth, err := natsauth.LoadAuthority(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+		JetStream: true, StoreDir: t.TempDir(), JetStreamMaxStore: 256 << 20}
+	if err := auth.Configure(opts, []string{"127.0.0.1"}); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start() // stopped below
+	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, errb testutil.Buffer
+	err = run(ctx, []string{"controller", "--name", "c1", "--data", dir, "--nats", srv.ClientURL(),
+		"--http-listen", "127.0.0.1:0", "--gossip-listen", "127.0.0.1:0", "--ssh-listen", "off"}, &out, &errb)
+	if ctx.Err() != nil || err == nil || !strings.Contains(err.Error(), "max_file_store") {
+		t.Fatalf("controller on a server with 256 MiB of JetStream storage: %v (ctx %v)\n%s", err, ctx.Err(), errb.String())
+	}
+	if strings.Contains(out.String(), "HTTP API") {
+		t.Errorf("it served before it failed:\n%s", out.String())
+	}
 }

@@ -205,6 +205,8 @@ func ensureStreams(ctx context.Context, st *stack, conn *transport.Conn, prefix 
 		return nil
 	case errors.Is(err, transport.ErrNoJetStream):
 		return fmt.Errorf("%w: fleetmux keeps output, events, tokens and policy in JetStream; add `jetstream {}` (with a store_dir) to the server's configuration", err)
+	case errors.Is(err, transport.ErrNoStorage):
+		return fmt.Errorf("%w: the streams reserve 1.5 GiB on every server that keeps a copy; give each server's `jetstream {}` a max_file_store of 2GB or more", err)
 	case st == nil:
 		log.Warn("jetstream streams not set up", "err", err)
 		return nil
