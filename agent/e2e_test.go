@@ -192,6 +192,37 @@ func TestScreenRulesThroughAFleet(t *testing.T) {
 	}
 }
 
+// TestWaitAfterSend: a wait for ready right after a prompt (the spawn's, then a
+// send's) waits for that prompt's turn to end, not the ready before it.
+func TestWaitAfterSend(t *testing.T) {
+	bin := buildFake(t)
+	f := stack.New(t, stack.Options{Nodes: map[string]map[string]string{"n1": nil}})
+	ev := watchEvents(t, f)
+	var a api.Agent
+	f.Must(http.StatusCreated, "POST", "/v1/agents", api.SpawnRequest{Node: "n1", Driver: api.DriverCodex, Program: bin,
+		Args: []string{"-driver", "codex", "-busy", busy.String()}, Prompt: "the first task"}, &a)
+	worked := func() int {
+		n := 0
+		for _, e := range ev.of(a.Address()) {
+			if e.Type == api.AgentEventState && e.State == api.AgentWorking {
+				n++
+			}
+		}
+		return n
+	}
+	r := waitState(t, f, a, api.AgentReady, 10*time.Second)
+	if n := worked(); n != 1 {
+		t.Fatalf("ready (%s, since %s) after %d turns of the spawn's prompt, want 1", r.Evidence, r.StateSince, n)
+	}
+	p := "/v1/agents/" + a.Node + "/" + a.ID
+	t0 := time.Now()
+	f.Must(http.StatusOK, "POST", p+"/send", api.AgentSendBody{Text: "the second task"}, nil)
+	r = waitState(t, f, a, api.AgentReady, 10*time.Second)
+	if n := worked(); n != 2 || !r.StateSince.After(t0) {
+		t.Fatalf("ready since %s (sent at %s) after %d turns, want the second task's turn done", r.StateSince, t0, n)
+	}
+}
+
 // spawnGeneric spawns a tiny TUI under the generic driver (ready at its prompt).
 func spawnGeneric(f *stack.Stack, node, parent string) (api.Agent, int, []byte) {
 	body := api.SpawnRequest{Node: node, Driver: api.DriverGeneric, Parent: parent, Program: "sh",

@@ -88,7 +88,16 @@ type tracked struct {
 	changed  chan struct{} // closed (and replaced) on every change
 	prompt   string        // the first prompt, typed once it is first ready
 	wasReady bool
+	// submitted is when a prompt was submitted to it while its state had not
+	// changed since (zero: none pending): until the state changes, or
+	// SubmitGrace passed, its ready is the turn before that prompt's.
+	submitted time.Time
 }
+
+// SubmitGrace bounds how long a ready agent given a prompt counts as not ready
+// for Wait while no source says it started the prompt's turn (a CLI that took
+// the prompt without starting a turn, or one too quick for the screen).
+const SubmitGrace = 5 * time.Second
 
 // NewTracker returns an empty tracker.
 func NewTracker(cfg Config) *Tracker {
@@ -174,6 +183,45 @@ func (t *Tracker) Interrupted(id string, at time.Time) error {
 	return nil
 }
 
+// Submitted notes that a prompt was submitted to agent id (its Enter typed by
+// time at). While no state change came after at, for at most SubmitGrace, Wait
+// does not count its ready: `send` then `wait --state ready` waits for that
+// prompt's turn to end, not the turn before. ErrNoAgent for an agent it does
+// not track.
+func (t *Tracker) Submitted(id string, at time.Time) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	a := t.agents[id]
+	if a == nil {
+		return ErrNoAgent
+	}
+	t.submittedLocked(a, at)
+	return nil
+}
+
+func (t *Tracker) submittedLocked(a *tracked, at time.Time) {
+	if a.m.State().Time.After(at) {
+		return // the state changed since: the prompt's turn is under way, or done
+	}
+	a.submitted = at
+	t.notifyLocked(a)
+}
+
+// pendingLocked is how long a's ready stays the turn before a submitted prompt
+// (0: it does not).
+func (a *tracked) pendingLocked(now time.Time) time.Duration {
+	if a.m.State().State != api.AgentReady {
+		return 0
+	}
+	if a.prompt != "" {
+		return SubmitGrace // the spawn's prompt, typed at the next sample
+	}
+	if a.submitted.IsZero() {
+		return 0
+	}
+	return max(0, SubmitGrace-now.Sub(a.submitted))
+}
+
 // SetUsage records what agent id's CLI reported of its consumption through a
 // structured source (api.SourceHook, api.SourceStream). Past one of the agent's
 // caps the agent is marked error with the reason (from that source) and its
@@ -241,6 +289,9 @@ func (t *Tracker) eventLocked(a *tracked, typ, prev string) {
 	cur := a.m.State()
 	if cur.State == api.AgentReady {
 		a.wasReady = true
+	}
+	if cur.Time.After(a.submitted) {
+		a.submitted = time.Time{} // the state changed after the prompt
 	}
 	t.cfg.Publish(api.AgentEvent{Type: typ, Node: t.cfg.Node, Agent: a.meta.ID, Time: cur.Time,
 		State: cur.State, Previous: prev, Source: cur.Source, Evidence: cur.Evidence})
@@ -324,7 +375,9 @@ func (t *Tracker) wireLocked(a *tracked) api.Agent {
 
 // Wait waits until agent id is in one of states (or in a final state, or no
 // longer tracked) or ctx is done, and returns it as it is then; ok says whether
-// it reached one of states. ErrNoAgent for an agent it does not track.
+// it reached one of states. A ready agent just given a prompt (Submitted) is
+// not ready for it until its state changed, or SubmitGrace passed. ErrNoAgent
+// for an agent it does not track.
 func (t *Tracker) Wait(ctx context.Context, id string, states []string) (api.Agent, bool, error) {
 	var last api.Agent
 	for {
@@ -339,17 +392,28 @@ func (t *Tracker) Wait(ctx context.Context, id string, states []string) (api.Age
 		}
 		last = t.wireLocked(a)
 		ch := a.changed
+		pending := a.pendingLocked(time.Now())
 		t.mu.Unlock()
-		if slices.Contains(states, last.State) {
+		if slices.Contains(states, last.State) && pending == 0 {
 			return last, true, nil
 		}
 		if api.AgentFinal(last.State) {
 			return last, false, nil
 		}
+		var expire <-chan time.Time
+		var tm *time.Timer
+		if pending > 0 {
+			tm = time.NewTimer(pending)
+			expire = tm.C
+		}
 		select {
 		case <-ch:
+		case <-expire:
 		case <-ctx.Done():
 			return last, false, ctx.Err()
+		}
+		if tm != nil {
+			tm.Stop()
 		}
 	}
 }
@@ -442,6 +506,8 @@ func (t *Tracker) sample(ctx context.Context, a *tracked) {
 		cur, wasReady, prompt := a.m.State().State, a.wasReady, a.prompt
 		if cur == api.AgentReady && prompt != "" {
 			a.prompt = ""
+			a.submitted = now // ready is not the prompt's turn (Wait)
+			t.notifyLocked(a)
 			if a.meta.Prompt == "" {
 				a.meta.Prompt = bound(prompt, 1024)
 			}
@@ -450,9 +516,14 @@ func (t *Tracker) sample(ctx context.Context, a *tracked) {
 		}
 		t.mu.Unlock()
 		if prompt != "" {
+			at := time.Now().UTC()
 			if err := a.s.Type(ctx, prompt, a.d.SubmitDelay, "Enter"); err != nil {
 				t.log.Warn("agent's first prompt not typed", "agent", a.meta.ID, "err", err)
+				continue
 			}
+			t.mu.Lock()
+			t.submittedLocked(a, at)
+			t.mu.Unlock()
 			continue
 		}
 		if !wasReady {

@@ -401,8 +401,13 @@ func (n *Node) agentSend(ctx context.Context, req request) (any, error) {
 	if err := pause(ctx, d.SubmitDelay); err != nil {
 		return nil, sessionErr(e.id, err)
 	}
+	at := time.Now()
 	if err := n.typeKeys(ctx, e, req, []string{"Enter"}); err != nil {
 		return nil, err
+	}
+	// A wait for ready from now on waits for this prompt's turn.
+	if err := n.agents.Submitted(e.id, at); err != nil && !errors.Is(err, agent.ErrNoAgent) {
+		return nil, sessionErr(e.id, err)
 	}
 	a, _ := n.agents.Get(e.id)
 	return a, nil
