@@ -330,13 +330,16 @@ func TestHideByMountKeepsTheRest(t *testing.T) {
 		"umount -l " + data + " 2>/dev/null && echo umount=ok || echo umount=no",
 		"cat /proc/" + strconv.Itoa(os.Getpid()) + "/root" + data + "/creds && echo proc=ok || echo proc=no",
 		"cat /proc/1/root" + data + "/creds && echo proc1=ok || echo proc1=no",
+		"unshare -m sh -c 'umount " + data + " && cat " + data + "/creds' 2>/dev/null && echo unshare=ok || echo unshare=no",
+		"nsenter -t 1 -m cat " + data + "/creds 2>/dev/null && echo nsenter=ok || echo nsenter=no",
+		"mkdir -p " + parent + "/mnt && mount --bind / " + parent + "/mnt 2>/dev/null && echo bind=ok || echo bind=no",
 	}, "; ")
 	go func() {
 		time.Sleep(200 * time.Millisecond) // made after the session started (the loop waits for it)
 		os.WriteFile(later, []byte("later=ok\n"), 0o644)
 	}()
 	out, _ := run(t, sandbox.Spec{Hide: []string{data}, Write: []string{keep}}, "/bin/sh", script)
-	for _, w := range []string{"creds=no", "ls=sessions\n", "keep=ok", "new=ok", "later=ok", "umount=no", "proc=no", "proc1=no"} {
+	for _, w := range []string{"creds=no", "ls=sessions\n", "keep=ok", "new=ok", "later=ok", "umount=no", "proc=no", "proc1=no", "unshare=no", "nsenter=no", "bind=no"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("want %q:\n%s", w, out)
 		}
@@ -346,6 +349,12 @@ func TestHideByMountKeepsTheRest(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(keep, "f")); err != nil || string(b) != "k\n" {
 		t.Errorf("the kept path's file: %q %v", b, err)
+	}
+	// A session as another user (--user) gets the same mask.
+	out, _ = run(t, sandbox.Spec{Hide: []string{data}, Cred: true, UID: 65534, GID: 65534}, "/bin/sh",
+		"id -u; ls -A "+data+"; cat /proc/1/root"+data+"/creds && echo proc1=ok || echo proc1=no")
+	if !strings.HasPrefix(out, "65534\n") || strings.Contains(out, "creds\n") || strings.Contains(out, "SECRET") || !strings.Contains(out, "proc1=no") {
+		t.Errorf("as another user:\n%s", out)
 	}
 }
 
