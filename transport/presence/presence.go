@@ -302,11 +302,13 @@ func (p *Watcher) list(stop chan struct{}) (map[string]string, error) {
 	}
 	nc := p.conn.NC()
 	inbox := nc.NewRespInbox()
-	replies := make(chan listReply, 64)
+	// The callback only hands the replies over: one server's list of 10,000
+	// connections is 20 MiB of JSON, which takes longer to parse than the first
+	// reply may take to come.
+	replies := make(chan []byte, 64)
 	sub, err := nc.Subscribe(inbox, func(m *nats.Msg) {
-		r := parseList(m.Data)
 		select {
-		case replies <- r:
+		case replies <- m.Data:
 		default: // more servers than the buffer in one gather: the next resync has them
 		}
 	})
@@ -318,9 +320,20 @@ func (p *Watcher) list(stop chan struct{}) (map[string]string, error) {
 	if err := nc.PublishRequest(natsauth.ConnzRequest, inbox, body); err != nil {
 		return nil, fmt.Errorf("presence: connection list: %w", err)
 	}
-	first := time.NewTimer(2 * time.Second)
+	first := time.NewTimer(firstListReply)
 	defer first.Stop()
 	out := map[string]string{}
+	merge := func(data []byte) error {
+		r := parseList(data)
+		if r.err != nil {
+			return r.err
+		}
+		if r.total > len(r.conns) && r.total > maxListedConns {
+			return fmt.Errorf("presence: connection list of server %s cut at %d of %d", r.server, maxListedConns, r.total)
+		}
+		maps.Copy(out, r.conns)
+		return nil
+	}
 	var gather <-chan time.Time
 	got := 0
 	for {
@@ -332,22 +345,33 @@ func (p *Watcher) list(stop chan struct{}) (map[string]string, error) {
 				return nil, errNoList
 			}
 		case <-gather:
-			return out, nil
-		case r := <-replies:
-			if r.err != nil {
-				return nil, r.err
+			for { // the replies that came in time, parsed or not
+				select {
+				case data := <-replies:
+					if err := merge(data); err != nil {
+						return nil, err
+					}
+				default:
+					return out, nil
+				}
 			}
-			if r.total > len(r.conns) && r.total > maxListedConns {
-				return nil, fmt.Errorf("presence: connection list of server %s cut at %d of %d", r.server, maxListedConns, r.total)
-			}
-			maps.Copy(out, r.conns)
+		case data := <-replies:
 			got++
 			if gather == nil {
-				gather = time.After(p.cfg.Gather)
+				gather = time.After(p.cfg.Gather) // from the first reply's arrival
+			}
+			if err := merge(data); err != nil {
+				return nil, err
 			}
 		}
 	}
 }
+
+// firstListReply is how long a connection list request waits for the first
+// server's reply before it takes the server for one that never answers: a
+// server builds a list of 10,000 connections (20 MiB) in one to six seconds,
+// as busy as it is (docs/scale.md).
+const firstListReply = 10 * time.Second
 
 // maxListedConns bounds one server's connection list.
 const maxListedConns = 1 << 16
