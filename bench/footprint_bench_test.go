@@ -403,7 +403,7 @@ func TestFootprintHeap(t *testing.T) {
 		t.Skip("set FLEETMUX_BENCH_REPORT=1 to run the footprint report")
 	}
 	n := envInt(t, "FLEETMUX_BENCH_SESSIONS", 100)
-	if os.Getenv("FLEETMUX_BENCH_HEAPPROFILE") != "" {
+	if os.Getenv("FLEETMUX_BENCH_HEAPPROFILE") != "" || os.Getenv("FLEETMUX_BENCH_IDLEPROFILE") != "" {
 		// Every allocation sampled: the default (one per 512 KiB) says nothing about
 		// objects of a few hundred bytes per session.
 		old := runtime.MemProfileRate
@@ -437,6 +437,10 @@ func TestFootprintHeap(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer ncfg.Holder.Close()
+	}
+	if os.Getenv("FLEETMUX_BENCH_GUARD") == "1" {
+		// A policy source, as every agent on a fleet's bus has: the sessions are guarded.
+		ncfg.Policy = transport.NewPolicyReader(bus.NC(), quietLogger())
 	}
 	nd, err := node.New(ncfg)
 	if err != nil {
@@ -521,7 +525,34 @@ func TestFootprintHeap(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// What the idle sessions allocate (garbage the next collection takes, resident
+	// until then): FLEETMUX_BENCH_IDLEPROFILE=FILE writes the allocation profile
+	// of the idle spell, FILE.base the one before it (go tool pprof
+	// -sample_index=alloc_space -diff_base FILE.base FILE).
+	idleFor := 5 * time.Second
+	writeAllocs := func(p string) {
+		var buf bytes.Buffer
+		if err := pprof.Lookup("allocs").WriteTo(&buf, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, buf.Bytes(), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p := os.Getenv("FLEETMUX_BENCH_IDLEPROFILE"); p != "" {
+		writeAllocs(p + ".base")
+	}
+	var m1b runtime.MemStats
+	runtime.ReadMemStats(&m1b)
+	time.Sleep(idleFor) // the idle spell measured, not synchronisation
+	var m2 runtime.MemStats
+	runtime.ReadMemStats(&m2)
+	if p := os.Getenv("FLEETMUX_BENCH_IDLEPROFILE"); p != "" {
+		writeAllocs(p)
+	}
 	per := func(a, b uint64) float64 { return (float64(b) - float64(a)) / float64(n) / 1024 }
+	defer fmt.Printf("\nAllocated while idle: %.1f KiB per session per second (%d sessions, %v)\n",
+		per(m1b.TotalAlloc, m2.TotalAlloc)/idleFor.Seconds(), n, idleFor)
 	fmt.Printf("\nIn-process node agent, %d idle bash sessions, per session (after a GC):\n\n", n)
 	fmt.Printf("| heap in use | heap objects | stacks in use | goroutines | Sys (all the runtime holds) |\n|---:|---:|---:|---:|---:|\n")
 	fmt.Printf("| %.1f KiB | %.0f | %.1f KiB | %.1f | %.1f KiB |\n", per(m0.HeapInuse, m1.HeapInuse),
