@@ -20,7 +20,9 @@ const DefaultFresh = 15 * time.Second
 //   - the last structured signal (hook or stream) is the state, unless the
 //     screen showed something else since that signal arrived, and either the
 //     screen shows a dialog (waiting_permission, waiting_input) over a working
-//     signal — the dialog beats a stale working —, or the agent was
+//     signal — the dialog beats a stale working, unless it was first seen
+//     within DialogSettle of an answer to the agent's permission request
+//     (Answered): that request's own dialog —, or the agent was
 //     interrupted after the signal and the screen's state is from after the
 //     interrupt (a CLI interrupted fires no hook: Claude Code no Stop), or the
 //     signal is older than the freshness window (a hook silent past it falls
@@ -36,6 +38,22 @@ type Machine struct {
 	scr  *api.AgentSignal // the screen's held state; Time: when it was first seen
 	proc *api.AgentSignal // the process's (booting, exited)
 	intr time.Time        // when the agent was last interrupted
+	ansd time.Time        // when a structured source last answered its permission request
+}
+
+// DialogSettle is how long after a structured source answered the agent's
+// permission request (a hook that allowed or denied it) a dialog first seen on
+// the screen is taken for that request's own, still drawn or being taken down:
+// Claude Code draws its dialog beside the waiting hook.
+const DialogSettle = 3 * time.Second
+
+// Answered notes that a structured source answered the agent's permission
+// request at time at (Machine's rules: the CLI's dialog for it is no
+// waiting_permission).
+func (m *Machine) Answered(at time.Time) {
+	if at.After(m.ansd) {
+		m.ansd = at
+	}
 }
 
 // NewMachine returns a machine in state spawning at time at.
@@ -121,8 +139,8 @@ func (m *Machine) pick(now time.Time) *api.AgentSignal {
 			return m.hook // the screen has shown nothing new since the signal
 		}
 		dialog := m.scr.State == api.AgentWaitingPermission || m.scr.State == api.AgentWaitingInput
-		if dialog && m.hook.State == api.AgentWorking {
-			return m.scr // a dialog on the screen beats a stale working
+		if dialog && m.hook.State == api.AgentWorking && !m.scr.Time.Before(m.ansd.Add(DialogSettle)) {
+			return m.scr // a dialog on the screen beats a stale working (but the answered one's)
 		}
 		if m.hook.Time.Before(m.intr) && m.scr.Time.After(m.intr) {
 			return m.scr // interrupted: the screen since says what came of it

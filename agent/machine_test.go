@@ -19,10 +19,14 @@ func TestMachineReconciles(t *testing.T) {
 		want string
 		src  string
 		intr bool // an interrupt typed at now
+		ansd bool // a permission request answered at now
 	}
-	s := func(sg api.AgentSignal, now int, want, src string) step { return step{&sg, now, want, src, false} }
-	tick := func(now int, want, src string) step { return step{nil, now, want, src, false} }
-	interrupt := func(now int, want, src string) step { return step{nil, now, want, src, true} }
+	s := func(sg api.AgentSignal, now int, want, src string) step {
+		return step{&sg, now, want, src, false, false}
+	}
+	tick := func(now int, want, src string) step { return step{nil, now, want, src, false, false} }
+	interrupt := func(now int, want, src string) step { return step{nil, now, want, src, true, false} }
+	answered := func(now int, want, src string) step { return step{nil, now, want, src, false, true} }
 	cases := []struct {
 		name  string
 		steps []step
@@ -57,6 +61,15 @@ func TestMachineReconciles(t *testing.T) {
 			s(sig(api.SourceScreen, api.AgentReady, 500), 700, api.AgentWorking, api.SourceHook),
 			tick(100+int(DefaultFresh/time.Millisecond)+1, api.AgentReady, api.SourceScreen),
 		}},
+		{"the dialog of a request the hook answered is no waiting_permission", []step{
+			s(sig(api.SourceHook, api.AgentWaitingPermission, 100), 100, api.AgentWaitingPermission, api.SourceHook),
+			answered(150, api.AgentWaitingPermission, api.SourceHook),
+			s(sig(api.SourceHook, api.AgentWorking, 150), 150, api.AgentWorking, api.SourceHook),
+			s(sig(api.SourceScreen, api.AgentWaitingPermission, 300), 500, api.AgentWorking, api.SourceHook),
+			// a dialog first seen well after the answer is a new one
+			s(sig(api.SourceScreen, api.AgentWorking, 600), 800, api.AgentWorking, api.SourceHook),
+			s(sig(api.SourceScreen, api.AgentWaitingPermission, 150+int(DialogSettle/time.Millisecond)+100), 150+int(DialogSettle/time.Millisecond)+300, api.AgentWaitingPermission, api.SourceScreen),
+		}},
 		{"interrupted: the screen since the interrupt wins over a fresh hook", []step{
 			s(sig(api.SourceScreen, api.AgentWorking, 100), 300, api.AgentWorking, api.SourceScreen),
 			s(sig(api.SourceHook, api.AgentWaitingPermission, 400), 400, api.AgentWaitingPermission, api.SourceHook),
@@ -90,6 +103,8 @@ func TestMachineReconciles(t *testing.T) {
 				switch {
 				case st.intr:
 					m.Interrupt(at(st.now), at(st.now))
+				case st.ansd:
+					m.Answered(at(st.now))
 				case st.sig != nil:
 					m.Apply(*st.sig, at(st.now))
 				default:

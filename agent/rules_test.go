@@ -212,6 +212,12 @@ func TestText(t *testing.T) {
 	if got != want || omitted != 0 {
 		t.Fatalf("Text = %q (%d), want %q", got, omitted, want)
 	}
+	if got, _ := Text([]byte("Do\x1b[1Cyou\x1b[Cwant\x1b[3Cto\x1b[0C\x1b[99999Cproceed?"), 0); got != "Do you want   to "+strings.Repeat(" ", 256)+"proceed?" {
+		t.Fatalf("cursor forward as spaces: %q", got)
+	}
+	if got, _ := Text([]byte("\x1b[1mClaude\x1b[19GCode\x1b[24G\x1b[22mv2\x1b[2Gx"), 0); got != "Claude            Code v2 x" {
+		t.Fatalf("cursor to a column as spaces: %q", got)
+	}
 	var long strings.Builder
 	for i := range 1000 {
 		fmt.Fprintf(&long, "line %d of text\n", i)

@@ -35,7 +35,15 @@ func Text(raw []byte, max int) (text string, omitted int64) {
 		c := raw[i]
 		switch {
 		case c == 0x1b:
-			i = skipEscape(raw, i, flush)
+			i = skipEscape(raw, i, flush, func(n int, abs bool) {
+				if abs { // to column n: the gap up to it (a move back: one space)
+					n -= 1 + utf8.RuneCountInString(cur.String())
+				}
+				if n < 1 {
+					n = 1
+				}
+				cur.WriteString(strings.Repeat(" ", n))
+			})
 			continue
 		case c == '\n':
 			flush()
@@ -75,8 +83,10 @@ func Text(raw []byte, max int) (text string, omitted int64) {
 }
 
 // skipEscape skips the escape sequence at raw[i] (ESC) and returns the index after
-// it; a cursor move to another row ends the line (flush).
-func skipEscape(raw []byte, i int, flush func()) int {
+// it; a cursor move to another row ends the line (flush), a move on the row is a
+// gap of spaces (TUIs such as Claude Code's draw spaces so): n columns forward,
+// or up to column n (abs).
+func skipEscape(raw []byte, i int, flush func(), gap func(n int, abs bool)) int {
 	if i+1 >= len(raw) {
 		return len(raw)
 	}
@@ -90,7 +100,12 @@ func skipEscape(raw []byte, i int, flush func()) int {
 			switch raw[j] {
 			case 'H', 'f', 'A', 'B', 'E', 'F', 'd', 'J':
 				flush()
-			case 'C': // cursor forward: a gap
+			case 'C', 'G', '`': // forward n, to column n: a gap
+				n, err := strconv.Atoi(string(raw[i+2 : j]))
+				if err != nil || n < 1 {
+					n = 1
+				}
+				gap(min(n, 256), raw[j] != 'C')
 			}
 			return j + 1
 		}

@@ -183,6 +183,21 @@ func (t *Tracker) Interrupted(id string, at time.Time) error {
 	return nil
 }
 
+// Answered notes that a structured source (the node, for a hook) answered
+// agent id's permission request at time at: the CLI's own dialog for it, still
+// on the screen, is not a waiting_permission (Machine.Answered). ErrNoAgent for
+// an agent it does not track.
+func (t *Tracker) Answered(id string, at time.Time) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	a := t.agents[id]
+	if a == nil {
+		return ErrNoAgent
+	}
+	a.m.Answered(at)
+	return nil
+}
+
 // Submitted notes that a prompt was submitted to agent id (its Enter typed by
 // time at). While no state change came after at, for at most SubmitGrace, Wait
 // does not count its ready: `send` then `wait --state ready` waits for that

@@ -35,6 +35,7 @@ type (
 		Parent  string            `json:"parent,omitempty" jsonschema:"the spawning agent, NODE/ID"`
 		Program string            `json:"program,omitempty" jsonschema:"the CLI (default: the driver's)"`
 		Labels  map[string]string `json:"labels,omitempty"`
+		Secrets map[string]string `json:"secrets,omitempty" jsonschema:"environment variable → node secret name, e.g. ANTHROPIC_API_KEY → anthropic (the policy's secrets decide)"`
 	}
 	listAgentsIn struct {
 		Node string `json:"node,omitempty"`
@@ -130,7 +131,7 @@ func (m *Server) addAgentTools() {
 		return "", fmt.Sprintf("node %q driver %q parent %q", in.Node, in.Driver, in.Parent)
 	}, func(ctx context.Context, in spawnAgentIn) (*mcp.CallToolResult, Agent, error) {
 		a, err := af.SpawnAgent(ctx, api.SpawnRequest{Node: in.Node, Driver: in.Driver, Cwd: in.Cwd, Prompt: in.Prompt,
-			Parent: in.Parent, Program: in.Program, Labels: in.Labels})
+			Parent: in.Parent, Program: in.Program, Labels: in.Labels, Secrets: in.Secrets})
 		if err != nil {
 			return nil, Agent{}, m.explain(err, in.Node, "")
 		}

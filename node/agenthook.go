@@ -212,6 +212,12 @@ func (n *Node) hookHandler(e *entry, driver string, w guard.Writer) agent.HookHa
 			n.log.Warn("agent hook: signal", "session", e.id, "err", err)
 		}
 	}
+	// answered: the CLI's dialog beside this hook is answered with it.
+	answered := func() {
+		if err := n.agents.Answered(e.id, time.Now().UTC()); err != nil && !errors.Is(err, agent.ErrNoAgent) {
+			n.log.Warn("agent hook: answered", "session", e.id, "err", err)
+		}
+	}
 	return func(ctx context.Context, ev agent.HookEvent, raw []byte) []byte {
 		if turnEvents[ev.Name] {
 			n.toolWaitsEnd(e.id, false)
@@ -241,15 +247,18 @@ func (n *Node) hookHandler(e *entry, driver string, w guard.Writer) agent.HookHa
 			// what moved it on said its own (a new turn's hook; the interrupt
 			// hands over to the screen, Tracker.Interrupted), and a "working"
 			// here, after it, would be stale at once.
+			answered()
 			why := "the agent moved on while this waited for approval"
 			if waiting.interrupted.Load() {
 				why = "the agent was interrupted while this waited for approval"
 			}
 			return agent.PermissionAnswer(false, "fleetmux: "+why)
 		case err == nil:
+			answered()
 			signal(ctx, api.AgentWorking, "PermissionRequest "+u.Tool+" allowed")
 			return agent.PermissionAnswer(true, "")
 		}
+		answered()
 		msg := err.Error()
 		var ae *api.Error
 		if errors.As(err, &ae) {
