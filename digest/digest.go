@@ -158,17 +158,19 @@ func (s Snapshot) sections(d *api.Digest) []section {
 	running := section{title: "RUNNING"}
 	ok := section{title: "OK"}
 
-	type done struct {
-		s Session
-		b api.Block
+	type done struct { // pointers: 10,000 blocks are sorted, not their copies
+		s *Session
+		b *api.Block
 	}
 	var fails, oks []done
 	ss := slices.Clone(s.Sessions)
 	slices.SortFunc(ss, func(a, b Session) int { return addrOrder(a.Node, a.ID, b.Node, b.ID) })
-	for _, se := range ss {
+	for i := range ss {
+		se := &ss[i]
 		addr := se.Node + "/" + se.ID
 		active := s.In(se.CreatedAt)
-		for _, bl := range se.Blocks {
+		for j := range se.Blocks {
+			bl := &se.Blocks[j]
 			switch {
 			case bl.State == api.BlockRunning:
 				d.Running++
@@ -190,9 +192,9 @@ func (s Snapshot) sections(d *api.Digest) []section {
 			d.Waiting++
 			waiting.items = append(waiting.items, item{short: fmt.Sprintf("- %s waits for input: %s", addr, cmdText(se.CurrentCommand))})
 		case active && s.In(se.CreatedAt):
-			sessions.items = append(sessions.items, item{short: fmt.Sprintf("- %s new, %s%s", addr, se.State, exitNote(se))})
+			sessions.items = append(sessions.items, item{short: fmt.Sprintf("- %s new, %s%s", addr, se.State, exitNote(*se))})
 		case active && se.State == api.StateExited:
-			sessions.items = append(sessions.items, item{short: fmt.Sprintf("- %s exited%s", addr, exitNote(se))})
+			sessions.items = append(sessions.items, item{short: fmt.Sprintf("- %s exited%s", addr, exitNote(*se))})
 		}
 	}
 	newest := func(a, b done) int {
@@ -203,7 +205,7 @@ func (s Snapshot) sections(d *api.Digest) []section {
 	for _, f := range fails {
 		d.Failed++
 		ptr := Pointer(f.s.Node, f.s.ID, f.b.N)
-		head := fmt.Sprintf("- %s #%d exit %d (%s) in %s: %s", f.s.Node+"/"+f.s.ID, f.b.N, *f.b.ExitCode, dur(f.b), cmdText(f.b.Cwd), cmdText(f.b.Command))
+		head := fmt.Sprintf("- %s #%d exit %d (%s) in %s: %s", f.s.Node+"/"+f.s.ID, f.b.N, *f.b.ExitCode, dur(*f.b), cmdText(f.b.Cwd), cmdText(f.b.Command))
 		it := item{full: []string{head}, short: head, ptr: ptr}
 		if text, ok := s.Texts[ptr]; ok {
 			for _, l := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
@@ -218,7 +220,7 @@ func (s Snapshot) sections(d *api.Digest) []section {
 		if o.b.ExitCode != nil {
 			code = strconv.Itoa(*o.b.ExitCode)
 		}
-		ok.items = append(ok.items, item{short: fmt.Sprintf("- %s #%d exit %s (%s): %s", o.s.Node+"/"+o.s.ID, o.b.N, code, dur(o.b), cmdText(o.b.Command)),
+		ok.items = append(ok.items, item{short: fmt.Sprintf("- %s #%d exit %s (%s): %s", o.s.Node+"/"+o.s.ID, o.b.N, code, dur(*o.b), cmdText(o.b.Command)),
 			ptr: Pointer(o.s.Node, o.s.ID, o.b.N)})
 	}
 
