@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -261,4 +262,26 @@ func HeaderTraceID(h map[string]string) string {
 		return ""
 	}
 	return id.String()
+}
+
+// Transport is an HTTP client's transport that sends the trace context of each
+// request's context (traceparent) when tracing is on; base nil is
+// http.DefaultTransport. A door that reaches the API over HTTP (SSH's verbs) so
+// keeps its requests in its trace.
+func Transport(base http.RoundTripper) http.RoundTripper {
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	return roundTripper{base}
+}
+
+type roundTripper struct{ base http.RoundTripper }
+
+func (t roundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
+	if !on.Load() || !trace.SpanContextFromContext(r.Context()).IsValid() {
+		return t.base.RoundTrip(r)
+	}
+	r = r.Clone(r.Context()) // a RoundTripper never changes its caller's request
+	prop.Inject(r.Context(), propagation.HeaderCarrier(r.Header))
+	return t.base.RoundTrip(r)
 }

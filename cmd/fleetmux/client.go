@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/client"
+	"github.com/fleetmux/fleetmux/tracing"
 	"github.com/spf13/cobra"
 )
 
@@ -81,7 +83,11 @@ func (o *clientOptions) resolve() (client.Config, error) {
 	if o.cmd != nil {
 		if fd, ok := o.cmd.Context().Value(frontDoorKey{}).(frontDoor); ok {
 			o.addr = fd.addr
-			return client.Config{Addr: fd.addr, Token: fd.token, Actor: fd.actor}, nil
+			cfg := client.Config{Addr: fd.addr, Token: fd.token, Actor: fd.actor}
+			if tracing.On() { // the verb's requests continue the SSH span's trace
+				cfg.HTTPClient = &http.Client{Transport: tracing.Transport(nil)}
+			}
+			return cfg, nil
 		}
 	}
 	r, err := client.Resolve(o.addr, o.token)

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/fleetmux/fleetmux/internal/datadir"
 	"github.com/fleetmux/fleetmux/mcpserver"
 	"github.com/fleetmux/fleetmux/sshd"
+	"github.com/fleetmux/fleetmux/tracing"
 	"github.com/fleetmux/fleetmux/transport"
 	"github.com/fleetmux/fleetmux/transport/gossip"
 	"github.com/fleetmux/fleetmux/transport/natsauth"
@@ -25,6 +27,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // controllerOptions are the flags of `fleetmux controller`.
@@ -350,10 +355,35 @@ func sshExec(c ctl) sshd.Exec {
 	return func(ctx context.Context, args []string, role, actor string, stdin io.Reader, stdout, stderr io.Writer) int {
 		token, revoke := c.LocalToken(actor, role)
 		defer revoke()
+		ctx, span := sshSpan(ctx, args, actor)
+		defer span.End()
 		err := sshRun(ctx, frontDoor{addr: "http://" + c.Addr(), token: token, actor: actor}, args, stdin, stdout, stderr)
 		report(stderr, err)
-		return exitCode(err)
+		code := exitCode(err)
+		if span.IsRecording() {
+			span.SetAttributes(attribute.Int("process.exit.code", code))
+			if code != 0 {
+				span.SetStatus(codes.Error, "exit code "+strconv.Itoa(code))
+			}
+		}
+		return code
 	}
+}
+
+// sshSpan starts the span of one verb run over SSH ("ssh VERB"); the verb's API
+// requests carry its trace context (frontDoor). Off: ctx and a no-op span.
+func sshSpan(ctx context.Context, args []string, actor string) (context.Context, trace.Span) {
+	if !tracing.On() {
+		return ctx, trace.SpanFromContext(ctx)
+	}
+	verb := "?"
+	if len(args) > 0 {
+		verb = args[0]
+		if api.ValidName(verb) != nil {
+			verb = "?" // a name as typed goes into no span name
+		}
+	}
+	return tracing.Start(ctx, "ssh "+verb, trace.SpanKindServer, attribute.String("fleetmux.principal", actor))
 }
 
 // openTokens is the FLEETMUX_TOKENS bucket of a controller: bound (created when

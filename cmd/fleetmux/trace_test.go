@@ -7,11 +7,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sync"
 	"testing"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/internal/testutil"
 	"go.opentelemetry.io/otel/trace"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
@@ -95,5 +98,58 @@ func TestDevExportsTraces(t *testing.T) {
 	}
 	if !found {
 		t.Error("no audit record of the run with its trace id")
+	}
+}
+
+// TestSSHVerbTraced: a verb run over the SSH front door is an "ssh VERB" span
+// whose API requests continue its trace: the run's HTTP span and its block's
+// span are in the SSH span's trace.
+func TestSSHVerbTraced(t *testing.T) {
+	sshBin := testutil.NeedTool(t, "ssh")
+	keygen := testutil.NeedTool(t, "ssh-keygen")
+	recv, url := startOTLPReceiver(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", url)
+	t.Setenv("OTEL_TRACES_EXPORTER", "")
+	t.Setenv("OTEL_SDK_DISABLED", "")
+	dir := t.TempDir()
+	key := filepath.Join(dir, "op")
+	testutil.RunProgram(t, keygen, "-q", "-t", "ed25519", "-N", "", "-C", "op", "-f", key)
+	pub, err := os.ReadFile(key + ".pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	akFile := filepath.Join(dir, "authorized_keys")
+	if err := os.WriteFile(akFile, append([]byte("role=operator "), pub...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, stop := startDevStop(t, "--ssh-listen", "127.0.0.1:0", "--authorized-keys", akFile)
+	m := regexp.MustCompile(`ssh -p (\d+) 127\.0\.0\.1`).FindStringSubmatch(devOut)
+	if m == nil {
+		t.Fatalf("dev did not print its SSH address:\n%s", devOut)
+	}
+	ssh := func(args ...string) int {
+		t.Helper()
+		cmd := exec.Command(sshBin, append([]string{"-p", m[1], "-i", key, "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+			"-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-F", "/dev/null", "127.0.0.1"}, args...)...)
+		err := cmd.Run()
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return 0
+	}
+	if code := ssh("new"); code != 0 {
+		t.Fatalf("ssh new: exit %d", code)
+	}
+	if code := ssh("run", "here/s1", "--", "'(exit 5)'"); code != 5 {
+		t.Fatalf("ssh run: exit %d, want 5", code)
+	}
+	stderr := stop()
+	recv.mu.Lock()
+	defer recv.mu.Unlock()
+	sshIDs, httpIDs, blockIDs := recv.spans["ssh run"], recv.spans["POST /v1/sessions/{node}/{id}/run"], recv.spans["fleetmux.block"]
+	if len(sshIDs) != 1 || len(httpIDs) != 1 || len(blockIDs) != 1 || httpIDs[0] != sshIDs[0] || blockIDs[0] != sshIDs[0] {
+		t.Fatalf("ssh run in traces %v, its HTTP request in %v, its block in %v: want one trace; all: %v\n%s", sshIDs, httpIDs, blockIDs, recv.spans, stderr)
 	}
 }
