@@ -55,6 +55,11 @@ type execTable struct {
 	m      map[string]*execEntry
 	order  []string // ids, oldest first
 	closed bool
+	// spare is a sandbox wrapper started ahead (spare.go); refilling while one
+	// is being started, by a goroutine spares counts.
+	spare     *spare
+	refilling bool
+	spares    sync.WaitGroup
 }
 
 // add registers x; refused past maxRunningExecs running or once closed.
@@ -108,7 +113,8 @@ func (t *execTable) get(node, id string) (*execEntry, error) {
 	return x, nil
 }
 
-// close kills every running exec and waits until they have ended.
+// close kills every running exec and the spare wrapper, and waits until they
+// have ended.
 func (t *execTable) close() {
 	t.mu.Lock()
 	t.closed = true
@@ -116,13 +122,19 @@ func (t *execTable) close() {
 	for _, x := range t.m {
 		all = append(all, x)
 	}
+	s := t.spare
+	t.spare = nil
 	t.mu.Unlock()
+	if s != nil {
+		s.end()
+	}
 	for _, x := range all {
 		x.p.Kill()
 	}
 	for _, x := range all {
 		<-x.p.Done()
 	}
+	t.spares.Wait() // a spare being started sees closed and ends it
 }
 
 // newExecID is a fresh exec id: "x" and 12 random hex digits.
@@ -213,12 +225,9 @@ func (n *Node) exec(ctx context.Context, req request) (any, error) {
 	if fi, err := os.Stat(dir); dir != "" && (err != nil || !fi.IsDir()) {
 		return nil, api.Errorf(api.CodeBadRequest, "cwd %q is not a directory on node %s", api.OneLine(dir, 256), n.cfg.Name)
 	}
-	spec := proc.Spec{Argv: argv, Dir: dir, Env: proc.Environ(os.Environ(), r.Env), HeadBytes: execHead, TailBytes: execTail}
-	if p := n.guard.Redaction(); p != nil && len(p.Redacts) > 0 {
-		// kept redacted, as a session's output is: a read at any offset sees
-		// no piece of a secret (reads are redacted again, for a newer policy)
-		spec.Redact = func() proc.Redactor { return p.NewRedactor() }
-	}
+	// Kept redacted, as a session's output is: a read at any offset sees no
+	// piece of a secret (reads are redacted again, for a newer policy).
+	spec := proc.Spec{Argv: argv, Dir: dir, Env: proc.Environ(os.Environ(), r.Env), HeadBytes: execHead, TailBytes: execTail, Redact: n.execRedactor}
 	if r.Stdin != nil {
 		spec.Stdin = []byte(*r.Stdin)
 	}
@@ -256,30 +265,38 @@ func (n *Node) startExec(ctx context.Context, x *execEntry, spec proc.Spec, w gu
 		return nil, err
 	}
 	var wrapped *sandbox.Wrapped
+	var p *proc.Proc
 	if hide := n.hidden(); prof != nil || len(hide) > 0 {
 		var rnd [8]byte
 		_, _ = rand.Read(rnd[:])
-		if wrapped, err = sandbox.Wrap("", sandbox.Spec{Profile: prof, Hide: hide, Cgroup: "x-" + hex.EncodeToString(rnd[:])}, spec.Argv); err != nil {
-			return nil, api.Errorf(api.CodeSandbox, "exec on node %s: %v: nothing was started", n.cfg.Name, err)
+		ss := sandbox.Spec{Profile: prof, Hide: hide, Cgroup: "x-" + hex.EncodeToString(rnd[:])}
+		if p, wrapped = n.useSpare(spec, ss); p == nil {
+			if wrapped, err = sandbox.Wrap("", ss, spec.Argv); err != nil {
+				return nil, api.Errorf(api.CodeSandbox, "exec on node %s: %v: nothing was started", n.cfg.Name, err)
+			}
+			spec.Argv = wrapped.Argv
+			spec.ExtraFiles = make([]*os.File, sandbox.FD-3, sandbox.FD-3+len(wrapped.Child))
+			spec.ExtraFiles = append(spec.ExtraFiles, wrapped.Child...)
 		}
-		spec.Argv = wrapped.Argv
-		spec.ExtraFiles = make([]*os.File, sandbox.FD-3, sandbox.FD-3+len(wrapped.Child))
-		spec.ExtraFiles = append(spec.ExtraFiles, wrapped.Child...)
 	}
-	p, err := proc.Start(spec)
-	if err != nil {
-		if wrapped != nil {
-			wrapped.CloseChild()
+	if p == nil {
+		if p, err = proc.Start(spec); err != nil {
+			if wrapped != nil {
+				wrapped.CloseChild()
+			}
+			if errors.Is(err, proc.ErrStart) {
+				return nil, api.Errorf(api.CodeBadRequest, "exec on node %s: %v", n.cfg.Name, err)
+			}
+			return nil, err
 		}
-		if errors.Is(err, proc.ErrStart) {
-			return nil, api.Errorf(api.CodeBadRequest, "exec on node %s: %v", n.cfg.Name, err)
-		}
-		return nil, err
 	}
 	if wrapped != nil {
 		if err := wrapped.Wait(execSandboxWait); err != nil {
 			p.Kill()
 			<-p.Done()
+			if errors.Is(err, sandbox.ErrProgram) { // confined, but no such program: as unwrapped
+				return nil, api.Errorf(api.CodeBadRequest, "exec on node %s: %v", n.cfg.Name, err)
+			}
 			return nil, api.Errorf(api.CodeSandbox, "exec on node %s: the sandbox did not confine it: %v: nothing was started", n.cfg.Name, err)
 		}
 	}

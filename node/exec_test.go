@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/sandbox"
+	"github.com/fleetmux/fleetmux/internal/testutil"
 )
 
 // TestExecSandboxed: an exec runs under the sandbox profile the policy chooses
@@ -124,5 +127,68 @@ redact:
 		if strings.Contains(got.Stdout, "EFGHIJKLMNOP") || strings.Contains(got.Stdout, "AKIAABCD") {
 			t.Errorf("cut to %d bytes, stdout shows part of the secret: %q", budget, got.Stdout)
 		}
+	}
+}
+
+// spareWrappers are the pids of this process's children that are sandbox
+// wrappers waiting for their program (`BINARY sandbox-exec 5 --`).
+func spareWrappers(t *testing.T) []int {
+	t.Helper()
+	var out []int
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err != nil || !strings.HasSuffix(string(cmd), "\x00"+sandbox.Verb+"\x005\x00--\x00") {
+			continue
+		}
+		st, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
+		if i := strings.LastIndexByte(string(st), ')'); err == nil && i > 0 {
+			if f := strings.Fields(string(st)[i+1:]); len(f) > 1 && f[1] == strconv.Itoa(os.Getpid()) {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
+}
+
+// TestExecSpareWrapper: after a sandboxed exec the node keeps one wrapper started
+// ahead; the next exec runs in it with its own argv, cwd and environment, and is
+// kept out of the data dir as a cold one is (the attack of reading the node's
+// credentials fails through the spare too); the node's Close ends the spare.
+func TestExecSpareWrapper(t *testing.T) {
+	if sandbox.Probe().Landlock < 1 || os.Geteuid() != 0 {
+		t.Skip("needs Landlock and root")
+	}
+	f := newFixture(t)
+	creds := filepath.Join(f.data, "creds")
+	if err := os.MkdirAll(creds, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(creds, "node.creds"), []byte("SECRET-NKEY-SEED"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var r api.ExecResult
+	f.mustCall(api.VerbExec, api.ExecRequest{Argv: []string{"true"}}, &r)
+	var spare []int
+	testutil.Eventually(t, 20*time.Second, func() bool { spare = spareWrappers(t); return len(spare) == 1 }, "a spare wrapper")
+	work := t.TempDir()
+	f.mustCall(api.VerbExec, api.ExecRequest{Command: `pwd; echo "v=$FM_SPARE_TEST"; cat ` + filepath.Join(creds, "node.creds") + `; exit 7`, Cwd: work,
+		Env: map[string]string{"FM_SPARE_TEST": "through-the-spare"}}, &r)
+	if r.ExitCode == nil || *r.ExitCode != 7 || r.Stdout != work+"\nv=through-the-spare\n" || r.Stderr == "" {
+		t.Fatalf("exec through the spare: %+v", r)
+	}
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		now := spareWrappers(t)
+		return len(now) == 1 && now[0] != spare[0]
+	}, "the spare used and a new one waiting")
+	if err := f.node.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if left := spareWrappers(t); len(left) > 0 {
+		t.Fatalf("spare wrappers %v left after Close", left)
 	}
 }

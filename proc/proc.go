@@ -46,7 +46,10 @@ type Spec struct {
 	// writes passes through it before it is kept, so every read (a cut, a
 	// window at any offset) sees only redacted bytes, at offsets of the
 	// redacted stream. Redacting on read instead would let a reader choose
-	// windows that split a secret so no pattern matches either piece.
+	// windows that split a secret so no pattern matches either piece. It is
+	// called when the stream's first bytes come (a process started ahead of its
+	// program gets the redactor in force when the program writes); a nil
+	// Redactor keeps the stream as it is.
 	Redact func() Redactor
 }
 
@@ -74,12 +77,12 @@ type Exit struct {
 type Proc struct {
 	cmd            *exec.Cmd
 	stdout, stderr *capture
-	started        time.Time
 	done           chan struct{} // closed once the process has ended and its output is read
 
-	mu     sync.Mutex // guards exit and killed
-	exit   Exit
-	killed bool
+	mu      sync.Mutex // guards exit, killed and started
+	exit    Exit
+	killed  bool
+	started time.Time
 }
 
 // readGrace bounds the wait for a stream's end once the process and its process
@@ -128,12 +131,12 @@ func Start(spec Spec) (*Proc, error) {
 		copies.Add(1)
 		var w io.Writer = c
 		if spec.Redact != nil {
-			w = &redacting{c: c, r: spec.Redact()}
+			w = &redacting{c: c, make: spec.Redact}
 		}
 		go func() { // owned by p: waited for before done closes
 			defer copies.Done()
 			_, _ = io.Copy(w, readers[i])
-			if rw, ok := w.(*redacting); ok {
+			if rw, ok := w.(*redacting); ok && rw.r != nil {
 				c.Write(rw.r.Flush())
 			}
 		}()
@@ -142,13 +145,23 @@ func Start(spec Spec) (*Proc, error) {
 	return p, nil
 }
 
-// redacting keeps what its redactor releases of a stream.
+// redacting keeps what its redactor releases of a stream; the redactor is made
+// at the first write (nil: the bytes are kept as they come).
 type redacting struct {
-	c *capture
-	r Redactor
+	c       *capture
+	make    func() Redactor
+	r       Redactor
+	decided bool
 }
 
 func (w *redacting) Write(p []byte) (int, error) {
+	if !w.decided {
+		w.r, w.decided = w.make(), true
+	}
+	if w.r == nil {
+		w.c.Write(p)
+		return len(p), nil
+	}
 	w.c.Write(w.r.Write(p))
 	return len(p), nil
 }
@@ -163,7 +176,7 @@ func closeAll(fs []*os.File) {
 // its streams to their end (or readGrace) and closes done.
 func (p *Proc) reap(readers []*os.File, copies *sync.WaitGroup) {
 	err := p.cmd.Wait()
-	dur := time.Since(p.started)
+	dur := time.Since(p.Started())
 	// A process the command left behind in its group ends with it: the group id
 	// stays reserved while any member lives, so this reaches only them.
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
@@ -235,7 +248,19 @@ func (p *Proc) Kill() {
 }
 
 // Started is when the process started.
-func (p *Proc) Started() time.Time { return p.started }
+func (p *Proc) Started() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.started
+}
+
+// Restart times the process from t on: a process started ahead of its program
+// (a sandbox wrapper waiting for it) is timed from when it got it.
+func (p *Proc) Restart(t time.Time) {
+	p.mu.Lock()
+	p.started = t
+	p.mu.Unlock()
+}
 
 // Pid is the process's id (its process group's too).
 func (p *Proc) Pid() int { return p.cmd.Process.Pid }
@@ -245,7 +270,7 @@ func (p *Proc) Duration() time.Duration {
 	if ex, ok := p.Exit(); ok {
 		return ex.Duration
 	}
-	return time.Since(p.started)
+	return time.Since(p.Started())
 }
 
 func (p *Proc) stream(name string) (*capture, error) {

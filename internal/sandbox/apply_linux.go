@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -32,6 +33,25 @@ func run(fd int, argv []string) error {
 	var spec Spec
 	if err := json.Unmarshal(b, &spec); err != nil {
 		return fmt.Errorf("spec: %w", err)
+	}
+	if len(argv) == 0 { // started by Later: the program comes with the spec
+		argv = spec.Argv
+		if len(argv) == 0 || argv[0] == "" {
+			return errors.New("spec without a program")
+		}
+		if spec.Dir != "" {
+			if err := unix.Chdir(spec.Dir); err != nil {
+				return fmt.Errorf("chdir %s: %w", spec.Dir, err)
+			}
+		}
+		if spec.Env != nil {
+			os.Clearenv()
+			for _, kv := range spec.Env {
+				if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+					_ = os.Setenv(k, v)
+				}
+			}
+		}
 	}
 	p := spec.Profile
 	if p != nil {
@@ -95,7 +115,7 @@ func run(fd int, argv []string) error {
 		}
 	}
 	if err := unix.Exec(path, argv, os.Environ()); err != nil {
-		return fmt.Errorf("exec %s: %w", argv[0], err)
+		return fmt.Errorf("%w: exec %s: %w", ErrProgram, argv[0], err)
 	}
 	return nil
 }

@@ -37,6 +37,11 @@ const FD = 5
 // ErrUnsupported matches an error of a Spec the kernel cannot enforce.
 var ErrUnsupported = errors.New("sandbox: not enforceable here")
 
+// ErrProgram matches the error of a wrapper that confined itself but could not
+// execve the program (no such file, not executable): the caller's mistake, not
+// the sandbox's.
+var ErrProgram = errors.New("sandbox: the program did not start")
+
 // Spec is what the wrapper applies before it runs the program.
 type Spec struct {
 	// Profile confines files, network and resources; nil: only Hide applies.
@@ -55,6 +60,12 @@ type Spec struct {
 	UID    uint32   `json:"uid,omitempty"`
 	GID    uint32   `json:"gid,omitempty"`
 	Groups []uint32 `json:"groups,omitempty"`
+	// Argv, Dir and Env are the program of a wrapper started before it was known
+	// (Later): it changes to Dir, and execve's Argv with Env (nil: its own).
+	// A wrapper started by Wrap runs the argv it was given and ignores them.
+	Argv []string `json:"argv,omitempty"`
+	Dir  string   `json:"dir,omitempty"`
+	Env  []string `json:"env,omitempty"`
 }
 
 // Wrapped is a program wrapped for the sandbox: run Argv with Child as the
@@ -63,6 +74,7 @@ type Wrapped struct {
 	Argv  []string
 	Child []*os.File
 	done  *os.File // the read end of the report pipe
+	spec  *os.File // Later's: the write end of the spec pipe, until Send
 }
 
 // Wrap returns argv wrapped to run under spec. self is the wrapper binary (""
@@ -79,7 +91,7 @@ func Wrap(self string, spec Spec, argv []string) (*Wrapped, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(b) > 60<<10 {
+	if len(b) > maxSpec {
 		return nil, fmt.Errorf("sandbox: spec of %d bytes", len(b))
 	}
 	r, w, err := os.Pipe()
@@ -98,6 +110,72 @@ func Wrap(self string, spec Spec, argv []string) (*Wrapped, error) {
 		return nil, fmt.Errorf("sandbox: pipe: %w", err)
 	}
 	return &Wrapped{Argv: append([]string{self, Verb, strconv.Itoa(FD), "--"}, argv...), Child: []*os.File{r, dw}, done: dr}, nil
+}
+
+// maxSpec bounds a Spec's JSON (it must fit the pipe's buffer: writing never blocks).
+const maxSpec = 60 << 10
+
+// Later is Wrap for a program not known yet: start Argv (with Child) now, and
+// the wrapper does its start-up (a Go binary's, milliseconds) ahead of time and
+// then waits, unconfined but running nothing else, until Send gives it the Spec
+// with the program (Spec.Argv, Dir, Env). Then CloseChild (once started) and
+// Wait as with Wrap; Close when it will not be used.
+func Later(self string) (*Wrapped, error) {
+	if self == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: own binary: %w", err)
+		}
+		self = exe
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: pipe: %w", err)
+	}
+	dr, dw, err := os.Pipe()
+	if err != nil {
+		r.Close()
+		w.Close()
+		return nil, fmt.Errorf("sandbox: pipe: %w", err)
+	}
+	return &Wrapped{Argv: []string{self, Verb, strconv.Itoa(FD), "--"}, Child: []*os.File{r, dw}, done: dr, spec: w}, nil
+}
+
+// Send gives a wrapper from Later its Spec: what to confine and the program to
+// run (spec.Argv must be set). It fails, sending nothing, when the Spec is too
+// large; it can be sent once.
+func (w *Wrapped) Send(spec Spec) error {
+	if w.spec == nil {
+		return errors.New("sandbox: no wrapper waits for a spec")
+	}
+	if len(spec.Argv) == 0 {
+		return errors.New("sandbox: a spec without a program")
+	}
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	if len(b) > maxSpec {
+		return fmt.Errorf("sandbox: spec of %d bytes", len(b))
+	}
+	_, err = w.spec.Write(b)
+	w.spec.Close()
+	w.spec = nil
+	if err != nil {
+		return fmt.Errorf("sandbox: spec: %w", err)
+	}
+	return nil
+}
+
+// Close releases what is left of w (a wrapper from Later that never got its Spec
+// reads an empty one and fails, running nothing).
+func (w *Wrapped) Close() {
+	w.CloseChild()
+	if w.spec != nil {
+		w.spec.Close()
+		w.spec = nil
+	}
+	w.done.Close()
 }
 
 // CloseChild closes the child's ends (once it started, or when it will not).
@@ -123,24 +201,34 @@ func (w *Wrapped) Wait(timeout time.Duration) error {
 		if bytes.HasPrefix(msg, []byte(unsupportedMark)) {
 			return fmt.Errorf("%w: %s", ErrUnsupported, msg[len(unsupportedMark):])
 		}
+		if bytes.HasPrefix(msg, []byte(programMark)) {
+			return fmt.Errorf("%w: %s", ErrProgram, msg[len(programMark):])
+		}
 		return fmt.Errorf("sandbox: %s", msg)
 	}
 	return nil
 }
 
-// unsupportedMark starts a report of an ErrUnsupported failure.
-const unsupportedMark = "unsupported: "
+// unsupportedMark starts a report of an ErrUnsupported failure, programMark one
+// of an ErrProgram failure.
+const (
+	unsupportedMark = "unsupported: "
+	programMark     = "program: "
+)
 
 func init() {
-	if len(os.Args) > 4 && os.Args[1] == Verb && os.Args[3] == "--" {
+	if len(os.Args) > 3 && os.Args[1] == Verb && os.Args[3] == "--" {
 		fd, err := strconv.Atoi(os.Args[2])
 		if err == nil {
 			err = run(fd, os.Args[4:])
 		}
 		// run returns only on failure: the program never ran.
 		msg := err.Error()
-		if errors.Is(err, ErrUnsupported) {
+		switch {
+		case errors.Is(err, ErrUnsupported):
 			msg = unsupportedMark + msg
+		case errors.Is(err, ErrProgram):
+			msg = programMark + msg
 		}
 		_, _ = unix.Write(FD+1, []byte(msg))
 		fmt.Fprintf(os.Stderr, "fleetmux: sandbox: %v\r\n", err)

@@ -1,0 +1,123 @@
+package node
+
+import (
+	"os"
+	"time"
+
+	"github.com/fleetmux/fleetmux/internal/sandbox"
+	"github.com/fleetmux/fleetmux/proc"
+)
+
+// A sandboxed exec starts through the sandbox wrapper, a re-executed copy of
+// this binary, whose start-up (the Go runtime and every package's init,
+// milliseconds) would be most of an exec of `true`. So once a node has run a
+// sandboxed exec, it keeps one wrapper started ahead (sandbox.Later): it has done
+// its start-up and waits, running nothing, for the next exec's spec on its pipe
+// (the program, its dir and environment, the profile, the hidden paths), then
+// confines itself and execve's the program as a wrapper started for it would. An
+// exec with stdin, and one that finds the spare dead, starts its wrapper cold.
+// The spare is the exec table's: close ends it.
+
+// spare is a wrapper started ahead and its process.
+type spare struct {
+	p *proc.Proc
+	w *sandbox.Wrapped
+}
+
+// end stops a spare that will not be used (it reads an empty spec and runs nothing).
+func (s *spare) end() {
+	s.w.Close()
+	s.p.Kill()
+	<-s.p.Done()
+}
+
+// takeSpare returns the spare wrapper when one waits alive (nil otherwise), and
+// has the next one started.
+func (n *Node) takeSpare() *spare {
+	t := &n.execs
+	t.mu.Lock()
+	s := t.spare
+	t.spare = nil
+	if !t.closed && !t.refilling {
+		t.refilling = true
+		t.spares.Add(1)
+		go n.refillSpare() // owned by the exec table: close waits for it
+	}
+	t.mu.Unlock()
+	if s != nil {
+		if _, ended := s.p.Exit(); ended {
+			s.end()
+			return nil
+		}
+	}
+	return s
+}
+
+// refillSpare starts the next spare and keeps it (ends it when the table closed).
+func (n *Node) refillSpare() {
+	t := &n.execs
+	defer t.spares.Done()
+	s, err := n.startSpare()
+	t.mu.Lock()
+	t.refilling = false
+	keep := err == nil && !t.closed && t.spare == nil
+	if keep {
+		t.spare = s
+	}
+	t.mu.Unlock()
+	if err != nil {
+		n.log.Debug("no spare exec wrapper", "err", err)
+	}
+	if !keep && s != nil {
+		s.end()
+	}
+}
+
+// startSpare starts a wrapper that waits for its spec, with the environment an
+// exec gets without extras (never the node's credentials) and stdin /dev/null.
+func (n *Node) startSpare() (*spare, error) {
+	w, err := sandbox.Later("")
+	if err != nil {
+		return nil, err
+	}
+	spec := proc.Spec{Argv: w.Argv, Dir: "/", Env: proc.Environ(os.Environ(), nil), HeadBytes: execHead, TailBytes: execTail, Redact: n.execRedactor}
+	spec.ExtraFiles = make([]*os.File, sandbox.FD-3, sandbox.FD-3+len(w.Child))
+	spec.ExtraFiles = append(spec.ExtraFiles, w.Child...)
+	p, err := proc.Start(spec)
+	w.CloseChild()
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	return &spare{p: p, w: w}, nil
+}
+
+// useSpare runs spec's program in a spare wrapper under ss: its process (timed
+// from now), or nil when there is no spare or spec needs what a spare cannot
+// give (stdin, more files).
+func (n *Node) useSpare(spec proc.Spec, ss sandbox.Spec) (*proc.Proc, *sandbox.Wrapped) {
+	if spec.Stdin != nil || len(spec.ExtraFiles) > 0 {
+		return nil, nil
+	}
+	s := n.takeSpare()
+	if s == nil {
+		return nil, nil
+	}
+	ss.Argv, ss.Dir, ss.Env = spec.Argv, spec.Dir, spec.Env
+	if err := s.w.Send(ss); err != nil {
+		s.end()
+		return nil, nil
+	}
+	s.p.Restart(time.Now())
+	return s.p, s.w
+}
+
+// execRedactor is the redactor of an exec's stream under the redaction in force
+// when the stream's first bytes come (nil: nothing to redact).
+func (n *Node) execRedactor() proc.Redactor {
+	p := n.guard.Redaction()
+	if p == nil || len(p.Redacts) == 0 {
+		return nil
+	}
+	return p.NewRedactor()
+}
