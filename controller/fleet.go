@@ -210,6 +210,28 @@ func (c *Controller) WatchEvents(node, id string, fn func(api.SessionEvent)) (st
 	return func() { _ = unsub() }, nil
 }
 
+// WatchBlocks calls fn with each block event of the session (api.BlockEvent, from
+// the node's block subject: a block started or finished) from now until stop is
+// called. fn runs on the bus's goroutine: it must not block.
+func (c *Controller) WatchBlocks(node, id string, fn func(api.BlockEvent)) (stop func(), err error) {
+	if err := api.ValidName(node); err != nil {
+		return nil, api.Errorf(api.CodeBadRequest, "node: %v", err)
+	}
+	if err := api.ValidName(id); err != nil {
+		return nil, api.Errorf(api.CodeBadRequest, "session id: %v", err)
+	}
+	unsub, err := c.share.Subscribe(c.subj.Block(node, id), func(_ string, _ map[string]string, data []byte) {
+		var ev api.BlockEvent
+		if json.Unmarshal(data, &ev) == nil && ev.Node == node && ev.Session == id {
+			fn(ev)
+		}
+	})
+	if err != nil {
+		return nil, api.Errorf(api.CodeUnavailable, "cannot subscribe to the blocks of %s/%s", node, id)
+	}
+	return func() { _ = unsub() }, nil
+}
+
 // Keys sends named keys to a session.
 func (c *Controller) Keys(ctx context.Context, node, id string, keys ...string) error {
 	return c.sessionCall(ctx, node, id, "keys", api.KeysRequest{Session: id, Keys: keys}, nil, 0)

@@ -109,27 +109,62 @@ func (s *Server) liveConn(rctx context.Context, ws *websocket.Conn, valid func()
 	}()
 	enc := newLiveEncoder(ws.Subprotocol(), time.Now())
 
+	// Block markers: the blocks that start from now on, placed at their first
+	// byte as the recording places them. Subscribed before the redraw, so none
+	// that starts after the screen is missed.
+	out := &liveWriter{enc: enc, q: q, valid: valid, off: -1, wake: make(chan struct{}, 1)}
+	stopBlocks, err := s.fleet.WatchBlocks(node, id, func(ev api.BlockEvent) {
+		if ev.Type == api.BlockStarted {
+			out.marker(ev.Block.N, ev.Block.Start, ev.Block.Command)
+		}
+	})
+	if err != nil {
+		s.log.Debug("live stream without block markers", "node", node, "session", id, "err", err)
+		stopBlocks = func() {}
+	}
+	defer stopBlocks()
 	var screen bytes.Buffer
 	start, err := s.fleet.Redraw(ctx, node, id, &screen)
 	var exitCode *int
 	var exited bool
-	out := &liveWriter{enc: enc, q: q, valid: valid}
 	if err == nil {
+		out.mu.Lock()
 		err = q.push(enc.start(sess.Cols, sess.Rows, screen.Bytes())...)
+		out.off, out.start = start, start
+		err = errors.Join(err, out.flushLate())
+		out.mu.Unlock()
 	}
 	if err == nil {
 		// Resizes: the session's size, looked at every liveResizeEvery while the
 		// stream runs (output is the stream's clock; a resize is rare).
-		pctx, stopPoll := context.WithCancel(ctx)
+		// And the output held back for the markers (liveHold), queued once old
+		// enough when no more comes. A failure there ends the follow.
+		fctx, stopFollow := context.WithCancel(ctx)
 		var polling sync.WaitGroup
-		polling.Add(1)
+		polling.Add(2)
 		go func() {
 			defer polling.Done()
-			s.pollSize(pctx, node, id, sess.Cols, sess.Rows, out)
+			s.pollSize(fctx, node, id, sess.Cols, sess.Rows, out)
 		}()
-		exitCode, exited, err = s.fleet.Follow(ctx, node, id, start, out)
-		stopPoll()
+		var releaseErr error
+		go func() {
+			defer polling.Done()
+			if releaseErr = out.releaseLoop(fctx); releaseErr != nil {
+				stopFollow()
+			}
+		}()
+		exitCode, exited, err = s.fleet.Follow(fctx, node, id, start, out)
+		stopFollow()
 		polling.Wait()
+		if releaseErr != nil && ctx.Err() == nil {
+			err = releaseErr
+		}
+	}
+	if err == nil {
+		// What is held goes now (all of it), then the end.
+		out.mu.Lock()
+		err = out.release(time.Time{})
+		out.mu.Unlock()
 	}
 	if err == nil && exited {
 		err = out.push(enc.exit(exitCode))
@@ -194,7 +229,10 @@ func (s *Server) pollSize(ctx context.Context, node, id string, cols, rows int, 
 		}
 		cols, rows = sess.Cols, sess.Rows
 		out.mu.Lock()
-		err = out.q.push(out.enc.resize(cols, rows)...)
+		err = out.release(time.Time{}) // the output before the resize first
+		if err == nil {
+			err = out.q.push(out.enc.resize(cols, rows)...)
+		}
 		out.mu.Unlock()
 		if err != nil {
 			return
@@ -203,24 +241,139 @@ func (s *Server) pollSize(ctx context.Context, node, id string, cols, rows int, 
 }
 
 // liveWriter turns the session's output into frames on the queue. Its mutex orders
-// the encoder's use (output, resizes) with the frames' order on the queue.
+// the encoder's use (output, resizes, markers) with the frames' order on the queue.
+//
+// A block's marker goes right before the block's first byte, as in the recording;
+// but the node tells of a block's start (the block subject) a little after the
+// block's first output (the output subject). So output is held back liveHold
+// before it is queued, and a marker that comes in time takes its place in it; one
+// that comes later still goes at once.
 type liveWriter struct {
 	mu    sync.Mutex
 	enc   *liveEncoder
 	q     *liveQueue
 	valid func() bool
+	// off is the output offset after the last byte Write got (-1 until the
+	// stream has its start), start the stream's first.
+	off, start int64
+	// held is the output not queued yet (the heldBytes before off), with when
+	// each piece came.
+	held      []heldOutput
+	heldBytes int
+	wake      chan struct{} // output is held: releaseLoop has work
+	// marks are the markers of blocks that start at or after the output queued,
+	// by offset; lastN the last block number taken (each block gets one marker).
+	marks []liveMark
+	lastN int
 }
+
+// liveHold is how long output waits for the marker of a block starting in it.
+const liveHold = 50 * time.Millisecond
+
+// heldOutput is output waiting to be queued.
+type heldOutput struct {
+	data []byte
+	came time.Time
+}
+
+// liveMark is a block's marker waiting for the block's first byte.
+type liveMark struct {
+	at    int64
+	label string
+}
+
+// liveMaxMarks bounds the markers waiting for their output.
+const liveMaxMarks = 64
 
 func (lw *liveWriter) Write(p []byte) (int, error) {
 	if !lw.valid() {
 		return 0, errRevoked
 	}
+	now := time.Now()
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
-	if err := lw.q.push(lw.enc.output(p)...); err != nil {
+	lw.held = append(lw.held, heldOutput{data: bytes.Clone(p), came: now})
+	lw.heldBytes += len(p)
+	lw.off += int64(len(p))
+	if lw.heldBytes > lw.q.max { // held counts as queued: a viewer never holds more
+		return 0, errSlow
+	}
+	if err := lw.release(now.Add(-liveHold)); err != nil {
 		return 0, err
 	}
+	select {
+	case lw.wake <- struct{}{}:
+	default:
+	}
 	return len(p), nil
+}
+
+// release queues the held output that came before (all of it when before is
+// zero), each marker right before its block's first byte. lw.mu is held.
+func (lw *liveWriter) release(before time.Time) error {
+	sent := lw.off - int64(lw.heldBytes)
+	for len(lw.held) > 0 && (before.IsZero() || !lw.held[0].came.After(before)) {
+		p := lw.held[0].data
+		lw.held[0] = heldOutput{}
+		lw.held = lw.held[1:]
+		lw.heldBytes -= len(p)
+		for len(lw.marks) > 0 && lw.marks[0].at < sent+int64(len(p)) {
+			k := max(lw.marks[0].at-sent, 0)
+			if err := lw.q.push(lw.enc.output(p[:k])...); err != nil {
+				return err
+			}
+			p, sent = p[k:], sent+k
+			if err := lw.q.push(lw.enc.marker(lw.marks[0].label)); err != nil {
+				return err
+			}
+			lw.marks = lw.marks[1:]
+		}
+		if err := lw.q.push(lw.enc.output(p)...); err != nil {
+			return err
+		}
+		sent += int64(len(p))
+	}
+	if len(lw.held) == 0 {
+		lw.held = nil
+	}
+	return nil
+}
+
+// releaseLoop queues held output once it is liveHold old, when no Write comes to
+// do it, until ctx ends or queueing fails.
+func (lw *liveWriter) releaseLoop(ctx context.Context) error {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-lw.wake:
+		}
+		for {
+			lw.mu.Lock()
+			if len(lw.held) == 0 {
+				lw.mu.Unlock()
+				break
+			}
+			due := lw.held[0].came.Add(liveHold)
+			var err error
+			if !time.Now().Before(due) {
+				err = lw.release(time.Now().Add(-liveHold))
+			}
+			lw.mu.Unlock()
+			if err != nil {
+				return err
+			}
+			t.Reset(time.Until(due))
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
+		}
+	}
 }
 
 // push queues frames made apart from Write (the exit).
@@ -228,6 +381,66 @@ func (lw *liveWriter) push(fs []frame) error {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
 	return lw.q.push(fs...)
+}
+
+// marker places the marker of block n, which starts at output offset at, before
+// the block's first byte: when the output gets there, or at once when the output
+// there is queued already (the news came late). Blocks that started before the
+// stream get none (its screen shows them); each block gets one.
+func (lw *liveWriter) marker(n int, at int64, command string) {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	if n <= lw.lastN || len(lw.marks) >= liveMaxMarks {
+		return
+	}
+	lw.lastN = n
+	m := liveMark{at: at, label: markerLabel(n, command)}
+	i := len(lw.marks)
+	for i > 0 && lw.marks[i-1].at > at {
+		i--
+	}
+	lw.marks = slices.Insert(lw.marks, i, m)
+	if lw.off >= 0 {
+		_ = lw.flushLate() // a full queue fails the next Write too
+	}
+}
+
+// flushLate queues the markers of blocks whose first byte is queued already: those
+// of blocks that started before the stream are dropped, the others go now. lw.mu
+// is held.
+func (lw *liveWriter) flushLate() error {
+	sent := lw.off - int64(lw.heldBytes)
+	for len(lw.marks) > 0 && lw.marks[0].at < sent {
+		m := lw.marks[0]
+		lw.marks = lw.marks[1:]
+		if m.at < lw.start {
+			continue
+		}
+		if err := lw.q.push(lw.enc.marker(m.label)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// markerLabel is a block's marker label as the recording writes it ("block N:
+// COMMAND", replay.BlockLabel), the command cut at 200 bytes and its control
+// characters shown as spaces.
+func markerLabel(n int, command string) string {
+	if len(command) > 200 {
+		k := 200
+		for k > 0 && !utf8.RuneStart(command[k]) {
+			k--
+		}
+		command = command[:k] + "…"
+	}
+	command = strings.Map(func(r rune) rune {
+		if r < 0x20 || r >= 0x7f && r < 0xa0 {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(command, "\ufffd"))
+	return "block " + strconv.Itoa(n) + ": " + command
 }
 
 // liveQueue holds the frames waiting for a viewer, at most max bytes of them.
@@ -397,6 +610,23 @@ func (e *liveEncoder) resize(cols, rows int) []frame {
 		return []frame{{typ: websocket.MessageBinary, data: b}}
 	}
 	return []frame{e.event(rel, "r", []byte(strconv.Itoa(cols)+"x"+strconv.Itoa(rows)))}
+}
+
+// marker is the frame of a marker with label (the output held back, an incomplete
+// character, stays held: it belongs to the output after the marker's block start
+// only when the block starts inside it, which a character cannot).
+func (e *liveEncoder) marker(label string) frame {
+	rel := e.tick()
+	if e.alis {
+		e.id++
+		b := append([]byte(nil), 'm')
+		b = binary.AppendUvarint(b, e.id)
+		b = binary.AppendUvarint(b, uint64(rel.Microseconds()))
+		b = binary.AppendUvarint(b, uint64(len(label)))
+		b = append(b, label...)
+		return frame{typ: websocket.MessageBinary, data: b}
+	}
+	return e.event(rel, "m", []byte(label))
 }
 
 // exit is the frames of the session's end: the output held back (an incomplete

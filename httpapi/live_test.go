@@ -18,6 +18,7 @@ import (
 	"github.com/fleetmux/fleetmux/httpapi"
 	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/fleetmux/fleetmux/internal/testutil/stack"
+	"github.com/fleetmux/fleetmux/replay"
 )
 
 // dialLive opens GET path/live offering protos, with the fixture's token (when
@@ -222,6 +223,9 @@ func TestLive(t *testing.T) {
 				}
 				return false
 			}, "a resize event")
+			// The block the typed command makes gets a marker, as in the recording.
+			var bl api.BlockList
+			f.Must(200, "GET", path+"/blocks", nil, &bl)
 			f.Must(200, "POST", path+"/input", api.InputBody{Data: "printf 'live-%s é\\n' $((6*7)); exit 5\n"}, nil)
 			select {
 			case <-ls.done:
@@ -256,9 +260,33 @@ func TestLive(t *testing.T) {
 				}
 				last = ev.t
 			}
-			want := "reset o x"
+			want := "reset o m o x"
 			if proto == httpapi.ProtoALiS {
-				want = "magic reset o x eot"
+				want = "magic reset o m o x eot"
+			}
+			// The marker: its label as the recording's, right before the block's
+			// first byte.
+			var before strings.Builder
+			var mark *liveEvent
+			for i, ev := range ls.events[1:] {
+				if ev.code == "m" {
+					mark = &ls.events[i+1]
+					break
+				}
+				if ev.code == "o" && (i > 0 || proto == httpapi.ProtoALiS) {
+					before.WriteString(ev.data)
+				}
+			}
+			wantLabel := fmt.Sprintf("block %d: printf 'live-%%s é\\n' $((6*7)); exit 5", len(bl.Blocks)+1)
+			if mark == nil || mark.data != wantLabel {
+				t.Errorf("marker %+v, want label %q", mark, wantLabel)
+			} else if n, _, _, ok := replay.MarkerBlock(mark.data); !ok || n != len(bl.Blocks)+1 {
+				t.Errorf("the marker's label %q does not read back as block %d", mark.data, len(bl.Blocks)+1)
+			}
+			var after api.BlockResult
+			f.Must(200, "GET", fmt.Sprintf("%s/blocks/%d", path, len(bl.Blocks)+1), nil, &after)
+			if at := int64(len(raw)-len(out)) + int64(before.Len()); at != after.Block.Start {
+				t.Errorf("the marker is at output offset %d, the block starts at %d", at, after.Block.Start)
 			}
 			if strings.Join(codes, " ") != want {
 				t.Errorf("events %v, want %s", codes, want)

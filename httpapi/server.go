@@ -71,6 +71,9 @@ type Fleet interface {
 	// format (api.RecordingV3 or api.RecordingV2); an error before the first write
 	// leaves w untouched.
 	Recording(ctx context.Context, node, id string, format int, w io.Writer) error
+	// WatchBlocks calls fn with each block event of the session from now until
+	// stop is called; fn must not block.
+	WatchBlocks(node, id string, fn func(api.BlockEvent)) (stop func(), err error)
 	// AttachInput types a person's keystrokes into a session (an attach's input).
 	AttachInput(ctx context.Context, node, id, data string) error
 	Fanout(ctx context.Context, req api.FanoutRequest) (api.Fanout, error)
