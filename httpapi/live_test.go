@@ -226,7 +226,10 @@ func TestLive(t *testing.T) {
 			// The block the typed command makes gets a marker, as in the recording.
 			var bl api.BlockList
 			f.Must(200, "GET", path+"/blocks", nil, &bl)
-			f.Must(200, "POST", path+"/input", api.InputBody{Data: "printf 'live-%s é\\n' $((6*7)); exit 5\n"}, nil)
+			// (Its first output comes half a second after its start: the marker's
+			// news, a moment after the start, is there before it however loaded
+			// the machine is.)
+			f.Must(200, "POST", path+"/input", api.InputBody{Data: "sleep 0.5; printf 'live-%s é\\n' $((6*7)); exit 5\n"}, nil)
 			select {
 			case <-ls.done:
 			case <-time.After(20 * time.Second):
@@ -277,7 +280,7 @@ func TestLive(t *testing.T) {
 					before.WriteString(ev.data)
 				}
 			}
-			wantLabel := fmt.Sprintf("block %d: printf 'live-%%s é\\n' $((6*7)); exit 5", len(bl.Blocks)+1)
+			wantLabel := fmt.Sprintf("block %d: sleep 0.5; printf 'live-%%s é\\n' $((6*7)); exit 5", len(bl.Blocks)+1)
 			if mark == nil || mark.data != wantLabel {
 				t.Errorf("marker %+v, want label %q", mark, wantLabel)
 			} else if n, _, _, ok := replay.MarkerBlock(mark.data); !ok || n != len(bl.Blocks)+1 {

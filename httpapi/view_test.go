@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -66,7 +67,7 @@ func (r *stalledReader) bytes() int {
 }
 
 // TestAttachViewRedrawnWhenBehind: a terminal's attach that stops reading while the
-// session prints 16 MB does not get 16 MB when it reads again: its queue dropped
+// session prints does not get what it missed when it reads again: its queue dropped
 // what it could not take and it gets the current screen instead (the command's last
 // line shows). On the old code every byte was queued for it. An attach from an
 // offset (?from=) still gets every byte, in order.
@@ -104,16 +105,31 @@ func TestAttachViewRedrawnWhenBehind(t *testing.T) {
 	re.mu.Unlock()
 	exact.Close()
 
-	// A view that does not read while 16 MB come.
-	const n = 16_000_000
+	// A view that does not read while the first 2 MB of 8 come (a stall well
+	// within the 10 s a write may block for, however slow the machine), then
+	// reads again: it was redrawn, and it never gets the bytes it missed.
+	const n, stall = 8_000_000, 2_000_000
 	view := f.dialAttach(t, path)
 	defer view.Close()
 	letGo := make(chan struct{})
 	rv := readWhenTold(view, letGo, false)
-	flood(n, "END")
+	base := offset()
+	ran := make(chan error, 1)
+	go func() {
+		code, b := f.Do("POST", path+"/run", api.RunBody{Command: "yes " + strings.Repeat("x", 80) + " | head -c " + strconv.Itoa(n) + "; echo END-$((6*7))",
+			TimeoutMS: 120_000, MaxOutputBytes: 256})
+		if code != http.StatusOK {
+			ran <- fmt.Errorf("flood: %d %s", code, b)
+		}
+		close(ran)
+	}()
+	testutil.Eventually(t, 60*time.Second, func() bool { return offset() >= base+stall }, "the first 2 MB of output")
 	close(letGo)
+	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
 	testutil.Eventually(t, 30*time.Second, func() bool { return rv.has("END-42") }, "the view to show the command's end")
-	if got := rv.bytes(); got > n/2 {
+	if got := rv.bytes(); got > n-stall/2 {
 		t.Errorf("a view that stopped reading got %d of %d bytes: it was not redrawn", got, n)
 	}
 	t.Logf("the view that stopped reading got %d bytes of %d", rv.bytes(), n)
