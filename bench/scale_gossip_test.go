@@ -325,7 +325,16 @@ func TestScaleGossip(t *testing.T) {
 				}
 				return true
 			}
+			lastLog := time.Now()
 			for deadline := time.Now().Add(scaleConverge); !converged(); {
+				if time.Since(lastLog) > time.Minute {
+					lastLog = time.Now()
+					least := len(members)
+					for _, g := range members {
+						least = min(least, g.ml.NumMembers())
+					}
+					t.Logf("after %v: every member knows at least %d of %d", time.Since(began).Round(time.Second), least, len(members))
+				}
 				if time.Now().After(deadline) {
 					var counts []int
 					for _, g := range members[:min(len(members), 20)] {
