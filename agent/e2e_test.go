@@ -295,6 +295,57 @@ func TestAgentTree(t *testing.T) {
 	}
 }
 
+// TestAgentTreeLimitsByPolicy: a policy's agents section changes the tree
+// limits: with max_depth 3 and max_children 2, a grandchild may spawn (on
+// either node) and a third child or a great-grandchild may not; killing the root
+// ends every level.
+func TestAgentTreeLimitsByPolicy(t *testing.T) {
+	f := stack.New(t, stack.Options{Policy: true})
+	f.Must(http.StatusOK, "PUT", "/v1/policy", []byte(`{"version": 1, "rules": [{"name": "default", "action": "allow"}],
+		"agents": {"max_depth": 3, "max_children": 2}}`), nil)
+	var root api.Agent
+	testutil.Eventually(t, 10*time.Second, func() bool { // the nodes apply the policy within a second
+		var code int
+		var b []byte
+		root, code, b = spawnGeneric(f, "n1", "")
+		return code == http.StatusCreated && json.Unmarshal(b, &root) == nil
+	}, "a root agent under the policy")
+	spawn := func(node, parent string, want int, what string) api.Agent {
+		t.Helper()
+		a, code, b := spawnGeneric(f, node, parent)
+		if code != want {
+			t.Fatalf("%s: %d %s, want %d", what, code, b, want)
+		}
+		if want != http.StatusCreated {
+			var e api.ErrorReply
+			if json.Unmarshal(b, &e) != nil || e.Error == nil || e.Error.Code != api.CodeLimit {
+				t.Fatalf("%s: %s, want a limit error", what, b)
+			}
+			t.Logf("%s: %s", what, e.Error.Message)
+		}
+		return a
+	}
+	var all []api.Agent
+	for i := range 2 {
+		all = append(all, spawn([]string{"n1", "n2"}[i], root.Address(), http.StatusCreated, "a child"))
+	}
+	spawn("n2", root.Address(), http.StatusTooManyRequests, "a third child")
+	var grand []api.Agent
+	for _, k := range all {
+		g := spawn("n1", k.Address(), http.StatusCreated, "a grandchild")
+		if g.Depth != 3 {
+			t.Fatalf("grandchild at depth %d", g.Depth)
+		}
+		grand = append(grand, g)
+	}
+	spawn("n2", grand[0].Address(), http.StatusTooManyRequests, "a great-grandchild")
+	all = append(append(all, grand...), root)
+	f.Must(http.StatusOK, "DELETE", "/v1/agents/"+root.Node+"/"+root.ID, nil, nil)
+	for _, k := range all {
+		f.APIErr(http.StatusNotFound, api.CodeNotFound, "GET", "/v1/agents/"+k.Node+"/"+k.ID, nil)
+	}
+}
+
 // TestAgentSecret: a node secret reaches an agent's environment only when a
 // secrets entry of the policy names the agent's driver, and its value is in no
 // reply: not the spawn's, not the list's, not the output's or the screen's

@@ -63,10 +63,15 @@ var Drivers = []string{DriverClaude, DriverCodex, DriverOpenCode, DriverGemini, 
 // a token (no parent agent) is at depth 1.
 const (
 	// MaxSpawnDepth bounds how deep a tree of agents grows: a child of a root
-	// agent is at depth 2, and may spawn none.
+	// agent is at depth 2, and may spawn none. A policy may set another
+	// (`agents: {max_depth}`), up to MaxSpawnDepthCap.
 	MaxSpawnDepth = 2
-	// MaxChildren bounds the live children of one agent.
+	// MaxChildren bounds the live children of one agent; a policy may set
+	// another (`agents: {max_children}`), up to MaxChildrenCap.
 	MaxChildren = 10
+	// MaxSpawnDepthCap and MaxChildrenCap bound what a policy may set.
+	MaxSpawnDepthCap = 5
+	MaxChildrenCap   = 100
 	// MaxPromptBytes bounds a prompt (spawn, send).
 	MaxPromptBytes = 64 << 10
 	// MaxRulesBytes bounds a generic driver's rule file.
@@ -270,15 +275,21 @@ func ParseAgentStates(s string) ([]string, error) {
 	return out, nil
 }
 
-// CheckSpawn checks a new agent against the tree limits: depth is the new
-// agent's (1 for a root agent), children how many live children its parent
-// agent has already (0 for a root agent). The error is CodeLimit and says which.
+// CheckSpawn checks a new agent against the default tree limits (CheckSpawnIn).
 func CheckSpawn(depth, children int) error {
-	if depth > MaxSpawnDepth {
-		return Errorf(CodeLimit, "spawn depth %d is over the limit of %d: an agent at depth %d may not spawn agents", depth, MaxSpawnDepth, MaxSpawnDepth)
+	return CheckSpawnIn(depth, children, MaxSpawnDepth, MaxChildren)
+}
+
+// CheckSpawnIn checks a new agent against the tree limits maxDepth and
+// maxChildren (the policy's): depth is the new agent's (1 for a root agent),
+// children how many live children its parent agent has already (0 for a root
+// agent). The error is CodeLimit and says which.
+func CheckSpawnIn(depth, children, maxDepth, maxChildren int) error {
+	if depth > maxDepth {
+		return Errorf(CodeLimit, "spawn depth %d is over the limit of %d: an agent at depth %d may not spawn agents", depth, maxDepth, maxDepth)
 	}
-	if children >= MaxChildren {
-		return Errorf(CodeLimit, "the parent agent has %d children already (limit %d): end one first", children, MaxChildren)
+	if children >= maxChildren {
+		return Errorf(CodeLimit, "the parent agent has %d children already (limit %d): end one first", children, maxChildren)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/policy"
 )
 
 // Agents (DESIGN "Agents"): the nodes run and track them; the controller routes
@@ -99,7 +100,8 @@ func (c *Controller) agentCall(ctx context.Context, node, id, verb string, req, 
 
 // SpawnAgent starts an agent on req.Node, or on the node the table picks. With
 // req.Parent ("NODE/ID") it is that agent's child: refused (api.CodeLimit) past
-// api.MaxSpawnDepth or when the parent has api.MaxChildren live children.
+// the tree limits in force (agentLimits): too deep, or the parent has as many
+// live children as it may.
 func (c *Controller) SpawnAgent(ctx context.Context, req api.SpawnRequest) (api.Agent, error) {
 	who := principalOf(ctx)
 	if req.Node == "" {
@@ -136,7 +138,11 @@ func (c *Controller) SpawnAgent(ctx context.Context, req api.SpawnRequest) (api.
 			}
 		}
 		req.Depth = parent.Depth + 1
-		if err := api.CheckSpawn(req.Depth, children); err != nil {
+		maxDepth, maxChildren, err := c.agentLimits(ctx)
+		if err != nil {
+			return api.Agent{}, err
+		}
+		if err := api.CheckSpawnIn(req.Depth, children, maxDepth, maxChildren); err != nil {
 			return api.Agent{}, err
 		}
 	}
@@ -173,7 +179,7 @@ func (c *Controller) KillAgent(ctx context.Context, node, id string) (api.Agent,
 func descendants(agents []api.Agent, addr string) []api.Agent {
 	var out []api.Agent
 	level := []string{addr}
-	for depth := 0; len(level) > 0 && depth <= api.MaxSpawnDepth+1; depth++ {
+	for depth := 0; len(level) > 0 && depth <= api.MaxSpawnDepthCap+1; depth++ {
 		var next []string
 		for _, a := range agents {
 			if slices.Contains(level, a.Parent) {
@@ -211,4 +217,26 @@ func (c *Controller) WaitAgent(ctx context.Context, node, id string, states []st
 func (c *Controller) AgentOutput(ctx context.Context, node, id string, cursor int64, maxBytes int) (out api.AgentOutput, err error) {
 	err = c.agentCall(ctx, node, id, api.VerbAgentOutput, api.AgentOutputRequest{Agent: id, Cursor: cursor, MaxBytes: maxBytes}, &out, 0)
 	return out, err
+}
+
+// agentLimits are the tree limits of the policy in force (its agents section),
+// else the defaults. A store that cannot be read is an error: the policy may
+// set limits tighter than the defaults.
+func (c *Controller) agentLimits(ctx context.Context) (depth, children int, err error) {
+	if c.cfg.Policy == nil {
+		return api.MaxSpawnDepth, api.MaxChildren, nil
+	}
+	doc, _, err := c.cfg.Policy.Get(ctx)
+	if err != nil {
+		return 0, 0, api.Errorf(api.CodeUnavailable, "the policy store (tree limits): %v", err)
+	}
+	if doc == nil {
+		return api.MaxSpawnDepth, api.MaxChildren, nil
+	}
+	pol, err := policy.Parse(doc)
+	if err != nil {
+		return 0, 0, api.Errorf(api.CodeUnavailable, "the stored policy (tree limits): %v", err)
+	}
+	depth, children = pol.AgentLimits()
+	return depth, children, nil
 }

@@ -280,8 +280,10 @@ func (n *Node) startAgent(ctx context.Context, hs *heldSpawn, cr api.CreateReque
 // one elsewhere the controller checked and r.Depth says), or w's principal for a
 // root agent.
 func (n *Node) spawnParent(r api.SpawnRequest, w guard.Writer) (string, int, error) {
+	maxDepth, maxChildren := n.guard.Policy().AgentLimits()
+	check := func(depth, children int) error { return api.CheckSpawnIn(depth, children, maxDepth, maxChildren) }
 	if !strings.Contains(r.Parent, "/") {
-		return w.Principal, 1, api.CheckSpawn(1, 0)
+		return w.Principal, 1, check(1, 0)
 	}
 	pnode, pid, err := api.ParseAddress(r.Parent)
 	if err != nil {
@@ -291,7 +293,7 @@ func (n *Node) spawnParent(r api.SpawnRequest, w guard.Writer) (string, int, err
 		if r.Depth < 2 {
 			return "", 0, api.Errorf(api.CodeBadRequest, "parent %s is on another node: the controller gives the depth", r.Parent)
 		}
-		return r.Parent, r.Depth, api.CheckSpawn(r.Depth, 0)
+		return r.Parent, r.Depth, check(r.Depth, 0)
 	}
 	p, ok := n.agents.Get(pid)
 	if !ok {
@@ -301,7 +303,7 @@ func (n *Node) spawnParent(r api.SpawnRequest, w guard.Writer) (string, int, err
 		return "", 0, api.Errorf(api.CodeExited, "parent agent %s has ended (%s)", r.Parent, p.State)
 	}
 	depth := max(p.Depth+1, r.Depth)
-	return r.Parent, depth, api.CheckSpawn(depth, len(p.Children))
+	return r.Parent, depth, check(depth, len(p.Children))
 }
 
 // checkDriverKeys checks that a driver's keys are keys the session knows (a
@@ -354,7 +356,7 @@ func (n *Node) agentKill(ctx context.Context, req request) (any, error) {
 
 // killTree closes the agents under addr on this node, the deepest first.
 func (n *Node) killTree(addr string, level int) {
-	if level > api.MaxSpawnDepth+1 {
+	if level > api.MaxSpawnDepthCap+1 {
 		return
 	}
 	for _, id := range n.agents.Children(addr) {

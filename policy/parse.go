@@ -117,7 +117,7 @@ func (p *parser) document(root *yaml.Node) *Policy {
 	}
 	pol := &Policy{}
 	var haveVersion bool
-	for _, kv := range p.mapping(root.Content[0], "", "version", "rules", "redact", "secrets", "sandboxes") {
+	for _, kv := range p.mapping(root.Content[0], "", "version", "rules", "redact", "secrets", "sandboxes", "agents") {
 		k, v := kv[0], kv[1]
 		switch k.Value {
 		case "version":
@@ -134,6 +134,8 @@ func (p *parser) document(root *yaml.Node) *Policy {
 			pol.Secrets = p.secrets(v)
 		case "sandboxes":
 			pol.Sandboxes = p.sandboxes(v)
+		case "agents":
+			pol.Agents = p.agentTree(v)
 		}
 	}
 	if p.err == nil && !haveVersion {

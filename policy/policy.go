@@ -107,6 +107,8 @@ type Policy struct {
 	// Sandboxes are the sandbox profiles and the rules that choose one for a
 	// new session (sandbox.go); nil without a sandboxes section.
 	Sandboxes *Sandboxes
+	// Agents are the limits on trees of agents (agenttree.go); zero: defaults.
+	Agents AgentTree
 }
 
 // Rule is one rule of a policy.
