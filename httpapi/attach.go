@@ -50,6 +50,12 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) {
 		s.reply(w, r, nil, api.Errorf(api.CodeBadRequest, "attach is a WebSocket: send Upgrade: websocket"))
 		return
 	}
+	release, lerr := s.takeStream(r)
+	if lerr != nil {
+		s.reply(w, r, nil, lerr)
+		return
+	}
+	defer release()
 	s.reqWG.Add(1) // a hijacked connection: http.Server.Shutdown does not wait for it
 	defer s.reqWG.Done()
 	// Accept checks the Origin too (its host must be the request's): guard

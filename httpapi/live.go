@@ -78,6 +78,12 @@ func (s *Server) live(w http.ResponseWriter, r *http.Request) {
 		s.reply(w, r, nil, api.Errorf(api.CodeBadRequest, "live speaks the WebSocket subprotocols %s and %s: offer one in Sec-WebSocket-Protocol", ProtoALiS, ProtoV3))
 		return
 	}
+	release, lerr := s.takeStream(r)
+	if lerr != nil {
+		s.reply(w, r, nil, lerr)
+		return
+	}
+	defer release()
 	s.reqWG.Add(1) // a hijacked connection: http.Server.Shutdown does not wait for it
 	defer s.reqWG.Done()
 	// Accept checks the Origin too (its host must be the request's), as attach's.

@@ -195,7 +195,8 @@ type Server struct {
 	serveWG sync.WaitGroup // the HTTP serve goroutine
 	reqWG   sync.WaitGroup // what requests leave running (hijacked connections, MCP's close)
 
-	redraws *redraws // terminal views' redraws, shared (view.go)
+	redraws *redraws    // terminal views' redraws, shared (view.go)
+	streams streamCount // open streams by principal (streamcap.go)
 }
 
 // New validates cfg and builds the API. It does not listen yet.

@@ -57,6 +57,12 @@ func (s *Server) output(w http.ResponseWriter, r *http.Request) {
 		s.outputRange(w, r, node, id, first, maxBytes)
 		return
 	}
+	release, lerr := s.takeStream(r)
+	if lerr != nil {
+		s.reply(w, r, nil, lerr)
+		return
+	}
+	defer release()
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
