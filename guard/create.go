@@ -42,6 +42,14 @@ var codeEnv = map[string]bool{
 	"BASH_LOADABLES_PATH": true, "MAILPATH": true,
 	// where commands are found: an allowed name would run other code
 	"PATH": true,
+	// a command line an allowed program runs (a pager, an editor, a helper):
+	// `git -p log` with GIT_PAGER set runs what it names, which no rule saw
+	"PAGER": true, "GIT_PAGER": true, "MANPAGER": true, "SYSTEMD_PAGER": true, "LESSOPEN": true, "LESSCLOSE": true,
+	"EDITOR": true, "VISUAL": true, "GIT_EDITOR": true, "GIT_SEQUENCE_EDITOR": true, "SUDO_EDITOR": true,
+	"GIT_SSH": true, "GIT_SSH_COMMAND": true, "GIT_ASKPASS": true, "SSH_ASKPASS": true, "SUDO_ASKPASS": true,
+	"GIT_EXTERNAL_DIFF": true, "GIT_EXEC_PATH": true, "GIT_TEMPLATE_DIR": true, "BROWSER": true,
+	"JAVA_TOOL_OPTIONS": true, "_JAVA_OPTIONS": true, "JDK_JAVA_OPTIONS": true, "NODE_PATH": true,
+	"RUBYLIB": true, "PERLLIB": true, "PYTHONBREAKPOINT": true,
 	// loaded by the dynamic loader or an interpreter before the program's own code
 	"GCONV_PATH": true, "PERL5OPT": true, "PERL5LIB": true, "PYTHONSTARTUP": true, "PYTHONPATH": true,
 	"PYTHONHOME": true, "NODE_OPTIONS": true, "RUBYOPT": true,
@@ -52,7 +60,7 @@ var codeEnv = map[string]bool{
 // create while a policy is in force.
 func CodeEnv(key string) bool {
 	return codeEnv[key] || strings.HasPrefix(key, "BASH_FUNC_") || strings.HasPrefix(key, "LD_") ||
-		strings.HasPrefix(key, "DYLD_")
+		strings.HasPrefix(key, "DYLD_") || strings.HasPrefix(key, "GIT_CONFIG") // core.pager, core.fsmonitor, aliases
 }
 
 // checkCreate decides a new session's argv and environment (see above).

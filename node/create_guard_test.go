@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -85,4 +86,30 @@ func (f *fixture) listSessions() []api.Session {
 	var l api.SessionList
 	f.mustCall("list", api.SessionRequest{}, &l)
 	return l.Sessions
+}
+
+// TestCreateEnvProgramsRun performs the attack of a create whose environment
+// names a command an allowed program runs: GIT_PAGER (PAGER, EDITOR,
+// GIT_CONFIG_* with core.pager, …) holding a command the policy denies, then an
+// allowed `git -p version`, whose pager ran it with no rule seeing it. On the
+// code that refused only what a shell or the loader runs, the marker was made.
+func TestCreateEnvProgramsRun(t *testing.T) {
+	testutil.NeedTool(t, "git")
+	f, _ := guardFixture(t, createPolicy, 9)
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "marker")
+	for _, env := range []map[string]string{
+		{"GIT_PAGER": "touch " + marker + "; cat"},
+		{"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "core.pager", "GIT_CONFIG_VALUE_0": "touch " + marker + "; cat"},
+	} {
+		var s api.Session
+		err := f.call("create", api.CreateRequest{Shell: "bash", Cwd: dir, Env: env}, &s)
+		if err == nil {
+			f.run(s.ID, "git -p version")
+			if _, serr := os.Stat(marker); serr == nil {
+				t.Fatalf("with %v, an allowed git ran the denied command", env)
+			}
+		}
+		denied(t, err, "env-runs-code")
+	}
 }
