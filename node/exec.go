@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -267,6 +269,15 @@ func (n *Node) startExec(ctx context.Context, x *execEntry, spec proc.Spec, w gu
 	var wrapped *sandbox.Wrapped
 	var p *proc.Proc
 	if hide := n.hidden(); prof != nil || len(hide) > 0 {
+		// A program that is not there is the caller's mistake (bad_request, as
+		// unwrapped), not the sandbox's: the wrapper would only fail at its exec.
+		prog := spec.Argv[0]
+		if strings.Contains(prog, "/") && !filepath.IsAbs(prog) {
+			prog = filepath.Join(spec.Dir, prog) // as the exec in its cwd sees it
+		}
+		if _, err := exec.LookPath(prog); err != nil {
+			return nil, api.Errorf(api.CodeBadRequest, "exec on node %s: %v", n.cfg.Name, err)
+		}
 		var rnd [8]byte
 		_, _ = rand.Read(rnd[:])
 		ss := sandbox.Spec{Profile: prof, Hide: hide, Cgroup: "x-" + hex.EncodeToString(rnd[:])}
