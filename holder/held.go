@@ -136,6 +136,13 @@ func spawn(sp *Spawn, files []*os.File, r *reaper) (*held, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
 	if sp.Cred {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: sp.UID, Gid: sp.GID, Groups: sp.Groups}
+	} else if uid, gid := os.Geteuid(), os.Getegid(); sp.UserNS && uid != 0 {
+		a := cmd.SysProcAttr // as sandbox.Unprivileged does (a holder links no sandbox)
+		a.Cloneflags |= syscall.CLONE_NEWUSER
+		a.UidMappings = []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}}
+		a.GidMappings = []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}}
+		a.GidMappingsEnableSetgroups = false
+		a.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN}
 	}
 	if err := cmd.Start(); err != nil {
 		ptmx.Close()

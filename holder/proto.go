@@ -135,6 +135,12 @@ type Spawn struct {
 	UID    uint32   `json:"uid,omitempty"`
 	GID    uint32   `json:"gid,omitempty"`
 	Groups []uint32 `json:"groups,omitempty"`
+	// UserNS starts the child (the sandbox wrapper of an agent without root) in
+	// a user namespace of its own that maps only the holder's uid and gid, with
+	// CAP_SYS_ADMIN there (ambient) for the mounts that hide the agent's data
+	// dir; the wrapper drops it before the program runs (sandbox.Unprivileged).
+	// Ignored with Cred or as root.
+	UserNS bool `json:"userns,omitempty"`
 	// ChildFDs are the child's fd numbers (3 and up) of the files passed with the
 	// request, in order; the holder closes its copies once the child started.
 	ChildFDs []int `json:"child_fds,omitempty"`

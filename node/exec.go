@@ -286,6 +286,9 @@ func (n *Node) startExec(ctx context.Context, x *execEntry, spec proc.Spec, w gu
 				return nil, api.Errorf(api.CodeSandbox, "exec on node %s: %v: nothing was started", n.cfg.Name, err)
 			}
 			spec.Argv = wrapped.Argv
+			if len(hide) > 0 {
+				spec.Attr = sandbox.Unprivileged // its mounts, on a node without root
+			}
 			spec.ExtraFiles = make([]*os.File, sandbox.FD-3, sandbox.FD-3+len(wrapped.Child))
 			spec.ExtraFiles = append(spec.ExtraFiles, wrapped.Child...)
 		}

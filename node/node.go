@@ -114,11 +114,11 @@ type Config struct {
 	// SandboxCaps, when set, is what the node takes its kernel to enforce instead
 	// of what it probes (a test that simulates a kernel without a part).
 	SandboxCaps *api.SandboxCaps
-	// HideDataDir keeps every session out of DataDir and Hide also when the node
-	// does not run as root. A root node always does, where the kernel has
-	// Landlock: each session gets a mount namespace in which they are empty and
-	// read-only, kept so by a Landlock domain. Without root only Landlock's
-	// allow-list is left: the directories on the way to DataDir are then granted
+	// HideDataDir keeps every session out of DataDir and Hide also where the node
+	// can make no mounts for it. Where the kernel has Landlock, a node always
+	// does when it can (as root, or in a user namespace): each session gets a
+	// mount namespace in which they are empty and read-only, kept so by a
+	// Landlock domain. Otherwise only Landlock's allow-list is left: the directories on the way to DataDir are then granted
 	// entry by entry as they are at each session's start, so DataDir belongs in a
 	// directory of its own (e.g. /var/lib/fleetmux), never directly in /tmp or a
 	// working directory (docs/sandbox.md).

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"os"
 	"path/filepath"
 	"sync"
 
@@ -12,6 +11,10 @@ import (
 
 // probed is what this machine's kernel can enforce, probed once.
 var probed = sync.OnceValue(sandbox.Probe)
+
+// canHide is whether the sandbox wrapper can hide paths by mounts here (as
+// root; without root, in a user namespace), tried once.
+var canHide = sync.OnceValue(sandbox.CanHide)
 
 // SandboxCaps is what the node can enforce of a sandbox profile.
 func (n *Node) SandboxCaps() api.SandboxCaps {
@@ -37,11 +40,12 @@ func (n *Node) sandboxFor(r api.CreateRequest, w guard.Writer, driver string) (*
 
 // hidden is what every session of the node is kept out of: its data dir
 // (creds, keys, the holder's directory and socket, other sessions' files),
-// the holder's directory wherever it is, and Config.Hide, where the kernel has Landlock and the node runs as root (by
-// mounts; Config.HideDataDir: also without root, by Landlock alone).
+// the holder's directory wherever it is, and Config.Hide, where the kernel has
+// Landlock and the wrapper can hide them by mounts (as root, or in a user
+// namespace); Config.HideDataDir: also where it cannot, by Landlock alone.
 // docs/sandbox.md says what that does not cover.
 func (n *Node) hidden() []string {
-	if n.SandboxCaps().Landlock < 1 || (os.Geteuid() != 0 && !n.cfg.HideDataDir) {
+	if n.SandboxCaps().Landlock < 1 || !(canHide() || n.cfg.HideDataDir) {
 		return nil
 	}
 	var out []string

@@ -81,6 +81,9 @@ func (n *Node) startSpare() (*spare, error) {
 		return nil, err
 	}
 	spec := proc.Spec{Argv: w.Argv, Dir: "/", Env: proc.Environ(os.Environ(), nil), HeadBytes: execHead, TailBytes: execTail, Redact: n.execRedactor}
+	if len(n.hidden()) > 0 {
+		spec.Attr = sandbox.Unprivileged // its mounts, on a node without root
+	}
 	spec.ExtraFiles = make([]*os.File, sandbox.FD-3, sandbox.FD-3+len(w.Child))
 	spec.ExtraFiles = append(spec.ExtraFiles, w.Child...)
 	p, err := proc.Start(spec)

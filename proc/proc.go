@@ -51,6 +51,9 @@ type Spec struct {
 	// program gets the redactor in force when the program writes); a nil
 	// Redactor keeps the stream as it is.
 	Redact func() Redactor
+	// Attr, when set, adjusts the process's SysProcAttr before it starts (the
+	// sandbox wrapper's user namespace on a node without root).
+	Attr func(*syscall.SysProcAttr)
 }
 
 // Redactor redacts one stream (policy.Redactor): Write takes the next bytes and
@@ -98,6 +101,9 @@ func Start(spec Spec) (*Proc, error) {
 	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
 	cmd.Dir, cmd.Env, cmd.ExtraFiles = spec.Dir, spec.Env, spec.ExtraFiles
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if spec.Attr != nil {
+		spec.Attr(cmd.SysProcAttr)
+	}
 	if spec.Stdin != nil {
 		cmd.Stdin = bytes.NewReader(spec.Stdin)
 	}

@@ -122,6 +122,7 @@ func (s *Session) startInHolder(argv []string, dir string, env []string, as *run
 		cr := as.credential()
 		sp.Cred, sp.UID, sp.GID, sp.Groups = true, cr.Uid, cr.Gid, cr.Groups
 	}
+	sp.UserNS = wrap != nil && len(cfg.Hide) > 0 // its mounts, on a node without root
 	meta, _ := json.Marshal(holderMeta{Shell: s.shell, Argv: s.argv, Cwd: dir, Title: s.title, Description: s.description,
 		Labels: s.labels, CreatedAt: s.createdAt, Cols: s.cols, Rows: s.rows, Sandbox: s.sandbox})
 	sp.Meta = meta

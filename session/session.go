@@ -360,6 +360,9 @@ func Start(cfg Config) (*Session, error) {
 	cmd.Dir, cmd.Env = dir, dedupEnv(env)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
+	if wrap != nil && len(cfg.Hide) > 0 {
+		sandbox.Unprivileged(cmd.SysProcAttr) // its mounts, on a node without root
+	}
 	if as != nil {
 		if wrap == nil { // else the wrapper drops to the user once it confined itself
 			cmd.SysProcAttr.Credential = as.credential()

@@ -82,7 +82,7 @@ func nodeCmd() *cobra.Command {
 	f.IntVar(&o.maxSessions, "max-sessions", api.DefaultMaxSessions, "sessions alive at once")
 	o.recording.add(f)
 	f.BoolVar(&o.verbose, "verbose", false, "debug logs")
-	f.BoolVar(&o.hideData, "hide-data-dir", false, "keep every session out of DIR and the --nats-creds file also when the node does not run as root, by Landlock alone (a root node always does; docs/sandbox.md: DIR then belongs in a directory of its own, e.g. /var/lib/fleetmux)")
+	f.BoolVar(&o.hideData, "hide-data-dir", false, "keep every session out of DIR and the --nats-creds file also where the node can make no mounts for it (no root, no user namespaces), by Landlock alone (otherwise it always does; docs/sandbox.md: DIR then belongs in a directory of its own, e.g. /var/lib/fleetmux)")
 	f.BoolVar(&o.holder, "holder", true, "keep the sessions in a holder process (DIR/holder/holder.sock; started detached when none runs) so they outlive this agent: a stop or crash of the agent leaves them running and the next agent reattaches; --holder=false keeps them in the agent (they end with it)")
 	return c
 }

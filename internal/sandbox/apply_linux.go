@@ -70,12 +70,17 @@ func run(fd int, argv []string) error {
 		}
 	}
 	masked := false
+	if spec.Mask && (!canMask() || ABI() < 1) {
+		return fmt.Errorf("%w: no mounts to hide paths with here", ErrUnsupported)
+	}
 	if len(spec.Hide) > 0 && canMask() && ABI() > 0 {
 		if err := mask(spec.Hide, spec.Write); err != nil {
 			return err
 		}
 		masked = true
 	}
+	// The ambient CAP_SYS_ADMIN of Unprivileged's namespace was for the mounts.
+	_ = unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
 	if err := restrict(&spec, masked); err != nil {
 		return err
 	}

@@ -4,10 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -15,8 +18,34 @@ import (
 )
 
 // canMask reports whether this process may hide paths by mounting over them in
-// a mount namespace of its own (root: CAP_SYS_ADMIN).
-func canMask() bool { return unix.Geteuid() == 0 }
+// a mount namespace of its own: it has CAP_SYS_ADMIN (root; or the user
+// namespace Unprivileged makes).
+func canMask() bool {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return false
+	}
+	return data[0].Effective&(1<<unix.CAP_SYS_ADMIN) != 0
+}
+
+// Unprivileged sets attr up for a wrapper that a user without root starts to
+// hide paths (Spec.Hide): the wrapper runs in a user namespace of its own that
+// maps only the user's own uid and gid, with CAP_SYS_ADMIN in it (ambient) for
+// its mounts; it drops it before the program runs, which then has no
+// capability. Files of other users show there as owned by nobody. For root,
+// or with attr.Credential, it does nothing.
+func Unprivileged(attr *syscall.SysProcAttr) {
+	uid, gid := os.Geteuid(), os.Getegid()
+	if uid == 0 || attr.Credential != nil {
+		return
+	}
+	attr.Cloneflags |= syscall.CLONE_NEWUSER
+	attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}}
+	attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}}
+	attr.GidMappingsEnableSetgroups = false
+	attr.AmbientCaps = append(attr.AmbientCaps, unix.CAP_SYS_ADMIN)
+}
 
 // mask hides the paths in hide from this thread and the program it execs: it
 // moves into a new mount namespace (its mounts no longer propagate back) and
@@ -139,4 +168,49 @@ func maskOne(h string, keep []string) error {
 		return fmt.Errorf("hide %s: %w", h, err)
 	}
 	return nil
+}
+
+// CanHide reports whether this process can start wrappers that hide paths by
+// mounts (mask): as root, where the kernel has Landlock (which keeps the mounts
+// in place); without root, also only when a wrapper started with Unprivileged
+// does it here, which it tries once (a kernel or security module may refuse
+// user namespaces or mounts in them).
+func CanHide() bool {
+	if ABI() < 1 {
+		return false
+	}
+	if unix.Geteuid() == 0 {
+		return true
+	}
+	return tryHide() == nil
+}
+
+// tryHide starts a wrapper with Unprivileged that hides a directory from true.
+func tryHide() error {
+	dir, err := os.MkdirTemp("", "fleetmux-hide-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	tru, err := exec.LookPath("true")
+	if err != nil {
+		tru = "/bin/true"
+	}
+	w, err := Wrap("", Spec{Hide: []string{dir}, Mask: true}, []string{tru})
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(w.Argv[0], w.Argv[1:]...)
+	cmd.ExtraFiles = append([]*os.File{nil, nil}, w.Child...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	Unprivileged(cmd.SysProcAttr)
+	if err := cmd.Start(); err != nil {
+		w.CloseChild()
+		return err
+	}
+	werr := w.Wait(10 * time.Second)
+	if err := cmd.Wait(); werr == nil && err != nil {
+		werr = err
+	}
+	return werr
 }

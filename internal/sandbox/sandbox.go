@@ -51,6 +51,9 @@ type Spec struct {
 	// Hide are more paths the program may neither read nor write (the node's
 	// data dir), whatever the profile.
 	Hide []string `json:"hide,omitempty"`
+	// Mask: Hide only by mounts; a wrapper that cannot make them fails
+	// (ErrUnsupported) instead of using Landlock's allow-list.
+	Mask bool `json:"mask,omitempty"`
 	// Cgroup names the session's cgroup under the fleetmux group (required with
 	// limits).
 	Cgroup string `json:"cgroup,omitempty"`

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -268,8 +269,40 @@ func init() {
 		fmt.Println("ptrace=ok")
 		os.Exit(0)
 	}
+	if dirs, ok := strings.CutPrefix(a, "unprivileged:"); ok {
+		// A node without root: hide data (keeping keep) from a shell running
+		// script, as the node would, and print what the shell printed.
+		d := strings.SplitN(dirs, ":", 3)
+		os.Exit(unprivileged(d[0], d[1], d[2]))
+	}
 	fmt.Println("unknown attack", a)
 	os.Exit(2)
+}
+
+func unprivileged(data, keep, script string) int {
+	fmt.Printf("canhide=%v\n", sandbox.CanHide())
+	self, _ := os.Executable()
+	w, err := sandbox.Wrap(self, sandbox.Spec{Hide: []string{data}, Write: []string{keep}}, []string{"/bin/sh", "-c", script})
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	cmd := exec.Command(w.Argv[0], w.Argv[1:]...)
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "LC_ALL=C"}
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stdout
+	cmd.ExtraFiles = append([]*os.File{nil, nil}, w.Child...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	sandbox.Unprivileged(cmd.SysProcAttr)
+	if err := cmd.Start(); err != nil {
+		w.CloseChild()
+		fmt.Println("start:", err)
+		return 1
+	}
+	if err := w.Wait(5 * time.Second); err != nil {
+		fmt.Println("wrapper:", err)
+	}
+	_ = cmd.Wait()
+	return 0
 }
 
 // TestPtraceOutsideFails performs the attack of a session tracing a process
@@ -368,4 +401,63 @@ func TestBareName(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "bare=ok") {
 		t.Fatalf("exit %d: %s", code, out)
 	}
+}
+
+// TestHideWithoutRoot: a node that does not run as root hides its data dir the
+// same way, from a user namespace of the wrapper's own (sandbox.Unprivileged):
+// a same-user session cannot read it, keeps its own path below it and uses the
+// directory around it, and has no capability left. Without the namespace the
+// wrapper could not mount and nothing was hidden.
+func TestHideWithoutRoot(t *testing.T) {
+	need(t)
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := workdir(t) // 0777: the other user's
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	self := filepath.Join(pub, "sandbox.test")
+	if err := os.WriteFile(self, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(pub, "data")
+	keep := filepath.Join(data, "run", "s1")
+	if err := os.MkdirAll(keep, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(data, "creds"), []byte("SECRET"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{data, filepath.Join(data, "run"), keep, filepath.Join(data, "creds")} {
+		if err := os.Chown(p, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+	}
+	script := strings.Join([]string{
+		"id -u",
+		"cat " + data + "/creds && echo creds=ok || echo creds=no",
+		"echo k > " + keep + "/f && echo keep=ok || echo keep=no",
+		"echo n > " + pub + "/new && cat " + pub + "/new >/dev/null && echo new=ok || echo new=no",
+		"umount " + data + " 2>/dev/null && echo umount=ok || echo umount=no",
+		"grep CapEff /proc/self/status",
+	}, "; ")
+	cmd := exec.Command(self)
+	cmd.Env = []string{attackEnv + "=unprivileged:" + data + ":" + keep + ":" + script}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	for _, w := range []string{"canhide=true", "65534\n", "creds=no", "keep=ok", "new=ok", "umount=no", "0000000000000000"} {
+		if !strings.Contains(string(out), w) {
+			t.Errorf("want %q:\n%s", w, out)
+		}
+	}
+	if strings.Contains(string(out), "SECRET") {
+		t.Errorf("the creds were read:\n%s", out)
+	}
+	t.Logf("as uid 65534:\n%s", out)
 }
