@@ -725,7 +725,7 @@ func TestListenLeavesUmask(t *testing.T) {
 	}()
 	defer func() { close(stop); <-done }()
 	parent := t.TempDir()
-	for i := range 3000 {
+	for i := range 1500 {
 		d, err := os.MkdirTemp(parent, "d")
 		if err != nil {
 			t.Fatal(err)
