@@ -223,7 +223,8 @@ func TestOpenAPI(t *testing.T) {
 			continue
 		}
 		switch op {
-		case "GET /v1/sessions/{node}/{id}/attach", "GET /v1/sessions/{node}/{id}/live", "GET /mcp", "DELETE /mcp":
+		case "GET /v1/sessions/{node}/{id}/attach", "GET /v1/sessions/{node}/{id}/live", "GET /mcp", "DELETE /mcp",
+			"GET /v1/events": // a stream that never ends (TestEventsStream reads it)
 			continue
 		}
 		if !slices.ContainsFunc(st, func(s int) bool { return s < 300 }) {
@@ -274,6 +275,7 @@ func (f *fixture) exerciseAll(t *testing.T) {
 	f.Must(200, "GET", "/v1/digest?scope=fleet&budget_tokens=500", nil, nil)
 	f.APIErr(400, api.CodeBadRequest, "GET", p+"/attach", nil) // not a WebSocket upgrade
 	f.APIErr(400, api.CodeBadRequest, "GET", p+"/live", nil)
+	f.as("", func() { f.APIErr(401, api.CodeUnauthorized, "GET", "/v1/events", nil) })
 	f.Must(200, "POST", "/v1/run", api.FanoutRequest{Selector: api.Selector{Nodes: []string{"n1"}}, Command: "echo fan", TimeoutMS: 20000}, nil)
 	f.Must(200, "POST", "/v1/run", api.FanoutRequest{Selector: api.Selector{Sessions: []string{"n1/nope"}}, Command: "true"}, nil)
 	f.Must(200, "GET", "/v1/openapi.yaml", nil, nil)

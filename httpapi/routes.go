@@ -67,6 +67,7 @@ var table = []Route{
 	{"GET", execPath + "/wait", api.RoleViewer, (*Server).waitExec},
 	{"GET", execPath + "/output", api.RoleViewer, (*Server).execOutput},
 	{"GET", "/v1/digest", api.RoleViewer, (*Server).digest},
+	{"GET", "/v1/events", api.RoleViewer, (*Server).events}, // what changed, never its content
 	{"GET", "/v1/agents", api.RoleViewer, (*Server).listAgents},
 	{"POST", "/v1/agents", api.RoleOperator, (*Server).spawnAgent},
 	{"GET", agentPath, api.RoleViewer, (*Server).getAgent},

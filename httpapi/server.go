@@ -71,6 +71,10 @@ type Fleet interface {
 	// format (api.RecordingV3 or api.RecordingV2); an error before the first write
 	// leaves w untouched.
 	Recording(ctx context.Context, node, id string, format int, w io.Writer) error
+	// WatchFleet calls fn with each change of a session, approval or agent on any
+	// node (its kind, node and id; never its content) until stop is called; fn
+	// must not block.
+	WatchFleet(fn func(kind, node, id string)) (stop func(), err error)
 	// WatchBlocks calls fn with each block event of the session from now until
 	// stop is called; fn must not block.
 	WatchBlocks(node, id string, fn func(api.BlockEvent)) (stop func(), err error)

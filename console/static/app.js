@@ -100,7 +100,9 @@ export function labels(l) {
 }
 
 // A page is a function (main, params, ctx) that fills main; ctx.every(ms, fn)
-// polls while the page is shown and ctx.onLeave(fn) runs when it is left.
+// polls while the page is shown, ctx.live(kinds, fn) runs fn now and again when
+// the fleet's change stream tells of a change of one of kinds, and
+// ctx.onLeave(fn) runs when the page is left.
 const routes = [
   [/^\/ui\/?$/, fleetPage, 'Fleet'],
   [/^\/ui\/sessions\/?$/, sessionsPage, 'Sessions'],
@@ -141,6 +143,7 @@ async function render() {
     document.title = `${title} · fleetmux`;
     const ctx = {
       onLeave(fn) { leave.push(fn); },
+      live(kinds, fn) { liveList(kinds, fn, leave); },
       every(ms, fn) {
         let stopped = false;
         let timer = 0;
@@ -161,6 +164,36 @@ async function render() {
     return;
   }
   main.append(el('p', { class: 'error' }, 'No such page.'));
+}
+
+// liveList runs fn now, then again whenever GET /v1/events (server-sent events)
+// tells of a change of one of kinds ("session", "approval", "agent", "node"), a
+// resync, or a reconnect; changes that come together make one run (at most one
+// run at a time, one more after it when more came meanwhile). A slow poll
+// (liveFallbackMS) stays as a floor, for a stream that cannot connect.
+const liveFallbackMS = 30000;
+function liveList(kinds, fn, leave) {
+  let stopped = false;
+  let running = false;
+  let again = false;
+  let timer = 0;
+  const run = async () => {
+    if (stopped) return;
+    if (running) { again = true; return; }
+    running = true;
+    clearTimeout(timer);
+    try { await fn(); } catch (e) { if (!(e instanceof APIError)) console.error(e); }
+    running = false;
+    if (stopped) return;
+    timer = setTimeout(run, liveFallbackMS);
+    if (again) { again = false; run(); }
+  };
+  const es = new EventSource('/v1/events');
+  let opened = false;
+  es.addEventListener('open', () => { if (opened) run(); opened = true; }); // a reconnect may have missed changes
+  for (const k of [...kinds, 'resync']) es.addEventListener(k, run);
+  leave.push(() => { stopped = true; clearTimeout(timer); es.close(); });
+  run();
 }
 
 // navigate shows the page at path.

@@ -183,7 +183,8 @@ try {
   if (held.status !== 409 || !held.body.error.approval) fail(`held run: ${JSON.stringify(held)}`);
   const addr = held.body.error.approval;
   const card = `#pending .approval[data-approval="${addr}"]`;
-  await page.waitForSelector(card);
+  // From the change stream (GET /v1/events): the page's fallback poll is 30 s.
+  await page.waitForSelector(card, { timeout: 10000 });
   await shot(page, 'approvals');
   await page.fill(`${card} input.reason`, 'looks fine');
   await page.click(`${card} button.approve`);

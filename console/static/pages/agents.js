@@ -8,7 +8,7 @@ import { el, api, enc, state, fmtTime, APIError } from '../app.js';
 export async function agentsPage(main, _params, ctx) {
   const tree = el('div', { class: 'tree', id: 'agents' });
   main.append(el('h1', {}, 'Agents'), tree);
-  ctx.every(2000, async () => {
+  ctx.live(['agent', 'approval', 'node'], async () => {
     let list;
     try {
       list = await api('GET', '/v1/agents');

@@ -55,5 +55,5 @@ export async function approvalsPage(main, _params, ctx) {
         el('td', {}, a.rule || ''), el('td', {}, a.decided_by || ''), el('td', {}, fmtTime(a.decided_at)),
         el('td', {}, a.reason || ''))));
   };
-  ctx.every(1000, load);
+  ctx.live(['approval'], load);
 }

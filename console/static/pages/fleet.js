@@ -8,7 +8,7 @@ export async function fleetPage(main, _params, ctx) {
   main.append(el('h1', {}, 'Fleet'),
     el('table', {}, el('thead', {}, el('tr', {}, ['Node', 'Status', 'Labels', 'Version', 'Sessions', 'Agents', 'Address', 'Since'].map((h) => el('th', {}, h)))), body),
     note);
-  ctx.every(2000, async () => {
+  ctx.live(['node', 'session', 'agent'], async () => {
     const { nodes = [] } = await api('GET', '/v1/nodes');
     body.replaceChildren(...nodes.map((n) => el('tr', { dataset: { node: n.name } },
       el('td', {}, el('a', { href: `/ui/sessions?node=${encodeURIComponent(n.name)}`, 'data-nav': '' }, n.name)),

@@ -42,5 +42,5 @@ export async function sessionsPage(main, _params, ctx) {
   for (const i of [node, label]) i.addEventListener('change', load);
   st.addEventListener('change', show);
   text.addEventListener('input', show);
-  ctx.every(2000, load);
+  ctx.live(['session', 'node'], load);
 }
