@@ -80,3 +80,20 @@ func ParseDigestCursor(s string) (time.Time, error) {
 	}
 	return time.Unix(0, n).UTC(), nil
 }
+
+// VerbDigestBlocks is the node verb that gives a digest every session's blocks of
+// the window in one request (DigestBlocksRequest → DigestBlocks): a fleet of 100
+// sessions is one request per node, not one per session.
+const VerbDigestBlocks = "digest_blocks"
+
+// DigestBlocksRequest asks for the blocks still running or finished after Since.
+type DigestBlocksRequest struct {
+	Since time.Time `json:"since"`
+}
+
+// DigestBlocks is a node's reply to VerbDigestBlocks: session id → its blocks
+// still running or finished after the request's Since (sessions without any are
+// left out).
+type DigestBlocks struct {
+	Sessions map[string][]Block `json:"sessions"`
+}

@@ -96,6 +96,7 @@ var NodeVerbs = []VerbSpec{
 	{Name: VerbExecOutput, Role: RoleViewer},
 	// exec_kill: the node lets an operator end only the execs it started.
 	{Name: VerbExecKill, Mutating: true, Role: RoleOperator},
+	{Name: VerbDigestBlocks, Role: RoleViewer},
 }
 
 var nodeVerbs = func() map[string]VerbSpec {

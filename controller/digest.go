@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -17,6 +18,9 @@ import (
 
 // digestFailureTexts is how many of the newest failures get their output read.
 const digestFailureTexts = 20
+
+// errSessionScope makes a session's digest ask for that session's blocks alone.
+var errSessionScope = errors.New("session scope")
 
 // digestConcurrency bounds the node requests a digest has in flight.
 const digestConcurrency = 16
@@ -86,32 +90,62 @@ func (c *Controller) Digest(ctx context.Context, q api.DigestQuery) (api.Digest,
 		}
 	}
 
-	// Each session's blocks, in parallel: those in the window and those running.
+	// The blocks in the window and those running: one request per node
+	// (digest_blocks), in parallel; per session from a node that does not know
+	// that verb (an older agent) and for a session's scope.
 	snap.Sessions = make([]digest.Session, len(list.Sessions))
+	byNode := map[string][]int{}
+	for i, s := range list.Sessions {
+		snap.Sessions[i].Session = s
+		byNode[s.Node] = append(byNode[s.Node], i)
+	}
 	sem := make(chan struct{}, digestConcurrency)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	for i, s := range list.Sessions {
-		snap.Sessions[i].Session = s
+	unavailable := func(i int) {
+		mu.Lock()
+		snap.Unavailable = append(snap.Unavailable, snap.Sessions[i].Node+"/"+snap.Sessions[i].ID)
+		mu.Unlock()
+	}
+	perSession := func(i int) {
+		s := snap.Sessions[i]
+		bl, err := c.Blocks(ctx, s.Node, s.ID)
+		if err != nil {
+			unavailable(i)
+			return
+		}
+		kept := bl.Blocks[:0]
+		for _, b := range bl.Blocks {
+			if b.State == api.BlockRunning || b.FinishedAt != nil && snap.In(*b.FinishedAt) {
+				kept = append(kept, b)
+			}
+		}
+		snap.Sessions[i].Blocks = kept
+	}
+	for node, idx := range byNode {
 		wg.Add(1)
 		go func() { // owned by this call: joined below
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			bl, err := c.Blocks(ctx, s.Node, s.ID)
-			if err != nil {
-				mu.Lock()
-				snap.Unavailable = append(snap.Unavailable, s.Node+"/"+s.ID)
-				mu.Unlock()
+			var db api.DigestBlocks
+			err := errSessionScope
+			if session == "" {
+				err = c.call(ctx, principalOf(ctx), node, api.VerbDigestBlocks, api.DigestBlocksRequest{Since: since}, &db, c.cfg.RequestTimeout)
+			}
+			if err != nil { // an older agent has no such verb: ask per session
+				for _, i := range idx {
+					perSession(i)
+				}
 				return
 			}
-			kept := bl.Blocks[:0]
-			for _, b := range bl.Blocks {
-				if b.State == api.BlockRunning || b.FinishedAt != nil && snap.In(*b.FinishedAt) {
-					kept = append(kept, b)
+			for _, i := range idx {
+				for _, b := range db.Sessions[snap.Sessions[i].ID] {
+					if b.State == api.BlockRunning || b.FinishedAt != nil && snap.In(*b.FinishedAt) {
+						snap.Sessions[i].Blocks = append(snap.Sessions[i].Blocks, b)
+					}
 				}
 			}
-			snap.Sessions[i].Blocks = kept
 		}()
 	}
 	wg.Wait()

@@ -47,28 +47,29 @@ type request struct {
 // checks both ways); api.NodeVerbs says which are mutating (audited), long, and
 // which role each needs.
 var verbs = map[string]handler{
-	api.VerbCreate:    (*Node).create,
-	api.VerbList:      (*Node).list,
-	api.VerbGet:       (*Node).get,
-	api.VerbUpdate:    (*Node).update,
-	api.VerbClose:     (*Node).closeSession,
-	api.VerbRun:       (*Node).run,
-	api.VerbInput:     (*Node).input,
-	api.VerbKeys:      (*Node).keys,
-	api.VerbResize:    (*Node).resize,
-	api.VerbScreen:    (*Node).screen,
-	api.VerbBlocks:    (*Node).blocks,
-	api.VerbBlock:     (*Node).block,
-	api.VerbRead:      (*Node).read,
-	api.VerbRecording: (*Node).recording,
-	api.VerbWait:      (*Node).wait,
-	api.VerbTakeOver:  (*Node).takeOverVerb,
-	api.VerbApprovals: (*Node).listApprovals,
-	api.VerbApproval:  (*Node).getApproval,
-	api.VerbDecide:    (*Node).decideApproval,
-	api.VerbSecretSet: (*Node).secretSet,
-	api.VerbSecretLs:  (*Node).secretList,
-	api.VerbSecretRm:  (*Node).secretRemove,
+	api.VerbCreate:       (*Node).create,
+	api.VerbList:         (*Node).list,
+	api.VerbGet:          (*Node).get,
+	api.VerbUpdate:       (*Node).update,
+	api.VerbClose:        (*Node).closeSession,
+	api.VerbRun:          (*Node).run,
+	api.VerbInput:        (*Node).input,
+	api.VerbKeys:         (*Node).keys,
+	api.VerbResize:       (*Node).resize,
+	api.VerbScreen:       (*Node).screen,
+	api.VerbBlocks:       (*Node).blocks,
+	api.VerbBlock:        (*Node).block,
+	api.VerbDigestBlocks: (*Node).digestBlocks,
+	api.VerbRead:         (*Node).read,
+	api.VerbRecording:    (*Node).recording,
+	api.VerbWait:         (*Node).wait,
+	api.VerbTakeOver:     (*Node).takeOverVerb,
+	api.VerbApprovals:    (*Node).listApprovals,
+	api.VerbApproval:     (*Node).getApproval,
+	api.VerbDecide:       (*Node).decideApproval,
+	api.VerbSecretSet:    (*Node).secretSet,
+	api.VerbSecretLs:     (*Node).secretList,
+	api.VerbSecretRm:     (*Node).secretRemove,
 
 	api.VerbAgentSpawn:     (*Node).agentSpawn,
 	api.VerbAgentList:      (*Node).agentList,
@@ -679,6 +680,34 @@ func (n *Node) blocks(ctx context.Context, req request) (any, error) {
 	out := api.BlockList{Blocks: make([]api.Block, len(bs))}
 	for i, b := range bs {
 		out.Blocks[i] = toBlock(b)
+	}
+	return out, nil
+}
+
+// digestBlocks gives every session's blocks still running or finished after
+// the request's Since (api.VerbDigestBlocks).
+func (n *Node) digestBlocks(ctx context.Context, req request) (any, error) {
+	var r api.DigestBlocksRequest
+	if err := decode(req, &r); err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	entries := make([]*entry, 0, len(n.sessions))
+	for _, e := range n.sessions {
+		entries = append(entries, e)
+	}
+	n.mu.Unlock()
+	out := api.DigestBlocks{Sessions: map[string][]api.Block{}}
+	for _, e := range entries {
+		var kept []api.Block
+		for _, b := range e.s.Blocks() {
+			if b.State == session.BlockRunning || !b.FinishedAt.IsZero() && b.FinishedAt.After(r.Since) {
+				kept = append(kept, toBlock(b))
+			}
+		}
+		if len(kept) > 0 {
+			out.Sessions[e.id] = kept
+		}
 	}
 	return out, nil
 }
