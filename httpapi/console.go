@@ -46,6 +46,7 @@ const (
 	maxCookieSessions = 4096
 	maxTokenSessions  = 32
 	maxLinks          = 256
+	maxTokenLinks     = 8 // links of one token waiting at once (its oldest gives way)
 	maxSignInBytes    = 8 << 10
 )
 
@@ -175,6 +176,20 @@ func (c *consoleStore) newLink(token string) (string, time.Time, *api.Error) {
 		if !now.Before(l.expires) {
 			delete(c.links, k)
 		}
+	}
+	var oldest [32]byte
+	var oldestAt time.Time
+	mine := 0
+	for k, l := range c.links {
+		if l.token != token {
+			continue
+		}
+		if mine++; oldestAt.IsZero() || l.expires.Before(oldestAt) {
+			oldest, oldestAt = k, l.expires
+		}
+	}
+	if mine >= maxTokenLinks {
+		delete(c.links, oldest)
 	}
 	if len(c.links) >= maxLinks {
 		return "", time.Time{}, api.Errorf(api.CodeLimit, "%d sign-in links are waiting: try again in a minute", maxLinks)

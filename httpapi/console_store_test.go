@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -46,12 +47,12 @@ func TestConsoleStoreExpiry(t *testing.T) {
 		t.Error("a sign-in outlived CookieTTL")
 	}
 
-	for range maxLinks {
-		if _, _, err := c.newLink("tok"); err != nil {
+	for i := range maxLinks {
+		if _, _, err := c.newLink("tok" + strconv.Itoa(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, _, err := c.newLink("tok"); err == nil {
+	if _, _, err := c.newLink("another"); err == nil {
 		t.Errorf("more than %d links waiting", maxLinks)
 	}
 	now = now.Add(LinkTTL)

@@ -35,3 +35,31 @@ func TestConsoleSignInFlood(t *testing.T) {
 		t.Fatalf("the admin's sign-in: %d %s", r.StatusCode, b)
 	}
 }
+
+// TestConsoleLinkFlood performs a viewer's attack on one-time sign-in links:
+// it asks for links until the controller's 256 waiting links are its own, so
+// that `fleetmux ui` fails for everyone for the links' minute, again and
+// again. Now a token's oldest waiting link gives way to its new one.
+func TestConsoleLinkFlood(t *testing.T) {
+	f := newFixture(t, stack.Options{Nodes: map[string]map[string]string{"n1": nil}, Store: true})
+	viewer := f.newToken("flooder", api.RoleViewer, "")
+	admin := f.newToken("boss", api.RoleAdmin, "")
+	link := func(token string) int {
+		req, _ := http.NewRequest("POST", f.Base+"/ui/links", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := f.HTTP.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for range 257 {
+		if link(viewer) != http.StatusOK {
+			break
+		}
+	}
+	if code := link(admin); code != http.StatusOK {
+		t.Fatalf("the admin's link: %d, want 200", code)
+	}
+}
