@@ -68,10 +68,14 @@ func TestRecordingVerb(t *testing.T) {
 	if parts, _ := castFiles(t, dir); len(parts) != 3 {
 		t.Fatalf("%d parts on disk, want 3 (rotated)", len(parts))
 	}
-	idx, err := replay.OpenIndex(filepath.Join(dir, "output.cast"))
-	if err != nil || len(idx) != 3 { // seq, echo, exit
-		t.Fatalf("index %+v, %v", idx, err)
-	}
+	// The index gets a block once the node has published its end, which may come
+	// after the session is seen exited.
+	var idx []replay.IndexEntry
+	var err error
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		idx, err = replay.OpenIndex(filepath.Join(dir, "output.cast"))
+		return err == nil && len(idx) == 3 // seq, echo, exit
+	}, "the block index to hold the three blocks")
 	for _, format := range []int{api.RecordingV3, api.RecordingV2} {
 		var cast []byte
 		testutil.Eventually(t, 20*time.Second, func() bool {
