@@ -143,7 +143,7 @@ async function render() {
     document.title = `${title} · fleetmux`;
     const ctx = {
       onLeave(fn) { leave.push(fn); },
-      live(kinds, fn) { liveList(kinds, fn, leave); },
+      live(kinds, fn, match) { liveList(kinds, fn, leave, match); },
       every(ms, fn) {
         let stopped = false;
         let timer = 0;
@@ -167,12 +167,12 @@ async function render() {
 }
 
 // liveList runs fn now, then again whenever GET /v1/events (server-sent events)
-// tells of a change of one of kinds ("session", "approval", "agent", "node"), a
-// resync, or a reconnect; changes that come together make one run (at most one
+// tells of a change of one of kinds ("session", "approval", "agent", "node") that
+// match (given the event's {node, id}) accepts, a resync, or a reconnect; changes that come together make one run (at most one
 // run at a time, one more after it when more came meanwhile). A slow poll
 // (liveFallbackMS) stays as a floor, for a stream that cannot connect.
 const liveFallbackMS = 30000;
-function liveList(kinds, fn, leave) {
+function liveList(kinds, fn, leave, match) {
   let stopped = false;
   let running = false;
   let again = false;
@@ -191,7 +191,13 @@ function liveList(kinds, fn, leave) {
   const es = new EventSource('/v1/events');
   let opened = false;
   es.addEventListener('open', () => { if (opened) run(); opened = true; }); // a reconnect may have missed changes
-  for (const k of [...kinds, 'resync']) es.addEventListener(k, run);
+  const on = (e) => {
+    let where = {};
+    try { where = JSON.parse(e.data || '{}'); } catch { /* run anyway */ }
+    if (!match || match(where)) run();
+  };
+  for (const k of kinds) es.addEventListener(k, on);
+  es.addEventListener('resync', run);
   leave.push(() => { stopped = true; clearTimeout(timer); es.close(); });
   run();
 }

@@ -99,7 +99,7 @@ try {
   await page.click('#terminal');
   await page.keyboard.type('echo hi\n');
   await bufferHas(page, 'hi');
-  await page.waitForSelector('#blocks li[data-n]');
+  await page.waitForSelector('#blocks li[data-n]', { timeout: 10000 }); // from the change stream (the floor poll is 30 s)
   await page.click('#blocks li[data-n]');
   await page.waitForSelector('#block-output:not([hidden])');
   await shot(page, 'session');

@@ -112,7 +112,8 @@ export async function sessionPage(main, [node, id], ctx) {
     }
   }
 
-  // Blocks: the list, polled; a click shows one block's output (grep: the search).
+  // Blocks: the list, fetched again when the change stream tells of this session;
+  // a click shows one block's output (grep: the search).
   let selected = 0;
   const showBlock = async (n) => {
     selected = n;
@@ -139,12 +140,12 @@ export async function sessionPage(main, [node, id], ctx) {
         b.exit_code === undefined ? state(b.state) : el('span', { class: 'badge ' + (b.exit_code === 0 ? 'ok' : 'error') }, `exit ${b.exit_code}`))));
   };
   search.addEventListener('input', () => { drawBlocks(); if (selected) showBlock(selected); });
-  ctx.every(2000, async () => {
+  ctx.live(['session'], async () => {
     const [bl, cur] = await Promise.all([api('GET', `${base}/blocks`), api('GET', base)]);
     blocks = (bl.blocks || []).slice().reverse();
     drawBlocks();
     title.textContent = cur.title || '';
     stateEl.replaceChildren(state(cur.state));
     if (!control && (cur.cols !== term.cols || cur.rows !== term.rows) && cur.cols > 0 && cur.rows > 0) term.resize(cur.cols, cur.rows);
-  });
+  }, (w) => w.node === node && w.id === id);
 }
