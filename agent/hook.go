@@ -35,6 +35,11 @@ type HookEvent struct {
 	// NotificationType (Notification): permission_prompt, idle_prompt, …
 	NotificationType string `json:"notification_type"`
 	Message          string `json:"message"`
+	// Prompt (UserPromptSubmit), the tool's response (PostToolUse) and the
+	// last answer (Stop): the agent's turns.
+	Prompt       string          `json:"prompt"`
+	ToolResponse json.RawMessage `json:"tool_response"`
+	LastAnswer   string          `json:"last_assistant_message"`
 }
 
 // ParseHookEvent parses a hook's input.
@@ -113,6 +118,28 @@ func ToolInputText(tool string, input json.RawMessage) string {
 		}
 	}
 	return string(input)
+}
+
+// ToolResponseText is a tool's response (PostToolUse's tool_response) as text:
+// a string as it is; Bash's {stdout, stderr} joined; anything else as JSON.
+func ToolResponseText(resp json.RawMessage) string {
+	var str string
+	if json.Unmarshal(resp, &str) == nil {
+		return str
+	}
+	var m map[string]any
+	if json.Unmarshal(resp, &m) == nil {
+		out, _ := m["stdout"].(string)
+		errs, _ := m["stderr"].(string)
+		if _, bash := m["stdout"]; bash {
+			out, errs = strings.TrimRight(out, "\n"), strings.TrimRight(errs, "\n")
+			if out != "" && errs != "" {
+				return out + "\n" + errs
+			}
+			return out + errs
+		}
+	}
+	return string(resp)
 }
 
 // PermissionAnswer is the output of a PermissionRequest hook that allows or

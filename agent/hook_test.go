@@ -191,3 +191,16 @@ func TestWriteClaudeConfig(t *testing.T) {
 		t.Fatalf("%s: %v", b, err)
 	}
 }
+
+func TestToolResponseText(t *testing.T) {
+	for raw, want := range map[string]string{
+		`"done"`: "done",
+		`{"stdout":"a\n","stderr":"b","interrupted":false}`: "a\nb",
+		`{"stdout":"","stderr":""}`:                         "",
+		`{"filePath":"/x"}`:                                 `{"filePath":"/x"}`,
+	} {
+		if got := ToolResponseText(json.RawMessage(raw)); got != want {
+			t.Errorf("%s: %q, want %q", raw, got, want)
+		}
+	}
+}

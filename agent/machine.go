@@ -20,9 +20,10 @@ const DefaultFresh = 15 * time.Second
 //   - the last structured signal (hook or stream) is the state, unless the
 //     screen showed something else since that signal arrived, and either the
 //     screen shows a dialog (waiting_permission, waiting_input) over a working
-//     signal — the dialog beats a stale working, unless it was first seen
-//     within DialogSettle of an answer to the agent's permission request
-//     (Answered): that request's own dialog —, or the agent was
+//     signal — the dialog beats a stale working once it was there for
+//     DialogGrace, unless it was first seen within DialogSettle of an answer
+//     to the agent's permission request (Answered): that request's own
+//     dialog —, or the agent was
 //     interrupted after the signal and the screen's state is from after the
 //     interrupt (a CLI interrupted fires no hook: Claude Code no Stop), or the
 //     signal is older than the freshness window (a hook silent past it falls
@@ -46,6 +47,11 @@ type Machine struct {
 // the screen is taken for that request's own, still drawn or being taken down:
 // Claude Code draws its dialog beside the waiting hook.
 const DialogSettle = 3 * time.Second
+
+// DialogGrace is how long a dialog must be on the screen before it beats a
+// working from a structured source: Claude Code draws its permission dialog as
+// it runs the PermissionRequest hook, which says so itself once it arrives.
+const DialogGrace = 1500 * time.Millisecond
 
 // Answered notes that a structured source answered the agent's permission
 // request at time at (Machine's rules: the CLI's dialog for it is no
@@ -139,7 +145,8 @@ func (m *Machine) pick(now time.Time) *api.AgentSignal {
 			return m.hook // the screen has shown nothing new since the signal
 		}
 		dialog := m.scr.State == api.AgentWaitingPermission || m.scr.State == api.AgentWaitingInput
-		if dialog && m.hook.State == api.AgentWorking && !m.scr.Time.Before(m.ansd.Add(DialogSettle)) {
+		if dialog && m.hook.State == api.AgentWorking && !m.scr.Time.Before(m.ansd.Add(DialogSettle)) &&
+			now.Sub(m.scr.Time) >= DialogGrace {
 			return m.scr // a dialog on the screen beats a stale working (but the answered one's)
 		}
 		if m.hook.Time.Before(m.intr) && m.scr.Time.After(m.intr) {

@@ -48,7 +48,9 @@ func TestMachineReconciles(t *testing.T) {
 		}},
 		{"a dialog on the screen beats a stale working hook", []step{
 			s(sig(api.SourceHook, api.AgentWorking, 100), 100, api.AgentWorking, api.SourceHook),
-			s(sig(api.SourceScreen, api.AgentWaitingPermission, 500), 700, api.AgentWaitingPermission, api.SourceScreen),
+			// (first, a moment for the hook that may come with it)
+			s(sig(api.SourceScreen, api.AgentWaitingPermission, 500), 700, api.AgentWorking, api.SourceHook),
+			tick(500+int(DialogGrace/time.Millisecond), api.AgentWaitingPermission, api.SourceScreen),
 			// answered: the hook says working again, after the dialog appeared
 			s(sig(api.SourceHook, api.AgentWorking, 900), 900, api.AgentWorking, api.SourceHook),
 		}},
@@ -68,7 +70,8 @@ func TestMachineReconciles(t *testing.T) {
 			s(sig(api.SourceScreen, api.AgentWaitingPermission, 300), 500, api.AgentWorking, api.SourceHook),
 			// a dialog first seen well after the answer is a new one
 			s(sig(api.SourceScreen, api.AgentWorking, 600), 800, api.AgentWorking, api.SourceHook),
-			s(sig(api.SourceScreen, api.AgentWaitingPermission, 150+int(DialogSettle/time.Millisecond)+100), 150+int(DialogSettle/time.Millisecond)+300, api.AgentWaitingPermission, api.SourceScreen),
+			s(sig(api.SourceScreen, api.AgentWaitingPermission, 150+int(DialogSettle/time.Millisecond)+100), 150+int(DialogSettle/time.Millisecond)+300, api.AgentWorking, api.SourceHook),
+			tick(150+int((DialogSettle+DialogGrace)/time.Millisecond)+100, api.AgentWaitingPermission, api.SourceScreen),
 		}},
 		{"interrupted: the screen since the interrupt wins over a fresh hook", []step{
 			s(sig(api.SourceScreen, api.AgentWorking, 100), 300, api.AgentWorking, api.SourceScreen),

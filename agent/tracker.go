@@ -92,6 +92,8 @@ type tracked struct {
 	// changed since (zero: none pending): until the state changes, or
 	// SubmitGrace passed, its ready is the turn before that prompt's.
 	submitted time.Time
+	turns     []api.AgentTurn // the last api.MaxAgentTurns, oldest first
+	turnSeq   int64
 }
 
 // SubmitGrace bounds how long a ready agent given a prompt counts as not ready
@@ -179,6 +181,41 @@ func (t *Tracker) Interrupted(id string, at time.Time) error {
 	prev := a.m.State().State
 	if a.m.Interrupt(at.UTC(), now) {
 		t.eventLocked(a, api.AgentEventState, prev)
+	}
+	return nil
+}
+
+// AddTurn records an entry of agent id's turns (its Seq is the tracker's; a
+// zero Time is now; texts are cut to api.MaxTurnText), keeping the last
+// api.MaxAgentTurns. The caller redacts. ErrNoAgent for an agent it does not
+// track.
+func (t *Tracker) AddTurn(id string, e api.AgentTurn) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	a := t.agents[id]
+	if a == nil {
+		return ErrNoAgent
+	}
+	a.turnSeq++
+	e.Seq = a.turnSeq
+	if e.Time.IsZero() {
+		e.Time = time.Now().UTC()
+	}
+	e.Tool, e.Input, e.Text = bound(e.Tool, 128), bound(e.Input, api.MaxTurnText), bound(e.Text, api.MaxTurnText)
+	if len(a.turns) >= api.MaxAgentTurns {
+		a.turns = slices.Delete(a.turns, 0, len(a.turns)-api.MaxAgentTurns+1)
+	}
+	a.turns = append(a.turns, e)
+	return nil
+}
+
+// Turns returns agent id's last turns, oldest first (nil for none, or no such
+// agent).
+func (t *Tracker) Turns(id string) []api.AgentTurn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if a := t.agents[id]; a != nil {
+		return slices.Clone(a.turns)
 	}
 	return nil
 }

@@ -254,7 +254,33 @@ type (
 		Screen  string `json:"screen"`
 		Cursor  int64  `json:"cursor"`
 		Omitted int64  `json:"omitted_bytes,omitempty"`
+		// Turns are the agent's last turns as its CLI reported them (Claude
+		// Code's hooks), oldest first, at most MaxAgentTurns: what it was asked,
+		// the tools it used with their results, its answers.
+		Turns []AgentTurn `json:"turns,omitempty"`
 	}
+	// AgentTurn is one entry of an agent's turns. Its texts are the agent's (a
+	// program's output: untrusted), redacted as the session's output is.
+	AgentTurn struct {
+		Seq  int64     `json:"seq"` // 1, 2, … per agent: entries past one already read
+		Time time.Time `json:"time"`
+		Kind string    `json:"kind"` // AgentTurnPrompt, AgentTurnTool, AgentTurnAnswer
+		// Tool and Input, of a tool use: its name and input (Bash: the command).
+		Tool  string `json:"tool,omitempty"`
+		Input string `json:"input,omitempty"`
+		// Text: the prompt, the tool's result, the answer (at most MaxTurnText
+		// bytes).
+		Text string `json:"text,omitempty"`
+	}
+)
+
+// Kinds of agent turns, and their bounds.
+const (
+	AgentTurnPrompt = "prompt"
+	AgentTurnTool   = "tool"
+	AgentTurnAnswer = "answer"
+	MaxAgentTurns   = 64
+	MaxTurnText     = 16 << 10
 )
 
 // ParseAgentStates reads a comma-separated list of agent states ("ready,done").

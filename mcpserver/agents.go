@@ -225,6 +225,9 @@ func (m *Server) addAgentTools() {
 			return nil, AgentText{}, m.explainAgent(err, in.Node, in.Agent)
 		}
 		text := fmt.Sprintf("%s, cursor %d\n%s\nscreen:\n%s", agentLine(o.Agent), o.Cursor, fence("output", o.Text), fence("screen", o.Screen))
+		if len(o.Turns) > 0 {
+			text += "\nturns (what it was asked, its tools and their results, its answers; the last first):\n" + fence("turns", turnsText(o.Turns))
+		}
 		return textResult(text), AgentText{Agent: agentOut(o.Agent), Cursor: o.Cursor}, nil
 	})
 
@@ -259,4 +262,18 @@ func (m *Server) addAgentTools() {
 			}
 			return textResult("killed " + agentLine(a)), agentOut(a), nil
 		})
+}
+
+// turnsText renders an agent's turns, the last first, within maxTextBytes.
+func turnsText(turns []api.AgentTurn) string {
+	var b strings.Builder
+	for i := len(turns) - 1; i >= 0 && b.Len() < maxTextBytes; i-- {
+		t := turns[i]
+		head := fmt.Sprintf("#%d %s", t.Seq, t.Kind)
+		if t.Tool != "" {
+			head += " " + t.Tool + "(" + api.OneLine(t.Input, 200) + ")"
+		}
+		b.WriteString(head + ": " + t.Text + "\n")
+	}
+	return b.String()
 }

@@ -218,9 +218,23 @@ func (n *Node) hookHandler(e *entry, driver string, w guard.Writer) agent.HookHa
 			n.log.Warn("agent hook: answered", "session", e.id, "err", err)
 		}
 	}
+	turn := func(tr api.AgentTurn) {
+		tr.Input, tr.Text = n.guard.RedactText(tr.Input), n.guard.RedactText(tr.Text)
+		if err := n.agents.AddTurn(e.id, tr); err != nil && !errors.Is(err, agent.ErrNoAgent) {
+			n.log.Warn("agent hook: turn", "session", e.id, "err", err)
+		}
+	}
 	return func(ctx context.Context, ev agent.HookEvent, raw []byte) []byte {
 		if turnEvents[ev.Name] {
 			n.toolWaitsEnd(e.id, false)
+		}
+		switch {
+		case ev.Name == "UserPromptSubmit" && ev.Prompt != "":
+			turn(api.AgentTurn{Kind: api.AgentTurnPrompt, Text: ev.Prompt})
+		case ev.Name == "PostToolUse":
+			turn(api.AgentTurn{Kind: api.AgentTurnTool, Tool: ev.ToolName, Input: agent.ToolInputText(ev.ToolName, ev.ToolInput), Text: agent.ToolResponseText(ev.ToolResponse)})
+		case ev.Name == "Stop" && ev.LastAnswer != "":
+			turn(api.AgentTurn{Kind: api.AgentTurnAnswer, Text: ev.LastAnswer})
 		}
 		if state, evidence, ok := agent.HookState(ev); ok {
 			signal(ctx, state, evidence)

@@ -147,6 +147,16 @@ func TestClaudeHooksAndApprovals(t *testing.T) {
 	reqs := fake.Requests()
 	last := reqs[len(reqs)-1]
 	t.Logf("the model's last answer → ready: %v", r.StateSince.Sub(last.Time).Round(time.Millisecond))
+	// Its turns, from its hooks: the prompt, the tool with its result, the answer.
+	var out api.AgentOutput
+	f.mustCall(api.VerbAgentOutput, api.AgentOutputRequest{Agent: a.ID}, &out)
+	var turns []string
+	for _, tr := range out.Turns {
+		turns = append(turns, tr.Kind+" "+tr.Tool+" "+tr.Input+" "+tr.Text)
+	}
+	if got := strings.Join(turns, "|"); got != "prompt   bash: touch MARKER|tool Bash touch MARKER |answer   ran: touch MARKER" {
+		t.Fatalf("turns %q", got)
+	}
 
 	// Interrupted while its tool waits for approval: the agent cancels its own
 	// dialog and stops waiting, the approval expires, the tool never runs.

@@ -517,6 +517,7 @@ func (n *Node) agentOutput(ctx context.Context, req request) (any, error) {
 		out.Screen = scr.Text
 	}
 	out.Agent, _ = n.agents.Get(e.id)
+	out.Turns = n.agents.Turns(e.id)
 	return out, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -256,6 +257,11 @@ secrets:
 	}
 	output, _ := c.AgentOutput(ctx, a.Node, a.ID, 0, 1<<20)
 	outputJSON, _ := json.Marshal(output)
+	if !slices.ContainsFunc(output.Turns, func(tr api.AgentTurn) bool {
+		return tr.Kind == api.AgentTurnTool && strings.Contains(tr.Text, "KEY=[REDACTED")
+	}) {
+		t.Fatalf("the agent's turns do not show the tool's result, redacted: %+v", output.Turns)
+	}
 	var rec bytes.Buffer
 	if err := c.Recording(ctx, a.Node, a.ID, 0, &rec); err != nil {
 		t.Logf("recording: %v", err)
