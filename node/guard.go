@@ -74,9 +74,11 @@ func (n *Node) guardLine(ctx context.Context, e *entry, line string) session.Gua
 // Whatever the state now (starting, at the prompt, between a command's end and the
 // prompt, the guard's answer to a typed line being acted on): the prompt may come
 // back before Run types; a mark that is not used lapses, and passes only that very
-// line.
+// line. An integration the session takes for lost counts too: that is what its
+// marks say (a command's end that did not come, a hook removed), while the shell's
+// guard may well still ask, and a run's own line is then refused as no writer's.
 func (e *entry) Integrated() bool {
-	return e.s.Info().Integration == session.IntegrationOK
+	return e.s.Info().Integration != session.IntegrationNone
 }
 
 // atPrompt reports whether an integrated shell waits at its prompt (it asks about
