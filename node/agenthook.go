@@ -181,6 +181,7 @@ func (n *Node) startHooks(p *hookPrep, e *entry, driver string, w guard.Writer) 
 
 // stopHooks closes agent id's hook channel (its session closed), if it has one.
 func (n *Node) stopHooks(id string) {
+	n.endAgentSpans(id)
 	n.hooks.mu.Lock()
 	ch := n.hooks.m[id]
 	delete(n.hooks.m, id)
@@ -225,6 +226,7 @@ func (n *Node) hookHandler(e *entry, driver string, w guard.Writer) agent.HookHa
 		}
 	}
 	return func(ctx context.Context, ev agent.HookEvent, raw []byte) []byte {
+		n.traceHook(e.id, driver, ev)
 		if turnEvents[ev.Name] {
 			n.toolWaitsEnd(e.id, false)
 		}

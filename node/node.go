@@ -147,6 +147,7 @@ type Node struct {
 	guard    *guard.Guard                 // everything decided before the node acts (guard.go)
 	agents   *agent.Tracker               // the node's coding agents (agents.go)
 	hooks    agentHooks                   // their hook channels (agenthook.go)
+	aspans   agentSpans                   // their turns and tool calls as spans (trace.go)
 	agentEvs *delay.Queue[api.AgentEvent] // their events, published off the caller's path
 	spawnMu  sync.Mutex                   // one agent spawn at a time (agents.go)
 	// heldSpawns: agent spawns held for a person's approval, by their create

@@ -2,8 +2,10 @@ package node
 
 import (
 	"context"
+	"sync"
 	"time"
 
+	"github.com/fleetmux/fleetmux/agent"
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/guard"
 	"github.com/fleetmux/fleetmux/session"
@@ -123,5 +125,96 @@ func exitStatus(span trace.Span, code *int) {
 	span.SetAttributes(attribute.Int("process.exit.code", *code))
 	if *code != 0 {
 		span.SetStatus(codes.Error, "exit code "+itoa(*code))
+	}
+}
+
+// A coding agent's work as spans (OpenTelemetry's GenAI conventions), from its
+// CLI's hooks: a turn, from the prompt (UserPromptSubmit) to its end (Stop), is
+// an "invoke_agent DRIVER" span; each tool call, from PreToolUse to PostToolUse,
+// an "execute_tool TOOL" span under it. Each turn is a trace of its own.
+
+// maxOpenToolSpans bounds the tool calls of one agent waiting for their end.
+const maxOpenToolSpans = 64
+
+// agentSpans are the open spans of the node's agents.
+type agentSpans struct {
+	mu sync.Mutex
+	m  map[string]*agentSpan // by agent (session) id
+}
+
+// agentSpan is one agent's open turn and tool calls.
+type agentSpan struct {
+	turnCtx context.Context
+	turn    trace.Span
+	tools   []toolSpan // oldest first
+}
+
+type toolSpan struct {
+	name string
+	span trace.Span
+}
+
+// traceHook turns agent id's hook event into spans (nothing while tracing is off).
+func (n *Node) traceHook(id, driver string, ev agent.HookEvent) {
+	if !tracing.On() {
+		return
+	}
+	n.aspans.mu.Lock()
+	defer n.aspans.mu.Unlock()
+	if n.aspans.m == nil {
+		n.aspans.m = map[string]*agentSpan{}
+	}
+	a := n.aspans.m[id]
+	if a == nil {
+		a = &agentSpan{turnCtx: context.Background()}
+		n.aspans.m[id] = a
+	}
+	tool := api.OneLine(ev.ToolName, 64)
+	switch ev.Name {
+	case "UserPromptSubmit":
+		a.end()
+		a.turnCtx, a.turn = tracing.Start(context.Background(), "invoke_agent "+driver, trace.SpanKindInternal,
+			attribute.String("gen_ai.operation.name", "invoke_agent"), attribute.String("gen_ai.agent.id", id),
+			attribute.String("gen_ai.agent.name", driver), attribute.String("fleetmux.node", n.cfg.Name))
+	case "PreToolUse":
+		if len(a.tools) >= maxOpenToolSpans {
+			return
+		}
+		_, s := tracing.Start(a.turnCtx, "execute_tool "+tool, trace.SpanKindInternal,
+			attribute.String("gen_ai.operation.name", "execute_tool"), attribute.String("gen_ai.tool.name", tool),
+			attribute.String("gen_ai.agent.id", id))
+		a.tools = append(a.tools, toolSpan{tool, s})
+	case "PostToolUse":
+		for i, t := range a.tools {
+			if t.name == tool {
+				t.span.End()
+				a.tools = append(a.tools[:i], a.tools[i+1:]...)
+				break
+			}
+		}
+	case "Stop", "SessionEnd":
+		a.end()
+	}
+}
+
+// end ends a's open tool calls and turn.
+func (a *agentSpan) end() {
+	for _, t := range a.tools {
+		t.span.End()
+	}
+	a.tools = nil
+	if a.turn != nil {
+		a.turn.End()
+		a.turn, a.turnCtx = nil, context.Background()
+	}
+}
+
+// endAgentSpans ends agent id's open spans (it ended).
+func (n *Node) endAgentSpans(id string) {
+	n.aspans.mu.Lock()
+	defer n.aspans.mu.Unlock()
+	if a := n.aspans.m[id]; a != nil {
+		a.end()
+		delete(n.aspans.m, id)
 	}
 }
