@@ -153,6 +153,11 @@ func (s *Session) applyMarkLocked(m mark, off int64) {
 		s.integRemoved = true
 		s.integ.remove()
 	}
+	if m.kind == markPrompt && s.image == (procImage{}) && s.integrated && s.pid > 0 {
+		// The start did not read the shell's image whole (it was read in the middle
+		// of the exec): our prompt is the shell's own, its image is done now.
+		s.image, _ = readImage(s.pid)
+	}
 	if m.kind == markDone || m.kind == markNoRun {
 		s.lost = false // our prompt hook reports the ends of commands again
 	}

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -377,24 +378,39 @@ type procImage struct {
 	cmdline string
 }
 
-// readImage returns pid's image, ok false when /proc does not say.
+// readImage returns pid's image, ok false when /proc does not say, or says it only
+// in part (see parseImage).
 func readImage(pid int) (procImage, bool) {
 	base := "/proc/" + strconv.Itoa(pid)
-	b, err := os.ReadFile(base + "/stat")
+	stat, err := os.ReadFile(base + "/stat")
 	if err != nil {
-		return procImage{}, false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
-		return procImage{}, false
-	}
-	f := strings.Fields(string(b[i+2:]))
-	if len(f) < 48 { // arg_start .. env_end are fields 48..51 (f[45..48])
 		return procImage{}, false
 	}
 	cl, err := os.ReadFile(base + "/cmdline")
 	if err != nil {
 		return procImage{}, false
 	}
-	return procImage{addrs: strings.Join(f[45:min(len(f), 49)], " "), cmdline: string(cl)}, true
+	return parseImage(stat, cl)
+}
+
+// parseImage is the image that a process's stat and cmdline files describe, ok
+// false unless they describe it whole. exec.Cmd.Start returns once the child's
+// close-on-exec descriptors are closed, which the kernel does in the middle of the
+// exec, before it sets the new image's argument and environment addresses: read
+// then, they are in part 0 and the command line is empty, and the image a moment
+// later (the shell's own) would look like another program's.
+func parseImage(stat, cmdline []byte) (procImage, bool) {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 || i+2 >= len(stat) {
+		return procImage{}, false
+	}
+	f := strings.Fields(string(stat[i+2:]))
+	if len(f) < 49 { // arg_start .. env_end are fields 48..51 (f[45..48])
+		return procImage{}, false
+	}
+	addrs := f[45:49]
+	if slices.Contains(addrs, "0") || len(cmdline) == 0 {
+		return procImage{}, false
+	}
+	return procImage{addrs: strings.Join(addrs, " "), cmdline: string(cmdline)}, true
 }

@@ -152,7 +152,7 @@ type Session struct {
 	screen     *screen
 	createdAt  time.Time
 	integrated bool
-	image      procImage // the shell's process image at start (an exec changes it); set before the goroutines start
+	image      procImage // the shell's process image at start (an exec changes it); zero while not known (see applyMarkLocked)
 
 	writeMu sync.Mutex // serializes writes to the master
 	metaMu  sync.Mutex // serializes sending the metadata to the holder (taken before mu)
@@ -441,7 +441,7 @@ func Start(cfg Config) (*Session, error) {
 	cmd.Env, cmd.Args, cmd.SysProcAttr, cmd.ExtraFiles = nil, nil, nil, nil
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, nil, nil
 	if s.integrated {
-		s.image, _ = readImage(s.pid) // Start returns once the exec is done
+		s.image, _ = readImage(s.pid) // zero if read mid-exec: then at the first prompt
 	}
 	// pty.Open leaves the master in blocking mode; a non-blocking dup lets the runtime
 	// poller interrupt reads on Close and handle EAGAIN on large writes.

@@ -247,7 +247,7 @@ func (s *Session) forgetWaitingLocked() {
 // (or a sample should follow soon).
 func (s *Session) sample() bool {
 	s.mu.Lock()
-	gen, hooked := s.waitGen, s.atPrompt && !s.lost
+	gen, hooked, known := s.waitGen, s.atPrompt && !s.lost, s.image
 	s.mu.Unlock()
 	waiting, byShell := false, false
 	if pg, err := foregroundPgrp(s.master); err == nil && pg > 0 {
@@ -256,11 +256,12 @@ func (s *Session) sample() bool {
 	// The shell itself reads the terminal, as another program image (an exec). Only
 	// looked for when our prompt mark has not come since the last command: a shell
 	// that printed it has our hooks, so it is ours, and the two /proc reads stay off
-	// the path of every command back to idle.
+	// the path of every command back to idle. An image not known (not read whole at
+	// the start: see parseImage) tells nothing.
 	execd := false
-	if waiting && byShell && s.integrated && !hooked {
+	if waiting && byShell && s.integrated && !hooked && known != (procImage{}) {
 		img, ok := readImage(s.pid)
-		execd = ok && img != s.image
+		execd = ok && img != known
 	}
 	echo, _ := terminalEcho(s.master)
 	// Output the shell wrote before it blocked reading (a command's D mark and the
