@@ -163,7 +163,6 @@ func TestKillGroup(t *testing.T) {
 	}
 }
 
-
 func fileEmpty(p string) bool {
 	b, _ := os.ReadFile(p)
 	return len(bytes.TrimSpace(b)) == 0
