@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fleetmux/fleetmux/internal/testutil"
 )
@@ -50,7 +51,20 @@ func TestParseImage(t *testing.T) {
 func TestImageReadMidExec(t *testing.T) {
 	testutil.NeedTool(t, "bash")
 	s := startShell(t, "bash")
+	// The sample looks at the image only while the shell reads its terminal: at
+	// its prompt, once it got there.
+	reading := func() {
+		testutil.Eventually(t, 10*time.Second, func() bool {
+			pg, err := foregroundPgrp(s.master)
+			if err != nil || pg <= 0 {
+				return false
+			}
+			w, byShell := fgWaitingForInput(s.pid, pg, s.tty)
+			return w && byShell
+		}, "the shell to read its terminal")
+	}
 	run(t, s, "true")
+	reading()
 	img, _ := parseImage(midExec(t, s.pid), nil)
 	s.mu.Lock()
 	s.image = img
@@ -62,17 +76,20 @@ func TestImageReadMidExec(t *testing.T) {
 	}
 	run(t, s, "true")
 	want, ok := readImage(s.pid)
-	s.mu.Lock()
-	got := s.image
-	s.mu.Unlock()
-	if !ok || got != want {
-		t.Fatalf("the image after a prompt: %+v, want %+v", got, want)
+	if !ok {
+		t.Fatal("the shell's image cannot be read")
 	}
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.image == want
+	}, "the shell's image to be learnt at its prompt")
 	// An exec is still seen: another program's image is not the shell's.
 	s.mu.Lock()
 	s.image.cmdline += "x"
 	s.atPrompt = false
 	s.mu.Unlock()
+	reading()
 	s.sample()
 	if in := s.Info(); in.Integration != IntegrationLost {
 		t.Fatalf("integration %q with another image, want lost", in.Integration)
