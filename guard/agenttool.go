@@ -25,6 +25,9 @@ type ToolUse struct {
 	// Input is the tool's input as text: for Bash the command (decided as a
 	// command too), for a tool on a file its path, for a fetch its URL.
 	Input string
+	// Held, when set, is called once the request is held for a person (an
+	// approve rule), before CheckTool waits for the decision.
+	Held func()
 }
 
 // BashTool is the tool whose input is a shell command.
@@ -78,6 +81,9 @@ func (g *Guard) holdTool(ctx context.Context, s *Session, w Writer, u ToolUse, d
 	}
 	if s != nil {
 		defer s.releaseTool(a.Addr()) // hold noted it
+	}
+	if u.Held != nil {
+		u.Held()
 	}
 	select {
 	case <-ap.decided:

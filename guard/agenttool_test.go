@@ -69,14 +69,15 @@ rules:
 	spawner := Writer{Principal: "token:dev", Role: api.RoleAdmin}
 	ctx := context.Background()
 
-	if err := g.CheckTool(ctx, s, spawner, ToolUse{Agent: "claude", Tool: "Read", Input: "/etc/hostname"}); err != nil {
+	notHeld := func() { t.Error("Held called for a request decided at once") }
+	if err := g.CheckTool(ctx, s, spawner, ToolUse{Agent: "claude", Tool: "Read", Input: "/etc/hostname", Held: notHeld}); err != nil {
 		t.Fatalf("Read: %v, want allowed", err)
 	}
 	if err := g.CheckTool(ctx, s, spawner, ToolUse{Agent: "claude", Tool: "Edit", Input: "/tmp/x"}); !errors.Is(err, ErrToolUndecided) {
 		t.Fatalf("Edit, which no rule names: %v, want undecided (the agent asks as it would)", err)
 	}
 	var ae *api.Error
-	if err := g.CheckTool(ctx, s, spawner, ToolUse{Agent: "claude", Tool: BashTool, Input: "rm x"}); !errors.As(err, &ae) || ae.Code != api.CodeDenied || ae.Rule != "no-rm" {
+	if err := g.CheckTool(ctx, s, spawner, ToolUse{Agent: "claude", Tool: BashTool, Input: "rm x", Held: notHeld}); !errors.As(err, &ae) || ae.Code != api.CodeDenied || ae.Rule != "no-rm" {
 		t.Fatalf("rm: %v, want denied by no-rm", err)
 	}
 
@@ -93,9 +94,15 @@ rules:
 		allowed  bool
 	}{{api.DecisionApprove, true}, {api.DecisionDeny, false}} {
 		done := make(chan error, 1)
+		held := make(chan struct{})
 		go func() {
-			done <- g.CheckTool(ctx, s, spawner, ToolUse{Agent: "claude", Tool: BashTool, Input: "touch MARKER"})
+			done <- g.CheckTool(ctx, s, spawner, ToolUse{Agent: "claude", Tool: BashTool, Input: "touch MARKER", Held: func() { close(held) }})
 		}()
+		select { // Held is called once it waits for someone
+		case <-held:
+		case <-time.After(5 * time.Second):
+			t.Fatal("Held was not called")
+		}
 		var a api.Approval
 		deadline := time.Now().Add(5 * time.Second)
 		for {

@@ -238,21 +238,31 @@ func (n *Node) hookHandler(e *entry, driver string, w guard.Writer) agent.HookHa
 		case ev.Name == "Stop" && ev.LastAnswer != "":
 			turn(api.AgentTurn{Kind: api.AgentTurnAnswer, Text: ev.LastAnswer})
 		}
-		if state, evidence, ok := agent.HookState(ev); ok {
-			signal(ctx, state, evidence)
-		}
+		state, evidence, ok := agent.HookState(ev)
 		if ev.Name != "PermissionRequest" {
+			if ok {
+				signal(ctx, state, evidence)
+			}
 			return nil
+		}
+		// waiting_permission only once it waits for someone: a request the
+		// policy allows or denies at once never is (a waiter for
+		// waiting_permission would wake for nothing).
+		waits := func() {
+			if ok {
+				signal(ctx, state, evidence)
+			}
 		}
 		hookCtx := ctx
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		waiting := &toolWaiting{cancel: cancel}
 		defer n.toolWait(e.id, waiting)()
-		u := guard.ToolUse{Agent: driver, Tool: agent.Cut(ev.ToolName, 128), Input: agent.ToolInputText(ev.ToolName, ev.ToolInput)}
+		u := guard.ToolUse{Agent: driver, Tool: agent.Cut(ev.ToolName, 128), Input: agent.ToolInputText(ev.ToolName, ev.ToolInput), Held: waits}
 		err := n.guard.CheckTool(ctx, e.guard, w, u)
 		switch {
 		case errors.Is(err, guard.ErrToolUndecided):
+			waits()
 			return nil // the CLI asks at its own dialog
 		case hookCtx.Err() != nil:
 			return nil // the hook gave up: nobody reads the answer
