@@ -584,7 +584,7 @@ class ErrorsTest(unittest.TestCase):
                    "listApprovals": "approvals", "getApproval": "approval", "decideApproval": "decide",
                    "listTokens": "tokens", "getPolicy": "policy", "listSecrets": "secrets",
                    "listAgents": "agents", "getAgent": "agent"}
-        left_out = {"attach": "a WebSocket", "live": "a WebSocket for players", "metrics": "Prometheus text", "mcpPost": "MCP's own clients",
+        left_out = {"attach": "a WebSocket", "live": "a WebSocket for players", "events": "the console's EventSource stream", "metrics": "Prometheus text", "mcpPost": "MCP's own clients",
                     "mcpGet": "MCP's own clients", "mcpDelete": "MCP's own clients"}
         doc = os.path.join(os.path.dirname(__file__), "..", "..", "..", "api", "openapi.yaml")
         with open(doc) as f:

@@ -494,7 +494,7 @@ describe("operations", () => {
       getApproval: "approval", decideApproval: "decide", listTokens: "tokens", getPolicy: "policy", listSecrets: "secrets",
       listAgents: "agents", getAgent: "agent",
     };
-    const leftOut = { attach: "a WebSocket", live: "a WebSocket for players", metrics: "Prometheus text", mcpPost: "MCP's own clients", mcpGet: "MCP's own clients", mcpDelete: "MCP's own clients" };
+    const leftOut = { attach: "a WebSocket", live: "a WebSocket for players", events: "the console's EventSource stream", metrics: "Prometheus text", mcpPost: "MCP's own clients", mcpGet: "MCP's own clients", mcpDelete: "MCP's own clients" };
     const doc = readFileSync(new URL("../../../api/openapi.yaml", import.meta.url), "utf8");
     const ops = [...doc.matchAll(/operationId: (\w+)/g)].map((m) => m[1]);
     assert.ok(ops.includes("run"));
