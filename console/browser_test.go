@@ -1,149 +1,21 @@
 package console_test
 
 import (
-	"bytes"
-	"context"
-	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/fleetmux/fleetmux/api"
-	"github.com/fleetmux/fleetmux/internal/testutil"
+	"github.com/fleetmux/fleetmux/internal/testutil/browser"
 	"github.com/fleetmux/fleetmux/internal/testutil/stack"
 )
 
-// The console in a real browser: Debian's chromium, driven by playwright-core
-// (npm, pinned; .ci/run installs both) from testdata/browser.mjs, against the
+// TestBrowser: the console in a real browser (package browser) against the
 // real stack (embedded NATS, a node with real shells, the controller's HTTP API
-// serving the console).
-
-const (
-	chromium = "/usr/bin/chromium"
-	// PlaywrightVersion is the playwright-core .ci/run installs.
-	playwrightVersion = "1.65.1"
-)
-
-// playwright finds the playwright-core package: $FLEETMUX_PLAYWRIGHT, else
-// where .ci/run installs it.
-func playwright() string {
-	if p := os.Getenv("FLEETMUX_PLAYWRIGHT"); p != "" {
-		return p
-	}
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		return ""
-	}
-	return filepath.Join(cache, "fleetmux", "npm", "playwright-core-"+playwrightVersion, "node_modules", "playwright-core")
-}
-
-// needBrowser returns playwright-core's directory, or skips the test (fails it
-// in CI or under FLEETMUX_TEST_STRICT) when chromium, node or playwright-core is
-// missing.
-func needBrowser(t *testing.T) string {
-	t.Helper()
-	missing := func(what string) {
-		msg := what + " is missing: the console's browser tests need Debian's chromium (apt-get install chromium), node, " +
-			"and playwright-core " + playwrightVersion + " (npm install --prefix ~/.cache/fleetmux/npm/playwright-core-" + playwrightVersion +
-			" playwright-core@" + playwrightVersion + ", or set FLEETMUX_PLAYWRIGHT); .ci/run installs them"
-		if os.Getenv("CI") == "true" || os.Getenv("FLEETMUX_TEST_STRICT") == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	if _, err := os.Stat(chromium); err != nil {
-		missing(chromium)
-	}
-	if _, err := exec.LookPath("node"); err != nil {
-		missing("node")
-	}
-	pw := playwright()
-	if _, err := os.Stat(filepath.Join(pw, "package.json")); err != nil {
-		missing("playwright-core (" + pw + ")")
-	}
-	return pw
-}
-
-// artifacts is where the screenshots go: $FLEETMUX_ARTIFACTS/console when set,
-// else the test's temporary dir.
-func artifacts(t *testing.T) string {
-	dir := t.TempDir()
-	if a := os.Getenv("FLEETMUX_ARTIFACTS"); a != "" {
-		dir = filepath.Join(a, "console")
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
-// holdPolicy holds commands that mention "needs-ok" for a person's approval.
-const holdPolicy = `{"version": 1, "rules": [{"name": "needs-a-human", "match": {"command": "needs-ok"}, "action": "approve"}]}`
-
+// serving the console); cmd/fleetmux's TestBrowserDev runs it against `fleetmux dev`.
 func TestBrowser(t *testing.T) {
-	pw := needBrowser(t)
+	pw := browser.Need(t)
 	f := stack.New(t, stack.Options{Nodes: map[string]map[string]string{"n1": {"role": "web"}}, Store: true, Policy: true})
-	newToken := func(name, role string) string {
-		var nt api.NewToken
-		f.Must(http.StatusOK, "POST", "/v1/tokens", api.TokenRequest{Name: name, Role: role}, &nt)
-		return nt.Secret
-	}
-	operator, viewer := newToken("operator", api.RoleOperator), newToken("viewer", api.RoleViewer)
-	f.Must(http.StatusOK, "PUT", "/v1/policy", []byte(holdPolicy), nil)
-
-	s := f.NewSession("n1")
-	var x api.Session
-	f.Must(http.StatusCreated, "POST", "/v1/sessions", api.NewSession{Node: "n1", CreateRequest: api.CreateRequest{
-		Title: `<img src=x onerror="window.__xss=1">`, Shell: "bash"}}, &x)
-	f.Must(http.StatusOK, "GET", "/v1/sessions/n1/"+x.ID+"/wait?until=idle&timeout_ms=10000", nil, nil)
-	f.Run("n1", x.ID, `echo '<img src=x onerror=window.__xss=2>' # <script>window.__xss=3</script>`)
-	r := f.NewSession("n1")
-	for _, word := range []string{"one", "two", "three", "four"} {
-		f.Run("n1", r.ID, "sleep 0.3; echo "+word) // the markers lie apart in time
-	}
-	// Two agents under the generic driver (a tiny TUI), one the other's child.
-	spawn := func(parent string) api.Agent {
-		var a api.Agent
-		f.Must(http.StatusCreated, "POST", "/v1/agents", api.SpawnRequest{Node: "n1", Driver: api.DriverGeneric, Parent: parent, Program: "sh",
-			Args: []string{"-c", "printf 'READY> '; exec cat"}, Rules: "version 1\nrule prompt ready -- READY>\n"}, &a)
-		return a
-	}
-	agent := spawn("")
-	child := spawn(agent.Address())
-	// The node applies the policy within a second: wait until it holds.
-	testutil.Eventually(t, 10*time.Second, func() bool {
-		code, b := f.Do("POST", "/v1/sessions/n1/"+x.ID+"/run", api.RunBody{Command: "true # needs-ok probe", TimeoutMS: 5000})
-		return code == http.StatusConflict && strings.Contains(string(b), `"code":"held"`)
-	}, "the node to hold commands under the policy")
-
-	dir := artifacts(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 80*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", "testdata/browser.mjs")
-	cmd.Env = append(os.Environ(), "PLAYWRIGHT="+pw, "BASE="+f.Base, "ADMIN="+f.Token, "OPERATOR="+operator, "VIEWER="+viewer,
-		"SESSION=n1/"+s.ID, "XSS=n1/"+x.ID, "REPLAY=n1/"+r.ID,
-		"AGENT="+agent.Address(), "CHILD="+child.Address(), "ARTIFACTS="+dir)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	start := time.Now()
-	err := cmd.Run()
-	t.Logf("browser test in %v; screenshots in %s\n%s", time.Since(start).Round(time.Millisecond), dir, out.String())
-	if err != nil {
-		t.Fatalf("the browser test failed: %v", err)
-	}
-	for _, step := range []string{"signin", "fleet", "sessions", "terminal", "echo", "takeover", "resize", "xss", "approvals", "agents", "replay", "live", "viewer", "signout"} {
-		if !strings.Contains(out.String(), "ok "+step) {
-			t.Errorf("step %s did not pass", step)
-		}
-	}
-	for _, shot := range []string{"signin", "fleet", "sessions", "session", "approvals", "agents", "replay", "live", "viewer-session"} {
-		if st, err := os.Stat(filepath.Join(dir, shot+".png")); err != nil || st.Size() == 0 {
-			t.Errorf("no screenshot of %s: %v", shot, err)
-		}
-	}
+	browser.Run(t, pw, f, "n1", "testdata/browser.mjs")
 }
 
 // TestPlaywrightPinned: .ci/run installs the playwright-core this test looks for.
@@ -152,7 +24,7 @@ func TestPlaywrightPinned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(run), "\nplaywright_version="+playwrightVersion+"\n") {
-		t.Errorf(".ci/run does not install playwright-core %s", playwrightVersion)
+	if !strings.Contains(string(run), "\nplaywright_version="+browser.PlaywrightVersion+"\n") {
+		t.Errorf(".ci/run does not install playwright-core %s", browser.PlaywrightVersion)
 	}
 }

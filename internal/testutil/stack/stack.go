@@ -15,6 +15,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -347,4 +348,11 @@ func (f *Stack) Run(node, id, cmd string) api.BlockResult {
 	var br api.BlockResult
 	f.Must(http.StatusOK, "POST", "/v1/sessions/"+node+"/"+id+"/run", api.RunBody{Command: cmd, TimeoutMS: 20000}, &br)
 	return br
+}
+
+// Remote is a Stack of only the HTTP helpers (Do, Must, APIErr, NewSession, Run)
+// for a controller a test started another way, such as a real `fleetmux dev`:
+// base is its HTTP API's URL, token the bearer token the helpers send.
+func Remote(t *testing.T, base, token string) *Stack {
+	return &Stack{T: t, Base: strings.TrimRight(base, "/"), Token: token, HTTP: &http.Client{Timeout: 60 * time.Second}}
 }
