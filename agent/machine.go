@@ -25,7 +25,9 @@ const DefaultFresh = 15 * time.Second
 //     to the agent's permission request (Answered): that request's own
 //     dialog —, or the agent was
 //     interrupted after the signal and the screen's state is from after the
-//     interrupt (a CLI interrupted fires no hook: Claude Code no Stop), or the
+//     interrupt (a CLI interrupted fires no hook: Claude Code no Stop; a state
+//     the screen showed before the interrupt and still shows InterruptSettle
+//     after it counts as seen after it), or the
 //     signal is older than the freshness window (a hook silent past it falls
 //     back to the screen).
 //   - without structured signals, the screen's held state is the state.
@@ -47,6 +49,11 @@ type Machine struct {
 // the screen is taken for that request's own, still drawn or being taken down:
 // Claude Code draws its dialog beside the waiting hook.
 const DialogSettle = 3 * time.Second
+
+// InterruptSettle is how long after the agent's interrupt keys were typed a
+// screen that shows the same state as before them is taken for what came of the
+// interrupt: the CLI has had time to act on the keys and redraw.
+const InterruptSettle = time.Second
 
 // DialogGrace is how long a dialog must be on the screen before it beats a
 // working from a structured source: Claude Code draws its permission dialog as
@@ -87,10 +94,18 @@ func (m *Machine) Apply(sig api.AgentSignal, now time.Time) bool {
 	case api.SourceHook, api.SourceStream:
 		m.hook = &sig
 	case api.SourceScreen:
-		if m.scr != nil && m.scr.State == sig.State {
-			m.scr.Evidence = sig.Evidence // the same state: still since it was first seen
-		} else {
+		switch {
+		case m.scr == nil || m.scr.State != sig.State:
 			m.scr = &sig
+		case !m.intr.IsZero() && !m.scr.Time.After(m.intr) && !now.Before(m.intr.Add(InterruptSettle)):
+			// The same state as before the interrupt, still on the screen once
+			// the CLI had time to act on the keys: that is what came of it (a
+			// screen that read ready while the tool waited for its hook reads
+			// ready after the interrupt too).
+			sig.Time = now
+			m.scr = &sig
+		default:
+			m.scr.Evidence = sig.Evidence // the same state: still since it was first seen
 		}
 	case api.SourceProcess:
 		m.proc = &sig

@@ -86,7 +86,18 @@ func TestMachineReconciles(t *testing.T) {
 			s(sig(api.SourceScreen, api.AgentReady, 100), 300, api.AgentReady, api.SourceScreen),
 			s(sig(api.SourceHook, api.AgentWorking, 400), 400, api.AgentWorking, api.SourceHook),
 			interrupt(500, api.AgentWorking, api.SourceHook),
-			s(sig(api.SourceScreen, api.AgentReady, 100), 700, api.AgentWorking, api.SourceHook), // still since 100
+			s(sig(api.SourceScreen, api.AgentReady, 100), 700, api.AgentWorking, api.SourceHook),  // still since 100
+			tick(500+int(InterruptSettle/time.Millisecond)+100, api.AgentWorking, api.SourceHook), // no sample since
+		}},
+		{"interrupted, the screen unchanged once settled: what came of it", []step{
+			s(sig(api.SourceScreen, api.AgentReady, 100), 300, api.AgentReady, api.SourceScreen),
+			s(sig(api.SourceHook, api.AgentWaitingPermission, 400), 400, api.AgentWaitingPermission, api.SourceHook),
+			interrupt(500, api.AgentWaitingPermission, api.SourceHook),
+			s(sig(api.SourceScreen, api.AgentReady, 100), 500+int(InterruptSettle/time.Millisecond), api.AgentReady, api.SourceScreen),
+			// a hook after the interrupt is believed again
+			s(sig(api.SourceHook, api.AgentWorking, 2000), 2000, api.AgentWorking, api.SourceHook),
+			// and the screen's ready from before it is no news
+			s(sig(api.SourceScreen, api.AgentReady, 100), 2300, api.AgentWorking, api.SourceHook),
 		}},
 		{"exited from the process wins and stays", []step{
 			s(sig(api.SourceHook, api.AgentWorking, 100), 100, api.AgentWorking, api.SourceHook),
