@@ -285,7 +285,11 @@ func (sc *screen) catchUpLocked(end int64) (skipped bool) {
 	}
 	if lag := end - sc.fed; lag > int64(4*rows) {
 		a, b := s.ring.Slices(sc.fed, end)
-		if lag > screenMaxLag || bytes.Count(a, nl)+bytes.Count(b, nl) > 4*rows {
+		lines := 4 * rows
+		if repositions(a, b) {
+			lines = screenDrawRows * rows // a program drawing in place: see repositions
+		}
+		if lag > screenMaxLag || bytes.Count(a, nl)+bytes.Count(b, nl) > lines {
 			to := sc.skipTargetLocked(end, 2*rows)
 			if on, ok := s.altAtLocked(to); ok && on != sc.emu.IsAltScreen() {
 				if on {
@@ -317,6 +321,59 @@ func (sc *screen) catchUpLocked(end int64) (skipped bool) {
 }
 
 var nl = []byte{'\n'}
+
+// screenDrawRows is how many screens of lines the emulator renders before it skips
+// output that moves the cursor back (repositions): such output draws in place
+// rather than scrolling, and what it draws later relies on what it drew before (a
+// diff renderer such as Claude Code's moves over cells it knows are blank), so a
+// skip leaves stale cells on the screen. Past it (or past screenMaxLag bytes) the
+// cost bound wins.
+const screenDrawRows = 32
+
+// repositions reports whether the output a then b (a ring's two slices) holds an
+// escape sequence that moves the cursor up or to an absolute place, sets a scroll
+// region or restores a saved cursor: output that does not just run down the
+// screen. A sequence cut by the slices' seam is found when it is at most 32 bytes.
+func repositions(a, b []byte) bool {
+	if repositionsIn(a) || repositionsIn(b) {
+		return true
+	}
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	seam := make([]byte, 0, 64)
+	seam = append(seam, a[max(0, len(a)-32):]...)
+	seam = append(seam, b[:min(len(b), 32)]...)
+	return repositionsIn(seam)
+}
+
+// repositionsIn is repositions of one slice: ESC M (reverse index), ESC 8
+// (restore cursor), or a CSI sequence ending in A (up), F (previous line), H or
+// f (position), d (row), r (scroll region), T (scroll down) or u (restore cursor).
+func repositionsIn(p []byte) bool {
+	for {
+		i := bytes.IndexByte(p, 0x1b)
+		if i < 0 || i+1 >= len(p) {
+			return false
+		}
+		p = p[i+1:]
+		switch p[0] {
+		case 'M', '8':
+			return true
+		case '[':
+			j := 1
+			for j < len(p) && p[j] >= 0x30 && p[j] <= 0x3f { // parameters
+				j++
+			}
+			for j < len(p) && p[j] >= 0x20 && p[j] <= 0x2f { // intermediates
+				j++
+			}
+			if j < len(p) && bytes.IndexByte([]byte("AFHfdrTu"), p[j]) >= 0 {
+				return true
+			}
+		}
+	}
+}
 
 // skipTargetLocked is where the last `lines` lines before end start, but no earlier
 // than screenKeep bytes before end. Called with s.mu held.

@@ -246,3 +246,21 @@ func TestScreenBuiltOnDemandAndDropped(t *testing.T) {
 		t.Fatal("the emulator was dropped right after a look")
 	}
 }
+
+// A program that draws on the main screen by moving the cursor (as Claude Code's
+// renderer does) keeps what it drew before a burst of frames: the emulator must
+// not skip output whose later frames rely on it, as it may skip plain lines.
+func TestScreenKeepsCursorDrawingOnMainScreen(t *testing.T) {
+	s := startShell(t, "bash")
+	run(t, s, `printf '\033[2J\033[1;1HHEADER-KEPT'; for i in $(seq 400); do printf '\033[10;1Hframe %d\n' $i; done; printf '\033[12;1Hdone-marker\n'`)
+	scr, err := s.Screen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(scr.Text, "done-marker") || !strings.Contains(scr.Text, "frame 400") {
+		t.Fatalf("the last frame is not on the screen:\n%s", scr.Text)
+	}
+	if !strings.HasPrefix(scr.Text, "HEADER-KEPT") {
+		t.Fatalf("the header drawn before the frames is lost:\n%s", scr.Text)
+	}
+}
