@@ -52,7 +52,18 @@ var codeEnv = map[string]bool{
 	"RUBYLIB": true, "PERLLIB": true, "PYTHONBREAKPOINT": true,
 	// loaded by the dynamic loader or an interpreter before the program's own code
 	"GCONV_PATH": true, "PERL5OPT": true, "PERL5LIB": true, "PYTHONSTARTUP": true, "PYTHONPATH": true,
-	"PYTHONHOME": true, "NODE_OPTIONS": true, "RUBYOPT": true,
+	"PYTHONHOME": true, "NODE_OPTIONS": true, "RUBYOPT": true, "PYTHONUSERBASE": true, "PERL5DB": true,
+	"LUA_INIT": true, "LUA_PATH": true, "LUA_CPATH": true, "TCLLIBPATH": true, "EMACSLOADPATH": true,
+	"PHPRC": true, "PHP_INI_SCAN_DIR": true, "R_PROFILE": true, "R_PROFILE_USER": true, "R_ENVIRON_USER": true,
+	"GEM_HOME": true, "GEM_PATH": true, "BUNDLE_GEMFILE": true, "VIMINIT": true, "EXINIT": true, "VIMRUNTIME": true,
+	// where a shell or a program finds the configuration that names commands it
+	// runs: the user's rc files under HOME (the session's shell sources
+	// ~/.bashrc), git's core.fsmonitor and aliases, kubectl's exec plugins,
+	// AWS's credential_process, npm's and cargo's configuration, make's --eval
+	"HOME": true, "XDG_CONFIG_HOME": true, "GIT_DIR": true, "GIT_WORK_TREE": true, "GIT_COMMON_DIR": true,
+	"KUBECONFIG": true, "DOCKER_CONFIG": true, "AWS_CONFIG_FILE": true, "AWS_SHARED_CREDENTIALS_FILE": true,
+	"CLOUDSDK_CONFIG": true, "CARGO_HOME": true, "RUSTC_WRAPPER": true, "RUSTC": true, "GOFLAGS": true, "GOENV": true,
+	"MAKEFLAGS": true, "MFLAGS": true, "CC": true, "CXX": true, "CPP": true, "LD": true, "AR": true, "AS": true,
 }
 
 // CodeEnv reports whether key names an environment variable a shell or the
@@ -60,7 +71,8 @@ var codeEnv = map[string]bool{
 // create while a policy is in force.
 func CodeEnv(key string) bool {
 	return codeEnv[key] || strings.HasPrefix(key, "BASH_FUNC_") || strings.HasPrefix(key, "LD_") ||
-		strings.HasPrefix(key, "DYLD_") || strings.HasPrefix(key, "GIT_CONFIG") // core.pager, core.fsmonitor, aliases
+		strings.HasPrefix(key, "DYLD_") || strings.HasPrefix(key, "GIT_CONFIG") || // core.pager, core.fsmonitor, aliases
+		strings.HasPrefix(strings.ToUpper(key), "NPM_CONFIG_") // script-shell, node-options
 }
 
 // checkCreate decides a new session's argv and environment (see above).

@@ -44,6 +44,9 @@ func TestCodeEnv(t *testing.T) {
 	for k, want := range map[string]bool{
 		"PROMPT_COMMAND": true, "PS1": true, "BASH_ENV": true, "ENV": true, "ZDOTDIR": true, "LD_PRELOAD": true,
 		"BASH_FUNC_ls%%": true, "IFS": true, "MAILPATH": true, "PATH": true, "MINE": false, "LANG": false, "TZ": false,
+		"HOME": true, "XDG_CONFIG_HOME": true, "KUBECONFIG": true, "GIT_DIR": true, "npm_config_script_shell": true,
+		"NPM_CONFIG_NODE_OPTIONS": true, "GOFLAGS": true, "MAKEFLAGS": true, "AWS_CONFIG_FILE": true,
+		"TERM": false, "LC_ALL": false, "NO_COLOR": false, "HOMEPAGE": false, "ANTHROPIC_BASE_URL": false,
 	} {
 		if CodeEnv(k) != want {
 			t.Errorf("CodeEnv(%q) = %v, want %v", k, !want, want)

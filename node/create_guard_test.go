@@ -41,7 +41,13 @@ func TestCreateDecidedLikeRun(t *testing.T) {
 	denied(t, f.call("create", api.CreateRequest{Argv: []string{"/bin/sh", "-c", "touch " + marker + "; true"}, Cwd: dir}, nil), "no-markers")
 	denied(t, f.call("create", api.CreateRequest{Shell: "bash", Cwd: dir, Env: map[string]string{"PROMPT_COMMAND": "touch " + marker}}, nil), "env-runs-code")
 	denied(t, f.call("create", api.CreateRequest{Shell: "bash", Cwd: dir, Env: map[string]string{"BASH_FUNC_ls%%": "() { touch " + marker + "; }"}}, nil), "env-runs-code")
-	for _, rule := range []string{"no-markers", "no-markers", "env-runs-code", "env-runs-code"} {
+	// A HOME whose .bashrc (sourced by the session's shell) runs what no rule saw.
+	home := t.TempDir()
+	if err := os.WriteFile(filepath.Join(home, ".bashrc"), []byte("touch "+marker+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	denied(t, f.call("create", api.CreateRequest{Shell: "bash", Cwd: dir, Env: map[string]string{"HOME": home}}, nil), "env-runs-code")
+	for _, rule := range []string{"no-markers", "no-markers", "env-runs-code", "env-runs-code", "env-runs-code"} {
 		r := testutil.NextAudit(t, audits, "create")
 		if r.Result != api.CodeDenied || r.Decision != api.ActionDeny || r.Rule != rule || r.PolicyVersion != 9 {
 			t.Fatalf("create audit %+v, want denied by %s at version 9", r, rule)
