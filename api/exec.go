@@ -38,6 +38,11 @@ const (
 	ExecDone    = "done"
 )
 
+// ExecLost is the Signal of a background exec whose keeper ended without
+// recording how its program ended (it was killed, the host rebooted): done,
+// with exit code -1.
+const ExecLost = "lost"
+
 // Exec streams (the output verb's stream).
 const (
 	StreamStdout = "stdout"

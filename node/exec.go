@@ -8,13 +8,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/guard"
+	"github.com/fleetmux/fleetmux/internal/datadir"
 	"github.com/fleetmux/fleetmux/internal/sandbox"
+	"github.com/fleetmux/fleetmux/keeper"
 	"github.com/fleetmux/fleetmux/proc"
 )
 
@@ -23,9 +26,15 @@ import (
 // command line it is; approve is refused, approvals are for sessions), audited as
 // every mutating verb is, its output redacted under the node's redaction when it
 // leaves the node. The node keeps its execs, running and ended, to be found by
-// exec_id: an ended one for api.ExecKeep, at most maxKeptExecs of them. They
-// live in this node agent: a restart of the agent ends the running ones and
-// forgets them all (sessions survive in the holder; execs do not yet).
+// exec_id: an ended one for api.ExecKeep, at most maxKeptExecs of them.
+//
+// A foreground exec lives in this node agent (proc.Proc, its output in memory)
+// and ends with it. A background exec runs under a keeper process of its own
+// (package keeper): its output, meta.json and exit.json are files in
+// DATA/execs/ID, so it outlives the agent (a crash, a kill -9, a restart), and
+// the next agent finds it there when it starts (loadExecs), running or ended.
+// Close ends the foreground execs; the background ones too on a node without a
+// holder (whose sessions end with it as well).
 
 // Exec bounds of a node.
 const (
@@ -34,12 +43,27 @@ const (
 	// maxKeptExecs is how many ended execs a node keeps (the oldest go first).
 	maxKeptExecs = 256
 	// execHead and execTail are how much of each stream the node keeps: its first
-	// and its newest bytes (a reply cuts from them).
+	// and its newest bytes (a reply cuts from them). A background exec's chunk
+	// files are execTail bytes each (keeper: the first, and the newest two).
 	execHead = api.MaxExecOutputBytes / 2
 	execTail = 1 << 20
 	// execSandboxWait bounds the wait for the sandbox wrapper to confine itself.
 	execSandboxWait = 10 * time.Second
+	// execEndWait bounds the wait for a killed exec to end (its keeper to record it).
+	execEndWait = 10 * time.Second
 )
+
+// execProc is what the exec verbs use of a process: a *proc.Proc (foreground)
+// or a *keeper.Exec (background).
+type execProc interface {
+	Exit() (proc.Exit, bool)
+	Wait(ctx context.Context) (proc.Exit, bool)
+	Kill()
+	Cut(stream string, budget int) (text []byte, omitted, length int64)
+	ReadAt(stream string, from int64, limit int) (data []byte, off, end, oldest int64, err error)
+	Started() time.Time
+	Duration() time.Duration
+}
 
 // execEntry is one exec the node ran or runs.
 type execEntry struct {
@@ -47,8 +71,14 @@ type execEntry struct {
 	argv       []string
 	owner      string // the principal that started it
 	background bool
-	p          *proc.Proc
+	p          execProc
 	timedOut   bool // guarded by execTable.mu
+}
+
+// kept is x's keeper-backed exec, nil for one in this agent.
+func (x *execEntry) kept() *keeper.Exec {
+	k, _ := x.p.(*keeper.Exec)
+	return k
 }
 
 // execTable is the node's execs.
@@ -74,31 +104,68 @@ func (t *execTable) add(node string, x *execEntry) error {
 	if t.m == nil {
 		t.m = map[string]*execEntry{}
 	}
-	running, ended := 0, 0
+	running := 0
 	for _, e := range t.m {
-		if _, done := e.p.Exit(); done {
-			ended++
-		} else {
+		if _, done := e.p.Exit(); !done {
 			running++
 		}
 	}
 	if running >= maxRunningExecs {
 		return api.Errorf(api.CodeLimit, "node %s runs %d execs (limit %d): wait for one or end it", node, running, maxRunningExecs)
 	}
-	// Forget the oldest ended execs past the bound, and those kept past ExecKeep.
+	t.pruneLocked(1)
+	t.order = append(t.order, x.id)
+	t.m[x.id] = x
+	return nil
+}
+
+// pruneLocked forgets the oldest ended execs past maxKeptExecs-room, and those
+// kept past ExecKeep; a background exec's directory goes with it (t.mu held).
+func (t *execTable) pruneLocked(room int) {
+	ended := 0
+	for _, e := range t.m {
+		if _, done := e.p.Exit(); done {
+			ended++
+		}
+	}
 	kept := t.order[:0]
 	for _, id := range t.order {
 		e := t.m[id]
 		ex, done := e.p.Exit()
-		if done && (ended > maxKeptExecs-1 || time.Since(e.p.Started().Add(ex.Duration)) > api.ExecKeep) {
+		if done && (ended > maxKeptExecs-room || time.Since(e.p.Started().Add(ex.Duration)) > api.ExecKeep) {
 			delete(t.m, id)
 			ended--
+			if k := e.kept(); k != nil {
+				_ = k.Remove()
+			}
 			continue
 		}
 		kept = append(kept, id)
 	}
-	t.order = append(kept, x.id)
-	t.m[x.id] = x
+	t.order = kept
+}
+
+// load registers the background execs found in dir (DATA/execs), running and
+// ended, oldest first, and forgets those past the bounds.
+func (t *execTable) load(dir string) error {
+	xs, err := keeper.Scan(dir)
+	if err != nil {
+		return err
+	}
+	sort.Slice(xs, func(a, b int) bool { return xs[a].Started().Before(xs[b].Started()) })
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		t.m = map[string]*execEntry{}
+	}
+	for _, k := range xs {
+		if t.m[k.ID()] != nil {
+			continue
+		}
+		t.m[k.ID()] = &execEntry{id: k.ID(), argv: k.Argv(), owner: k.Owner(), background: true, p: k}
+		t.order = append(t.order, k.ID())
+	}
+	t.pruneLocked(0)
 	return nil
 }
 
@@ -115,13 +182,17 @@ func (t *execTable) get(node, id string) (*execEntry, error) {
 	return x, nil
 }
 
-// close kills every running exec and the spare wrapper, and waits until they
-// have ended.
-func (t *execTable) close() {
+// close kills every running exec of this agent and the spare wrapper, and
+// waits until they have ended; the background execs too unless keepBackground
+// (they outlive the agent).
+func (t *execTable) close(keepBackground bool) {
 	t.mu.Lock()
 	t.closed = true
 	all := make([]*execEntry, 0, len(t.m))
 	for _, x := range t.m {
+		if keepBackground && x.kept() != nil {
+			continue
+		}
 		all = append(all, x)
 	}
 	s := t.spare
@@ -133,8 +204,10 @@ func (t *execTable) close() {
 	for _, x := range all {
 		x.p.Kill()
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), execEndWait)
+	defer cancel()
 	for _, x := range all {
-		<-x.p.Done()
+		x.p.Wait(ctx)
 	}
 	t.spares.Wait() // a spare being started sees closed and ends it
 }
@@ -246,7 +319,7 @@ func (n *Node) exec(ctx context.Context, req request) (any, error) {
 		x.timedOut = true
 		n.execs.mu.Unlock()
 		p.Kill()
-		<-p.Done()
+		p.Wait(context.Background())
 	}
 	res := n.execResult(x, r.MaxOutputBytes)
 	n.traceExec(ctx, res)
@@ -258,7 +331,8 @@ func (n *Node) exec(ctx context.Context, req request) (any, error) {
 // data dir as every session is (fail closed: a profile
 // the kernel cannot enforce, or a wrapper that cannot confine itself, starts
 // nothing), and registers x (a table that is full or closed ends it at once).
-func (n *Node) startExec(ctx context.Context, x *execEntry, spec proc.Spec, w guard.Writer) (*proc.Proc, error) {
+// A background exec starts under a keeper (startKept), never in the spare.
+func (n *Node) startExec(ctx context.Context, x *execEntry, spec proc.Spec, w guard.Writer) (execProc, error) {
 	if err := n.guard.Loaded(ctx); err != nil { // the sandbox is chosen by the policy in force
 		return nil, err
 	}
@@ -267,7 +341,8 @@ func (n *Node) startExec(ctx context.Context, x *execEntry, spec proc.Spec, w gu
 		return nil, err
 	}
 	var wrapped *sandbox.Wrapped
-	var p *proc.Proc
+	var p execProc
+	unprivileged := false
 	if hide := n.hidden(); prof != nil || len(hide) > 0 {
 		// A program that is not there is the caller's mistake (bad_request, as
 		// unwrapped), not the sandbox's: the wrapper would only fail at its exec.
@@ -281,33 +356,43 @@ func (n *Node) startExec(ctx context.Context, x *execEntry, spec proc.Spec, w gu
 		var rnd [8]byte
 		_, _ = rand.Read(rnd[:])
 		ss := sandbox.Spec{Profile: prof, Hide: hide, Cgroup: "x-" + hex.EncodeToString(rnd[:])}
-		if p, wrapped = n.useSpare(spec, ss); p == nil {
+		if !x.background {
+			if sp, sw := n.useSpare(spec, ss); sp != nil {
+				p, wrapped = sp, sw
+			}
+		}
+		if p == nil {
 			if wrapped, err = sandbox.Wrap("", ss, spec.Argv); err != nil {
 				return nil, api.Errorf(api.CodeSandbox, "exec on node %s: %v: nothing was started", n.cfg.Name, err)
 			}
 			spec.Argv = wrapped.Argv
 			if len(hide) > 0 {
 				spec.Attr = sandbox.Unprivileged // its mounts, on a node without root
+				unprivileged = true
 			}
 			spec.ExtraFiles = make([]*os.File, sandbox.FD-3, sandbox.FD-3+len(wrapped.Child))
 			spec.ExtraFiles = append(spec.ExtraFiles, wrapped.Child...)
 		}
 	}
 	if p == nil {
-		if p, err = proc.Start(spec); err != nil {
+		if x.background {
+			p, err = n.startKept(x, spec, unprivileged)
+		} else {
+			p, err = proc.Start(spec)
+		}
+		if err != nil {
 			if wrapped != nil {
 				wrapped.CloseChild()
 			}
 			if errors.Is(err, proc.ErrStart) {
 				return nil, api.Errorf(api.CodeBadRequest, "exec on node %s: %v", n.cfg.Name, err)
 			}
-			return nil, err
+			return nil, api.Errorf(api.CodeInternal, "exec on node %s: %v: nothing was started", n.cfg.Name, err)
 		}
 	}
 	if wrapped != nil {
 		if err := wrapped.Wait(execSandboxWait); err != nil {
-			p.Kill()
-			<-p.Done()
+			n.endExec(p)
 			if errors.Is(err, sandbox.ErrProgram) { // confined, but no such program: as unwrapped
 				return nil, api.Errorf(api.CodeBadRequest, "exec on node %s: %v", n.cfg.Name, err)
 			}
@@ -316,11 +401,53 @@ func (n *Node) startExec(ctx context.Context, x *execEntry, spec proc.Spec, w gu
 	}
 	x.p = p
 	if err := n.execs.add(n.cfg.Name, x); err != nil {
-		p.Kill()
-		<-p.Done()
+		n.endExec(p)
 		return nil, err
 	}
 	return p, nil
+}
+
+// endExec kills an exec that will not be registered and waits for it to end;
+// a background exec's directory goes with it.
+func (n *Node) endExec(p execProc) {
+	p.Kill()
+	ctx, cancel := context.WithTimeout(context.Background(), execEndWait)
+	defer cancel()
+	if _, ended := p.Wait(ctx); ended {
+		if k, ok := p.(*keeper.Exec); ok {
+			_ = k.Remove()
+		}
+	}
+}
+
+// execsDir is where the background execs' directories are (DATA/execs).
+func (n *Node) execsDir() string { return filepath.Join(n.cfg.DataDir, "execs") }
+
+// startKept starts x's program under a keeper (package keeper): its spec goes
+// on a pipe (the program's environment and stdin, the redact patterns in force
+// now: what is written to disk is redacted), the sandbox wrapper's fds pass
+// through at the same numbers.
+func (n *Node) startKept(x *execEntry, spec proc.Spec, unprivileged bool) (*keeper.Exec, error) {
+	shown := make([]string, len(x.argv))
+	for i, a := range x.argv {
+		shown[i] = n.redactText(a)
+	}
+	ks := keeper.Spec{ID: x.id, Argv: spec.Argv, Shown: shown, Owner: x.owner, Dir: spec.Dir, Env: spec.Env,
+		Stdin: spec.Stdin, Unprivileged: unprivileged, Chunk: execTail}
+	for i, f := range spec.ExtraFiles {
+		if f != nil {
+			ks.FDs = append(ks.FDs, 3+i)
+		}
+	}
+	if pol := n.guard.Redaction(); pol != nil {
+		for _, r := range pol.Redacts {
+			ks.Redacts = append(ks.Redacts, keeper.Pattern{Name: r.Name, Pattern: r.Pattern})
+		}
+	}
+	if err := datadir.Mkdir(n.execsDir()); err != nil {
+		return nil, err
+	}
+	return keeper.Start("", filepath.Join(n.execsDir(), x.id), ks, spec.ExtraFiles)
 }
 
 // execResult is x as the API shows it, each stream cut to budget bytes and

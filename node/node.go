@@ -222,7 +222,7 @@ func New(cfg Config) (*Node, error) {
 	if err := datadir.Ensure(cfg.DataDir); err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
-	for _, d := range []string{filepath.Join(cfg.DataDir, "sessions"), filepath.Join(cfg.DataDir, "run")} {
+	for _, d := range []string{filepath.Join(cfg.DataDir, "sessions"), filepath.Join(cfg.DataDir, "run"), filepath.Join(cfg.DataDir, "execs")} {
 		if err := datadir.Mkdir(d); err != nil {
 			return nil, fmt.Errorf("node: %w", err)
 		}
@@ -271,6 +271,10 @@ func New(cfg Config) (*Node, error) {
 	n.agents = agent.NewTracker(agent.Config{Node: cfg.Name, Publish: n.agentEvs.Add, Logger: n.log})
 	n.guard.OnRedaction(n.followRedaction)
 	n.guard.SetCreator(creator{n})
+	// Background execs outlive an agent: those of the last one are found again.
+	if err := n.execs.load(n.execsDir()); err != nil {
+		n.log.Warn("background execs not loaded", "dir", n.execsDir(), "err", err)
+	}
 	if cfg.Holder != nil {
 		if err := n.reattach(); err != nil {
 			n.Close()
@@ -367,9 +371,9 @@ func (n *Node) Close() error {
 		}()
 	}
 	wg.Wait()
-	n.execs.close()  // running execs end with the agent
-	n.guard.Close()  // pending approvals expire; what an approval typed has ended
-	n.audits.Close() // every request has returned: its record is queued
+	n.execs.close(n.cfg.Holder != nil) // with a holder, background execs outlive the agent as sessions do
+	n.guard.Close()                    // pending approvals expire; what an approval typed has ended
+	n.audits.Close()                   // every request has returned: its record is queued
 	n.agentEvs.Close()
 	n.cancel()
 	n.wg.Wait()

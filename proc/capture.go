@@ -1,6 +1,7 @@
 package proc
 
 import (
+	"io"
 	"strconv"
 	"sync"
 
@@ -15,6 +16,7 @@ type capture struct {
 	mu   sync.Mutex // guards the fields below
 	head []byte     // the first bytes of the stream, up to cap(head)
 	tail *ring.Ring // the newest bytes, addressed by their offset in the stream
+	sink io.Writer  // when not nil, gets every byte kept, in order
 }
 
 func newCapture(headSize, tailSize int) *capture {
@@ -29,6 +31,9 @@ func (c *capture) Write(p []byte) (int, error) {
 		c.head = append(c.head, p[:min(room, len(p))]...)
 	}
 	c.tail.Write(p)
+	if c.sink != nil && len(p) > 0 {
+		_, _ = c.sink.Write(p)
+	}
 	return len(p), nil
 }
 

@@ -54,6 +54,10 @@ type Spec struct {
 	// Attr, when set, adjusts the process's SysProcAttr before it starts (the
 	// sandbox wrapper's user namespace on a node without root).
 	Attr func(*syscall.SysProcAttr)
+	// Stdout and Stderr, when not nil, get each stream's kept bytes (redacted)
+	// too, in order, as they are kept; their errors are ignored (the writer
+	// deals with them). Done is closed after their last write.
+	Stdout, Stderr io.Writer
 }
 
 // Redactor redacts one stream (policy.Redactor): Write takes the next bytes and
@@ -108,6 +112,7 @@ func Start(spec Spec) (*Proc, error) {
 		cmd.Stdin = bytes.NewReader(spec.Stdin)
 	}
 	p := &Proc{cmd: cmd, stdout: newCapture(spec.HeadBytes, spec.TailBytes), stderr: newCapture(spec.HeadBytes, spec.TailBytes), done: make(chan struct{})}
+	p.stdout.sink, p.stderr.sink = spec.Stdout, spec.Stderr
 	// The process writes to pipes of our own, so Wait returns when it exits and
 	// not when the last holder of a pipe closes it.
 	var readers []*os.File

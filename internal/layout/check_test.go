@@ -47,7 +47,7 @@ func TestCheckCatchesViolations(t *testing.T) {
 			[]string{"node imports " + m + "transport: node must never import controller or transport"}},
 		{"node", pkg{ImportPath: m + "node", Imports: []string{m + "replay"}, Deps: []string{m + "replay", m + "controller/http"}},
 			[]string{"node depends on " + m + "controller/http: node must never import controller or transport"}},
-		{"node", pkg{ImportPath: m + "node", Imports: []string{m + "client"}}, []string{"of this module, node may import api, agent, session, holder, replay, guard, trust, policy, proc, internal/datadir, internal/delay, internal/reclaim, internal/sandbox, tracing only"}},
+		{"node", pkg{ImportPath: m + "node", Imports: []string{m + "client"}}, []string{"of this module, node may import api, agent, session, holder, replay, guard, trust, policy, proc, keeper, internal/datadir, internal/delay, internal/reclaim, internal/sandbox, tracing only"}},
 		{"controller", pkg{ImportPath: m + "controller/ssh", Imports: []string{m + "node"}, Deps: []string{m + "node"}},
 			[]string{"controller/ssh imports " + m + "node: controller must never import node or transport"}},
 		{"controller", pkg{ImportPath: m + "controller", Imports: []string{m + "replay"}, Deps: []string{m + "replay", m + "transport/nats"}},

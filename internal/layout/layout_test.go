@@ -63,13 +63,17 @@ var rules = []rule{
 	// approvals, secrets, redaction settings; it reaches the node only through
 	// interfaces of its own.
 	{dir: "guard", ours: []string{"api", "policy", "internal/datadir"}, never: []string{"session", "node", "controller", "transport"}},
-	{dir: "node", ours: []string{"api", "agent", "session", "holder", "replay", "guard", "trust", "policy", "proc", "internal/datadir", "internal/delay", "internal/reclaim", "internal/sandbox", "tracing"}, never: []string{"controller", "transport"}},
+	{dir: "node", ours: []string{"api", "agent", "session", "holder", "replay", "guard", "trust", "policy", "proc", "keeper", "internal/datadir", "internal/delay", "internal/reclaim", "internal/sandbox", "tracing"}, never: []string{"controller", "transport"}},
 	// coding agents: drivers, screen rules, the state machine and the node's
 	// tracker; it reaches sessions only through an interface of its own.
 	{dir: "agent", ours: []string{"api", "internal/datadir"}, never: []string{"session", "node", "controller", "transport", "guard"}},
 	// one-shot processes without a terminal (exec): start, capture, kill; the
 	// node decides whether one may run before it asks for it.
 	{dir: "proc", only: []string{"api", "internal/ring"}},
+	// background execs that outlive the node agent: the keeper process (the
+	// agent's binary re-executed) and the exec's files it writes and the agent reads
+	{dir: "keeper", only: []string{"api", "proc", "policy", "internal/datadir", "internal/sandbox", "golang.org/x/sys"},
+		never: []string{"session", "node", "controller", "transport", "guard"}},
 	// the catch-up digest: a snapshot in, text within a token budget out (pure)
 	{dir: "digest", only: []string{"api"}},
 	// OpenTelemetry traces: the OTEL_* configuration, the SDK and exporter, the

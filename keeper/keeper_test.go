@@ -1,0 +1,261 @@
+package keeper
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/proc"
+)
+
+// TestChunkRotation: a stream of more than three chunks keeps chunk 0 and the
+// newest two; its length, oldest offset, reads at any offset and cut follow
+// from the files alone.
+func TestChunkRotation(t *testing.T) {
+	dir := t.TempDir()
+	var all []byte
+	for i := range 47 {
+		all = append(all, 'a'+byte(i%26))
+	}
+	w := &chunkWriter{dir: dir, name: "stdout", chunk: 10}
+	for _, k := range []int{3, 9, 1, 14, 20} { // pieces that straddle the chunks
+		w.Write(all[:k])
+		all = all[k:]
+	}
+	w.close()
+	all = nil
+	for i := range 47 {
+		all = append(all, 'a'+byte(i%26))
+	}
+	ents, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if strings.Join(names, " ") != "stdout.0 stdout.3 stdout.4" {
+		t.Fatalf("chunk files %v, want stdout.0 stdout.3 stdout.4", names)
+	}
+	s, err := openStream(dir, "stdout", 10)
+	if err != nil || s.end != 47 || s.oldest != 30 {
+		t.Fatalf("stream %+v %v: want end 47, oldest 30", s, err)
+	}
+	for _, c := range []struct {
+		from      int64
+		limit     int
+		off, upTo int64
+	}{
+		{0, 100, 0, 10},   // the head only
+		{4, 3, 4, 7},      // inside the head
+		{10, 100, 30, 47}, // the gap is skipped
+		{25, 8, 30, 38},
+		{35, 100, 35, 47}, // across chunks 3 and 4
+		{47, 10, 47, 47},
+		{90, 10, 47, 47},
+	} {
+		data, off, err := s.readAt(c.from, c.limit)
+		if err != nil || off != c.off || !bytes.Equal(data, all[c.off:c.upTo]) {
+			t.Errorf("readAt(%d, %d) = %q at %d (%v), want %q at %d", c.from, c.limit, data, off, err, all[c.off:c.upTo], c.off)
+		}
+	}
+	text, omitted, err := s.cut(100)
+	want := string(all[:10]) + "\n[… 20 bytes omitted …]\n" + string(all[30:])
+	if err != nil || string(text) != want || omitted != 20 {
+		t.Errorf("cut(100) = %q, %d, %v; want %q, 20", text, omitted, err, want)
+	}
+	text, omitted, _ = s.cut(8)
+	if want := string(all[:4]) + "\n[… 39 bytes omitted …]\n" + string(all[43:]); string(text) != want || omitted != 39 {
+		t.Errorf("cut(8) = %q, %d; want %q", text, omitted, want)
+	}
+	// Two chunks: nothing dropped, the whole stream fits.
+	d2 := t.TempDir()
+	w = &chunkWriter{dir: d2, name: "stderr", chunk: 10}
+	w.Write(all[:15])
+	w.close()
+	s, _ = openStream(d2, "stderr", 10)
+	if text, omitted, _ := s.cut(100); s.end != 15 || s.oldest != 0 || string(text) != string(all[:15]) || omitted != 0 {
+		t.Errorf("two chunks: %+v, cut %q %d", s, text, omitted)
+	}
+	if data, off, _ := s.readAt(10, 100); off != 10 || string(data) != string(all[10:15]) {
+		t.Errorf("two chunks: readAt(10) = %q at %d", data, off)
+	}
+}
+
+// start runs argv under a keeper in a fresh exec dir with chunk bytes chunks.
+func start(t *testing.T, argv []string, chunk int64, redacts ...Pattern) *Exec {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "x1")
+	x, err := Start("", dir, Spec{ID: "x1", Argv: argv, Shown: argv, Owner: "test:me", Env: []string{"PATH=" + os.Getenv("PATH")}, Chunk: chunk, Redacts: redacts}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		x.Kill()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		x.Wait(ctx)
+	})
+	return x
+}
+
+func wait(t *testing.T, x *Exec) proc.Exit {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ex, ok := x.Wait(ctx)
+	if !ok {
+		t.Fatal("the exec did not end")
+	}
+	return ex
+}
+
+// TestExits: exit.json says how the program ended (0, 1, a signal, killed),
+// read by the agent that started the keeper and by one that did not (Open, as
+// after a restart), and the output is on disk apart.
+func TestExits(t *testing.T) {
+	for _, c := range []struct {
+		script string
+		code   int
+		signal string
+	}{
+		{"echo out; echo err >&2; exit 0", 0, ""},
+		{"echo out; echo err >&2; exit 1", 1, ""},
+		{"echo out; echo err >&2; kill -TERM $$", 128 + 15, "SIGTERM"},
+	} {
+		x := start(t, []string{"/bin/sh", "-c", c.script}, 0)
+		other, err := Open(x.Dir()) // an agent that is not the keeper's parent
+		if err != nil {
+			t.Fatal(err)
+		}
+		ex := wait(t, other)
+		if ex.Code != c.code || ex.Signal != c.signal || ex.Killed {
+			t.Errorf("%q: %+v, want code %d signal %q", c.script, ex, c.code, c.signal)
+		}
+		if ex2 := wait(t, x); ex2 != ex {
+			t.Errorf("%q: the parent sees %+v, another agent %+v", c.script, ex2, ex)
+		}
+		out, _, n := x.Cut(api.StreamStdout, 100)
+		errs, _, _ := x.Cut(api.StreamStderr, 100)
+		if string(out) != "out\n" || n != 4 || string(errs) != "err\n" {
+			t.Errorf("%q: stdout %q (%d), stderr %q", c.script, out, n, errs)
+		}
+		if x.Owner() != "test:me" || x.ID() != "x1" || x.Started().IsZero() {
+			t.Errorf("meta: %+v", x.meta)
+		}
+	}
+	// Killed: through the keeper, by an agent that is not its parent.
+	x := start(t, []string{"/bin/sh", "-c", "echo ready; exec sleep 300"}, 0)
+	other, err := Open(x.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ended := other.Exit(); ended {
+		t.Fatal("running exec reads as ended")
+	}
+	other.Kill()
+	if ex := wait(t, other); ex.Code != 137 || ex.Signal != "SIGKILL" || !ex.Killed {
+		t.Errorf("killed: %+v", ex)
+	}
+}
+
+// TestRedactedOnDisk: a secret the patterns redact never reaches the chunk
+// files, though the program writes it in pieces (and across a chunk boundary).
+func TestRedactedOnDisk(t *testing.T) {
+	x := start(t, []string{"/bin/sh", "-c", `printf 'xxxxxAKIAABCD'; sleep 0.05; printf 'EFGHIJKLMNOP\n'; printf 'AKIA%s\n' ABCDEFGHIJKLMNOP >&2`}, 8,
+		Pattern{Name: "aws-key", Pattern: "AKIA[0-9A-Z]{16}"})
+	if ex := wait(t, x); ex.Code != 0 {
+		t.Fatalf("exit %+v", ex)
+	}
+	ents, _ := os.ReadDir(x.Dir())
+	chunks := 0
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), "stdout.") && !strings.HasPrefix(e.Name(), "stderr.") {
+			continue // meta.json holds the argv as the agent gave it (redacted by the node)
+		}
+		chunks++
+		b, _ := os.ReadFile(filepath.Join(x.Dir(), e.Name()))
+		if bytes.Contains(b, []byte("EFGH")) || bytes.Contains(b, []byte("ABCD")) {
+			t.Errorf("%s holds the secret: %q", e.Name(), b)
+		}
+	}
+	if chunks < 4 {
+		t.Errorf("%d chunk files", chunks)
+	}
+	out, _, _ := x.Cut(api.StreamStdout, 1000)
+	errs, _, _ := x.Cut(api.StreamStderr, 1000)
+	if string(out) != "xxxxx[REDACTED:aws-key]\n" || string(errs) != "[REDACTED:aws-key]\n" {
+		t.Errorf("stdout %q stderr %q", out, errs)
+	}
+}
+
+// TestNotStarted: a program that cannot start starts nothing and leaves no
+// directory; a redact pattern that does not compile neither.
+func TestNotStarted(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "x2")
+	_, err := Start("", dir, Spec{ID: "x2", Argv: []string{"/no/such/program"}}, nil)
+	if !errors.Is(err, proc.ErrStart) {
+		t.Fatalf("no such program: %v, want ErrStart", err)
+	}
+	if _, serr := os.Stat(dir); !errors.Is(serr, os.ErrNotExist) {
+		t.Fatalf("its directory is left: %v", serr)
+	}
+	_, err = Start("", dir, Spec{ID: "x2", Argv: []string{"/bin/true"}, Redacts: []Pattern{{Name: "bad", Pattern: "("}}}, nil)
+	if err == nil || errors.Is(err, proc.ErrStart) {
+		t.Fatalf("bad pattern: %v", err)
+	}
+	if _, err := Start("", filepath.Join(t.TempDir(), "other"), Spec{ID: "x2", Argv: []string{"/bin/true"}}, nil); err == nil {
+		t.Fatal("an id that is not the directory's name was accepted")
+	}
+}
+
+// TestLost: a keeper killed with SIGKILL takes its program with it, and the
+// exec ends as lost (code -1), for its parent and for a later agent.
+func TestLost(t *testing.T) {
+	x := start(t, []string{"/bin/sh", "-c", "exec sleep 300"}, 0)
+	pgid := x.meta.Pgid
+	if err := syscall.Kill(x.meta.Keeper, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if ex := wait(t, x); ex.Code != -1 || ex.Signal != api.ExecLost {
+		t.Fatalf("lost: %+v", ex)
+	}
+	y, err := Open(x.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex, ok := y.Exit(); !ok || ex.Signal != api.ExecLost {
+		t.Fatalf("lost, read again: %+v %v", ex, ok)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for syscall.Kill(-pgid, 0) == nil { // the program ends with its keeper (its parent-death signal)
+		if ctx.Err() != nil {
+			t.Fatal("the program outlived its keeper")
+		}
+		time.Sleep(5 * time.Millisecond) // polling the kernel, with a deadline
+	}
+}
+
+// TestScan: Scan finds every exec in a directory and leaves a name that is no
+// exec id alone.
+func TestScan(t *testing.T) {
+	x := start(t, []string{"/bin/true"}, 0)
+	wait(t, x)
+	root := filepath.Dir(x.Dir())
+	if err := os.Mkdir(filepath.Join(root, ".not an id"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	xs, err := Scan(root)
+	if err != nil || len(xs) != 1 || xs[0].ID() != "x1" {
+		t.Fatalf("scan: %v %v", xs, err)
+	}
+	if ex, ok := xs[0].Exit(); !ok || ex.Code != 0 {
+		t.Fatalf("scanned exit %+v %v", ex, ok)
+	}
+}
