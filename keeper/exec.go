@@ -231,17 +231,22 @@ func procStat(pid int) (start uint64, state byte, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	// "PID (COMM) STATE PPID …": COMM may hold spaces and parens; the fields
-	// follow its last ')'.
+	return parseStat(b)
+}
+
+// parseStat parses a /proc/PID/stat line: "PID (COMM) STATE PPID …", where
+// COMM may hold spaces and parens (the fields follow its last ')'), and
+// starttime is field 22.
+func parseStat(b []byte) (start uint64, state byte, err error) {
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: no command", pid)
+		return 0, 0, errors.New("stat: no command")
 	}
 	f := bytes.Fields(b[i+1:])
 	if len(f) < 20 || len(f[0]) != 1 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+		return 0, 0, fmt.Errorf("stat: %d fields", len(f))
 	}
-	start, err = strconv.ParseUint(string(f[19]), 10, 64) // field 22: starttime
+	start, err = strconv.ParseUint(string(f[19]), 10, 64)
 	return start, f[0][0], err
 }
 

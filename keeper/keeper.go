@@ -219,13 +219,16 @@ func launch(self, dir string, spec []byte, files []*os.File) (*Exec, error) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		return abort(fmt.Errorf("keeper: report %q: %v (see %s)", api.OneLine(string(b), 200), err, filepath.Join(dir, LogName)))
 	}
-	if rep.Error != "" || rep.Pid != pid {
+	if rep.Error != "" {
 		var ws syscall.WaitStatus
 		_, _ = syscall.Wait4(pid, &ws, 0, nil) // it exits after a failure
 		if rep.NotStarted {
 			return nil, fmt.Errorf("%w: %s", proc.ErrStart, rep.Error)
 		}
 		return nil, fmt.Errorf("keeper: %s", rep.Error)
+	}
+	if rep.Pid != pid {
+		return abort(fmt.Errorf("keeper: pid %d reported by keeper %d", rep.Pid, pid))
 	}
 	x, err := Open(dir)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -258,4 +259,89 @@ func TestScan(t *testing.T) {
 	if ex, ok := xs[0].Exit(); !ok || ex.Code != 0 {
 		t.Fatalf("scanned exit %+v %v", ex, ok)
 	}
+}
+
+// FuzzChunks: a stream written in any pieces with any chunk size reads back, at
+// any offset and cut to any budget, as the bytes written with chunk 0 and the
+// newest two chunks kept (a reference model of the rotation).
+func FuzzChunks(f *testing.F) {
+	f.Add([]byte("hello, world: more than three chunks of it"), byte(4), byte(3), uint16(5), uint16(7), uint16(9))
+	f.Add([]byte("0123456789"), byte(5), byte(5), uint16(0), uint16(100), uint16(100))
+	f.Add([]byte{}, byte(1), byte(1), uint16(0), uint16(1), uint16(0))
+	f.Fuzz(func(t *testing.T, data []byte, chunk, piece byte, from, limit, budget uint16) {
+		if chunk == 0 || piece == 0 || len(data) > 4096 {
+			return
+		}
+		dir := t.TempDir()
+		w := &chunkWriter{dir: dir, name: "stdout", chunk: int64(chunk)}
+		for rest := data; len(rest) > 0; {
+			k := min(len(rest), int(piece))
+			w.Write(rest[:k])
+			rest = rest[k:]
+		}
+		w.close()
+		s, err := openStream(dir, "stdout", int64(chunk))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, c := int64(len(data)), int64(chunk)
+		oldest := int64(0)
+		if n > 0 {
+			if last := (n - 1) / c; last >= 3 {
+				oldest = (last - 1) * c
+			}
+		}
+		if s.end != n || s.oldest != oldest {
+			t.Fatalf("end %d oldest %d, want %d %d", s.end, s.oldest, n, oldest)
+		}
+		got, off, err := s.readAt(int64(from), int(limit))
+		if err != nil {
+			t.Fatal(err)
+		}
+		head := min(c, n)
+		wantOff := min(int64(from), n)
+		var want []byte
+		if wantOff < head {
+			want = data[wantOff:min(head, wantOff+int64(limit))]
+		} else {
+			wantOff = max(wantOff, oldest)
+			want = data[wantOff:min(n, wantOff+int64(limit))]
+		}
+		if off != wantOff || !bytes.Equal(got, want) {
+			t.Fatalf("readAt(%d, %d) = %q at %d, want %q at %d", from, limit, got, off, want, wantOff)
+		}
+		text, omitted, err := s.cut(int(budget))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n <= int64(budget) && oldest == 0 {
+			if !bytes.Equal(text, data) || omitted != 0 {
+				t.Fatalf("cut(%d) = %q, want all", budget, text)
+			}
+			return
+		}
+		h := min(int64(budget)/2, head)
+		tailFrom := max(n-(int64(budget)-h), oldest, h)
+		wantText := string(data[:h]) + "\n[… " + strconv.FormatInt(tailFrom-h, 10) + " bytes omitted …]\n" + string(data[tailFrom:])
+		if string(text) != wantText || omitted != tailFrom-h {
+			t.Fatalf("cut(%d) = %q, want %q", budget, text, wantText)
+		}
+	})
+}
+
+// FuzzParseStat: any /proc/PID/stat line parses without a panic, and a
+// command holding spaces and parens does not shift the fields.
+func FuzzParseStat(f *testing.F) {
+	// the seed's command holds ") " twice
+	if start, state, err := parseStat([]byte("42 (a) b) c) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 777 1000 10")); err != nil || start != 777 || state != 'S' {
+		f.Fatalf("parseStat: %d %c %v", start, state, err)
+	}
+	f.Add([]byte("42 (a) b) c) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 777 1000 10"))
+	f.Add([]byte("1 (x"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		start, state, err := parseStat(b)
+		if err == nil && state == 0 {
+			t.Fatalf("parsed %q: state 0, start %d", b, start)
+		}
+	})
 }

@@ -32,7 +32,7 @@ import (
 // and ends with it. A background exec runs under a keeper process of its own
 // (package keeper): its output, meta.json and exit.json are files in
 // DATA/execs/ID, so it outlives the agent (a crash, a kill -9, a restart), and
-// the next agent finds it there when it starts (loadExecs), running or ended.
+// the next agent finds it there when it starts (execTable.load), running or ended.
 // Close ends the foreground execs; the background ones too on a node without a
 // holder (whose sessions end with it as well).
 

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fleetmux/fleetmux/api"
+	"github.com/fleetmux/fleetmux/client"
+	"github.com/fleetmux/fleetmux/internal/testutil"
+	"github.com/fleetmux/fleetmux/keeper"
+)
+
+// TestKill9BackgroundExec: a background exec started with `fleetmux exec
+// --background` is found by its id after `fleetmux dev` is killed with SIGKILL
+// and started again on the same data dir: the output it wrote while no agent
+// ran is there, stdout and stderr apart, its exit code (5) is right though the
+// new agent is not its parent, and a second one is ended by a DELETE after the
+// restart. On the old code the restarted agent answered not_found.
+func TestKill9BackgroundExec(t *testing.T) {
+	t.Chdir(t.TempDir())
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	t.Setenv(envAddr, "")
+	t.Setenv(envToken, "")
+	data, err := filepath.Abs("data")
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	for _, n := range []string{"go1", "go2"} {
+		if err := syscall.Mkfifo(filepath.Join(work, n), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	endHolder(t, data)
+	t.Cleanup(func() { // what a failure half-way leaves running ends
+		xs, _ := keeper.Scan(filepath.Join(data, "execs"))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, x := range xs {
+			x.Kill()
+			x.Wait(ctx)
+		}
+	})
+	dev, addr := startDevProcess(t, data)
+	token, err := os.ReadFile(filepath.Join(data, "token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(envToken, strings.TrimSpace(string(token)))
+	c, err := client.New(client.Config{Addr: addr, Token: strings.TrimSpace(string(token))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, errs, err := runArgs(t, "exec", "here", "--addr", addr, "--background", "--timeout", "1ms", "--cwd", work, "-c",
+		`echo one; echo uno >&2; read x < go1; echo two; echo dos >&2; : > written; read x < go2; exit 5`)
+	if err != nil {
+		t.Fatalf("exec --background: %v\n%s%s", err, out, errs)
+	}
+	node, id, ok := strings.Cut(strings.TrimSpace(out), "/")
+	if !ok || node != "here" {
+		t.Fatalf("exec --background printed %q", out)
+	}
+	sleeper, err := c.Exec(ctx, api.ExecRequest{Node: "here", Command: "echo zzz; exec sleep 300", Background: true, TimeoutMS: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		r, err := c.ExecGet(ctx, "here", id, 0)
+		s, err2 := c.ExecGet(ctx, "here", sleeper.ExecID, 0)
+		return err == nil && err2 == nil && r.Stdout == "one\n" && r.Stderr == "uno\n" && s.Stdout == "zzz\n"
+	}, "the first output")
+
+	dev.kill9(t)
+	if err := os.WriteFile(filepath.Join(work, "go1"), []byte("x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		_, err := os.Stat(filepath.Join(work, "written"))
+		return err == nil
+	}, "the exec to write while no agent runs")
+	_, addr = startDevProcess(t, data)
+	c, err = client.New(client.Config{Addr: addr, Token: strings.TrimSpace(string(token))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r api.ExecResult
+	testutil.Eventually(t, 30*time.Second, func() bool { // the node joins the new controller
+		r, err = c.ExecGet(ctx, "here", id, 0)
+		return err == nil
+	}, "the exec found after the restart")
+	if r.State != api.ExecRunning || r.Stdout != "one\ntwo\n" || r.Stderr != "uno\ndos\n" {
+		t.Fatalf("after kill -9 and a restart: %+v", r)
+	}
+	if err := os.WriteFile(filepath.Join(work, "go2"), []byte("x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, err = c.ExecWait(ctx, "here", id, 30_000, 0)
+	if err != nil || r.State != api.ExecDone || r.ExitCode == nil || *r.ExitCode != 5 || r.Stdout != "one\ntwo\n" || r.Stderr != "uno\ndos\n" {
+		t.Fatalf("wait after the restart: %+v %v", r, err)
+	}
+	o, err := c.ExecOutput(ctx, "here", id, api.StreamStderr, 4, 0)
+	if err != nil || o.Data != "dos\n" || o.End != 8 || !o.Done {
+		t.Fatalf("stderr from 4: %+v %v", o, err)
+	}
+	k, err := c.ExecKill(ctx, "here", sleeper.ExecID)
+	if err != nil || k.State != api.ExecDone || k.Signal != "SIGKILL" || k.ExitCode == nil || *k.ExitCode != 137 {
+		t.Fatalf("DELETE after the restart: %+v %v", k, err)
+	}
+}
