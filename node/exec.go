@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/fleetmux/fleetmux/api"
@@ -29,7 +30,7 @@ import (
 // exec_id: an ended one for api.ExecKeep, at most maxKeptExecs of them.
 //
 // A foreground exec lives in this node agent (proc.Proc, its output in memory)
-// and ends with it. A background exec runs under a keeper process of its own
+// and ends with it (a parent-death signal: also when the agent is killed). A background exec runs under a keeper process of its own
 // (package keeper): its output, meta.json and exit.json are files in
 // DATA/execs/ID, so it outlives the agent (a crash, a kill -9, a restart), and
 // the next agent finds it there when it starts (execTable.load), running or ended.
@@ -378,6 +379,13 @@ func (n *Node) startExec(ctx context.Context, x *execEntry, spec proc.Spec, w gu
 		if x.background {
 			p, err = n.startKept(x, spec, unprivileged)
 		} else {
+			attr := spec.Attr
+			spec.Attr = func(a *syscall.SysProcAttr) {
+				if attr != nil {
+					attr(a)
+				}
+				a.Pdeathsig = syscall.SIGKILL // a foreground exec dies with the agent, even with one killed by SIGKILL
+			}
 			p, err = proc.Start(spec)
 		}
 		if err != nil {

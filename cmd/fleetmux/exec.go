@@ -31,7 +31,8 @@ func execCmd() *cobra.Command {
 			"so far is printed); 255 when fleetmux itself failed (unreachable, refused, denied).\n" +
 			"Each stream is cut to its head and tail past --max-output-bytes, saying how much\n" +
 			"was left out. The node's policy decides it before it starts. --background leaves\n" +
-			"it running past --timeout and prints NODE/EXEC_ID (GET /v1/exec/NODE/EXEC_ID).",
+			"it running past --timeout and prints NODE/EXEC_ID (GET /v1/exec/NODE/EXEC_ID); a\n" +
+			"background exec outlives a restart of the node agent (docs/exec.md).",
 		Example: "  fleetmux exec web-1 -- uname -a\n" +
 			"  fleetmux exec web-1 -c 'make test 2>&1 | tail -5' --timeout 10m\n" +
 			"  echo hello | fleetmux exec web-1 --stdin -- tr a-z A-Z",

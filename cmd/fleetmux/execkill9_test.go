@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,7 +21,9 @@ import (
 // and started again on the same data dir: the output it wrote while no agent
 // ran is there, stdout and stderr apart, its exit code (5) is right though the
 // new agent is not its parent, and a second one is ended by a DELETE after the
-// restart. On the old code the restarted agent answered not_found.
+// restart; a foreground exec running when dev is killed dies with it. On the
+// old code the restarted agent answered not_found, and the foreground exec's
+// program lived on.
 func TestKill9BackgroundExec(t *testing.T) {
 	t.Chdir(t.TempDir())
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
@@ -77,7 +80,29 @@ func TestKill9BackgroundExec(t *testing.T) {
 		return err == nil && err2 == nil && r.Stdout == "one\n" && r.Stderr == "uno\n" && s.Stdout == "zzz\n"
 	}, "the first output")
 
+	// A foreground exec runs as dev is killed: its program dies with the agent.
+	fgDone := make(chan error, 1)
+	go func() { // ends when dev does (the request fails)
+		_, err := c.Exec(ctx, api.ExecRequest{Node: "here", Command: "echo $$ > fg.pid; exec sleep 300", Cwd: work, TimeoutMS: 600_000})
+		fgDone <- err
+	}()
+	var fgPid int
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		b, err := os.ReadFile(filepath.Join(work, "fg.pid"))
+		fgPid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil && fgPid > 0 && procAlive(fgPid)
+	}, "the foreground exec to start")
+	t.Cleanup(func() { // on a failure: it must not outlive the test
+		if procAlive(fgPid) {
+			_ = syscall.Kill(fgPid, syscall.SIGKILL)
+		}
+	})
+
 	dev.kill9(t)
+	if err := <-fgDone; err == nil {
+		t.Fatal("the foreground exec returned though its agent was killed")
+	}
+	testutil.Eventually(t, 20*time.Second, func() bool { return !procAlive(fgPid) }, "the foreground exec to die with its agent")
 	if err := os.WriteFile(filepath.Join(work, "go1"), []byte("x\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -113,4 +138,15 @@ func TestKill9BackgroundExec(t *testing.T) {
 	if err != nil || k.State != api.ExecDone || k.Signal != "SIGKILL" || k.ExitCode == nil || *k.ExitCode != 137 {
 		t.Fatalf("DELETE after the restart: %+v %v", k, err)
 	}
+}
+
+// procAlive reports whether pid runs (a zombie does not).
+func procAlive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b)[i+1:])
+	return i > 0 && len(f) > 0 && f[0] != "Z" && f[0] != "X"
 }
