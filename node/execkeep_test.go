@@ -2,8 +2,10 @@ package node_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -225,4 +227,71 @@ redact:
 			t.Errorf("%s has mode %v", e.Name(), st.Mode())
 		}
 	}
+}
+
+// TestExecBackgroundLostAndExpired: a background exec whose keeper is killed
+// (SIGKILL) ends as lost (exit code -1, signal "lost") and its program with it,
+// never "running" for good; an ended one older than api.ExecKeep is forgotten
+// by the next agent, its directory removed.
+func TestExecBackgroundLostAndExpired(t *testing.T) {
+	f := newFixture(t)
+	t.Cleanup(func() { endKeepers(t, filepath.Join(f.data, "execs")) })
+	var a, b api.ExecResult
+	f.mustCall(api.VerbExec, api.ExecRequest{Command: "echo $$; exec sleep 300", Background: true, TimeoutMS: 1}, &a)
+	f.mustCall(api.VerbExec, api.ExecRequest{Argv: []string{"true"}, Background: true}, &b)
+	if b.State != api.ExecDone {
+		t.Fatalf("true: %+v", b)
+	}
+	readMeta := func(id string) keeper.Meta {
+		t.Helper()
+		raw, err := os.ReadFile(filepath.Join(f.data, "execs", id, keeper.MetaName))
+		var m keeper.Meta
+		if err == nil {
+			err = json.Unmarshal(raw, &m)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	var g api.ExecResult
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		f.mustCall(api.VerbExecGet, api.ExecTarget{ExecID: a.ExecID}, &g)
+		return g.Stdout != ""
+	}, "the sleeper's pid")
+	prog, _ := strconv.Atoi(strings.TrimSpace(g.Stdout))
+	if err := syscall.Kill(readMeta(a.ExecID).Keeper, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	f.mustCall(api.VerbExecWait, api.ExecTarget{ExecID: a.ExecID}, &g)
+	if g.State != api.ExecDone || g.ExitCode == nil || *g.ExitCode != -1 || g.Signal != api.ExecLost {
+		t.Fatalf("a lost keeper's exec: %+v", g)
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool { return syscall.Kill(prog, 0) != nil || zombie(prog) }, "the program to end with its keeper")
+
+	// b ended 25 hours ago, as far as its files say.
+	m := readMeta(b.ExecID)
+	m.StartedAt = time.Now().Add(-25 * time.Hour)
+	raw, _ := json.Marshal(m)
+	if err := os.WriteFile(filepath.Join(f.data, "execs", b.ExecID, keeper.MetaName), raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.restart(nil, 0, 0)
+	if err := f.call(api.VerbExecGet, api.ExecTarget{ExecID: b.ExecID}, &g); code(err) != api.CodeNotFound {
+		t.Fatalf("an exec past ExecKeep after a restart: %v %+v", err, g)
+	}
+	if _, err := os.Stat(filepath.Join(f.data, "execs", b.ExecID)); !os.IsNotExist(err) {
+		t.Fatalf("its directory: %v", err)
+	}
+	f.mustCall(api.VerbExecGet, api.ExecTarget{ExecID: a.ExecID}, &g)
+	if g.Signal != api.ExecLost {
+		t.Fatalf("the lost exec after a restart: %+v", g)
+	}
+}
+
+// zombie reports whether pid has ended and waits for its parent.
+func zombie(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	i := strings.LastIndexByte(string(b), ')')
+	return err == nil && i > 0 && strings.HasPrefix(strings.TrimSpace(string(b)[i+1:]), "Z")
 }
