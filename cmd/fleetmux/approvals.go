@@ -53,7 +53,8 @@ func approvalsCmd() *cobra.Command {
 }
 
 // printApprovals prints one approval a line: address, state, session, who asked,
-// the rule, when it expires or how it was decided, and the command.
+// the rule, when it expires or how it was decided (an approved command's block and
+// exit code first), and the command.
 func printApprovals(w io.Writer, l api.ApprovalList) error {
 	tw := table(w)
 	fmt.Fprintln(tw, "APPROVAL\tSTATE\tSESSION\tASKED BY\tRULE\tWHEN\tCOMMAND")
@@ -67,10 +68,12 @@ func printApprovals(w io.Writer, l api.ApprovalList) error {
 			when = a.Reason
 		}
 		if a.Block > 0 {
-			when += ", block " + strconv.Itoa(a.Block)
+			// What came of it first: a long decider is what the cell cuts.
+			ran := "block " + strconv.Itoa(a.Block)
 			if a.ExitCode != nil {
-				when += " exit " + strconv.Itoa(*a.ExitCode)
+				ran += " exit " + strconv.Itoa(*a.ExitCode)
 			}
+			when = ran + ", " + when
 		}
 		asked := a.Principal
 		if asked == "" {

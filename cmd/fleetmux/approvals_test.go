@@ -46,7 +46,7 @@ func TestPrintApprovals(t *testing.T) {
 	want := "" +
 		"APPROVAL  STATE     SESSION   ASKED BY     RULE  WHEN                             COMMAND\n" +
 		"web-1/a1  pending   web-1/s3  token:agent  prod  expires in 1m30s                 reboot\n" +
-		"web-1/a2  approved  web-1/s3  token:agent  prod  by ssh:SHA256:x, block 4 exit 7  make deploy\n" +
+		"web-1/a2  approved  web-1/s3  token:agent  prod  block 4 exit 7, by ssh:SHA256:x  make deploy\n" +
 		"db/a3     expired   db/s1     mcp:x        db    nobody decided                   drop\n" +
 		"(nodes that did not answer: [web-2])\n"
 	if b.String() != want {
