@@ -37,6 +37,7 @@ const (
 // Close reasons of a live stream (a client sees them in its close event).
 const (
 	reasonSlow    = "slow consumer: more than 4 MiB behind; reconnect to start again from the current screen"
+	reasonBehind  = "slow consumer: fell behind the output the node keeps; reconnect to start again from the current screen"
 	reasonExited  = "session exited"
 	reasonRevoked = "token revoked or expired"
 )
@@ -186,16 +187,30 @@ func (s *Server) liveConn(rctx context.Context, ws *websocket.Conn, valid func()
 	case ctx.Err() != nil || werr != nil:
 		// The client went away, the server shuts down, or a write failed or timed
 		// out (a viewer that stopped reading): no close handshake to wait for.
-	case errors.Is(err, errSlow):
-		ws.Close(websocket.StatusTryAgainLater, reasonSlow)
-	case errors.Is(err, errRevoked):
-		ws.Close(websocket.StatusPolicyViolation, reasonRevoked)
-	case err != nil:
-		s.log.Debug("live stream ended", "node", node, "session", id, "err", err)
-		ws.Close(websocket.StatusInternalError, closeReason(err))
 	default:
-		ws.Close(websocket.StatusNormalClosure, reasonExited)
+		if err != nil {
+			s.log.Debug("live stream ended", "node", node, "session", id, "err", err)
+		}
+		ws.Close(liveClose(err))
 	}
+}
+
+// liveClose is the close frame of a live stream that ended with err (nil: the
+// session exited). A follow that lost output the node no longer keeps (gone: a
+// flood outran the stream's NATS subscription and the scrollback) fell behind
+// as a slow viewer does, and is told to reconnect the same way.
+func liveClose(err error) (websocket.StatusCode, string) {
+	switch {
+	case err == nil:
+		return websocket.StatusNormalClosure, reasonExited
+	case errors.Is(err, errSlow):
+		return websocket.StatusTryAgainLater, reasonSlow
+	case errors.Is(err, &api.Error{Code: api.CodeGone}):
+		return websocket.StatusTryAgainLater, reasonBehind
+	case errors.Is(err, errRevoked):
+		return websocket.StatusPolicyViolation, reasonRevoked
+	}
+	return websocket.StatusInternalError, closeReason(err)
 }
 
 // closeReason is err's message cut to fit a close frame (123 bytes), at a character.
