@@ -198,6 +198,17 @@ func TestFleet(t *testing.T) {
 			for _, n := range names { // see TestFleetNodeAliveMeansServing
 				f.eventually(10*time.Second, func() bool { return c.serves(n) }, "%s answers through %s", n, c.base)
 			}
+			// Alive may come from NATS presence before gossip has brought a node's
+			// address to this controller: discovery is eventually whole.
+			f.eventually(10*time.Second, func() bool {
+				nodes := c.nodes()
+				for _, n := range names {
+					if nodes[n].Addr != nodeGossip[n] {
+						return false
+					}
+				}
+				return true
+			}, "%s lists each node's gossip address", c.base)
 			nodes := c.nodes()
 			for _, n := range names {
 				got := nodes[n]
