@@ -141,6 +141,10 @@ func TestGuardTypedLines(t *testing.T) {
 			"{ touch %s/a; } # DENY",
 			"for i in 1; do touch %s/a; done # DENY",
 			"x=$(touch %s/a) # DENY",
+			"echo DENY; (touch %s/a)",
+			"echo DENY; (touch %s/a; exit 7)",
+			"echo DENY; x=$(touch %s/a)",
+			"echo DENY | (touch %s/a)",
 		} {
 			line = fmt.Sprintf(line, dir)
 			b := typeLine(t, s, line)
