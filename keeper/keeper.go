@@ -126,7 +126,8 @@ type report struct {
 }
 
 // Start launches a keeper for spec in dir (DATA/execs/ID, made here 0700) and
-// returns the exec once its program runs. self is the keeper binary ("" for
+// returns the exec once its program runs (a relative dir is taken from the
+// caller's working directory). self is the keeper binary ("" for
 // os.Executable); files are the keeper's fds 3, 4, … (nil entries: closed), for
 // spec.FDs. An error starts nothing and leaves no directory; it wraps
 // proc.ErrStart when the program could not be started.
@@ -134,6 +135,13 @@ func Start(self, dir string, spec Spec, files []*os.File) (*Exec, error) {
 	if err := api.ValidName(spec.ID); err != nil || filepath.Base(dir) != spec.ID {
 		return nil, fmt.Errorf("keeper: exec id %q for %s", spec.ID, dir)
 	}
+	// The keeper runs in "/": a dir relative to our cwd (the data dir of
+	// `fleetmux dev` is ./.fleetmux) must reach it whole.
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("keeper: %w", err)
+	}
+	dir = abs
 	if spec.Chunk == 0 {
 		spec.Chunk = DefaultChunk
 	}

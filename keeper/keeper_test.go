@@ -345,3 +345,22 @@ func FuzzParseStat(f *testing.F) {
 		}
 	})
 }
+
+// TestRelativeDir: a dir relative to the caller's working directory (as under
+// `fleetmux dev`'s ./.fleetmux) works, though the keeper runs in "/".
+func TestRelativeDir(t *testing.T) {
+	t.Chdir(t.TempDir())
+	if err := os.MkdirAll(filepath.Join("data", "execs"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	x, err := Start("", filepath.Join("data", "execs", "x4"), Spec{ID: "x4", Argv: []string{"/bin/echo", "relative"}, Env: []string{"PATH=" + os.Getenv("PATH")}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex := wait(t, x); ex.Code != 0 {
+		t.Fatalf("exit %+v", ex)
+	}
+	if out, _, _ := x.Cut(api.StreamStdout, 100); string(out) != "relative\n" {
+		t.Fatalf("stdout %q", out)
+	}
+}
