@@ -93,6 +93,10 @@ type execTable struct {
 	spare     *spare
 	refilling bool
 	spares    sync.WaitGroup
+	// ns is the mount namespace prepared for execs (spare.go); nsTried once
+	// one could not be made.
+	ns      *sandbox.Namespace
+	nsTried bool
 }
 
 // add registers x; refused past maxRunningExecs running or once closed.
@@ -211,6 +215,9 @@ func (t *execTable) close(keepBackground bool) {
 		x.p.Wait(ctx)
 	}
 	t.spares.Wait() // a spare being started sees closed and ends it
+	if t.ns != nil {
+		t.ns.Close()
+	}
 }
 
 // newExecID is a fresh exec id: "x" and 12 random hex digits.
@@ -363,7 +370,7 @@ func (n *Node) startExec(ctx context.Context, x *execEntry, spec proc.Spec, w gu
 			}
 		}
 		if p == nil {
-			if wrapped, err = sandbox.Wrap("", ss, spec.Argv); err != nil {
+			if wrapped, err = sandbox.WrapIn("", n.execNS(), ss, spec.Argv); err != nil {
 				return nil, api.Errorf(api.CodeSandbox, "exec on node %s: %v: nothing was started", n.cfg.Name, err)
 			}
 			spec.Argv = wrapped.Argv

@@ -17,6 +17,12 @@ import (
 // confines itself and execve's the program as a wrapper started for it would. An
 // exec with stdin, and one that finds the spare dead, starts its wrapper cold.
 // The spare is the exec table's: close ends it.
+//
+// On a node that runs as root, the refill also keeps a mount namespace prepared
+// with the hidden paths masked (sandbox.Prepare), which the spare and the cold
+// wrappers join when their spec fits it: no namespace is made and torn down per
+// exec. A new one is made when the hidden paths or the node's mount table
+// change; where none can be made, every wrapper masks for itself.
 
 // spare is a wrapper started ahead and its process.
 type spare struct {
@@ -57,7 +63,7 @@ func (n *Node) takeSpare() *spare {
 func (n *Node) refillSpare() {
 	t := &n.execs
 	defer t.spares.Done()
-	s, err := n.startSpare()
+	s, err := n.startSpare(n.prepareNS())
 	t.mu.Lock()
 	t.refilling = false
 	keep := err == nil && !t.closed && t.spare == nil
@@ -74,9 +80,10 @@ func (n *Node) refillSpare() {
 }
 
 // startSpare starts a wrapper that waits for its spec, with the environment an
-// exec gets without extras (never the node's credentials) and stdin /dev/null.
-func (n *Node) startSpare() (*spare, error) {
-	w, err := sandbox.Later("")
+// exec gets without extras (never the node's credentials) and stdin /dev/null,
+// holding ns (nil: none) to join.
+func (n *Node) startSpare(ns *sandbox.Namespace) (*spare, error) {
+	w, err := sandbox.LaterIn("", ns)
 	if err != nil {
 		return nil, err
 	}
@@ -113,6 +120,55 @@ func (n *Node) useSpare(spec proc.Spec, ss sandbox.Spec) (*proc.Proc, *sandbox.W
 	}
 	s.p.Restart(time.Now())
 	return s.p, s.w
+}
+
+// execNS is the mount namespace prepared for execs, nil while there is none.
+func (n *Node) execNS() *sandbox.Namespace {
+	t := &n.execs
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.ns
+}
+
+// prepareNS returns the mount namespace prepared for execs, making it when the
+// node masks its hidden paths as root and has none that shows them as they are
+// now (a new one when they or the node's mount table changed). A node that
+// could not make one does not try again. Only refillSpare calls it.
+func (n *Node) prepareNS() *sandbox.Namespace {
+	hide := n.hidden()
+	if os.Geteuid() != 0 || len(hide) == 0 || !canHide() {
+		return nil
+	}
+	t := &n.execs
+	t.mu.Lock()
+	cur, tried := t.ns, t.nsTried
+	t.mu.Unlock()
+	if cur != nil && cur.Hides(hide) && !cur.Stale() {
+		return cur
+	}
+	if cur == nil && tried {
+		return nil
+	}
+	ns, err := sandbox.Prepare("", hide)
+	if err != nil {
+		n.log.Debug("no prepared mount namespace for execs", "err", err)
+	}
+	t.mu.Lock()
+	t.nsTried = true
+	if t.closed {
+		t.mu.Unlock()
+		if ns != nil {
+			ns.Close()
+		}
+		return nil
+	}
+	old := t.ns
+	t.ns = ns
+	t.mu.Unlock()
+	if old != nil {
+		old.Close() // the wrappers that hold it keep it until they exec
+	}
+	return ns
 }
 
 // execRedactor is the redactor of an exec's stream under the redaction in force

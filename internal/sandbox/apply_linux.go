@@ -24,6 +24,9 @@ import (
 func run(fd int, argv []string) error {
 	runtime.LockOSThread() // never unlocked: the exec happens on this thread
 	unix.CloseOnExec(FD + 1)
+	if isNS(FD + 2) {
+		unix.CloseOnExec(FD + 2)
+	}
 	f := os.NewFile(uintptr(fd), "spec")
 	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
 	f.Close()
@@ -33,6 +36,9 @@ func run(fd int, argv []string) error {
 	var spec Spec
 	if err := json.Unmarshal(b, &spec); err != nil {
 		return fmt.Errorf("spec: %w", err)
+	}
+	if spec.Prepare {
+		return prepareHere(&spec)
 	}
 	if len(argv) == 0 { // started by Later: the program comes with the spec
 		argv = spec.Argv
@@ -74,7 +80,14 @@ func run(fd int, argv []string) error {
 		return fmt.Errorf("%w: no mounts to hide paths with here", ErrUnsupported)
 	}
 	if len(spec.Hide) > 0 && canMask() && ABI() > 0 {
-		if err := mask(spec.Hide, spec.Write); err != nil {
+		err := errNoJoin
+		if len(spec.Prepared) > 0 && isNS(FD+2) {
+			err = join(spec.Hide, spec.Prepared)
+		}
+		if errors.Is(err, errNoJoin) {
+			err = mask(spec.Hide, spec.Write)
+		}
+		if err != nil {
 			return err
 		}
 		masked = true

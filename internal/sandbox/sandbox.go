@@ -31,7 +31,9 @@ const Verb = "sandbox-exec"
 
 // FD is the child's file descriptor the wrapper reads its Spec from (the
 // session's nonce and guard channel use 3 and 4); FD+1 is the pipe it reports a
-// failure on, closed by the exec when it succeeds.
+// failure on, closed by the exec when it succeeds; FD+2, when it is a namespace
+// file, is a prepared mount namespace (WrapIn, LaterIn), never passed on to the
+// program.
 const FD = 5
 
 // ErrUnsupported matches an error of a Spec the kernel cannot enforce.
@@ -69,6 +71,13 @@ type Spec struct {
 	Argv []string `json:"argv,omitempty"`
 	Dir  string   `json:"dir,omitempty"`
 	Env  []string `json:"env,omitempty"`
+	// Prepared, set by WrapIn and Send when a prepared namespace fits: the
+	// wrapper joins the namespace at FD+2 instead of masking Hide itself, once it
+	// checked that each hidden path there looks as its Mark says; when it cannot
+	// join it, or one does not, it masks as without.
+	Prepared []Mark `json:"prepared,omitempty"`
+	// Prepare: the wrapper of Prepare, which masks Hide, reports and waits.
+	Prepare bool `json:"prepare,omitempty"`
 }
 
 // Wrapped is a program wrapped for the sandbox: run Argv with Child as the
@@ -76,8 +85,9 @@ type Spec struct {
 type Wrapped struct {
 	Argv  []string
 	Child []*os.File
-	done  *os.File // the read end of the report pipe
-	spec  *os.File // Later's: the write end of the spec pipe, until Send
+	done  *os.File   // the read end of the report pipe
+	spec  *os.File   // Later's: the write end of the spec pipe, until Send
+	ns    *Namespace // LaterIn's: the prepared namespace the wrapper holds
 }
 
 // Wrap returns argv wrapped to run under spec. self is the wrapper binary (""
@@ -153,6 +163,10 @@ func (w *Wrapped) Send(spec Spec) error {
 	}
 	if len(spec.Argv) == 0 {
 		return errors.New("sandbox: a spec without a program")
+	}
+	spec.Prepared = nil
+	if w.ns.Fits(spec) {
+		spec.Prepared = w.ns.marks
 	}
 	b, err := json.Marshal(spec)
 	if err != nil {
