@@ -17,10 +17,11 @@ import (
 
 // TestExecPreparedNamespace performs the attack of an exec reading and listing
 // the node's data dir through the mount namespace a root node prepares for its
-// execs: the spare wrapper and a cold one (an exec with stdin) join the one
-// namespace, not the node's, and see the data dir empty. After the node's
-// mount table changes, the next exec makes its own namespace as before (the
-// prepared one no longer shows the node's mounts) and is kept out the same.
+// execs: the spare wrapper and cold ones (an exec with stdin, a background exec
+// under its keeper) join the one namespace, not the node's, and see the data
+// dir empty. After the node's mount table changes, the next exec makes its own
+// namespace as before (the prepared one no longer shows the node's mounts) and
+// is kept out the same.
 func TestExecPreparedNamespace(t *testing.T) {
 	if sandbox.Probe().Landlock < 1 || os.Geteuid() != 0 {
 		t.Skip("needs Landlock and root")
@@ -63,6 +64,13 @@ func TestExecPreparedNamespace(t *testing.T) {
 	preparedSpare(t).Close()
 	if got := exec(nil); got != prepared {
 		t.Fatalf("the second spare's exec ran in %s, the prepared namespace is %s", got, prepared)
+	}
+	// A background exec (under its keeper, cold) joins it too.
+	var bg, bw api.ExecResult
+	f.mustCall(api.VerbExec, api.ExecRequest{Command: attack, Background: true, TimeoutMS: 1}, &bg)
+	f.mustCall(api.VerbExecWait, api.ExecTarget{ExecID: bg.ExecID}, &bw)
+	if ns := strings.SplitN(bw.Stdout, "\n", 2)[0]; ns != prepared || strings.Contains(bw.Stdout, "SECRET") || !strings.Contains(bw.Stdout, "ls=\n") {
+		t.Fatalf("a background exec (prepared namespace %s): %+v", prepared, bw)
 	}
 
 	// A mount on the node: the prepared namespace does not show it.
