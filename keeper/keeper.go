@@ -326,6 +326,19 @@ func run(dir string) int {
 	if len(pats) > 0 {
 		ps.Redact = func() proc.Redactor { return policy.NewRedactor(pats) }
 	}
+	if len(ps.Argv) > 1 && ps.Argv[1] == sandbox.Verb && len(extra) <= sandbox.FD+3-3 {
+		// The wrapper starts the program as its child and reports its end on
+		// this pipe (sandbox.Wrapped.Status).
+		r, w, err := os.Pipe()
+		if err != nil {
+			return fail(false, fmt.Errorf("pipe: %w", err))
+		}
+		for len(extra) < sandbox.FD+3-3 {
+			extra = append(extra, nil)
+		}
+		extra = append(extra, w)
+		ps.ExtraFiles, ps.Status = extra, r
+	}
 	p, err := proc.Start(ps)
 	for _, f := range extra {
 		if f != nil {
@@ -363,6 +376,7 @@ func run(dir string) int {
 		logf("exit: %v", err)
 		return 1
 	}
+	p.Close()
 	return 0
 }
 

@@ -212,7 +212,12 @@ func (t *execTable) close(keepBackground bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), execEndWait)
 	defer cancel()
 	for _, x := range all {
-		x.p.Wait(ctx)
+		if _, ended := x.p.Wait(ctx); !ended {
+			continue
+		}
+		if p, ok := x.p.(*proc.Proc); ok { // reaped: the wrapper exits after its report
+			p.Close()
+		}
 	}
 	t.spares.Wait() // a spare being started sees closed and ends it
 	if t.ns != nil {
@@ -374,6 +379,12 @@ func (n *Node) startExec(ctx context.Context, x *execEntry, spec proc.Spec, w gu
 				return nil, api.Errorf(api.CodeSandbox, "exec on node %s: %v: nothing was started", n.cfg.Name, err)
 			}
 			spec.Argv = wrapped.Argv
+			if !x.background { // a keeper makes its own status pipe
+				if spec.Status, err = wrapped.Status(); err != nil {
+					wrapped.Close()
+					return nil, api.Errorf(api.CodeInternal, "exec on node %s: %v: nothing was started", n.cfg.Name, err)
+				}
+			}
 			if len(hide) > 0 {
 				spec.Attr = sandbox.Unprivileged // its mounts, on a node without root
 				unprivileged = true

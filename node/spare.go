@@ -14,7 +14,7 @@ import (
 // sandboxed exec, it keeps one wrapper started ahead (sandbox.Later): it has done
 // its start-up and waits, running nothing, for the next exec's spec on its pipe
 // (the program, its dir and environment, the profile, the hidden paths), then
-// confines itself and execve's the program as a wrapper started for it would. An
+// confines itself and starts the program as a wrapper started for it would. An
 // exec with stdin, and one that finds the spare dead, starts its wrapper cold.
 // The spare is the exec table's: close ends it.
 //
@@ -87,7 +87,12 @@ func (n *Node) startSpare(ns *sandbox.Namespace) (*spare, error) {
 	if err != nil {
 		return nil, err
 	}
-	spec := proc.Spec{Argv: w.Argv, Dir: "/", Env: proc.Environ(os.Environ(), nil), HeadBytes: execHead, TailBytes: execTail, Redact: n.execRedactor}
+	status, err := w.Status()
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	spec := proc.Spec{Argv: w.Argv, Dir: "/", Env: proc.Environ(os.Environ(), nil), HeadBytes: execHead, TailBytes: execTail, Redact: n.execRedactor, Status: status}
 	if len(n.hidden()) > 0 {
 		spec.Attr = sandbox.Unprivileged // its mounts, on a node without root
 	}

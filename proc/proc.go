@@ -58,6 +58,13 @@ type Spec struct {
 	// too, in order, as they are kept; their errors are ignored (the writer
 	// deals with them). Done is closed after their last write.
 	Stdout, Stderr io.Writer
+	// Status, when not nil, is the read end of a pipe on which the process
+	// reports how its program ended before it exits itself (a sandbox wrapper
+	// that started the program as its child: sandbox.Wrapped.Status): that
+	// report is the process's end (its Exit, Done, Wait); the process itself is
+	// then killed and reaped after (Close waits). Without a report (the pipe
+	// ends first) its own wait status counts. Start takes it over.
+	Status *os.File
 }
 
 // Redactor redacts one stream (policy.Redactor): Write takes the next bytes and
@@ -86,6 +93,9 @@ type Proc struct {
 	stdout, stderr *capture
 	done           chan struct{} // closed once the process has ended and its output is read
 
+	status *os.File      // Spec.Status
+	reaped chan struct{} // closed once the process itself is reaped
+
 	mu      sync.Mutex // guards exit, killed and started
 	exit    Exit
 	killed  bool
@@ -100,6 +110,9 @@ const readGrace = time.Second
 // not be started.
 func Start(spec Spec) (*Proc, error) {
 	if len(spec.Argv) == 0 || spec.Argv[0] == "" {
+		if spec.Status != nil {
+			spec.Status.Close()
+		}
 		return nil, fmt.Errorf("%w: empty argv", ErrStart)
 	}
 	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
@@ -111,7 +124,7 @@ func Start(spec Spec) (*Proc, error) {
 	if spec.Stdin != nil {
 		cmd.Stdin = bytes.NewReader(spec.Stdin)
 	}
-	p := &Proc{cmd: cmd, stdout: newCapture(spec.HeadBytes, spec.TailBytes), stderr: newCapture(spec.HeadBytes, spec.TailBytes), done: make(chan struct{})}
+	p := &Proc{cmd: cmd, stdout: newCapture(spec.HeadBytes, spec.TailBytes), stderr: newCapture(spec.HeadBytes, spec.TailBytes), done: make(chan struct{}), status: spec.Status, reaped: make(chan struct{})}
 	p.stdout.sink, p.stderr.sink = spec.Stdout, spec.Stderr
 	// The process writes to pipes of our own, so Wait returns when it exits and
 	// not when the last holder of a pipe closes it.
@@ -120,6 +133,7 @@ func Start(spec Spec) (*Proc, error) {
 		r, w, err := os.Pipe()
 		if err != nil {
 			closeAll(readers)
+			p.closeStatus()
 			return nil, fmt.Errorf("proc: pipe: %w", err)
 		}
 		readers = append(readers, r)
@@ -135,6 +149,7 @@ func Start(spec Spec) (*Proc, error) {
 	cmd.Stderr.(*os.File).Close()
 	if err != nil {
 		closeAll(readers)
+		p.closeStatus()
 		return nil, fmt.Errorf("%w: %v", ErrStart, err)
 	}
 	var copies sync.WaitGroup
@@ -186,7 +201,32 @@ func closeAll(fs []*os.File) {
 // reap waits for the process, ends what it left in its process group, reads
 // its streams to their end (or readGrace) and closes done.
 func (p *Proc) reap(readers []*os.File, copies *sync.WaitGroup) {
-	err := p.cmd.Wait()
+	waited := make(chan error, 1)
+	go func() { // owned by p: ends when the process is reaped (Close waits)
+		err := p.cmd.Wait()
+		close(p.reaped)
+		waited <- err
+	}()
+	var err error
+	var rep *Exit
+	if p.status != nil {
+		reported := make(chan *Exit, 1)
+		go func() { reported <- readStatus(p.status) }() // ends at the report or the pipe's end (the process's exit)
+		select {
+		case rep = <-reported:
+			if rep == nil {
+				err = <-waited
+			}
+		case err = <-waited:
+			// A report made before the process ended counts; one another holder
+			// of the pipe might still make does not.
+			_ = p.status.SetReadDeadline(time.Now().Add(statusGrace))
+			rep = <-reported
+		}
+		p.closeStatus()
+	} else {
+		err = <-waited
+	}
 	dur := time.Since(p.Started())
 	// A process the command left behind in its group ends with it: the group id
 	// stays reserved while any member lives, so this reaches only them.
@@ -204,7 +244,9 @@ func (p *Proc) reap(readers []*os.File, copies *sync.WaitGroup) {
 	closeAll(readers)
 	ex := Exit{Duration: dur, Code: -1}
 	var ee *exec.ExitError
-	if errors.As(err, &ee) || err == nil {
+	if rep != nil {
+		ex.Code, ex.Signal = rep.Code, rep.Signal
+	} else if errors.As(err, &ee) || err == nil {
 		st := p.cmd.ProcessState
 		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			ex.Code, ex.Signal = 128+int(ws.Signal()), SignalName(ws.Signal())
@@ -217,6 +259,46 @@ func (p *Proc) reap(readers []*os.File, copies *sync.WaitGroup) {
 	p.exit = ex
 	p.mu.Unlock()
 	close(p.done)
+}
+
+// statusGrace bounds the wait for a report once the process has ended.
+const statusGrace = 100 * time.Millisecond
+
+// readStatus reads a report of how a program ended ("x" and its exit code, or
+// "s" and the signal's number, and a newline): nil when the pipe ends first or
+// holds something else.
+func readStatus(f *os.File) *Exit {
+	var b [16]byte
+	n, _ := f.Read(b[:]) // one write of a few bytes: whole or not at all
+	msg, ok := strings.CutSuffix(string(b[:n]), "\n")
+	if !ok || len(msg) < 2 {
+		return nil
+	}
+	v, err := strconv.Atoi(msg[1:])
+	if err != nil || v < 0 || v > 255 {
+		return nil
+	}
+	switch msg[0] {
+	case 'x':
+		return &Exit{Code: v}
+	case 's':
+		s := syscall.Signal(v)
+		return &Exit{Code: 128 + v, Signal: SignalName(s)}
+	}
+	return nil
+}
+
+func (p *Proc) closeStatus() {
+	if p.status != nil {
+		p.status.Close()
+	}
+}
+
+// Close waits until the process itself is reaped: with a status pipe, shortly
+// after Done (the process is killed at its report).
+func (p *Proc) Close() {
+	<-p.done
+	<-p.reaped
 }
 
 // Done is closed once the process has ended and its output is read.

@@ -229,3 +229,37 @@ func FuzzCut(f *testing.F) {
 		}
 	})
 }
+
+// TestStatusReportIsTheEnd: a process that reports its program's end on the
+// status pipe has ended then, with the reported code or signal, though it has
+// not exited itself (it is killed and reaped after); without a report its own
+// wait status counts.
+func TestStatusReportIsTheEnd(t *testing.T) {
+	for _, c := range []struct {
+		report string
+		code   int
+		signal string
+	}{{"x7", 7, ""}, {"s15", 128 + 15, "SIGTERM"}, {"", 5, ""}} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		script := "exit 5"
+		if c.report != "" {
+			script = "echo out; echo " + c.report + " >&3; exec 3>&-; exec sleep 60"
+		}
+		start := time.Now()
+		p, ex := run(t, Spec{Argv: []string{"sh", "-c", script}, ExtraFiles: []*os.File{w}, Status: r})
+		w.Close()
+		if ex.Code != c.code || ex.Signal != c.signal || ex.Killed {
+			t.Errorf("report %q: %+v", c.report, ex)
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("report %q: the end came after %v", c.report, d)
+		}
+		if c.report != "" && cut(p, api.StreamStdout) != "out\n" {
+			t.Errorf("stdout %q", cut(p, api.StreamStdout))
+		}
+		p.Close() // the process itself is reaped (the group was killed at the report)
+	}
+}

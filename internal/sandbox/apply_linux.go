@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"unsafe"
@@ -18,8 +19,8 @@ import (
 
 // run is the wrapper: it applies the Spec read from fd to this thread (and the
 // process's credentials) and execve's argv from this thread, whose Landlock
-// domain, namespace, seccomp filter and no_new_privs the program inherits. It
-// returns only on failure.
+// domain, namespace, seccomp filter and no_new_privs the program inherits (or
+// starts it as its child: startWait). It returns only on failure.
 func run(fd int, argv []string) error {
 	runtime.LockOSThread() // never unlocked: the exec happens on this thread
 	unix.CloseOnExec(FD + 1)
@@ -132,10 +133,94 @@ func run(fd int, argv []string) error {
 			path = p
 		}
 	}
+	// Only in a Landlock domain, which keeps the program from the wrapper's
+	// other threads (outside the domain, the namespace and the filter).
+	if isPipe(FD+3) && ABI() > 0 {
+		return startWait(path, argv)
+	}
 	if err := unix.Exec(path, argv, os.Environ()); err != nil {
 		return fmt.Errorf("%w: exec %s: %w", ErrProgram, argv[0], err)
 	}
 	return nil
+}
+
+// startWait starts the program as this wrapper's child (from this thread, so
+// it inherits the thread's namespace, Landlock domain and seccomp filter; a
+// child that is one thread at its exec is quick, where this many-threaded
+// process replacing itself is not), reports its end on the status pipe FD+3
+// and exits as it did. Before it waits, the wrapper gives up what the program
+// does not have: its capabilities (this thread's, the one in the program's
+// Landlock domain: a program in a domain cannot trace a thread outside it),
+// the fds it holds (the program's 0, 1, 2 and any other it was given, the
+// report pipe, the namespace), and its dumpable flag. It returns only when the
+// program did not start.
+//
+// The wrapper's other threads stay outside the program's Landlock domain (and
+// mount namespace and seccomp filter: each is a thread's): the domain keeps the
+// program from tracing them or reaching their /proc files.
+func startWait(path string, argv []string) error {
+	unix.CloseOnExec(FD + 3)
+	// The program dies with the wrapper's parent as an exec'd one would: it
+	// gets the wrapper's parent-death signal, for the wrapper's death.
+	var death int
+	_ = unix.Prctl(unix.PR_GET_PDEATHSIG, uintptr(unsafe.Pointer(&death)), 0, 0, 0)
+	// Not dumpable: tracing it, or reading its /proc/PID/mem, root, fd, takes
+	// CAP_SYS_PTRACE (the program's exec makes the program dumpable again).
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("dumpable: %w", err)
+	}
+	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{0, 1, 2},
+		Sys: &syscall.SysProcAttr{Pdeathsig: syscall.Signal(death)}})
+	if err != nil {
+		return fmt.Errorf("%w: exec %s: %w", ErrProgram, argv[0], err)
+	}
+	// The capabilities go after the program started with the wrapper's (a
+	// program gaining some at its exec loses its parent-death signal); it
+	// cannot trace the wrapper meanwhile, which is not dumpable.
+	var none [2]unix.CapUserData
+	if err := unix.Capset(&unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}, &none[0]); err != nil {
+		_ = unix.Kill(pid, unix.SIGKILL)
+		return fmt.Errorf("capset: %w", err)
+	}
+	if isNS(FD + 2) {
+		_ = unix.Close(FD + 2)
+	}
+	_ = unix.Close(FD + 1)
+	for fd := 0; fd < maxFD; fd++ { // inherited (those the runtime opened are close-on-exec)
+		if fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil && fl&unix.FD_CLOEXEC == 0 && fd != FD+3 {
+			_ = unix.Close(fd)
+		}
+	}
+	var ws unix.WaitStatus
+	for {
+		_, err := unix.Wait4(pid, &ws, 0, nil)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	msg := "x" + strconv.Itoa(ws.ExitStatus())
+	if ws.Signaled() {
+		msg = "s" + strconv.Itoa(int(ws.Signal()))
+	}
+	_, _ = unix.Write(FD+3, []byte(msg+"\n"))
+	if ws.Signaled() { // the same wait status for a parent that has no status pipe
+		var dfl [4]uint64 // a kernel sigaction of zeros: SIG_DFL
+		_, _, _ = unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(ws.Signal()), uintptr(unsafe.Pointer(&dfl)), 0, 8, 0, 0)
+		_ = unix.Tgkill(os.Getpid(), unix.Gettid(), ws.Signal())
+		os.Exit(128 + int(ws.Signal()))
+	}
+	os.Exit(ws.ExitStatus())
+	return nil
+}
+
+// maxFD bounds the fds a wrapper that stays closes (its parent gives it FD+3
+// and fewer).
+const maxFD = 1024
+
+// isPipe reports whether fd is an open pipe.
+func isPipe(fd int) bool {
+	var st unix.Stat_t
+	return unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFIFO
 }
 
 // readSpec reads fd to its end (at most maxSpec bytes and a little), blocking

@@ -6,7 +6,8 @@
 // through this package's wrapper: the same binary re-executed with the hidden
 // verb "sandbox-exec" (Wrap builds its argv). The wrapper reads its Spec from an
 // inherited pipe (never argv or environment), applies it to itself, and
-// execve's the program. Any binary that links this package answers the verb in
+// execve's the program (or, given a status pipe, starts it as its child and
+// reports its end: Wrapped.Status). Any binary that links this package answers the verb in
 // an init function, before main, so test binaries can be the wrapper too.
 package sandbox
 
@@ -33,7 +34,7 @@ const Verb = "sandbox-exec"
 // session's nonce and guard channel use 3 and 4); FD+1 is the pipe it reports a
 // failure on, closed by the exec when it succeeds; FD+2, when it is a namespace
 // file, is a prepared mount namespace (WrapIn, LaterIn), never passed on to the
-// program.
+// program; FD+3, when it is a pipe, is the status pipe (Status).
 const FD = 5
 
 // ErrUnsupported matches an error of a Spec the kernel cannot enforce.
@@ -195,10 +196,29 @@ func (w *Wrapped) Close() {
 	w.done.Close()
 }
 
+// Status has the wrapper start the program as its child instead of
+// execve'ing it, and report the program's end on a pipe before it exits as the
+// program did: its child's fd FD+3 (Child's fourth file). It returns the pipe's
+// read end, which the caller owns (proc.Spec.Status reads it). Call it before
+// the wrapper starts.
+func (w *Wrapped) Status() (*os.File, error) {
+	r, sw, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: pipe: %w", err)
+	}
+	for len(w.Child) < 3 {
+		w.Child = append(w.Child, nil)
+	}
+	w.Child = append(w.Child[:3], sw)
+	return r, nil
+}
+
 // CloseChild closes the child's ends (once it started, or when it will not).
 func (w *Wrapped) CloseChild() {
 	for _, f := range w.Child {
-		f.Close()
+		if f != nil {
+			f.Close()
+		}
 	}
 	w.Child = nil
 }
