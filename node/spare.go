@@ -2,6 +2,7 @@ package node
 
 import (
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/fleetmux/fleetmux/internal/sandbox"
@@ -93,8 +94,15 @@ func (n *Node) startSpare(ns *sandbox.Namespace) (*spare, error) {
 		return nil, err
 	}
 	spec := proc.Spec{Argv: w.Argv, Dir: "/", Env: proc.Environ(os.Environ(), nil), HeadBytes: execHead, TailBytes: execTail, Redact: n.execRedactor, Status: status}
-	if len(n.hidden()) > 0 {
-		spec.Attr = sandbox.Unprivileged // its mounts, on a node without root
+	unprivileged := len(n.hidden()) > 0
+	spec.Attr = func(a *syscall.SysProcAttr) {
+		if unprivileged {
+			sandbox.Unprivileged(a) // its mounts, on a node without root
+		}
+		// A spare runs foreground execs only: it dies with the agent, even one
+		// killed by SIGKILL, as a foreground exec started cold does (and the
+		// wrapper hands the signal on to its program).
+		a.Pdeathsig = syscall.SIGKILL
 	}
 	spec.ExtraFiles = make([]*os.File, sandbox.FD-3, sandbox.FD-3+len(w.Child))
 	spec.ExtraFiles = append(spec.ExtraFiles, w.Child...)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/client"
+	"github.com/fleetmux/fleetmux/internal/sandbox"
 	"github.com/fleetmux/fleetmux/internal/testutil"
 	"github.com/fleetmux/fleetmux/keeper"
 )
@@ -81,6 +82,14 @@ func TestKill9BackgroundExec(t *testing.T) {
 	}, "the first output")
 
 	// A foreground exec runs as dev is killed: its program dies with the agent.
+	// Where execs are sandboxed, a sandboxed exec leaves a spare wrapper started
+	// ahead, and the foreground exec runs in it: it must die all the same.
+	if sandbox.ABI() >= 1 && os.Geteuid() == 0 {
+		if _, err := c.Exec(ctx, api.ExecRequest{Node: "here", Argv: []string{"true"}}); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 20*time.Second, func() bool { return spareOf(dev.cmd.Process.Pid) }, "a spare wrapper of dev's")
+	}
 	fgDone := make(chan error, 1)
 	go func() { // ends when dev does (the request fails)
 		_, err := c.Exec(ctx, api.ExecRequest{Node: "here", Command: "echo $$ > fg.pid; exec sleep 300", Cwd: work, TimeoutMS: 600_000})
@@ -149,4 +158,31 @@ func procAlive(pid int) bool {
 	i := strings.LastIndexByte(string(b), ')')
 	f := strings.Fields(string(b)[i+1:])
 	return i > 0 && len(f) > 0 && f[0] != "Z" && f[0] != "X"
+}
+
+// spareOf reports whether process ppid has a spare exec wrapper waiting: a
+// child run as `fleetmux sandbox-exec FD --` with no program yet.
+func spareOf(ppid int) bool {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := strings.LastIndexByte(string(b), ')')
+		f := strings.Fields(string(b)[i+1:])
+		if i < 0 || len(f) < 2 || f[1] != strconv.Itoa(ppid) || !procAlive(pid) {
+			continue
+		}
+		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		args := strings.Split(strings.TrimSuffix(string(cmd), "\x00"), "\x00")
+		if len(args) == 4 && args[1] == sandbox.Verb && args[3] == "--" {
+			return true
+		}
+	}
+	return false
 }
