@@ -243,8 +243,8 @@ func parseStat(b []byte) (start uint64, state byte, err error) {
 		return 0, 0, errors.New("stat: no command")
 	}
 	f := bytes.Fields(b[i+1:])
-	if len(f) < 20 || len(f[0]) != 1 {
-		return 0, 0, fmt.Errorf("stat: %d fields", len(f))
+	if len(f) < 20 || len(f[0]) != 1 || !(f[0][0] >= 'A' && f[0][0] <= 'Z' || f[0][0] >= 'a' && f[0][0] <= 'z') {
+		return 0, 0, fmt.Errorf("stat: %d fields, or no state letter", len(f))
 	}
 	start, err = strconv.ParseUint(string(f[19]), 10, 64)
 	return start, f[0][0], err
