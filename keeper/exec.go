@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/fleetmux/fleetmux/api"
 	"github.com/fleetmux/fleetmux/internal/datadir"
 	"github.com/fleetmux/fleetmux/proc"
@@ -89,6 +91,9 @@ func (x *Exec) Exit() (ex proc.Exit, ok bool) {
 	if x.readExit() { // it wrote exit.json and exited since the first look
 		return x.exit, true
 	}
+	// The program died with its keeper (its parent-death signal), but what it
+	// started in the background did not: it ends too, not to run unseen.
+	killLeft(x.meta)
 	lost := exitFile{Code: -1, Signal: api.ExecLost, Duration: int64(time.Since(x.meta.StartedAt))}
 	_ = writeJSON(filepath.Join(x.dir, ExitName), lost)
 	x.ended, x.exit = true, proc.Exit{Code: lost.Code, Signal: lost.Signal, Duration: time.Duration(lost.Duration)}
@@ -248,6 +253,78 @@ func parseStat(b []byte) (start uint64, state byte, err error) {
 	}
 	start, err = strconv.ParseUint(string(f[19]), 10, 64)
 	return start, f[0][0], err
+}
+
+// killLeft kills what a keeper that is gone left behind: the processes still
+// in its session (made by the keeper: its id is the keeper's pid) and in its
+// program's process group, started after it, in this boot. The kernel keeps a
+// session's and a group's id from being reused while any member lives, so once
+// no process has the keeper's pid (or only its unreaped zombie) such processes
+// are its leftovers; each is signalled through a pidfd opened before it is
+// checked again, so a pid reused meanwhile is never hit.
+func killLeft(m Meta) {
+	if m.Keeper <= 1 || m.Pgid <= 1 || m.StartedAt.Before(bootTime()) {
+		return
+	}
+	if st, state, err := procStat(m.Keeper); err == nil && (st != m.KeeperStart || state != 'Z' && state != 'X') {
+		return // that pid runs again (or still): no keeper's session to end
+	}
+	left := func(pid int) bool {
+		sid, pgid, start, ok := procIDs(pid)
+		return ok && sid == m.Keeper && pgid == m.Pgid && start >= m.KeeperStart
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid <= 1 || pid == os.Getpid() || !left(pid) {
+			continue
+		}
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			continue
+		}
+		if left(pid) {
+			_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+		}
+		unix.Close(fd)
+	}
+}
+
+// procIDs is a process's session and process group ids and start time (fields
+// 6, 5 and 22 of /proc/PID/stat); ok is false when they cannot be read.
+func procIDs(pid int) (sid, pgid int, start uint64, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, 0, false
+	}
+	start, _, err = parseStat(b)
+	if err != nil {
+		return 0, 0, 0, false
+	}
+	f := bytes.Fields(b[bytes.LastIndexByte(b, ')')+1:])
+	pgid, err1 := strconv.Atoi(string(f[2]))
+	sid, err2 := strconv.Atoi(string(f[3]))
+	return sid, pgid, start, err1 == nil && err2 == nil
+}
+
+// bootTime is when the host booted (btime in /proc/stat); the zero time when
+// it cannot be read.
+func bootTime() time.Time {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return time.Time{}
+	}
+	for _, l := range bytes.Split(b, []byte("\n")) {
+		if v, ok := bytes.CutPrefix(l, []byte("btime ")); ok {
+			if sec, err := strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64); err == nil {
+				return time.Unix(sec, 0)
+			}
+		}
+	}
+	return time.Time{}
 }
 
 // procStart is a process's start time (procStat).

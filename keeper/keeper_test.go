@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -238,6 +239,100 @@ func TestLost(t *testing.T) {
 	for syscall.Kill(-pgid, 0) == nil { // the program ends with its keeper (its parent-death signal)
 		if ctx.Err() != nil {
 			t.Fatal("the program outlived its keeper")
+		}
+		time.Sleep(5 * time.Millisecond) // polling the kernel, with a deadline
+	}
+}
+
+// TestLostTakesTheRest: what the program started in the background, in its
+// keeper's session, ends too once the keeper is found killed (the parent-death
+// signal reaches only the program itself), not to run on unseen.
+func TestLostTakesTheRest(t *testing.T) {
+	x := start(t, []string{"/bin/sh", "-c", "sleep 300 & exec sleep 301"}, 0)
+	sid := x.meta.Keeper
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	left := func() []int { // the processes of the keeper's session but the keeper
+		var pids []int
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			if pid, err := strconv.Atoi(e.Name()); err == nil && pid != sid {
+				if s, _, _, _ := procIDs(pid); s != sid {
+					continue
+				}
+				if _, state, err := procStat(pid); err == nil && state != 'Z' {
+					pids = append(pids, pid)
+				}
+			}
+		}
+		return pids
+	}
+	for len(left()) < 2 { // sh's sleep 300 and sleep 301
+		if ctx.Err() != nil {
+			t.Fatalf("the program's processes: %v", left())
+		}
+		time.Sleep(5 * time.Millisecond) // polling the kernel, with a deadline
+	}
+	if err := syscall.Kill(sid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if ex := wait(t, x); ex.Signal != api.ExecLost {
+		t.Fatalf("lost: %+v", ex)
+	}
+	for len(left()) > 0 {
+		if ctx.Err() != nil {
+			t.Fatalf("processes %v outlived their keeper", left())
+		}
+		time.Sleep(5 * time.Millisecond) // polling the kernel, with a deadline
+	}
+}
+
+// TestKillLeftSparesOthers: the leftovers of a keeper are never looked for
+// while its pid runs another process (reused), nor for a keeper of an
+// earlier boot; otherwise they are killed.
+func TestKillLeftSparesOthers(t *testing.T) {
+	// A session whose leader (sh) is gone and whose sleep is left: as a
+	// keeper's would be.
+	cmd := exec.Command("/bin/sh", "-c", "sleep 300 >/dev/null 2>&1 & echo $!")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // its session and group ids are sh's pid
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	left, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(left, syscall.SIGKILL)
+	sh := cmd.Process.Pid
+	alive := func() bool {
+		_, state, err := procStat(left)
+		return err == nil && state != 'Z'
+	}
+	// Another process holding the pid a keeper had.
+	other := exec.Command("sleep", "300")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Process.Kill(); _ = other.Wait() }()
+	ost, err := procStart(other.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	killLeft(Meta{Keeper: other.Process.Pid, KeeperStart: ost - 1, Pgid: other.Process.Pid, StartedAt: time.Now()})
+	if _, state, err := procStat(other.Process.Pid); err != nil || state == 'Z' {
+		t.Fatalf("killLeft killed the process that reuses a keeper's pid (%c %v)", state, err)
+	}
+	killLeft(Meta{Keeper: sh, Pgid: sh, StartedAt: time.Unix(1, 0)}) // a keeper of an earlier boot
+	if !alive() {
+		t.Fatal("killLeft killed a process after a reboot")
+	}
+	killLeft(Meta{Keeper: sh, Pgid: sh, StartedAt: time.Now()})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for alive() {
+		if ctx.Err() != nil {
+			t.Fatal("a keeper's leftover outlived killLeft")
 		}
 		time.Sleep(5 * time.Millisecond) // polling the kernel, with a deadline
 	}
