@@ -202,6 +202,10 @@ class ClientTest(unittest.TestCase):
         b = self.c.exec(s.node, command="echo bg; sleep 30", background=True, timeout_ms=1)
         self.assertEqual(b.state, "running")
         self.assertEqual(self.c.get_exec(s.node, b.exec_id).exec_id, b.exec_id)
+        deadline = time.monotonic() + 10  # its output first: a kill may come before the echo
+        while self.c.exec_output(s.node, b.exec_id).data != "bg\n":
+            self.assertLess(time.monotonic(), deadline, "the background exec's output")
+            time.sleep(0.01)
         self.assertEqual(self.c.kill_exec(s.node, b.exec_id).signal, "SIGKILL")
         self.assertEqual(self.c.wait_exec(s.node, b.exec_id, timeout_ms=1000).state, "done")
         self.assertEqual(self.c.exec_output(s.node, b.exec_id).data, "bg\n")

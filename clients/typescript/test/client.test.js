@@ -164,6 +164,11 @@ describe("fleetmux client", { skip, concurrency: 1 }, () => {
     const b = await c.exec({ node: s.node, command: "echo bg; sleep 30", background: true, timeoutMs: 1 });
     assert.equal(b.state, "running");
     assert.equal((await c.getExec(s.node, b.exec_id)).exec_id, b.exec_id);
+    // Its output first: a kill may come before the echo.
+    for (const deadline = Date.now() + 10000; (await c.execOutput(s.node, b.exec_id, { stream: "stdout" })).data !== "bg\n"; ) {
+      assert.ok(Date.now() < deadline, "the background exec's output");
+      await new Promise((r) => setTimeout(r, 10));
+    }
     assert.equal((await c.killExec(s.node, b.exec_id)).signal, "SIGKILL");
     assert.equal((await c.waitExec(s.node, b.exec_id, { timeoutMs: 1000 })).state, "done");
     assert.equal((await c.execOutput(s.node, b.exec_id, { stream: "stdout" })).data, "bg\n");
