@@ -3,10 +3,10 @@ package testutil
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 )
 
 // BuildFleetmux builds ./cmd/fleetmux of this module (the module of the working
@@ -29,22 +29,35 @@ func goBuild(bin, pkg string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("go not found in PATH: %w", err)
 	}
-	env := append(os.Environ(), "GOTOOLCHAIN=local")
-	cmd := exec.Command(goBin, "env", "GOMOD")
-	cmd.Env = env
-	out, err := cmd.Output()
+	root, err := moduleRoot()
 	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
+		return "", err
 	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return "", errors.New("go env GOMOD: not in a module")
-	}
-	cmd = exec.Command(goBin, "build", "-o", bin, pkg)
-	cmd.Dir = filepath.Dir(gomod)
-	cmd.Env = env
+	cmd := exec.Command(goBin, "build", "-o", bin, pkg)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "GOTOOLCHAIN=local")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
 	}
 	return bin, nil
+}
+
+// moduleRoot is the nearest directory at or above the working directory (a
+// test's package directory) that holds a go.mod: found by looking, not by
+// asking the go command (whose failures said only "exit status 1").
+func moduleRoot() (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("module root: %w", err)
+	}
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("module root: %w", err)
+		}
+		if filepath.Dir(dir) == dir {
+			return "", fmt.Errorf("module root: no go.mod at or above %s", wd)
+		}
+	}
 }
