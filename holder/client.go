@@ -38,13 +38,49 @@ func Dial(ctx context.Context, dir string) (*Client, error) {
 	return &Client{path: path, peer: peer, c: c}, nil
 }
 
+// dialTries bounds the hellos dial sends when the key file changes between
+// reading it and being refused.
+const dialTries = 3
+
+// dial connects to the holder at path with the key in its directory. A holder
+// that starts writes its key just before it listens, so an agent can read the
+// file (or find none) just before a new holder writes it, and show the old key
+// to the new holder: refused while the file now holds another key, dial reads
+// it again and says hello again.
 func dial(ctx context.Context, path string) (*conn, hello, error) {
-	// The key of the holder at path; none (a holder from before keys) is sent
-	// as none.
-	key, err := datadir.ReadFile(filepath.Join(filepath.Dir(path), KeyName))
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, hello{}, fmt.Errorf("holder: key: %w", err)
+	keyPath := filepath.Join(filepath.Dir(path), KeyName)
+	for try := 1; ; try++ {
+		c, peer, key, err := dialKey(ctx, path, keyPath)
+		if !errors.Is(err, ErrDenied) || try == dialTries {
+			return c, peer, err
+		}
+		if now, rerr := datadir.ReadFile(keyPath); rerr != nil || string(now) == string(key) {
+			return c, peer, err // the key shown is the file's: wrong for this holder
+		}
 	}
+}
+
+// dialKey is one connection and hello with the key read from keyPath (none,
+// for a holder from before keys, when there is no file); it returns the key it
+// showed.
+func dialKey(ctx context.Context, path, keyPath string) (*conn, hello, []byte, error) {
+	key, err := datadir.ReadFile(keyPath)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, hello{}, nil, fmt.Errorf("holder: key: %w", err)
+	}
+	if afterKeyRead != nil {
+		afterKeyRead()
+	}
+	c, peer, err := hail(ctx, path, key)
+	return c, peer, key, err
+}
+
+// afterKeyRead, when set (by tests only), runs between reading the key and
+// connecting: where a new holder can write another.
+var afterKeyRead func()
+
+// hail connects to the holder at path and says hello with key.
+func hail(ctx context.Context, path string, key []byte) (*conn, hello, error) {
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "unixpacket", path)
 	if err != nil {

@@ -664,6 +664,53 @@ func TestExitedPidStaysTheSessions(t *testing.T) {
 	}
 }
 
+// TestDialKeyWrittenMeanwhile: an agent that read the key file (or found none)
+// just before a starting holder wrote its own shows the old key and is
+// refused; it reads the file again and is served. Before, Dial gave up with
+// ErrDenied, and fleetmux dev stopped with "holder: refused: wrong key". A key
+// that is wrong and stays in the file is still refused.
+func TestDialKeyWrittenMeanwhile(t *testing.T) {
+	_, dir := startHolder(t)
+	keyPath := filepath.Join(dir, KeyName)
+	key, err := os.ReadFile(keyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyPath, []byte("stale"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reads := 0
+	afterKeyRead = func() {
+		if reads++; reads == 1 { // the holder writes its key after our read
+			if err := os.WriteFile(keyPath, key, 0o600); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	t.Cleanup(func() { afterKeyRead = nil })
+	if _, err := dialT(t, dir).List(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if reads != 2 {
+		t.Fatalf("%d hellos, want 2", reads)
+	}
+	reads = 1 // no more writes: the stale key stays
+	if err := os.WriteFile(keyPath, []byte("stale"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if c, err := Dial(ctx, dir); !errors.Is(err, ErrDenied) {
+		if c != nil {
+			c.Close()
+		}
+		t.Fatalf("a wrong key in the file: %v, want ErrDenied", err)
+	}
+	if reads != 2 {
+		t.Fatalf("%d hellos with a key that stayed wrong, want 1", reads-1)
+	}
+}
+
 // TestKeyRequired performs the attack of a process of the holder's own user
 // that reaches the socket but cannot read the holder's directory (a session,
 // kept out of the node's data dir): it connects, says hello without the key,
