@@ -61,12 +61,13 @@ func run(fd int, argv []string) error {
 		}
 	}
 	p := spec.Profile
+	var from origin
 	if p != nil {
 		if err := p.Validate(); err != nil {
 			return err
 		}
 		if lim := p.Limits; lim != (api.SandboxLimits{}) {
-			if err := joinCgroup(spec.Cgroup, lim); err != nil {
+			if from, err = joinCgroup(spec.Cgroup, lim); err != nil {
 				return err
 			}
 		}
@@ -136,7 +137,7 @@ func run(fd int, argv []string) error {
 	// Only in a Landlock domain, which keeps the program from the wrapper's
 	// other threads (outside the domain, the namespace and the filter).
 	if isPipe(FD+3) && ABI() > 0 {
-		return startWait(path, argv)
+		return startWait(path, argv, from)
 	}
 	if err := unix.Exec(path, argv, os.Environ()); err != nil {
 		return fmt.Errorf("%w: exec %s: %w", ErrProgram, argv[0], err)
@@ -158,7 +159,7 @@ func run(fd int, argv []string) error {
 // The wrapper's other threads stay outside the program's Landlock domain (and
 // mount namespace and seccomp filter: each is a thread's): the domain keeps the
 // program from tracing them or reaching their /proc files.
-func startWait(path string, argv []string) error {
+func startWait(path string, argv []string, from origin) error {
 	unix.CloseOnExec(FD + 3)
 	// The program dies with the wrapper's parent as an exec'd one would: it
 	// gets the wrapper's parent-death signal, for the wrapper's death.
@@ -191,6 +192,11 @@ func startWait(path string, argv []string) error {
 			_ = unix.Close(fd)
 		}
 	}
+	// The program's group is the program's: this wrapper's threads would count
+	// against its pids limit, and the group's OOM killer could pick the
+	// wrapper (its whole size counts, not what the group was charged). Last:
+	// a move can take milliseconds, and what the wrapper gives up goes first.
+	from.leave()
 	var ws unix.WaitStatus
 	for {
 		_, err := unix.Wait4(pid, &ws, 0, nil)

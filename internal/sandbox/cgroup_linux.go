@@ -4,8 +4,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/fleetmux/fleetmux/api"
 )
@@ -38,10 +42,12 @@ func CgroupVersion() int {
 	return 1
 }
 
-// joinCgroup moves this process into a new group name with lim's limits.
-func joinCgroup(name string, lim api.SandboxLimits) error {
+// joinCgroup moves this process into a new group name with lim's limits. It
+// returns where the process was (origin), for a wrapper that starts the program
+// as its child and then leaves the group to it.
+func joinCgroup(name string, lim api.SandboxLimits) (origin, error) {
 	if err := api.ValidName(name); err != nil {
-		return fmt.Errorf("cgroup name: %w", err)
+		return nil, fmt.Errorf("cgroup name: %w", err)
 	}
 	switch CgroupVersion() {
 	case 1:
@@ -49,12 +55,59 @@ func joinCgroup(name string, lim api.SandboxLimits) error {
 	case 2:
 		return joinV2(name, lim)
 	}
-	return fmt.Errorf("%w: no usable cgroups", ErrUnsupported)
+	return nil, fmt.Errorf("%w: no usable cgroups", ErrUnsupported)
+}
+
+// origin holds, open for writing, the cgroup.procs file of each group this
+// process left when it joined a session group: opened as root before the
+// wrapper confines itself (the kernel checks a move against the credentials
+// the file was opened with), and closed by an exec.
+type origin []int
+
+// openOrigin opens the cgroup.procs of the group this process is in under the
+// hierarchy at dir (v1: cgroupRoot/CONTROLLER; v2: cgroupRoot), as
+// /proc/self/cgroup names it (its line for controller under v1, the "0::" line
+// under v2). It gives -1 when that cannot be done: the wrapper then stays in
+// the program's group, as before.
+func openOrigin(dir, controller string) int {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if controller == "" && parts[0] != "0" || controller != "" && !slices.Contains(strings.Split(parts[1], ","), controller) {
+			continue
+		}
+		fd, err := unix.Open(filepath.Join(dir, filepath.Clean("/"+parts[2]), "cgroup.procs"), unix.O_WRONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return -1
+		}
+		return fd
+	}
+	return -1
+}
+
+// leave moves this process back to the groups it came from ("0": the writer),
+// leaving the session group to the program it started, and closes the files:
+// the wrapper that stays holds nothing. Best effort: a wrapper that stays in
+// the group only counts against the program's limits.
+func (o origin) leave() {
+	zero := []byte("0")
+	for _, fd := range o {
+		if fd >= 0 {
+			_, _ = unix.Write(fd, zero)
+			_ = unix.Close(fd)
+		}
+	}
 }
 
 type setting struct{ file, value string }
 
-func joinV1(name string, lim api.SandboxLimits) error {
+func joinV1(name string, lim api.SandboxLimits) (origin, error) {
 	ctl := map[string][]setting{}
 	if lim.Pids > 0 {
 		ctl["pids"] = append(ctl["pids"], setting{"pids.max", strconv.Itoa(lim.Pids)})
@@ -67,43 +120,45 @@ func joinV1(name string, lim api.SandboxLimits) error {
 		ctl["cpu"] = append(ctl["cpu"], setting{"cpu.cfs_period_us", "100000"},
 			setting{"cpu.cfs_quota_us", strconv.Itoa(max(int(lim.CPU*100000), 1000))})
 	}
+	var from origin
 	for c, sets := range ctl {
 		base := filepath.Join(cgroupRoot, c, group)
 		if err := os.MkdirAll(base, 0o755); err != nil {
-			return fmt.Errorf("%w: cgroup %s: %v", ErrUnsupported, c, err)
+			return from, fmt.Errorf("%w: cgroup %s: %v", ErrUnsupported, c, err)
 		}
 		sweep(base)
 		dir := filepath.Join(base, name)
 		if err := os.Mkdir(dir, 0o755); err != nil && !os.IsExist(err) {
-			return fmt.Errorf("cgroup %s: %w", c, err)
+			return from, fmt.Errorf("cgroup %s: %w", c, err)
 		}
 		for _, s := range sets {
 			err := os.WriteFile(filepath.Join(dir, s.file), []byte(s.value), 0)
 			if err != nil && !(s.file == "memory.memsw.limit_in_bytes" && os.IsNotExist(err)) { // no swap accounting
-				return fmt.Errorf("cgroup %s: %w", s.file, err)
+				return from, fmt.Errorf("cgroup %s: %w", s.file, err)
 			}
 		}
+		from = append(from, openOrigin(filepath.Join(cgroupRoot, c), c))
 		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
-			return fmt.Errorf("cgroup %s: join: %w", c, err)
+			return from, fmt.Errorf("cgroup %s: join: %w", c, err)
 		}
 	}
-	return nil
+	return from, nil
 }
 
-func joinV2(name string, lim api.SandboxLimits) error {
+func joinV2(name string, lim api.SandboxLimits) (origin, error) {
 	base := filepath.Join(cgroupRoot, group)
 	if err := os.MkdirAll(base, 0o755); err != nil {
-		return fmt.Errorf("%w: cgroup: %v", ErrUnsupported, err)
+		return nil, fmt.Errorf("%w: cgroup: %v", ErrUnsupported, err)
 	}
 	for _, d := range []string{cgroupRoot, base} {
 		if err := os.WriteFile(filepath.Join(d, "cgroup.subtree_control"), []byte("+pids +memory +cpu"), 0); err != nil {
-			return fmt.Errorf("%w: cgroup controllers: %v", ErrUnsupported, err)
+			return nil, fmt.Errorf("%w: cgroup controllers: %v", ErrUnsupported, err)
 		}
 	}
 	sweep(base)
 	dir := filepath.Join(base, name)
 	if err := os.Mkdir(dir, 0o755); err != nil && !os.IsExist(err) {
-		return fmt.Errorf("cgroup: %w", err)
+		return nil, fmt.Errorf("cgroup: %w", err)
 	}
 	var sets []setting
 	if lim.Pids > 0 {
@@ -117,13 +172,14 @@ func joinV2(name string, lim api.SandboxLimits) error {
 	}
 	for _, s := range sets {
 		if err := os.WriteFile(filepath.Join(dir, s.file), []byte(s.value), 0); err != nil && !(s.file == "memory.swap.max" && os.IsNotExist(err)) {
-			return fmt.Errorf("cgroup %s: %w", s.file, err)
+			return nil, fmt.Errorf("cgroup %s: %w", s.file, err)
 		}
 	}
+	from := origin{openOrigin(cgroupRoot, "")}
 	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
-		return fmt.Errorf("cgroup: join: %w", err)
+		return from, fmt.Errorf("cgroup: join: %w", err)
 	}
-	return nil
+	return from, nil
 }
 
 // sweep removes the empty session groups under base older than sweepAfter

@@ -40,3 +40,12 @@ func OOMKills(name string) int {
 	}
 	return -1
 }
+
+// GroupProcs is the cgroup.procs file of session group name under controller's
+// hierarchy (v1; the unified one under v2).
+func GroupProcs(controller, name string) string {
+	if CgroupVersion() == 2 {
+		return filepath.Join(cgroupRoot, group, name, "cgroup.procs")
+	}
+	return filepath.Join(cgroupRoot, controller, group, name, "cgroup.procs")
+}

@@ -108,6 +108,41 @@ func TestStatusReportsTheProgramsEnd(t *testing.T) {
 	}
 }
 
+// TestStatusWrapperLeavesTheGroup: with a status pipe the wrapper stays as
+// the program's parent, but not in the program's cgroup. Before, it stayed:
+// its threads counted against the program's pids limit, and the group's OOM
+// killer could pick it over the program.
+func TestStatusWrapperLeavesTheGroup(t *testing.T) {
+	need(t)
+	for _, nobody := range []bool{false, true} { // the wrapper leaves after it changed user too
+		dir := workdir(t)
+		spec := sandbox.Spec{Profile: workonly(dir), Cgroup: "t" + strconv.Itoa(os.Getpid()) + "-leave-" + strconv.FormatInt(time.Now().UnixNano(), 36)}
+		if nobody {
+			spec.Cred, spec.UID, spec.GID = true, 65534, 65534
+		}
+		var check []string
+		for _, c := range []string{"pids", "memory"} {
+			procs := sandbox.GroupProcs(c, spec.Cgroup)
+			check = append(check, "grep -qx $$ "+procs+" && echo "+c+"=self; grep -qx $PPID "+procs+" && echo "+c+"=wrapper")
+		}
+		out, rep, _ := runStatus(t, spec, dir, strings.Join(check, "; ")+"; echo uid=$(id -u); exit 0", func(int) {})
+		if rep != "x0\n" {
+			t.Fatalf("report %q: %s", rep, out)
+		}
+		if nobody != strings.Contains(out, "uid=65534") {
+			t.Fatalf("nobody %v: %s", nobody, out)
+		}
+		for _, c := range []string{"pids", "memory"} {
+			if !strings.Contains(out, c+"=self") {
+				t.Errorf("the program is not in its %s group: %s", c, out)
+			}
+			if strings.Contains(out, c+"=wrapper") {
+				t.Errorf("nobody %v: the wrapper stayed in the program's %s group: %s", nobody, c, out)
+			}
+		}
+	}
+}
+
 // TestStatusWrapperHoldsNothing performs the attacks on the wrapper that stays
 // behind: from the program, tracing each of its threads and reading the data
 // dir and its fds through /proc/PPID; from outside, its fds and capabilities.
