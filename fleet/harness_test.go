@@ -488,6 +488,11 @@ var handedOut = struct {
 // freePorts returns n distinct ports free for TCP and UDP on host (gossip uses
 // both; the others only need TCP), never one it returned before. The listeners
 // are held until all are picked.
+//
+// The ports are below the kernel's ephemeral range: a process the test
+// restarts (a NATS server after its kill -9) binds its port again, and a port
+// the kernel hands out meanwhile (any test's outgoing connection, any ":0"
+// listener) would be taken ("bind: address already in use").
 func freePorts(t *testing.T, host string, n int) []int {
 	t.Helper()
 	var closers []io.Closer
@@ -496,11 +501,15 @@ func freePorts(t *testing.T, host string, n int) []int {
 			c.Close()
 		}
 	}()
+	lo, hi := fixedPortRange()
 	var ports []int
-	for len(ports) < n {
-		ln, err := net.Listen("tcp4", net.JoinHostPort(host, "0"))
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 10000 {
+			t.Fatalf("no free port on %s in [%d, %d)", host, lo, hi)
+		}
+		ln, err := net.Listen("tcp4", net.JoinHostPort(host, strconv.Itoa(lo+mrand.IntN(hi-lo))))
 		if err != nil {
-			t.Fatalf("free port on %s: %v", host, err)
+			continue // taken: try another
 		}
 		closers = append(closers, ln)
 		port := ln.Addr().(*net.TCPAddr).Port
@@ -523,6 +532,31 @@ func freePorts(t *testing.T, host string, n int) []int {
 	}
 	handedOut.Unlock()
 	return ports
+}
+
+// fixedPortRange is where freePorts picks: from 10000 up to the start of the
+// kernel's ephemeral range (ip_local_port_range), or above its end when it
+// starts lower; at most 20000 ports.
+func fixedPortRange() (lo, hi int) {
+	elo, ehi := 32768, 60999 // Linux's default ephemeral range
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			a, errA := strconv.Atoi(f[0])
+			b, errB := strconv.Atoi(f[1])
+			if errA == nil && errB == nil {
+				elo, ehi = a, b
+			}
+		}
+	}
+	switch {
+	case elo-10000 >= 1000:
+		lo, hi = 10000, elo
+	case 65536-(ehi+1) >= 1000:
+		lo, hi = ehi+1, 65536
+	default: // no room outside: anywhere above the well-known ports
+		lo, hi = 10000, 65536
+	}
+	return lo, min(hi, lo+20000)
 }
 
 func randomHex(nbytes int) string {
