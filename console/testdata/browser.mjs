@@ -52,10 +52,11 @@ async function signIn(page, token) {
 }
 
 const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true, args: ['--no-sandbox'] });
+const errors = [];
+let page;
 try {
-  const errors = [];
   const admin = await browser.newContext({ viewport: { width: 1280, height: 800 } });
-  const page = await admin.newPage();
+  page = await admin.newPage();
   page.on('pageerror', (e) => errors.push(e.message));
   const dialogs = [];
   page.on('dialog', (d) => { dialogs.push(d.message()); d.accept(); });
@@ -282,6 +283,18 @@ try {
   ok('signout');
 
   if (errors.length) fail(`page errors: ${errors.join('; ')}`);
+} catch (e) {
+  // What the page showed, for a failure seen only in CI.
+  if (page) {
+    const seen = await page.evaluate(() => ({ url: location.href, main: (document.querySelector('main') || document.body).innerText.slice(0, 1500) })).catch((err) => ({ error: String(err) }));
+    console.log(`failed on the page: ${JSON.stringify(seen)}`);
+  }
+  console.log(`page errors: ${JSON.stringify(errors)}`);
+  const [rn, rs] = env.REPLAY.split('/');
+  const rec = await fetch(`${base}/v1/sessions/${rn}/${rs}/recording`, { headers: { Authorization: `Bearer ${env.ADMIN}` } }).catch((err) => null);
+  const text = rec ? await rec.text() : '';
+  console.log(`the replay session's recording: ${rec && rec.status}, markers: ${JSON.stringify(text.split('\n').filter((l) => l.includes('"m"')))}`);
+  throw e;
 } finally {
   await browser.close();
 }
