@@ -394,13 +394,23 @@ func mcpScenario(t *testing.T, f *fixture, c *mcpc) {
 	if err := c.cs.Subscribe(ctx, &mcp.SubscribeParams{URI: screenURI}); err != nil {
 		t.Fatal(err)
 	}
-	c.ok("run_command", ref("command", "echo notify-me"), nil)
-	select {
-	case u := <-c.updates:
-		if u != screenURI {
-			t.Errorf("update for %q, want %q", u, screenURI)
+	// Under the 2026-07-28 protocol Subscribe returns once the request is
+	// sent, before the server has taken it (subscriptions/listen): a change
+	// made at once may come before the watch. So the screen changes until an
+	// update comes (within 20 s).
+	updated := false
+	for deadline := time.Now().Add(20 * time.Second); !updated && time.Now().Before(deadline); {
+		c.ok("run_command", ref("command", "echo notify-me"), nil)
+		select {
+		case u := <-c.updates:
+			if u != screenURI {
+				t.Errorf("update for %q, want %q", u, screenURI)
+			}
+			updated = true
+		case <-time.After(2 * time.Second):
 		}
-	case <-time.After(20 * time.Second):
+	}
+	if !updated {
 		t.Fatalf("no resources/updated notification for %s", screenURI)
 	}
 	rr, err = c.cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: screenURI})
