@@ -25,6 +25,8 @@ type stalledReader struct {
 	n    int
 	keep bool // keep every byte (else the last 64 KiB or more)
 	done chan struct{}
+	msgs []string // the text frames (attach messages: errors, the exit)
+	end  error    // why reading ended
 }
 
 func readWhenTold(ws *wsConn, go_ <-chan struct{}, keep bool) *stalledReader {
@@ -35,9 +37,15 @@ func readWhenTold(ws *wsConn, go_ <-chan struct{}, keep bool) *stalledReader {
 		for {
 			var fr wsFrame
 			if err := ws.receive(&fr); err != nil {
+				r.mu.Lock()
+				r.end = err
+				r.mu.Unlock()
 				return
 			}
 			if fr.typ != websocket.MessageBinary {
+				r.mu.Lock()
+				r.msgs = append(r.msgs, string(fr.data))
+				r.mu.Unlock()
 				continue
 			}
 			r.mu.Lock()
@@ -58,6 +66,14 @@ func (r *stalledReader) has(s string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return strings.Contains(r.out.String(), s)
+}
+
+// String says what the reader got besides output, and how its reading ended.
+func (r *stalledReader) String() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	tail := r.out.Bytes()[max(0, r.out.Len()-300):]
+	return fmt.Sprintf("%d bytes, messages %q, reading ended: %v, last bytes %q", r.n, r.msgs, r.end, tail)
 }
 
 func (r *stalledReader) bytes() int {
@@ -128,7 +144,7 @@ func TestAttachViewRedrawnWhenBehind(t *testing.T) {
 	if err := <-ran; err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, 30*time.Second, func() bool { return rv.has("END-42") }, "the view to show the command's end")
+	testutil.Eventually(t, 30*time.Second, func() bool { return rv.has("END-42") }, "the view to show the command's end (it got %v)", rv)
 	if got := rv.bytes(); got > n-stall/2 {
 		t.Errorf("a view that stopped reading got %d of %d bytes: it was not redrawn", got, n)
 	}
