@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -156,7 +157,22 @@ func (s *Server) attachConn(rctx context.Context, ws *websocket.Conn, valid func
 	if err == nil {
 		var exitCode *int
 		var exited bool
-		exitCode, exited, err = s.fleet.Follow(ctx, node, id, start, out)
+		for {
+			exitCode, exited, err = s.fleet.Follow(ctx, node, id, start, out)
+			// A flood outran the follow and the node no longer has what it
+			// missed: a view needs the screen, not those bytes. It goes on from
+			// where the output is now, redrawn (an attach from an offset, which
+			// wants every byte, ends with the error).
+			if view == nil || ctx.Err() != nil || !errors.Is(err, &api.Error{Code: api.CodeGone}) {
+				break
+			}
+			var sess api.Session
+			if sess, err = s.fleet.Session(ctx, node, id); err != nil {
+				break
+			}
+			start = sess.OutputOffset
+			view.skip(start)
+		}
 		if view != nil {
 			view.finish()
 			if werr := <-viewDone; err == nil {

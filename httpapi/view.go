@@ -95,6 +95,15 @@ func (q *viewQueue) finished() bool {
 	return q.done
 }
 
+// skip says the output before offset to will never come (the node no longer
+// has it): what is queued goes, and the view is redrawn.
+func (q *viewQueue) skip(to int64) {
+	q.mu.Lock()
+	q.buf, q.off, q.behind = q.buf[:0], to, true
+	q.mu.Unlock()
+	q.signal()
+}
+
 // take returns what is queued (nil when nothing is), whether a redraw is due instead,
 // and whether the queue is finished and empty.
 func (q *viewQueue) take(into []byte) (data []byte, behind, over bool) {
