@@ -127,8 +127,8 @@ func (x *Exec) keeperAlive() bool {
 			return false
 		}
 	}
-	st, state, err := procStat(pid)
-	return err == nil && st == x.meta.KeeperStart && state != 'Z' && state != 'X'
+	st, err := procStat(pid)
+	return err == nil && st.start == x.meta.KeeperStart && st.state != 'Z' && st.state != 'X'
 }
 
 // Wait waits until the program ends or ctx does (ok false).
@@ -229,30 +229,43 @@ func Scan(dir string) ([]*Exec, error) {
 	return out, nil
 }
 
-// procStat returns a process's start time (clock ticks after boot) and state
-// from /proc/PID/stat.
-func procStat(pid int) (start uint64, state byte, err error) {
+// stat is what the keeper reads of a process's /proc/PID/stat.
+type stat struct {
+	state     byte   // R, S, Z, X…
+	pgid, sid int    // its process group and session
+	start     uint64 // when it started, in clock ticks after boot
+}
+
+// procStat reads pid's /proc/PID/stat.
+func procStat(pid int) (stat, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, 0, err
+		return stat{}, err
 	}
 	return parseStat(b)
 }
 
-// parseStat parses a /proc/PID/stat line: "PID (COMM) STATE PPID …", where
-// COMM may hold spaces and parens (the fields follow its last ')'), and
-// starttime is field 22.
-func parseStat(b []byte) (start uint64, state byte, err error) {
+// parseStat parses a /proc/PID/stat line: "PID (COMM) STATE PPID PGRP SESSION
+// …", where COMM may hold spaces and parens (the fields follow its last ')'),
+// and starttime is field 22.
+func parseStat(b []byte) (stat, error) {
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, 0, errors.New("stat: no command")
+		return stat{}, errors.New("stat: no command")
 	}
 	f := bytes.Fields(b[i+1:])
 	if len(f) < 20 || len(f[0]) != 1 || !(f[0][0] >= 'A' && f[0][0] <= 'Z' || f[0][0] >= 'a' && f[0][0] <= 'z') {
-		return 0, 0, fmt.Errorf("stat: %d fields, or no state letter", len(f))
+		return stat{}, fmt.Errorf("stat: %d fields, or no state letter", len(f))
 	}
-	start, err = strconv.ParseUint(string(f[19]), 10, 64)
-	return start, f[0][0], err
+	st := stat{state: f[0][0]}
+	var err1, err2, err3 error
+	st.pgid, err1 = strconv.Atoi(string(f[2]))
+	st.sid, err2 = strconv.Atoi(string(f[3]))
+	st.start, err3 = strconv.ParseUint(string(f[19]), 10, 64)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return stat{}, fmt.Errorf("stat: %w", err)
+	}
+	return st, nil
 }
 
 // killLeft kills what a keeper that is gone left behind: the processes still
@@ -266,12 +279,12 @@ func killLeft(m Meta) {
 	if m.Keeper <= 1 || m.Pgid <= 1 || m.StartedAt.Before(bootTime()) {
 		return
 	}
-	if st, state, err := procStat(m.Keeper); err == nil && (st != m.KeeperStart || state != 'Z' && state != 'X') {
+	if st, err := procStat(m.Keeper); err == nil && (st.start != m.KeeperStart || st.state != 'Z' && st.state != 'X') {
 		return // that pid runs again (or still): no keeper's session to end
 	}
 	left := func(pid int) bool {
-		sid, pgid, start, ok := procIDs(pid)
-		return ok && sid == m.Keeper && pgid == m.Pgid && start >= m.KeeperStart
+		st, err := procStat(pid)
+		return err == nil && st.sid == m.Keeper && st.pgid == m.Pgid && st.start >= m.KeeperStart
 	}
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
@@ -293,23 +306,6 @@ func killLeft(m Meta) {
 	}
 }
 
-// procIDs is a process's session and process group ids and start time (fields
-// 6, 5 and 22 of /proc/PID/stat); ok is false when they cannot be read.
-func procIDs(pid int) (sid, pgid int, start uint64, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, 0, 0, false
-	}
-	start, _, err = parseStat(b)
-	if err != nil {
-		return 0, 0, 0, false
-	}
-	f := bytes.Fields(b[bytes.LastIndexByte(b, ')')+1:])
-	pgid, err1 := strconv.Atoi(string(f[2]))
-	sid, err2 := strconv.Atoi(string(f[3]))
-	return sid, pgid, start, err1 == nil && err2 == nil
-}
-
 // bootTime is when the host booted (btime in /proc/stat); the zero time when
 // it cannot be read.
 func bootTime() time.Time {
@@ -329,6 +325,6 @@ func bootTime() time.Time {
 
 // procStart is a process's start time (procStat).
 func procStart(pid int) (uint64, error) {
-	st, _, err := procStat(pid)
-	return st, err
+	st, err := procStat(pid)
+	return st.start, err
 }

@@ -257,10 +257,10 @@ func TestLostTakesTheRest(t *testing.T) {
 		ents, _ := os.ReadDir("/proc")
 		for _, e := range ents {
 			if pid, err := strconv.Atoi(e.Name()); err == nil && pid != sid {
-				if s, _, _, _ := procIDs(pid); s != sid {
+				if st, _ := procStat(pid); st.sid != sid {
 					continue
 				}
-				if _, state, err := procStat(pid); err == nil && state != 'Z' {
+				if st, err := procStat(pid); err == nil && st.state != 'Z' {
 					pids = append(pids, pid)
 				}
 			}
@@ -306,8 +306,8 @@ func TestKillLeftSparesOthers(t *testing.T) {
 	defer syscall.Kill(left, syscall.SIGKILL)
 	sh := cmd.Process.Pid
 	alive := func() bool {
-		_, state, err := procStat(left)
-		return err == nil && state != 'Z'
+		st, err := procStat(left)
+		return err == nil && st.state != 'Z'
 	}
 	// Another process holding the pid a keeper had.
 	other := exec.Command("sleep", "300")
@@ -320,8 +320,8 @@ func TestKillLeftSparesOthers(t *testing.T) {
 		t.Fatal(err)
 	}
 	killLeft(Meta{Keeper: other.Process.Pid, KeeperStart: ost - 1, Pgid: other.Process.Pid, StartedAt: time.Now()})
-	if _, state, err := procStat(other.Process.Pid); err != nil || state == 'Z' {
-		t.Fatalf("killLeft killed the process that reuses a keeper's pid (%c %v)", state, err)
+	if st, err := procStat(other.Process.Pid); err != nil || st.state == 'Z' {
+		t.Fatalf("killLeft killed the process that reuses a keeper's pid (%c %v)", st.state, err)
 	}
 	killLeft(Meta{Keeper: sh, Pgid: sh, StartedAt: time.Unix(1, 0)}) // a keeper of an earlier boot
 	if !alive() {
@@ -428,15 +428,15 @@ func FuzzChunks(f *testing.F) {
 // command holding spaces and parens does not shift the fields.
 func FuzzParseStat(f *testing.F) {
 	// the seed's command holds ") " twice
-	if start, state, err := parseStat([]byte("42 (a) b) c) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 777 1000 10")); err != nil || start != 777 || state != 'S' {
-		f.Fatalf("parseStat: %d %c %v", start, state, err)
+	if st, err := parseStat([]byte("42 (a) b) c) S 1 41 40 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 777 1000 10")); err != nil || st != (stat{state: 'S', pgid: 41, sid: 40, start: 777}) {
+		f.Fatalf("parseStat: %+v %v", st, err)
 	}
 	f.Add([]byte("42 (a) b) c) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 777 1000 10"))
 	f.Add([]byte("1 (x"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		start, state, err := parseStat(b)
-		if err == nil && state == 0 {
-			t.Fatalf("parsed %q: state 0, start %d", b, start)
+		st, err := parseStat(b)
+		if err == nil && st.state == 0 {
+			t.Fatalf("parsed %q: state 0: %+v", b, st)
 		}
 	})
 }
