@@ -270,7 +270,12 @@ const statusGrace = 100 * time.Millisecond
 func readStatus(f *os.File) *Exit {
 	var b [16]byte
 	n, _ := f.Read(b[:]) // one write of a few bytes: whole or not at all
-	msg, ok := strings.CutSuffix(string(b[:n]), "\n")
+	return parseStatus(b[:n])
+}
+
+// parseStatus parses a report readStatus read: nil when it is not one.
+func parseStatus(b []byte) *Exit {
+	msg, ok := strings.CutSuffix(string(b), "\n")
 	if !ok || len(msg) < 2 {
 		return nil
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -262,4 +263,41 @@ func TestStatusReportIsTheEnd(t *testing.T) {
 		}
 		p.Close() // the process itself is reaped (the group was killed at the report)
 	}
+}
+
+// FuzzParseStatus: a wrapper's report of how its program ended ("x" and the
+// exit code or "s" and the signal, 0 to 255, and a newline) parses to what it
+// says; anything else is no report (nil), never a made-up exit.
+func FuzzParseStatus(f *testing.F) {
+	for _, c := range []struct {
+		in   string
+		code int // -1: no report
+	}{{"x0\n", 0}, {"x3\n", 3}, {"s9\n", 137}, {"s15\n", 143}, {"x256\n", -1}, {"x-1\n", -1}, {"x3", -1}, {"q1\n", -1}, {"s\n", -1}, {"", -1}} {
+		ex := parseStatus([]byte(c.in))
+		if code := -1; ex != nil && ex.Code != c.code || ex == nil && c.code != code {
+			f.Fatalf("parseStatus(%q) = %+v, want code %d", c.in, ex, c.code)
+		}
+		f.Add([]byte(c.in))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ex := parseStatus(b)
+		if ex == nil {
+			return
+		}
+		msg, ok := strings.CutSuffix(string(b), "\n")
+		if !ok || len(msg) < 2 {
+			t.Fatalf("%q is not a report: %+v", b, ex)
+		}
+		n, err := strconv.Atoi(msg[1:])
+		switch {
+		case err != nil || n < 0 || n > 255:
+			t.Fatalf("%q: %+v from a bad number", b, ex)
+		case msg[0] == 'x' && (ex.Code != n || ex.Signal != ""):
+			t.Fatalf("%q: %+v, want exit %d", b, ex, n)
+		case msg[0] == 's' && (ex.Code != 128+n || ex.Signal == ""):
+			t.Fatalf("%q: %+v, want signal %d", b, ex, n)
+		case msg[0] != 'x' && msg[0] != 's':
+			t.Fatalf("%q: %+v from no kind", b, ex)
+		}
+	})
 }
