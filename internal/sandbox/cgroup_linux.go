@@ -74,21 +74,32 @@ func openOrigin(dir, controller string) int {
 	if err != nil {
 		return -1
 	}
-	for _, line := range strings.Split(string(b), "\n") {
+	path, ok := groupPath(b, controller)
+	if !ok {
+		return -1
+	}
+	fd, err := unix.Open(filepath.Join(dir, path, "cgroup.procs"), unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1
+	}
+	return fd
+}
+
+// groupPath finds in /proc/PID/cgroup (lines "ID:CONTROLLERS:PATH") the group
+// of controller's v1 hierarchy, or the v2 group ("0::PATH") when controller
+// is "": a clean absolute path (no "..": it stays under the hierarchy).
+func groupPath(procCgroup []byte, controller string) (string, bool) {
+	for _, line := range strings.Split(string(procCgroup), "\n") {
 		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 {
+		if len(parts) != 3 || !strings.HasPrefix(parts[2], "/") {
 			continue
 		}
 		if controller == "" && parts[0] != "0" || controller != "" && !slices.Contains(strings.Split(parts[1], ","), controller) {
 			continue
 		}
-		fd, err := unix.Open(filepath.Join(dir, filepath.Clean("/"+parts[2]), "cgroup.procs"), unix.O_WRONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return -1
-		}
-		return fd
+		return filepath.Clean(parts[2]), true
 	}
-	return -1
+	return "", false
 }
 
 // leave moves this process back to the groups it came from ("0": the writer),
