@@ -135,7 +135,21 @@ func TestStatusWrapperLeavesTheGroup(t *testing.T) {
 		if nobody != strings.Contains(out, "uid=65534") {
 			t.Fatalf("nobody %v: %s", nobody, out)
 		}
+		// The attack of a program leaving its group (and its limits) from the
+		// start, while the wrapper may still hold the files it leaves by:
+		// through the wrapper's fds, and through the hierarchies' own files.
+		aspec := spec
+		aspec.Cgroup += "-x"
+		attack := "for i in 1 2 3 4 5 6 7 8 9 10; do for f in /proc/$PPID/fd/*; do echo 0 > $f; done; done 2>/dev/null; " +
+			"for c in pids memory; do echo 0 > /sys/fs/cgroup/$c/cgroup.procs; echo 0 > /sys/fs/cgroup/cgroup.procs; done 2>/dev/null; "
 		for _, c := range []string{"pids", "memory"} {
+			attack += "grep -qx $$ " + sandbox.GroupProcs(c, aspec.Cgroup) + " && echo " + c + "=kept; "
+		}
+		aout, _, _ := runStatus(t, aspec, workdir(t), attack+"exit 0", nil)
+		for _, c := range []string{"pids", "memory"} {
+			if !strings.Contains(aout, c+"=kept") {
+				t.Errorf("nobody %v: the program left its %s group: %s", nobody, c, aout)
+			}
 			if !strings.Contains(out, c+"=self") {
 				t.Errorf("the program is not in its %s group: %s", c, out)
 			}
