@@ -100,6 +100,17 @@ func mcpHTTP(t *testing.T, f *fixture) *mcpc {
 // call calls a tool and returns its text; the result must be an error iff wantErr.
 func (c *mcpc) call(name string, args any, wantErr bool, out any) string {
 	c.t.Helper()
+	text, isErr := c.try(name, args, out)
+	if isErr != wantErr {
+		c.t.Fatalf("%s %v: isError %v, want %v:\n%s", name, args, isErr, wantErr, text)
+	}
+	return text
+}
+
+// try calls a tool and returns its text and whether it is a tool error (out is
+// filled from a result's structured content); a protocol error fails the test.
+func (c *mcpc) try(name string, args any, out any) (string, bool) {
+	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	res, err := c.cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
@@ -116,10 +127,7 @@ func (c *mcpc) call(name string, args any, wantErr bool, out any) string {
 	if os.Getenv("MCP_DEBUG") != "" {
 		c.t.Logf(">>> %s %v\n%s", name, args, text)
 	}
-	if res.IsError != wantErr {
-		c.t.Fatalf("%s %v: isError %v, want %v:\n%s", name, args, res.IsError, wantErr, text)
-	}
-	if out != nil {
+	if out != nil && !res.IsError {
 		reflect.ValueOf(out).Elem().SetZero()
 		raw, err := json.Marshal(res.StructuredContent)
 		if err != nil {
@@ -129,7 +137,7 @@ func (c *mcpc) call(name string, args any, wantErr bool, out any) string {
 			c.t.Fatalf("%s: structured content %s: %v", name, raw, err)
 		}
 	}
-	return text
+	return text, res.IsError
 }
 
 // ok calls a tool that must succeed and returns its text without the lines of
