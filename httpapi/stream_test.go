@@ -296,6 +296,9 @@ func (f *fixture) dialAttach(t *testing.T, path string) *wsConn {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// As the Go client reads (client/attach.go): a view's frame may hold up to
+	// 256 KiB of output, more than coder/websocket's default 32 KiB.
+	ws.SetReadLimit(16 << 20)
 	return &wsConn{ws}
 }
 
